@@ -1,0 +1,331 @@
+/*
+ * backend.h - the cgrt backend ABI, major version 1.
+ *
+ * A backend is a shared object that decides how a step's work reaches the device (eagerly, as
+ * per-module graphs, one graph per step...). It exports exactly one const data symbol per ABI
+ * major it speaks:
+ *
+ *     const struct cgrt_backend_v1 cgrt_backend_v1 = { .abi_major = 1, ... };
+ *
+ * and hides everything else (-fvisibility=hidden). The core dlopen()s it, checks the leading
+ * fields and calls through the table. The backend never calls CUDA itself: the core lends it the
+ * device operations and the shared graph mechanism through struct cgrt_host_api, so one backend
+ * runs on the cuda driver and on the host driver (a CPU executor with graph semantics, used in CI
+ * and by `cgrt check --dry-run`).
+ *
+ * Compatibility rules (the same ones keep NCCL plugins and SQLite VFSes working for years):
+ * - The first four fields of struct cgrt_backend_v1 never change.
+ * - Within major 1, fields are only appended. The core reads a field only when the backend's
+ *   struct_size covers it and, for functions, the pointer is non-NULL: CGRT_BACKEND_HAS().
+ * - struct cgrt_host_api likewise only grows; a backend checks host->struct_size (or
+ *   CGRT_HOST_HAS()) before using a field newer than the ones it was built with.
+ * - Unknown caps bits are ignored.
+ * - A change that cannot be made by appending is a new major: a new struct cgrt_backend_v2 and a
+ *   new symbol `cgrt_backend_v2`; a backend may export both.
+ *
+ * Threading: the core calls a backend from the one thread that drives its runtime. Separate
+ * runtimes get separate states and may run on separate threads. Strings handed to a backend live
+ * only during the call.
+ *
+ * C99; no CUDA header: streams, graphs, executables, events and communicators are `void *`.
+ */
+#ifndef CGRT_BACKEND_H
+#define CGRT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cgrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CGRT_BACKEND_ABI_MAJOR 1
+#define CGRT_HOST_API_MINOR    0
+
+/* Capability bits a backend declares in cgrt_backend_v1.caps. */
+#define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
+#define CGRT_CAP_INFERENCE  (1u << 1) /* runs infer steps */
+#define CGRT_CAP_BACKWARD   (1u << 2) /* handles backward module calls */
+#define CGRT_CAP_GRAPHS     (1u << 3) /* builds graphs (otherwise: eager only) */
+#define CGRT_CAP_MULTI_GPU  (1u << 4) /* designed for several ranks */
+#define CGRT_CAP_NEEDS_COMM (1u << 5) /* needs the host's world communicator */
+
+/* Values of the enumerated options, shared by the core's parser and backends. */
+typedef enum cgrt_inference_scope {
+  CGRT_SCOPE_NONE = 0,
+  CGRT_SCOPE_LAYER = 1,
+  CGRT_SCOPE_BLOCK = 2
+} cgrt_inference_scope;
+typedef enum cgrt_capture_mode {
+  CGRT_CAPTURE_GLOBAL = 0,
+  CGRT_CAPTURE_THREAD_LOCAL = 1,
+  CGRT_CAPTURE_RELAXED = 2
+} cgrt_capture_mode;
+typedef enum cgrt_rebind {
+  CGRT_REBIND_UPDATE = 0,
+  CGRT_REBIND_COPY = 1,
+  CGRT_REBIND_RECAPTURE = 2,
+  CGRT_REBIND_ERROR = 3
+} cgrt_rebind;
+typedef enum cgrt_bucket_dist {
+  CGRT_BUCKETS_EXPONENTIAL = 0,
+  CGRT_BUCKETS_LINEAR = 1,
+  CGRT_BUCKETS_LIST = 2
+} cgrt_bucket_dist;
+typedef enum cgrt_capture_time { CGRT_CAPTURE_LAZY = 0, CGRT_CAPTURE_EAGER = 1 } cgrt_capture_time;
+typedef enum cgrt_over_capacity {
+  CGRT_OVER_CAPACITY_ERROR = 0,
+  CGRT_OVER_CAPACITY_EAGER = 1
+} cgrt_over_capacity;
+typedef enum cgrt_driver_kind { CGRT_DRIVER_CUDA = 0, CGRT_DRIVER_HOST = 1 } cgrt_driver_kind;
+typedef enum cgrt_recompute {
+  CGRT_RECOMPUTE_NONE = 0,
+  CGRT_RECOMPUTE_SELECTIVE = 1,
+  CGRT_RECOMPUTE_FULL = 2
+} cgrt_recompute;
+typedef enum cgrt_moe_dispatcher {
+  CGRT_MOE_ALLTOALL = 0,
+  CGRT_MOE_ALLGATHER = 1
+} cgrt_moe_dispatcher;
+typedef enum cgrt_moe_capacity {
+  CGRT_MOE_CAPACITY_NONE = 0,
+  CGRT_MOE_CAPACITY_DROP = 1,
+  CGRT_MOE_CAPACITY_DROP_AND_PAD = 2
+} cgrt_moe_capacity;
+
+/* The bit of a kind in cgrt_config_view.modules. */
+#define CGRT_KIND_BIT(kind) (1u << (unsigned)(kind))
+
+/*
+ * The validated configuration, as typed values. Owned by the core, valid for the runtime's life
+ * (a backend may keep the pointer). Arrays are valid as long as the view.
+ */
+struct cgrt_config_view {
+  uint32_t struct_size;
+  /* [cuda_graph] */
+  const char *impl; /* backend name or path as configured */
+  uint32_t modules; /* CGRT_KIND_BIT() of each kind in `modules`; 0: none named */
+  int warmup_steps; /* >= 1 */
+  cgrt_inference_scope inference_scope;
+  cgrt_capture_mode capture_mode;
+  cgrt_rebind rebind;
+  int max_graphs; /* >= 1 */
+  /* [inference] */
+  cgrt_bucket_dist buckets;
+  int64_t max_tokens;
+  int num_graphs;
+  int tp_size;
+  const int64_t *bucket_list; /* `list`, ascending; NULL if not given */
+  size_t bucket_list_len;
+  cgrt_capture_time capture; /* lazy: a bucket at its first use; eager: all at once */
+  /* [dynamic_cp] */
+  const int *cp_sizes; /* ascending, distinct */
+  size_t num_cp_sizes;
+  int64_t max_packed_tokens;
+  int max_sequences;
+  int graph_slots;
+  cgrt_over_capacity over_capacity;
+  /* [runtime] */
+  int device;
+  cgrt_driver_kind driver;
+  int bind_cpu; /* 1: auto, 0: off */
+  cgrt_log_level log_level;
+  /* [host] */
+  int nan_check;
+  cgrt_recompute recompute;
+  int moe_experts;
+  cgrt_moe_dispatcher moe_dispatcher;
+  cgrt_moe_capacity moe_capacity;
+  int moe_router_padding_fp8;
+  int graph_safe_rng;
+  /*
+   * Raw normalized value of any key, or NULL if the key was not given. A backend reads its own
+   * section ([NAME] where NAME is its name) through this; every key of that section the backend
+   * never reads during init() is refused as unknown after init().
+   */
+  const char *(*get)(const struct cgrt_config_view *view, const char *section, const char *key);
+};
+
+/* What a backend knows of a registered module. Owned by the core, valid until close. */
+struct cgrt_module_info {
+  uint32_t struct_size;
+  uint32_t id; /* dense, from 0, in registration order: index your per-module arrays with it */
+  const char *name;
+  cgrt_kind kind;
+  int layer;
+  int has_backward;
+};
+
+/* One step in flight. Owned by the core, valid during backend->step(). */
+struct cgrt_step_frame {
+  uint32_t struct_size;
+  const cgrt_step_desc *desc; /* as the host passed it */
+  cgrt_ctx *ctx;              /* the backend sets mode and padded_tokens before running work */
+  cgrt_step_report *report;   /* always non-NULL (the core's own if the host passed none) */
+};
+
+/* One module call in flight. Owned by the core, valid during backend->call(). */
+struct cgrt_call {
+  uint32_t struct_size;
+  const struct cgrt_module_info *module;
+  cgrt_direction dir;
+  const cgrt_args *args;
+  cgrt_ctx *ctx; /* the backend sets ctx->mode before running the callback */
+};
+
+/*
+ * Counters a backend reports through cgrt_host_api.count(). They feed cgrt_stats and the step
+ * report. The core counts by itself what passes through it: captures, instantiations and their
+ * time and fallbacks (in capture()), live executables, padded tokens (from ctx->padded_tokens).
+ */
+typedef enum cgrt_counter {
+  CGRT_COUNT_CALL_EAGER = 0,   /* a module call ran directly */
+  CGRT_COUNT_CALL_WARMUP = 1,  /* a module call ran directly, counting towards warmup */
+  CGRT_COUNT_CALL_CAPTURE = 2, /* a module call was captured */
+  CGRT_COUNT_CALL_REPLAY = 3,  /* a module call was served by a replay */
+  CGRT_COUNT_UPDATES = 4,      /* an executable was updated in place */
+  CGRT_COUNT_UPDATE_REFUSALS = 5,
+  CGRT_COUNT_REBINDS = 6,   /* a call's buffers had moved since its capture */
+  CGRT_COUNT_EVICTIONS = 7, /* an executable was dropped to respect max_graphs */
+  CGRT_COUNT_FALLBACKS = 8  /* a capture done without capture() failed and ran eagerly */
+} cgrt_counter;
+
+/*
+ * What the core lends a backend. Valid from init() to fini(); keep the pointer in your state.
+ * Every function takes the table itself first. Device handles (streams, graphs, executables,
+ * events) are those of the configured driver. Functions returning int give 0 or CGRT_E_*; on
+ * error they have also set the runtime's last error (a backend may add context with set_error).
+ */
+struct cgrt_host_api {
+  uint32_t struct_size;
+  uint32_t minor; /* CGRT_HOST_API_MINOR of the core */
+
+  /* -- log and errors -- */
+  void (*log)(const struct cgrt_host_api *h, cgrt_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+      __attribute__((format(printf, 3, 4)))
+#endif
+      ;
+  /* Sets the runtime's last error to the formatted sentence and returns `code`. */
+  int (*set_error)(const struct cgrt_host_api *h, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+      __attribute__((format(printf, 3, 4)))
+#endif
+      ;
+  /* The last error set, "" if none. */
+  const char *(*last_error)(const struct cgrt_host_api *h);
+
+  /* -- the host's callbacks: run them with the right ctx and error handling -- */
+  int (*run_prepare)(const struct cgrt_host_api *h, struct cgrt_step_frame *f);
+  int (*run_body)(const struct cgrt_host_api *h, struct cgrt_step_frame *f);
+  int (*run_module)(const struct cgrt_host_api *h, struct cgrt_call *c);
+
+  /* -- device operations of the configured driver -- */
+  void *(*stream)(const struct cgrt_host_api *h); /* the runtime's stream */
+  int (*stream_sync)(const struct cgrt_host_api *h, void *stream);
+  int (*capture_begin)(const struct cgrt_host_api *h, void *stream);
+  /* Ends the capture in any case; *graph is NULL when the capture was invalidated. */
+  int (*capture_end)(const struct cgrt_host_api *h, void *stream, void **graph);
+  int (*capturing)(const struct cgrt_host_api *h, void *stream, int *active);
+  int (*graph_instantiate)(const struct cgrt_host_api *h, void *graph, void **exec);
+  void (*graph_destroy)(const struct cgrt_host_api *h, void *graph);
+  /* Updates exec from graph in place: 0, or CGRT_E_UPDATE if the topology differs. */
+  int (*exec_update)(const struct cgrt_host_api *h, void *exec, void *graph);
+  int (*exec_upload)(const struct cgrt_host_api *h, void *exec, void *stream);
+  int (*exec_launch)(const struct cgrt_host_api *h, void *exec, void *stream);
+  void (*exec_destroy)(const struct cgrt_host_api *h, void *exec);
+  int (*host_fn)(const struct cgrt_host_api *h, void *stream, void (*fn)(void *), void *arg);
+  int (*memcpy_async)(const struct cgrt_host_api *h, void *dst, const void *src, size_t bytes,
+                      void *stream);
+  int (*event_create)(const struct cgrt_host_api *h, void **event);
+  int (*event_record)(const struct cgrt_host_api *h, void *event, void *stream);
+  /* 0 when the work before the record has finished, CGRT_E_NOTREADY if not yet. */
+  int (*event_query)(const struct cgrt_host_api *h, void *event);
+  int (*event_sync)(const struct cgrt_host_api *h, void *event);
+  void (*event_destroy)(const struct cgrt_host_api *h, void *event);
+  int (*mem_alloc)(const struct cgrt_host_api *h, void **ptr, size_t bytes);
+  void (*mem_free)(const struct cgrt_host_api *h, void *ptr);
+
+  /* -- shared mechanism -- */
+  /*
+   * Captures fn(arg) on `stream` into a new executable: begin, run fn, end, instantiate, upload.
+   * `what` names the work in messages ("layer3.attn fwd"). On any failure (fn returned nonzero,
+   * the capture was invalidated, instantiation failed) the capture is ended, the driver error
+   * cleared, the reason logged and set as last error, a fallback counted, *exec left NULL, and
+   * the error returned: the caller then runs the work eagerly. Counts captures, instantiations
+   * and their time. The captured work has not run: launch *exec to run it.
+   */
+  int (*capture)(const struct cgrt_host_api *h, void *stream, int (*fn)(void *arg), void *arg,
+                 const char *what, void **exec);
+  void (*count)(const struct cgrt_host_api *h, cgrt_counter which, int64_t delta);
+  /*
+   * The token buckets of [inference], ascending, owned by the core. bucket_for_tokens gives the
+   * smallest bucket >= tokens, or CGRT_E_CAPACITY if tokens is above the largest.
+   */
+  int (*buckets)(const struct cgrt_host_api *h, const int64_t **sizes, size_t *count);
+  int (*bucket_for_tokens)(const struct cgrt_host_api *h, int64_t tokens, int64_t *bucket);
+};
+
+/* True if the host table `h` has field `f` (check before using a field newer than yours). */
+#define CGRT_HOST_HAS(h, f)                                                                        \
+  ((h)->struct_size >= offsetof(struct cgrt_host_api, f) + sizeof((h)->f) && (h)->f != NULL)
+
+/*
+ * The backend table, ABI major 1. Export it as `const struct cgrt_backend_v1 cgrt_backend_v1`.
+ */
+struct cgrt_backend_v1 {
+  /* -- fixed forever -- */
+  uint32_t abi_major;   /* CGRT_BACKEND_ABI_MAJOR (1) */
+  uint32_t struct_size; /* sizeof(struct cgrt_backend_v1) as the backend was built */
+  const char *name;     /* short name, e.g. "local"; also the name of its config section */
+  uint64_t caps;        /* CGRT_CAP_* bits */
+
+  /* -- mandatory -- */
+  /*
+   * Creates the backend's state for one runtime. `host` and `cfg` stay valid until fini().
+   * On failure: return a negative code, leave *state NULL, write the reason (a sentence naming
+   * the option to change) into err (errlen bytes, always terminated). fini() is not called then.
+   */
+  int (*init)(const struct cgrt_host_api *host, const struct cgrt_config_view *cfg, void **state,
+              char *err, size_t errlen);
+  /* Frees the state and everything the backend still holds. The stream is idle. */
+  void (*fini)(void *state);
+  /*
+   * Runs one step: set f->ctx->mode and padded_tokens, run prepare (host->run_prepare), then the
+   * body eagerly (host->run_body), captured, or replace it by a replay. Must never return with
+   * the stream capturing.
+   */
+  int (*step)(void *state, struct cgrt_step_frame *f);
+  /* Runs one module call: eagerly (host->run_module), captured, or as a replay. */
+  int (*call)(void *state, struct cgrt_call *c);
+
+  /* -- optional: check with CGRT_BACKEND_HAS() -- */
+  /* Frees every graph and executable; the stream is idle. Later steps capture again. */
+  int (*release)(void *state);
+  /* Adds the backend's own figures to *out (fields the core cannot count). */
+  int (*stats)(void *state, cgrt_stats *out);
+  /* Writes the backend's plan, one line per emit() call, for `cgrt check --dry-run`. */
+  int (*describe)(void *state, void (*emit)(void *user, const char *line), void *user);
+};
+
+/* The smallest struct_size the core accepts: the fixed fields and the mandatory functions. */
+#define CGRT_BACKEND_V1_MIN_SIZE (offsetof(struct cgrt_backend_v1, call) + sizeof(void (*)(void)))
+
+/* True if backend table `b` has field `f` and, for a function, it is set. */
+#define CGRT_BACKEND_HAS(b, f)                                                                     \
+  ((b)->struct_size >= offsetof(struct cgrt_backend_v1, f) + sizeof((b)->f) && (b)->f != NULL)
+
+/* Exports the table with default visibility from a library built with hidden visibility. */
+#if defined(__GNUC__)
+#define CGRT_BACKEND_EXPORT __attribute__((visibility("default")))
+#else
+#define CGRT_BACKEND_EXPORT
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CGRT_BACKEND_H */

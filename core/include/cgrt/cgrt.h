@@ -1,0 +1,349 @@
+/*
+ * cgrt.h - the host API of cgrt, a CUDA graph runtime.
+ *
+ * A host application (a training or inference engine) opens a runtime from an INI file, registers
+ * its modules once, and hands cgrt one step at a time. The backend named by the configuration
+ * decides how the step reaches the GPU: eagerly, as per-module graphs, as one graph per step...
+ * The host never changes when the strategy does.
+ *
+ * This header is C99, includes no CUDA header and is stable within a major version. Streams and
+ * communicators appear as `void *` (cudaStream_t, ncclComm_t on the cuda driver).
+ *
+ * Conventions:
+ * - Every function that can fail returns 0 or a negative CGRT_E_* code; results come back through
+ *   out-parameters. cgrt_last_error() gives a sentence naming what is at fault.
+ * - Structs the host fills or receives start with `struct_size`: set it to sizeof(the struct) as
+ *   your header knows it. cgrt reads and writes only the fields that size covers, so a host built
+ *   against an older header keeps working.
+ * - Strings passed in live only during the call; cgrt copies what it keeps. Strings returned live
+ *   as long as the object they came from, unless said otherwise.
+ * - One runtime is driven by one host thread at a time; separate runtimes are independent.
+ */
+#ifndef CGRT_CGRT_H
+#define CGRT_CGRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CGRT_API __attribute__((visibility("default")))
+#else
+#define CGRT_API
+#endif
+
+#define CGRT_VERSION_MAJOR  0
+#define CGRT_VERSION_MINOR  1
+#define CGRT_VERSION_PATCH  0
+#define CGRT_VERSION_STRING "0.1.0"
+
+/* Status codes. 0 is success; every error is negative. */
+typedef enum cgrt_status {
+  CGRT_OK = 0,
+  CGRT_E_INVAL = -1,     /* a bad argument: NULL, a struct_size too small, a value out of range */
+  CGRT_E_NOMEM = -2,     /* host memory ran out */
+  CGRT_E_IO = -3,        /* a file could not be read */
+  CGRT_E_CONFIG = -4,    /* the configuration is invalid */
+  CGRT_E_NOTFOUND = -5,  /* the backend was not found on the search path */
+  CGRT_E_BACKEND = -6,   /* the backend was found but cannot be used */
+  CGRT_E_NODEV = -7,     /* the configured driver has no usable device */
+  CGRT_E_DEVICE = -8,    /* a device operation failed */
+  CGRT_E_CAPTURE = -9,   /* a capture failed or was invalidated */
+  CGRT_E_UPDATE = -10,   /* an executable graph could not be updated in place */
+  CGRT_E_REBIND = -11,   /* a call's buffers moved and the rebind policy refuses it */
+  CGRT_E_CAPACITY = -12, /* the step exceeds a configured capacity */
+  CGRT_E_CALLBACK = -13, /* a host callback (prepare, body, module) returned an error */
+  CGRT_E_STATE = -14,    /* the call is not allowed in the runtime's present state */
+  CGRT_E_UNSUPPORTED = -15, /* the backend or driver does not offer this */
+  CGRT_E_NOTREADY = -16     /* asynchronous work has not finished yet (not a failure) */
+} cgrt_status;
+
+/* What a step is for. Graphs are never shared between phases. */
+typedef enum cgrt_phase {
+  CGRT_PHASE_TRAIN = 0,
+  CGRT_PHASE_EVAL = 1,
+  CGRT_PHASE_INFER = 2
+} cgrt_phase;
+#define CGRT_PHASE_COUNT 3
+
+/* What cgrt is doing with the work at hand. */
+typedef enum cgrt_mode {
+  CGRT_MODE_EAGER = 0,   /* run directly, no graph involved */
+  CGRT_MODE_WARMUP = 1,  /* run directly, counted towards warmup_steps before a capture */
+  CGRT_MODE_CAPTURE = 2, /* being recorded into a graph: device work is not executed now */
+  CGRT_MODE_REPLAY = 3   /* a captured graph runs instead of the callbacks */
+} cgrt_mode;
+#define CGRT_MODE_COUNT 4
+
+/* Module kinds, as named in the `modules` option. */
+typedef enum cgrt_kind {
+  CGRT_KIND_ATTN = 0,
+  CGRT_KIND_MLP = 1,
+  CGRT_KIND_MOE = 2,
+  CGRT_KIND_MOE_ROUTER = 3,
+  CGRT_KIND_MOE_PREPROCESS = 4,
+  CGRT_KIND_MAMBA = 5,
+  CGRT_KIND_OTHER = 6
+} cgrt_kind;
+#define CGRT_KIND_COUNT 7
+
+typedef enum cgrt_direction { CGRT_FORWARD = 0, CGRT_BACKWARD = 1 } cgrt_direction;
+
+/* How a module call uses a buffer. */
+typedef enum cgrt_access { CGRT_IN = 1, CGRT_OUT = 2, CGRT_INOUT = 3 } cgrt_access;
+
+typedef enum cgrt_log_level {
+  CGRT_LOG_OFF = 0,
+  CGRT_LOG_ERROR = 1,
+  CGRT_LOG_WARN = 2,
+  CGRT_LOG_INFO = 3,
+  CGRT_LOG_DEBUG = 4
+} cgrt_log_level;
+
+/* An open runtime: its backend, device driver, modules, stream, statistics. Opaque. */
+typedef struct cgrt_runtime cgrt_runtime;
+
+/* A registered module. Owned by its runtime; valid until cgrt_close(). Opaque. */
+typedef struct cgrt_module cgrt_module;
+
+/*
+ * A device buffer a module call or a step uses. `ptr` is a device pointer on the cuda driver (host
+ * memory on the host driver). `name` is optional and only used in messages; it need not outlive
+ * the call.
+ */
+typedef struct cgrt_buffer {
+  void *ptr;
+  size_t bytes;
+  cgrt_access access;
+  const char *name;
+} cgrt_buffer;
+
+/*
+ * What cgrt tells the host's callbacks about the work at hand. Owned by cgrt, read-only to the
+ * host, valid only during the callback it is passed to.
+ */
+typedef struct cgrt_ctx {
+  size_t struct_size;
+  cgrt_runtime *rt;
+  void *stream;          /* enqueue all device work here: cudaStream_t on the cuda driver */
+  void *comm;            /* ncclComm_t of the step's context-parallel group, or NULL */
+  int cp_size;           /* context-parallel size of the step (1 without context parallelism) */
+  cgrt_phase phase;      /* the step's phase */
+  cgrt_mode mode;        /* what cgrt does with the work now: eager, warmup, capture or replay */
+  int microbatch;        /* microbatch of the current module call; -1 outside module calls */
+  uint64_t step;         /* index of the step, from 0 */
+  int64_t tokens;        /* the step's actual token count */
+  int64_t padded_tokens; /* the count the work is shaped for; prepare pads up to it */
+  int num_sequences;     /* packed (THD) sequences of the step; 0 if not packed */
+  int padded_sequences;  /* sequences including padding dummies */
+  const int32_t *cu_seqlens;        /* device: cumulative actual lengths, or NULL */
+  const int32_t *cu_seqlens_padded; /* device: cumulative padded lengths, or NULL */
+  void *user;                       /* the step's user pointer (cgrt_step_desc.user) */
+} cgrt_ctx;
+
+/*
+ * The arguments of one module call. `key` is the host's signature of the call's shape (token
+ * count, microbatch shape...): calls with different keys never share a graph. `buffers` lists the
+ * memory the call reads and writes, so cgrt can tell when it moved since a graph was captured.
+ */
+typedef struct cgrt_args {
+  size_t struct_size;
+  uint64_t key;
+  int microbatch;
+  const cgrt_buffer *buffers;
+  size_t num_buffers;
+} cgrt_args;
+
+/*
+ * A module's forward or backward work. Enqueue everything on ctx->stream; never synchronize, never
+ * read device memory on the host, never allocate with cudaMalloc: the call may be captured.
+ * `user` is the module's user pointer. Return 0, or nonzero to fail the call.
+ */
+typedef int (*cgrt_module_fn)(const cgrt_ctx *ctx, const cgrt_args *args, void *user);
+
+/* Describes a module to cgrt_module_register(). */
+typedef struct cgrt_module_desc {
+  size_t struct_size;
+  const char *name;        /* unique within the runtime, copied, e.g. "layer3.attn" */
+  cgrt_kind kind;          /* decides whether scoped backends graph it */
+  int layer;               /* layer index, for plans and messages; -1 if none */
+  cgrt_module_fn forward;  /* required */
+  cgrt_module_fn backward; /* optional; NULL if the module has no backward */
+  void *user;              /* passed to the callbacks; cgrt never touches it */
+} cgrt_module_desc;
+
+/* A step-level callback: prepare or body. `ctx->user` is the step's user pointer. */
+typedef int (*cgrt_step_fn)(const cgrt_ctx *ctx, void *user);
+
+/* Describes one step to cgrt_step(). */
+typedef struct cgrt_step_desc {
+  size_t struct_size;
+  cgrt_phase phase;
+  int64_t tokens;             /* actual tokens (inference: selects the token bucket) */
+  const int32_t *seqlens;     /* host array of the packed sequences' lengths, or NULL */
+  int num_sequences;          /* entries in seqlens */
+  int cp_size;                /* context-parallel size; 0 or 1 means none */
+  int microbatches;           /* microbatches in the body; 0 means 1 */
+  const cgrt_buffer *buffers; /* the step's static buffers, checked by whole-step graphs */
+  size_t num_buffers;
+  cgrt_step_fn prepare; /* optional; always runs eagerly before the body: stage, pad */
+  cgrt_step_fn body;    /* required; the graphable work, may be replaced by a replay */
+  void *user;           /* passed to both callbacks as `user` and ctx->user */
+} cgrt_step_desc;
+
+/* What happened during one step, filled by cgrt_step() if the host passes one. */
+typedef struct cgrt_step_report {
+  size_t struct_size;
+  cgrt_mode mode;          /* the step as a whole: the mode of its body */
+  int64_t padded_tokens;   /* the size the step ran at */
+  uint32_t calls_eager;    /* module calls run directly (eager or warmup) */
+  uint32_t calls_captured; /* module calls recorded into a new graph */
+  uint32_t calls_replayed; /* module calls served by a replay */
+  uint32_t graphs_built;   /* executables instantiated during the step */
+  uint32_t fallbacks;      /* captures that failed and ran eagerly instead */
+  uint64_t host_ns;        /* host time spent inside cgrt_step() */
+} cgrt_step_report;
+
+/* Counters of a runtime since it opened (or since the last cgrt_release_graphs() for gauges). */
+typedef struct cgrt_stats {
+  size_t struct_size;
+  uint64_t steps;
+  uint64_t steps_by_mode[CGRT_MODE_COUNT]; /* indexed by cgrt_mode */
+  uint64_t calls_by_mode[CGRT_MODE_COUNT]; /* module calls, indexed by cgrt_mode */
+  uint64_t captures;                       /* graphs recorded */
+  uint64_t instantiations;                 /* executables instantiated */
+  uint64_t updates;                        /* executables updated in place */
+  uint64_t update_refusals;                /* updates the driver refused (topology changed) */
+  uint64_t rebinds;                        /* calls whose buffers moved since capture */
+  uint64_t evictions;                      /* executables dropped by the max_graphs bound */
+  uint64_t fallbacks;                      /* failed captures that ran eagerly */
+  uint64_t live_graphs;                    /* executables alive now */
+  uint64_t padded_tokens;      /* tokens added by padding to buckets, summed over steps */
+  uint64_t capture_ns;         /* host time spent capturing */
+  uint64_t instantiate_ns;     /* host time spent instantiating and updating */
+  uint64_t graph_mem_used;     /* bytes of graph memory in use (driver's figure) */
+  uint64_t graph_mem_reserved; /* bytes of graph memory reserved (driver's figure) */
+} cgrt_stats;
+
+/* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
+typedef void (*cgrt_log_fn)(void *user, cgrt_log_level level, const char *msg);
+
+/* Options for cgrt_open_ex(). */
+typedef struct cgrt_open_options {
+  size_t struct_size;
+  const char *path;     /* INI file to read; NULL: use `ini`, then the default */
+  const char *ini;      /* INI text, used when path is NULL; NULL: the default configuration */
+  const char *ini_name; /* name of `ini` in messages; NULL: "<string>" */
+  cgrt_log_fn log;      /* log sink from the first message on; NULL: stderr */
+  void *log_user;
+} cgrt_open_options;
+
+/* The library's version string, e.g. "0.1.0". Static. */
+CGRT_API const char *cgrt_version(void);
+
+/*
+ * Opens a runtime from an INI file. `path` NULL opens the default configuration: the file named by
+ * CGRT_CONFIG if set (ignored in setuid processes), else the embedded default (impl = none).
+ * Reads and validates the configuration, loads the backend, opens the device driver and creates
+ * the stream cgrt works on. On failure *out is NULL and cgrt_last_error(NULL) says why.
+ * Errors: CGRT_E_IO, CGRT_E_CONFIG, CGRT_E_NOTFOUND, CGRT_E_BACKEND, CGRT_E_NODEV, CGRT_E_DEVICE,
+ * CGRT_E_NOMEM, CGRT_E_INVAL.
+ */
+CGRT_API int cgrt_open(cgrt_runtime **out, const char *path);
+
+/* As cgrt_open(), from INI text held in memory. */
+CGRT_API int cgrt_open_string(cgrt_runtime **out, const char *ini);
+
+/* As cgrt_open(), with every option. */
+CGRT_API int cgrt_open_ex(cgrt_runtime **out, const cgrt_open_options *opts);
+
+/*
+ * Closes a runtime: waits for its stream, releases every graph, finalizes the backend, closes the
+ * driver and frees the modules. Release graphs that hold NCCL references before destroying
+ * communicators (cgrt_release_graphs()). NULL is accepted. Returns the first error met while
+ * tearing down; the runtime is freed in any case.
+ */
+CGRT_API int cgrt_close(cgrt_runtime *rt);
+
+/*
+ * The last error of `rt` as a sentence naming the module, option, file:line or buffer at fault.
+ * With rt NULL: the last failed open on the calling thread. Never NULL; "" if none. Valid until
+ * the next failing call on the same runtime (or thread).
+ */
+CGRT_API const char *cgrt_last_error(const cgrt_runtime *rt);
+
+/* A short static description of a status code. */
+CGRT_API const char *cgrt_strerror(int code);
+
+/* Replaces the log sink (NULL restores stderr). */
+CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user);
+
+/* The stream cgrt runs on (cudaStream_t on the cuda driver). Owned by the runtime. */
+CGRT_API void *cgrt_stream(cgrt_runtime *rt);
+
+/* The loaded backend's name, e.g. "local". Valid while rt is open. */
+CGRT_API const char *cgrt_backend_name(const cgrt_runtime *rt);
+
+/*
+ * Registers a module. Register all modules before the first step that calls them; a name is
+ * unique per runtime. The handle stays valid until cgrt_close().
+ * Errors: CGRT_E_INVAL (NULL forward, empty or duplicate name, bad kind), CGRT_E_NOMEM,
+ * CGRT_E_STATE (inside a step).
+ */
+CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *desc,
+                                  cgrt_module **out);
+
+/*
+ * Runs one step: prepare (always eager), then the body, eagerly or captured or replaced by a
+ * replay as the backend decides. `report` may be NULL. On error the stream is never left
+ * capturing; a failed capture is retried eagerly within the step and counted as a fallback.
+ * Errors: CGRT_E_INVAL, CGRT_E_STATE (nested step), CGRT_E_CALLBACK, CGRT_E_CAPACITY,
+ * CGRT_E_REBIND, CGRT_E_DEVICE.
+ */
+CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report);
+
+/*
+ * Runs a module's forward (or backward) call from inside the step body, with the ctx the body was
+ * given. The backend runs it eagerly, captures it or replays a graph.
+ * Errors: CGRT_E_INVAL, CGRT_E_STATE (outside a body, or backward of a module without one),
+ * CGRT_E_CALLBACK, CGRT_E_REBIND, CGRT_E_DEVICE.
+ */
+CGRT_API int cgrt_forward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx,
+                          const cgrt_args *args);
+CGRT_API int cgrt_backward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx,
+                           const cgrt_args *args);
+
+/*
+ * Enqueues a host function on ctx->stream (cudaLaunchHostFunc on the cuda driver): it runs after
+ * the work before it and is captured like a kernel. `fn` must not call cgrt or CUDA.
+ */
+CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void *arg);
+
+/*
+ * Waits until all work enqueued on the runtime's stream has run (cudaStreamSynchronize on the cuda
+ * driver). Not allowed inside a step.
+ */
+CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
+
+/*
+ * Waits for the stream, then frees every graph and executable the backend holds; later steps
+ * warm up and capture again. Call it before destroying NCCL communicators graphs refer to.
+ */
+CGRT_API int cgrt_release_graphs(cgrt_runtime *rt);
+
+/* Copies the runtime's counters into *out (set out->struct_size first). */
+CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out);
+
+/* Short names of enum values ("train", "capture", "moe_router"...). Static; "?" if unknown. */
+CGRT_API const char *cgrt_phase_name(cgrt_phase phase);
+CGRT_API const char *cgrt_mode_name(cgrt_mode mode);
+CGRT_API const char *cgrt_kind_name(cgrt_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CGRT_CGRT_H */
