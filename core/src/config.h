@@ -1,0 +1,83 @@
+/*
+ * config.h - reading, migrating and validating the INI configuration (DESIGN.md section 6).
+ * Internal to libcgrt; tests and the cgrt command link the core statically and use it directly.
+ */
+#ifndef CGRT_CONFIG_H
+#define CGRT_CONFIG_H
+
+#include <stdio.h>
+
+#include "cgrt/backend.h"
+#include "diag.h"
+
+/* One key as given (after legacy migration), kept for raw access, printing and messages. */
+struct cgrt_config_entry {
+  char *section; /* "cuda_graph", ... or the backend's own section */
+  char *key;     /* the new spelling, after migration */
+  char *value;   /* normalized text (whitespace collapsed, lists space-separated) */
+  int line;      /* line in the source where it was given (the legacy line if migrated) */
+  int used;      /* set by the view's get(): keys of a backend's own section never read are
+                    refused after the backend's init() */
+};
+
+/*
+ * A parsed configuration. `view` holds the typed values (defaults where a key was absent) and is
+ * what backends see; its arrays point into this struct. view.get() finds the configuration from
+ * the view's address: hand out &cfg->view, never a copy of it. Free with cgrt__config_free().
+ */
+struct cgrt_config {
+  struct cgrt_config_view view;
+  char *source;          /* file name or "<string>", for messages */
+  char *impl;            /* storage of view.impl */
+  char *backend_path;    /* [cuda_graph] backend_path, or NULL */
+  char *backend_section; /* name of the section the backend may own (impl's base name), or NULL */
+  int64_t *bucket_list;
+  int *cp_sizes;
+  struct cgrt_config_entry *entries; /* every key given, in source order */
+  size_t num_entries;
+};
+
+/* Fills cfg with every default (impl = none). cfg must be zeroed or freed before. */
+void cgrt__config_defaults(struct cgrt_config *cfg);
+
+/*
+ * Parses INI text named `source` (for messages) into cfg: unknown sections and keys, duplicate
+ * keys, bad values, legacy spellings (migrated with a warning giving the new spelling) and
+ * conflicts between old and new spellings are reported into diag with "source:line: ...". Then,
+ * if all of that read cleanly, checks every rule of DESIGN.md section 6 (cgrt__config_check; not
+ * on a file with errors, whose defaults would give misleading messages). Returns 0 if this call
+ * reported no error, CGRT_E_CONFIG otherwise (cfg then holds what could be read; free it either
+ * way), CGRT_E_NOMEM on allocation failure, CGRT_E_INVAL if text is NULL.
+ */
+int cgrt__config_parse(struct cgrt_config *cfg, const char *text, const char *source,
+                       struct cgrt_diag *diag);
+
+/* Reads the file at path and parses it as above. CGRT_E_IO (reported into diag) if unreadable. */
+int cgrt__config_load(struct cgrt_config *cfg, const char *path, struct cgrt_diag *diag);
+
+/* Checks the cross-key rules of DESIGN.md section 6; each violation is its own message. */
+int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag);
+
+/*
+ * After a backend's init(): reports every key of cfg->backend_section that the backend never read
+ * as unknown ("source:line: unknown key 'x' in [trace]: backend 'trace' does not read it").
+ */
+int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_diag *diag);
+
+/* Writes the normalized configuration (every section, every value, defaults included) as INI. */
+int cgrt__config_print(const struct cgrt_config *cfg, FILE *out);
+
+void cgrt__config_free(struct cgrt_config *cfg);
+
+/* Spelling of enum values, as written in the INI ("thread_local", "drop_and_pad"...). */
+const char *cgrt__scope_name(cgrt_inference_scope v);
+const char *cgrt__rebind_name(cgrt_rebind v);
+const char *cgrt__capture_mode_name(cgrt_capture_mode v);
+const char *cgrt__driver_name(cgrt_driver_kind v);
+const char *cgrt__bucket_dist_name(cgrt_bucket_dist v);
+int cgrt__kind_from_name(const char *name, cgrt_kind *out); /* 0 or CGRT_E_INVAL */
+
+/* Levenshtein distance, for "did you mean" suggestions. */
+size_t cgrt__edit_distance(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,196 @@
+/*
+ * config_impl.h - what the parts of the configuration reader share: config.c reads the INI
+ * (first pass) and holds the entry points, config_meaning.c interprets each pair (second pass),
+ * config_keys.c knows every key, config_values.c reads and writes values, config_rules.c checks
+ * the rules between keys and prints. Internal to those files; the rest of the core uses config.h.
+ */
+#ifndef CGRT_CONFIG_IMPL_H
+#define CGRT_CONFIG_IMPL_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+/* How a key's value is read. */
+enum cfg_type {
+  CFG_IMPL,     /* backend name or path to a .so */
+  CFG_PATH,     /* free text; empty means not given */
+  CFG_MODULES,  /* module kinds, space or comma separated, no repeats */
+  CFG_INT,      /* int >= 0 */
+  CFG_INT64,    /* int64_t >= 0 */
+  CFG_ENUM,     /* one of `names` (case-insensitive), stored as its index */
+  CFG_BOOL,     /* true/false/on/off/yes/no/1/0, written as names[0] or names[1] */
+  CFG_SIZES64,  /* positive int64 list, sorted, repeats dropped with a warning */
+  CFG_CP_SIZES, /* positive int list, no repeats, sorted */
+};
+
+/* The known keys, in DESIGN.md order (the order cgrt__config_print writes them). */
+enum cfg_key_id {
+  K_IMPL,
+  K_MODULES,
+  K_WARMUP_STEPS,
+  K_INFERENCE_SCOPE,
+  K_CAPTURE_MODE,
+  K_REBIND,
+  K_MAX_GRAPHS,
+  K_BACKEND_PATH,
+  K_BUCKETS,
+  K_MAX_TOKENS,
+  K_NUM_GRAPHS,
+  K_TP_SIZE,
+  K_LIST,
+  K_CAPTURE,
+  K_CP_SIZES,
+  K_MAX_PACKED_TOKENS,
+  K_MAX_SEQUENCES,
+  K_GRAPH_SLOTS,
+  K_OVER_CAPACITY,
+  K_DEVICE,
+  K_DRIVER,
+  K_BIND_CPU,
+  K_LOG,
+  K_NAN_CHECK,
+  K_RECOMPUTE,
+  K_MOE_EXPERTS,
+  K_MOE_DISPATCHER,
+  K_MOE_CAPACITY,
+  K_MOE_ROUTER_PADDING_FP8,
+  K_GRAPH_SAFE_RNG,
+  K_COUNT
+};
+
+struct cfg_key {
+  const char *section;
+  const char *name;
+  enum cfg_type type;
+  size_t offset;            /* of the typed field in struct cgrt_config_view (not CFG_IMPL/PATH) */
+  const char *const *names; /* CFG_ENUM: spelling of each value; CFG_BOOL: {false, true} */
+  size_t num_names;
+};
+
+/* Indexed by enum cfg_key_id. */
+extern const struct cfg_key cgrt__cfg_keys[K_COUNT];
+
+/* The sections the core reads, in DESIGN.md order. */
+#define CFG_NUM_SECTIONS 5
+extern const char *const cgrt__cfg_sections[CFG_NUM_SECTIONS];
+
+/* The built-in backends, for impl suggestions and per-backend rules. */
+#define CFG_NUM_BUILTINS 5
+extern const char *const cgrt__cfg_builtins[CFG_NUM_BUILTINS];
+
+/* Id of key `name` in `section` (exact), or -1. */
+int cgrt__cfg_key_find(const char *section, const char *name);
+/* 1 if `name` is one of the sections the core reads. */
+int cgrt__cfg_section_known(const char *name);
+
+/*
+ * Reads `text` as the value of key `id` into cfg (the view's typed field and the storage behind
+ * it). On success returns 0 and sets *norm to the normalized text (malloc'ed), and may write a
+ * warning (without location) into warn. On a bad value returns CGRT_E_CONFIG with the reason
+ * ("expected ...") in why; cfg is unchanged. CGRT_E_NOMEM if memory ran out.
+ */
+int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char **norm, char *why,
+                        size_t whylen, char *warn, size_t warnlen);
+
+/* Reads a boolean spelling: 1 or 0, or -1 if `text` is not one. */
+int cgrt__cfg_parse_bool(const char *text);
+
+/* The value key `id` has in cfg (defaults included) as normalized INI text, malloc'ed; NULL if
+   memory ran out. */
+char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id);
+
+/* Line where key `id` was given in cfg->entries, or 0 if it holds its default. */
+int cgrt__cfg_key_line(const struct cgrt_config *cfg, int id);
+
+/* The base name of a backend given by `impl` (no directory, no .so, no libcgrt-backend- prefix):
+   its start in *base and its length; 0 if it has none. */
+size_t cgrt__cfg_backend_base(const char *impl, const char **base);
+
+/* Name of the section a backend given by `impl` may own (its base name), malloc'ed, or NULL. */
+char *cgrt__cfg_backend_section(const char *impl);
+
+/* Edit distance ignoring case, a swap of neighbours counting one, for suggestions. */
+size_t cgrt__cfg_distance_nocase(const char *a, const char *b);
+
+/* The closest of names[0..n) to word if close enough to be a likely typo, else NULL. */
+const char *cgrt__cfg_closest(const char *word, const char *const *names, size_t n);
+
+/* One `key = value` as inih gave it, continuation lines joined. */
+struct cfg_pair {
+  char *section; /* NULL before the first section header */
+  char *key;
+  char *value;
+  int line;
+};
+
+/* A section header, for "unknown section" messages. */
+struct cfg_section_seen {
+  char *name;
+  int line;
+};
+
+/* A message waiting to be sorted into line order. */
+struct cfg_msg {
+  int line;
+  size_t seq; /* order of reporting, kept among messages of one line */
+  int syntax; /* a syntax error: inih's own report of that line is then redundant */
+  cgrt_log_level level;
+  char *text;
+};
+
+/* Where a key got its value, for repeat and conflict messages. */
+struct cfg_origin {
+  int line;        /* 0: not given */
+  const char *key; /* the spelling used: the key itself or a legacy key (static strings) */
+  char *value;     /* the value as written */
+  char *means;     /* for a legacy spelling, what it stands for ("impl = local"); else NULL */
+};
+
+/* Legacy spellings in [cuda_graph]; `scope` and `cuda_graph_scope` are one option. */
+enum { LEG_ENABLE, LEG_EXTERNAL, LEG_IMPL, LEG_SCOPE, LEG_COUNT };
+
+/* The state of one cgrt__config_parse(). */
+struct cfg_parse {
+  struct cgrt_config *cfg;
+  const char *source;
+  /* the reader's position */
+  const char *text;
+  size_t len, pos;
+  int lineno;
+  int cont;      /* the line just read continues the value of pair `prev` */
+  long prev;     /* the pair an indented line would continue (inih's prev_name), -1: none */
+  char *section; /* the section of the lines being read, NULL before the first header */
+  /* what the first pass collected */
+  struct cfg_pair *pairs;
+  size_t num_pairs, cap_pairs;
+  struct cfg_section_seen *sections;
+  size_t num_sections, cap_sections;
+  /* messages, sorted by line before they go to the caller's diag */
+  struct cfg_msg *msgs;
+  size_t num_msgs, cap_msgs;
+  int errors;
+  int nomem;
+  struct cfg_origin origins[K_COUNT];
+  struct cfg_origin legacy[LEG_COUNT];
+};
+
+/* Records "source:line: text" (or "source: text" for line 0) for the caller's diag. */
+void cgrt__cfg_report(struct cfg_parse *st, int line, int syntax, cgrt_log_level level,
+                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+#define CFG_ERROR(st, line, ...) cgrt__cfg_report(st, line, 0, CGRT_LOG_ERROR, __VA_ARGS__)
+#define CFG_WARN(st, line, ...)  cgrt__cfg_report(st, line, 0, CGRT_LOG_WARN, __VA_ARGS__)
+
+/* A malloc'ed formatted string, or NULL if memory ran out. */
+char *cgrt__cfg_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Where inih stops reading s: at one of `chars` (NULL: none), or at an inline comment, a ';'
+   that follows whitespace. */
+const char *cgrt__cfg_find_comment(const char *s, const char *chars);
+
+/* The second pass: gives the pair its meaning (typed value, legacy migration, messages). */
+void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr);
+/* After every pair: keeps the sections the core does not know only if the backend owns them. */
+void cgrt__cfg_settle_sections(struct cfg_parse *st);
+
+#endif

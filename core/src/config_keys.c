@@ -1,0 +1,259 @@
+/*
+ * config_keys.c - every key of the configuration: its section, its type, the spelling of its
+ * values; the names of enum values; suggestions by edit distance; a backend's own section.
+ */
+#include <ctype.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_impl.h"
+
+/* Enumerated options are stored through an int pointer: they must be int-sized. */
+_Static_assert(sizeof(cgrt_inference_scope) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_capture_mode) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_rebind) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_bucket_dist) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_capture_time) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_over_capacity) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_driver_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_log_level) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_recompute) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_moe_dispatcher) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_moe_capacity) == sizeof(int), "enum size");
+
+/* Spellings, indexed by the value they stand for. */
+static const char *const scope_names[] = {"none", "layer", "block"};
+static const char *const capture_mode_names[] = {"global", "thread_local", "relaxed"};
+static const char *const rebind_names[] = {"update", "copy", "recapture", "error"};
+static const char *const bucket_names[] = {"exponential", "linear", "list"};
+static const char *const capture_names[] = {"lazy", "eager"};
+static const char *const over_capacity_names[] = {"error", "eager"};
+static const char *const driver_names[] = {"cuda", "host"};
+static const char *const bind_cpu_names[] = {"off", "auto"};
+static const char *const log_names[] = {"off", "error", "warn", "info", "debug"};
+static const char *const recompute_names[] = {"none", "selective", "full"};
+static const char *const dispatcher_names[] = {"alltoall", "allgather"};
+static const char *const capacity_names[] = {"none", "drop", "drop_and_pad"};
+static const char *const on_off[] = {"off", "on"};
+static const char *const true_false[] = {"false", "true"};
+
+#define NAMES(a) a, sizeof(a) / sizeof(a[0])
+#define FIELD(f) offsetof(struct cgrt_config_view, f)
+
+const struct cfg_key cgrt__cfg_keys[K_COUNT] = {
+    [K_IMPL] = {"cuda_graph", "impl", CFG_IMPL, 0, NULL, 0},
+    [K_MODULES] = {"cuda_graph", "modules", CFG_MODULES, FIELD(modules), NULL, 0},
+    [K_WARMUP_STEPS] = {"cuda_graph", "warmup_steps", CFG_INT, FIELD(warmup_steps), NULL, 0},
+    [K_INFERENCE_SCOPE] = {"cuda_graph", "inference_scope", CFG_ENUM, FIELD(inference_scope),
+                           NAMES(scope_names)},
+    [K_CAPTURE_MODE] = {"cuda_graph", "capture_mode", CFG_ENUM, FIELD(capture_mode),
+                        NAMES(capture_mode_names)},
+    [K_REBIND] = {"cuda_graph", "rebind", CFG_ENUM, FIELD(rebind), NAMES(rebind_names)},
+    [K_MAX_GRAPHS] = {"cuda_graph", "max_graphs", CFG_INT, FIELD(max_graphs), NULL, 0},
+    [K_BACKEND_PATH] = {"cuda_graph", "backend_path", CFG_PATH, 0, NULL, 0},
+    [K_BUCKETS] = {"inference", "buckets", CFG_ENUM, FIELD(buckets), NAMES(bucket_names)},
+    [K_MAX_TOKENS] = {"inference", "max_tokens", CFG_INT64, FIELD(max_tokens), NULL, 0},
+    [K_NUM_GRAPHS] = {"inference", "num_graphs", CFG_INT, FIELD(num_graphs), NULL, 0},
+    [K_TP_SIZE] = {"inference", "tp_size", CFG_INT, FIELD(tp_size), NULL, 0},
+    [K_LIST] = {"inference", "list", CFG_SIZES64, 0, NULL, 0},
+    [K_CAPTURE] = {"inference", "capture", CFG_ENUM, FIELD(capture), NAMES(capture_names)},
+    [K_CP_SIZES] = {"dynamic_cp", "cp_sizes", CFG_CP_SIZES, 0, NULL, 0},
+    [K_MAX_PACKED_TOKENS] = {"dynamic_cp", "max_packed_tokens", CFG_INT64, FIELD(max_packed_tokens),
+                             NULL, 0},
+    [K_MAX_SEQUENCES] = {"dynamic_cp", "max_sequences", CFG_INT, FIELD(max_sequences), NULL, 0},
+    [K_GRAPH_SLOTS] = {"dynamic_cp", "graph_slots", CFG_INT, FIELD(graph_slots), NULL, 0},
+    [K_OVER_CAPACITY] = {"dynamic_cp", "over_capacity", CFG_ENUM, FIELD(over_capacity),
+                         NAMES(over_capacity_names)},
+    [K_DEVICE] = {"runtime", "device", CFG_INT, FIELD(device), NULL, 0},
+    [K_DRIVER] = {"runtime", "driver", CFG_ENUM, FIELD(driver), NAMES(driver_names)},
+    [K_BIND_CPU] = {"runtime", "bind_cpu", CFG_ENUM, FIELD(bind_cpu), NAMES(bind_cpu_names)},
+    [K_LOG] = {"runtime", "log", CFG_ENUM, FIELD(log_level), NAMES(log_names)},
+    [K_NAN_CHECK] = {"host", "nan_check", CFG_BOOL, FIELD(nan_check), NAMES(on_off)},
+    [K_RECOMPUTE] = {"host", "recompute", CFG_ENUM, FIELD(recompute), NAMES(recompute_names)},
+    [K_MOE_EXPERTS] = {"host", "moe_experts", CFG_INT, FIELD(moe_experts), NULL, 0},
+    [K_MOE_DISPATCHER] = {"host", "moe_dispatcher", CFG_ENUM, FIELD(moe_dispatcher),
+                          NAMES(dispatcher_names)},
+    [K_MOE_CAPACITY] = {"host", "moe_capacity", CFG_ENUM, FIELD(moe_capacity),
+                        NAMES(capacity_names)},
+    [K_MOE_ROUTER_PADDING_FP8] = {"host", "moe_router_padding_fp8", CFG_BOOL,
+                                  FIELD(moe_router_padding_fp8), NAMES(true_false)},
+    [K_GRAPH_SAFE_RNG] = {"host", "graph_safe_rng", CFG_BOOL, FIELD(graph_safe_rng),
+                          NAMES(true_false)},
+};
+
+const char *const cgrt__cfg_sections[CFG_NUM_SECTIONS] = {"cuda_graph", "inference", "dynamic_cp",
+                                                          "runtime", "host"};
+
+const char *const cgrt__cfg_builtins[CFG_NUM_BUILTINS] = {"none", "local", "transformer_engine",
+                                                          "full_iteration", "dynamic_cp"};
+
+static const char *name_of(const char *const *names, size_t n, int v) {
+  return v >= 0 && (size_t)v < n ? names[v] : "?";
+}
+
+const char *cgrt__scope_name(cgrt_inference_scope v) {
+  return name_of(NAMES(scope_names), (int)v);
+}
+
+const char *cgrt__rebind_name(cgrt_rebind v) {
+  return name_of(NAMES(rebind_names), (int)v);
+}
+
+const char *cgrt__capture_mode_name(cgrt_capture_mode v) {
+  return name_of(NAMES(capture_mode_names), (int)v);
+}
+
+const char *cgrt__driver_name(cgrt_driver_kind v) {
+  return name_of(NAMES(driver_names), (int)v);
+}
+
+const char *cgrt__bucket_dist_name(cgrt_bucket_dist v) {
+  return name_of(NAMES(bucket_names), (int)v);
+}
+
+int cgrt__kind_from_name(const char *name, cgrt_kind *out) {
+  if (!name)
+    return CGRT_E_INVAL;
+  for (int k = 0; k < CGRT_KIND_COUNT; k++)
+    if (strcmp(name, cgrt_kind_name((cgrt_kind)k)) == 0) {
+      if (out)
+        *out = (cgrt_kind)k;
+      return 0;
+    }
+  return CGRT_E_INVAL;
+}
+
+int cgrt__cfg_key_find(const char *section, const char *name) {
+  for (int i = 0; i < K_COUNT; i++)
+    if (strcmp(cgrt__cfg_keys[i].section, section) == 0 &&
+        strcmp(cgrt__cfg_keys[i].name, name) == 0)
+      return i;
+  return -1;
+}
+
+int cgrt__cfg_section_known(const char *name) {
+  for (int i = 0; i < CFG_NUM_SECTIONS; i++)
+    if (strcmp(cgrt__cfg_sections[i], name) == 0)
+      return 1;
+  return 0;
+}
+
+int cgrt__cfg_key_line(const struct cgrt_config *cfg, int id) {
+  const struct cfg_key *k = &cgrt__cfg_keys[id];
+  for (size_t i = 0; i < cfg->num_entries; i++)
+    if (strcmp(cfg->entries[i].section, k->section) == 0 &&
+        strcmp(cfg->entries[i].key, k->name) == 0)
+      return cfg->entries[i].line;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- edit distance */
+
+/* Optimal string alignment distance (a swap of two neighbours counts 1), optionally ignoring case.
+   SIZE_MAX if memory ran out: no suggestion is better than a wrong one. */
+static size_t distance(const char *a, const char *b, int nocase) {
+  size_t la = strlen(a), lb = strlen(b);
+  size_t *rows = malloc(3 * (lb + 1) * sizeof(*rows));
+  if (!rows)
+    return SIZE_MAX;
+  size_t *pp = rows, *p = rows + lb + 1, *c = rows + 2 * (lb + 1);
+  for (size_t j = 0; j <= lb; j++)
+    p[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    c[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      int ca = (unsigned char)a[i - 1], cb = (unsigned char)b[j - 1];
+      if (nocase) {
+        ca = tolower(ca);
+        cb = tolower(cb);
+      }
+      size_t best = p[j - 1] + (ca != cb);
+      if (p[j] + 1 < best)
+        best = p[j] + 1;
+      if (c[j - 1] + 1 < best)
+        best = c[j - 1] + 1;
+      if (nocase && i > 1 && j > 1) {
+        int pa = tolower((unsigned char)a[i - 2]), pb = tolower((unsigned char)b[j - 2]);
+        if (ca == pb && pa == cb && pp[j - 2] + 1 < best)
+          best = pp[j - 2] + 1;
+      }
+      c[j] = best;
+    }
+    size_t *t = pp;
+    pp = p;
+    p = c;
+    c = t;
+  }
+  size_t d = p[lb];
+  free(rows);
+  return d;
+}
+
+size_t cgrt__edit_distance(const char *a, const char *b) {
+  /* Plain Levenshtein: case counts, a swap costs two. */
+  size_t la = strlen(a), lb = strlen(b);
+  size_t *row = malloc((lb + 1) * sizeof(*row));
+  if (!row)
+    return la > lb ? la : lb;
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best)
+        best = up + 1;
+      if (row[j - 1] + 1 < best)
+        best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  size_t d = row[lb];
+  free(row);
+  return d;
+}
+
+size_t cgrt__cfg_distance_nocase(const char *a, const char *b) {
+  return distance(a, b, 1);
+}
+
+/* The closest of names to word, if close enough to be a likely typo; NULL otherwise. */
+const char *cgrt__cfg_closest(const char *word, const char *const *names, size_t n) {
+  const char *best = NULL;
+  size_t bd = SIZE_MAX;
+  for (size_t i = 0; i < n; i++) {
+    size_t d = cgrt__cfg_distance_nocase(word, names[i]);
+    size_t l = strlen(names[i]) > strlen(word) ? strlen(names[i]) : strlen(word);
+    if (d <= 3 && 3 * d <= l && d < bd) {
+      best = names[i];
+      bd = d;
+    }
+  }
+  return best;
+}
+
+/* The base name of a backend given by impl: start in *base, length returned (0: none). */
+size_t cgrt__cfg_backend_base(const char *impl, const char **base) {
+  static const char prefix[] = "libcgrt-backend-";
+  const char *b = strrchr(impl, '/');
+  b = b ? b + 1 : impl;
+  size_t n = strlen(b);
+  if (n >= 3 && strcmp(b + n - 3, ".so") == 0)
+    n -= 3;
+  if (n > sizeof(prefix) - 1 && strncmp(b, prefix, sizeof(prefix) - 1) == 0) {
+    b += sizeof(prefix) - 1;
+    n -= sizeof(prefix) - 1;
+  }
+  *base = b;
+  return n;
+}
+
+char *cgrt__cfg_backend_section(const char *impl) {
+  const char *base;
+  size_t n = cgrt__cfg_backend_base(impl, &base);
+  return n ? strndup(base, n) : NULL;
+}
