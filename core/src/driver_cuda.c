@@ -1,0 +1,451 @@
+/*
+ * driver_cuda.c - the `cuda` driver: the device operations on the CUDA runtime API (cudart).
+ *
+ * Handles are the CUDA ones cast to void *: cudaStream_t, cudaGraph_t, cudaGraphExec_t,
+ * cudaEvent_t. Every CUDA call is checked; a failure writes a sentence naming the call and the
+ * CUDA error into dev->err and clears the error CUDA keeps for cudaGetLastError(), so that a
+ * non-sticky failure (a refused capture, an update refused) leaves the runtime working. Sticky
+ * errors (a kernel fault) cannot be cleared; every later call then fails and says so.
+ *
+ * Streams are non-blocking (they do not synchronize with the legacy default stream). Captures
+ * begin in the dev's capture_mode. Executables are instantiated with
+ * cudaGraphInstantiateFlagAutoFreeOnLaunch, so graphs holding stream-ordered allocations
+ * (cudaMallocAsync inside the capture) can be relaunched.
+ *
+ * Calls that act on the current device (creating streams and events, allocating, instantiating)
+ * first make dev->device current on the calling thread: the thread driving a runtime need not be
+ * the one that opened it. close frees only the driver's own state: no cudaDeviceReset, other users
+ * of the device live in the process.
+ *
+ * CUDA refuses cudaGraphExecDestroy and cudaFree while the calling thread captures in global or
+ * thread_local mode, invalidating the capture, and the handle leaks. exec_destroy therefore runs
+ * with the thread's capture interaction mode relaxed (cudaThreadExchangeStreamCaptureMode): an
+ * executable can be evicted during a capture. mem_free is refused as CUDA refuses it (freeing
+ * memory during a capture is a bug to report), then freed in relaxed mode, so nothing leaks.
+ */
+#include "driver.h"
+
+#include <cuda_runtime_api.h>
+#include <string.h>
+
+/* The cgrt code of a CUDA error. */
+static int status_of(cudaError_t e) {
+  switch (e) {
+  case cudaErrorNotReady:
+    return CGRT_E_NOTREADY;
+  case cudaErrorMemoryAllocation:
+    return CGRT_E_NOMEM;
+  case cudaErrorInvalidValue:
+  case cudaErrorInvalidResourceHandle:
+    return CGRT_E_INVAL;
+  case cudaErrorNoDevice:
+  case cudaErrorInsufficientDriver:
+  case cudaErrorInvalidDevice:
+    return CGRT_E_NODEV;
+  case cudaErrorStreamCaptureUnsupported:
+  case cudaErrorStreamCaptureInvalidated:
+  case cudaErrorStreamCaptureMerge:
+  case cudaErrorStreamCaptureUnmatched:
+  case cudaErrorStreamCaptureUnjoined:
+  case cudaErrorStreamCaptureIsolation:
+  case cudaErrorStreamCaptureImplicit:
+  case cudaErrorStreamCaptureWrongThread:
+  case cudaErrorCapturedEvent:
+    return CGRT_E_CAPTURE;
+  case cudaErrorGraphExecUpdateFailure:
+    return CGRT_E_UPDATE;
+  default:
+    return CGRT_E_DEVICE;
+  }
+}
+
+static const char *capture_advice =
+    "a synchronizing or unsafe call inside a captured region (stream or event sync or query, "
+    "cudaMalloc, cudaFree, graph instantiate, graph launch into the capturing stream) invalidates "
+    "the capture: keep captured work asynchronous, or run it eagerly";
+
+/*
+ * Clears CUDA's last error, then reports `call` failing with e. `advice` may be NULL; a capture
+ * error without advice gets the capture advice.
+ */
+static int cuda_fail(struct cgrt_dev *dev, cudaError_t e, const char *call, const char *advice) {
+  int code = status_of(e);
+  (void)cudaGetLastError();
+  if (!advice && code == CGRT_E_CAPTURE)
+    advice = capture_advice;
+  return cgrt__dev_fail(dev, code, "%s failed: %s (%s)%s%s", call, cudaGetErrorString(e),
+                        cudaGetErrorName(e), advice ? "; " : "", advice ? advice : "");
+}
+
+/* Makes dev->device current on this thread. */
+static int use_device(struct cgrt_dev *dev) {
+  cudaError_t e = cudaSetDevice(dev->device);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaSetDevice", NULL);
+}
+
+static int cuda_open(struct cgrt_dev *dev) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cgrt__dev_fail(dev, CGRT_E_NODEV,
+                          "no CUDA device: %s (%s); set [runtime] driver = host to run without a "
+                          "GPU",
+                          cudaGetErrorString(e), cudaGetErrorName(e));
+  }
+  if (count == 0)
+    return cgrt__dev_fail(dev, CGRT_E_NODEV,
+                          "no CUDA device: cudaGetDeviceCount found none; set [runtime] driver = "
+                          "host to run without a GPU");
+  if (dev->device < 0 || dev->device >= count)
+    return cgrt__dev_fail(dev, CGRT_E_NODEV,
+                          "no CUDA device: [runtime] device = %d, but this process sees %d CUDA "
+                          "device%s (0 to %d); set [runtime] device, or check CUDA_VISIBLE_DEVICES",
+                          dev->device, count, count == 1 ? "" : "s", count - 1);
+  e = cudaSetDevice(dev->device);
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaSetDevice",
+                     "the device may be in exclusive or prohibited compute mode (nvidia-smi)");
+  /* Creates the primary context now, so that a broken setup fails here and not mid-step. */
+  e = cudaFree(NULL);
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaFree(0) (creating the CUDA context)", NULL);
+  dev->impl = NULL;
+  return 0;
+}
+
+/* cudaGraphExecDestroy (is_exec) or cudaFree, with this thread's capture interaction relaxed. */
+static cudaError_t free_relaxed(int is_exec, void *handle) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaError_t x = cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t e = is_exec ? cudaGraphExecDestroy((cudaGraphExec_t)handle) : cudaFree(handle);
+  if (x == cudaSuccess)
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  return e;
+}
+
+static void cuda_close(struct cgrt_dev *dev) {
+  dev->impl = NULL;
+}
+
+static int cuda_stream_create(struct cgrt_dev *dev, void **stream) {
+  cudaStream_t s = NULL;
+  *stream = NULL;
+  int rc = use_device(dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaStreamCreateWithFlags", NULL);
+  *stream = s;
+  return 0;
+}
+
+/* Ends a capture whatever its state and drops its graph, leaving no error behind. */
+static void capture_abandon(cudaStream_t s) {
+  for (int tries = 0; tries < 2; tries++) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st == cudaStreamCaptureStatusNone)
+      break;
+    cudaGraph_t g = NULL;
+    (void)cudaStreamEndCapture(s, &g);
+    if (g)
+      (void)cudaGraphDestroy(g);
+  }
+  (void)cudaGetLastError();
+}
+
+static void cuda_stream_destroy(struct cgrt_dev *dev, void *stream) {
+  if (!stream)
+    return;
+  capture_abandon((cudaStream_t)stream);
+  cudaError_t e = cudaStreamDestroy((cudaStream_t)stream);
+  if (e != cudaSuccess)
+    cuda_fail(dev, e, "cudaStreamDestroy", NULL);
+}
+
+static int cuda_stream_sync(struct cgrt_dev *dev, void *stream) {
+  cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaStreamSynchronize", NULL);
+}
+
+static int cuda_capture_begin(struct cgrt_dev *dev, void *stream) {
+  enum cudaStreamCaptureMode mode =
+      dev->capture_mode == CGRT_CAPTURE_GLOBAL    ? cudaStreamCaptureModeGlobal
+      : dev->capture_mode == CGRT_CAPTURE_RELAXED ? cudaStreamCaptureModeRelaxed
+                                                  : cudaStreamCaptureModeThreadLocal;
+  cudaError_t e = cudaStreamBeginCapture((cudaStream_t)stream, mode);
+  if (e == cudaSuccess)
+    return 0;
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  (void)cudaStreamIsCapturing((cudaStream_t)stream, &st);
+  cuda_fail(dev, e, "cudaStreamBeginCapture",
+            st != cudaStreamCaptureStatusNone
+                ? "the stream is already capturing; captures do not nest: end the first"
+                : NULL);
+  return CGRT_E_CAPTURE;
+}
+
+static int cuda_capture_end(struct cgrt_dev *dev, void *stream, void **graph) {
+  cudaStream_t s = stream;
+  cudaGraph_t g = NULL;
+  *graph = NULL;
+  cudaError_t e = cudaStreamEndCapture(s, &g);
+  if (e == cudaSuccess && g) {
+    *graph = g;
+    return 0;
+  }
+  if (g)
+    (void)cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+  /* The stream must not stay capturing, whatever happened (it should not, after an end). */
+  capture_abandon(s);
+  if (e == cudaSuccess)
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE, "cudaStreamEndCapture gave no graph");
+  return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                        "cudaStreamEndCapture failed: %s (%s); the captured work was discarded "
+                        "and the stream is no longer capturing; %s",
+                        cudaGetErrorString(e), cudaGetErrorName(e), capture_advice);
+}
+
+static int cuda_capture_status(struct cgrt_dev *dev, void *stream, int *active) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  *active = 0;
+  cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &st);
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaStreamIsCapturing", NULL);
+  /* An invalidated capture is still open: it must be ended. */
+  *active = st != cudaStreamCaptureStatusNone;
+  return 0;
+}
+
+static int cuda_graph_instantiate(struct cgrt_dev *dev, void *graph, void **exec) {
+  cudaGraphExec_t x = NULL;
+  *exec = NULL;
+  int rc = use_device(dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaGraphInstantiateWithFlags(&x, (cudaGraph_t)graph,
+                                                cudaGraphInstantiateFlagAutoFreeOnLaunch);
+  if (e != cudaSuccess) {
+    rc = cuda_fail(dev, e, "cudaGraphInstantiateWithFlags",
+                   e == cudaErrorStreamCaptureUnsupported
+                       ? "instantiating is not permitted during a capture in capture_mode global "
+                         "or thread_local; the capture is invalidated: instantiate after "
+                         "capture_end, or set capture_mode = relaxed"
+                       : "run the work eagerly");
+    return rc == CGRT_E_INVAL ? CGRT_E_DEVICE : rc;
+  }
+  *exec = x;
+  return 0;
+}
+
+static void cuda_graph_destroy(struct cgrt_dev *dev, void *graph) {
+  if (!graph)
+    return;
+  cudaError_t e = cudaGraphDestroy((cudaGraph_t)graph);
+  if (e != cudaSuccess)
+    cuda_fail(dev, e, "cudaGraphDestroy", NULL);
+}
+
+static int cuda_graph_node_count(struct cgrt_dev *dev, void *graph, size_t *count) {
+  *count = 0;
+  cudaError_t e = cudaGraphGetNodes((cudaGraph_t)graph, NULL, count);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaGraphGetNodes", NULL);
+}
+
+static const char *update_reason(enum cudaGraphExecUpdateResult r) {
+  switch (r) {
+  case cudaGraphExecUpdateErrorTopologyChanged:
+    return "the topology changed (nodes or edges differ)";
+  case cudaGraphExecUpdateErrorNodeTypeChanged:
+    return "a node's type changed";
+  case cudaGraphExecUpdateErrorFunctionChanged:
+  case cudaGraphExecUpdateErrorUnsupportedFunctionChange:
+    return "a kernel node's function changed in a way that cannot be updated";
+  case cudaGraphExecUpdateErrorParametersChanged:
+    return "a node's parameters changed in a way that cannot be updated";
+  case cudaGraphExecUpdateErrorNotSupported:
+    return "a node cannot be updated";
+  case cudaGraphExecUpdateErrorAttributesChanged:
+    return "a node's attributes changed in a way that cannot be updated";
+  default:
+    return "an unexpected reason";
+  }
+}
+
+static int cuda_exec_update(struct cgrt_dev *dev, void *exec, void *graph) {
+  cudaGraphExecUpdateResultInfo info;
+  memset(&info, 0, sizeof(info));
+  cudaError_t e = cudaGraphExecUpdate((cudaGraphExec_t)exec, (cudaGraph_t)graph, &info);
+  if (e == cudaSuccess)
+    return 0;
+  (void)cudaGetLastError();
+  if (e != cudaErrorGraphExecUpdateFailure)
+    return cgrt__dev_fail(dev, status_of(e), "cudaGraphExecUpdate failed: %s (%s)",
+                          cudaGetErrorString(e), cudaGetErrorName(e));
+  return cgrt__dev_fail(dev, CGRT_E_UPDATE,
+                        "cudaGraphExecUpdate refused: %s (cudaGraphExecUpdateResult %d); the "
+                        "executable is unchanged: instantiate the new graph instead",
+                        update_reason(info.result), (int)info.result);
+}
+
+static int cuda_exec_upload(struct cgrt_dev *dev, void *exec, void *stream) {
+  cudaError_t e = cudaGraphUpload((cudaGraphExec_t)exec, (cudaStream_t)stream);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaGraphUpload", NULL);
+}
+
+static int cuda_exec_launch(struct cgrt_dev *dev, void *exec, void *stream) {
+  cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaGraphLaunch", NULL);
+}
+
+static void cuda_exec_destroy(struct cgrt_dev *dev, void *exec) {
+  if (!exec)
+    return;
+  cudaError_t e = free_relaxed(1, exec);
+  if (e != cudaSuccess)
+    cuda_fail(dev, e, "cudaGraphExecDestroy", NULL);
+}
+
+static int cuda_host_fn(struct cgrt_dev *dev, void *stream, void (*fn)(void *), void *arg) {
+  cudaError_t e = cudaLaunchHostFunc((cudaStream_t)stream, fn, arg);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaLaunchHostFunc", NULL);
+}
+
+static int cuda_memcpy_async(struct cgrt_dev *dev, void *dst, const void *src, size_t bytes,
+                             void *stream) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
+  if (e == cudaSuccess)
+    return 0;
+  return cuda_fail(dev, e, "cudaMemcpyAsync",
+                   status_of(e) == CGRT_E_CAPTURE
+                       ? "a copy inside a capture needs device or pinned host memory "
+                         "(cudaMallocHost), never pageable memory; the capture is invalidated"
+                       : NULL);
+}
+
+static int cuda_event_create(struct cgrt_dev *dev, void **event) {
+  cudaEvent_t ev = NULL;
+  *event = NULL;
+  int rc = use_device(dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaEventCreateWithFlags", NULL);
+  *event = ev;
+  return 0;
+}
+
+static int cuda_event_record(struct cgrt_dev *dev, void *event, void *stream) {
+  cudaError_t e = cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaEventRecord", NULL);
+}
+
+static int cuda_event_query(struct cgrt_dev *dev, void *event) {
+  cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+  if (e == cudaSuccess)
+    return 0;
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return CGRT_E_NOTREADY;
+  }
+  return cuda_fail(dev, e, "cudaEventQuery", NULL);
+}
+
+static int cuda_event_sync(struct cgrt_dev *dev, void *event) {
+  cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaEventSynchronize", NULL);
+}
+
+static void cuda_event_destroy(struct cgrt_dev *dev, void *event) {
+  if (!event)
+    return;
+  cudaError_t e = cudaEventDestroy((cudaEvent_t)event);
+  if (e != cudaSuccess)
+    cuda_fail(dev, e, "cudaEventDestroy", NULL);
+}
+
+static int cuda_mem_alloc(struct cgrt_dev *dev, void **ptr, size_t bytes) {
+  *ptr = NULL;
+  int rc = use_device(dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaMalloc(ptr, bytes);
+  if (e == cudaSuccess)
+    return 0;
+  *ptr = NULL;
+  if (status_of(e) == CGRT_E_CAPTURE)
+    return cuda_fail(dev, e, "cudaMalloc",
+                     "cudaMalloc is not permitted during a capture in capture_mode global or "
+                     "thread_local: allocate before capturing, or set capture_mode = relaxed");
+  return cuda_fail(dev, e, "cudaMalloc", NULL);
+}
+
+static void cuda_mem_free(struct cgrt_dev *dev, void *ptr) {
+  if (!ptr)
+    return;
+  cudaError_t e = cudaFree(ptr);
+  if (e == cudaErrorStreamCaptureUnsupported) {
+    /* The capture is invalidated now (capture_end reports it); free the memory all the same. */
+    cuda_fail(dev, e, "cudaFree",
+              "freeing memory is not permitted during a capture in capture_mode global or "
+              "thread_local; the capture is invalidated (the memory was freed)");
+    e = free_relaxed(0, ptr);
+  }
+  if (e != cudaSuccess)
+    cuda_fail(dev, e, "cudaFree", NULL);
+}
+
+static int cuda_mem_info(struct cgrt_dev *dev, size_t *free_bytes, size_t *total_bytes) {
+  *free_bytes = *total_bytes = 0;
+  int rc = use_device(dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaMemGetInfo", NULL);
+}
+
+static int cuda_graph_mem(struct cgrt_dev *dev, uint64_t *used, uint64_t *reserved) {
+  unsigned long long u = 0, r = 0;
+  *used = *reserved = 0;
+  cudaError_t e = cudaDeviceGetGraphMemAttribute(dev->device, cudaGraphMemAttrUsedMemCurrent, &u);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetGraphMemAttribute(dev->device, cudaGraphMemAttrReservedMemCurrent, &r);
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaDeviceGetGraphMemAttribute", NULL);
+  *used = u;
+  *reserved = r;
+  return 0;
+}
+
+const struct cgrt_driver cgrt__driver_cuda = {
+    .name = "cuda",
+    .open = cuda_open,
+    .close = cuda_close,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_sync = cuda_stream_sync,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .capture_status = cuda_capture_status,
+    .graph_instantiate = cuda_graph_instantiate,
+    .graph_destroy = cuda_graph_destroy,
+    .graph_node_count = cuda_graph_node_count,
+    .exec_update = cuda_exec_update,
+    .exec_upload = cuda_exec_upload,
+    .exec_launch = cuda_exec_launch,
+    .exec_destroy = cuda_exec_destroy,
+    .host_fn = cuda_host_fn,
+    .memcpy_async = cuda_memcpy_async,
+    .event_create = cuda_event_create,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_sync = cuda_event_sync,
+    .event_destroy = cuda_event_destroy,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .mem_info = cuda_mem_info,
+    .graph_mem = cuda_graph_mem,
+};

@@ -1,0 +1,842 @@
+/*
+ * driver_host.c - the `host` driver: a CPU executor with the stream and graph semantics of CUDA.
+ *
+ * It lets every backend's policy run end to end without a GPU (CI), and lets `cgrt check
+ * --dry-run` show which graphs a configuration builds. What it models:
+ *
+ * - A stream is a FIFO queue of operations: host functions, copies, event records and the nodes
+ *   of launched graphs. Work is DEFERRED: enqueuing runs nothing. The queue runs, in order, on the
+ *   calling thread when the stream is synchronized: stream_sync runs all of it, event_sync runs
+ *   it up to that event's record. event_query never runs work: it answers CGRT_E_NOTREADY until
+ *   the record's position has run, 0 after. This deterministic asynchrony catches code that
+ *   assumes work ran at enqueue time (on a GPU, a race).
+ * - capture_begin makes the stream record its work into a graph instead of queueing it; captures
+ *   do not nest. What CUDA forbids during a capture fails here with CGRT_E_CAPTURE and invalidates
+ *   the capture, as CUDA does (cudaErrorStreamCaptureUnsupported, then
+ *   cudaErrorStreamCaptureInvalidated at the end). The rules, measured on CUDA 13.0 (driver 580)
+ *   with one thread:
+ *   . in every mode: stream_sync of the capturing stream; event_query or event_sync of an event
+ *     recorded into the running capture; exec_launch into the capturing stream (CUDA does not
+ *     capture graph launches);
+ *   . while a capture begun in capture_mode global or thread_local runs (the two differ only for
+ *     other threads, and a dev has one thread): stream_sync of any stream, event_query or
+ *     event_sync of any event, mem_alloc, graph_instantiate; mem_free frees but invalidates the
+ *     capture (the cuda driver does the same). relaxed allows these;
+ *   . allowed: asynchronous work on other streams, and exec_destroy (the cuda driver destroys in
+ *     relaxed interaction mode, so that an executable can be evicted during a capture).
+ *   Work enqueued into an invalidated capture is refused. capture_end gives the graph, or NULL and
+ *   CGRT_E_CAPTURE with the reason; either way the stream is not capturing afterwards and works
+ *   normally. A capture rules only its own dev: CUDA's global mode, which reaches every thread of
+ *   the process, is not modelled across devs.
+ * - A graph is a list of nodes: host function, copy, event record. graph_instantiate freezes a
+ *   copy, so graphs and executables are destroyed independently. exec_launch enqueues the nodes'
+ *   parameters as they are at launch: a later exec_update or exec_destroy does not change a launch
+ *   that has not run yet. exec_update swaps every parameter (arguments, copy addresses and sizes,
+ *   events) when both have the same number of nodes, of the same types in the same order, and
+ *   host nodes call the same functions (stricter than CUDA, which also swaps a host node's
+ *   function); otherwise it refuses with CGRT_E_UPDATE, names the first difference and leaves the
+ *   executable unchanged.
+ * - Device memory is host memory, zeroed (calloc) so that tests are deterministic. graph_mem is
+ *   always 0: graphs own no memory here.
+ * - Destroying a stream with pending work runs none of it and frees it; events recorded there
+ *   count as complete. Destroying a capturing stream ends the capture and discards it. close
+ *   destroys the streams still open.
+ * - struct cgrt_host_faults (driver.h) makes chosen operations fail once, for failure tests.
+ *
+ * All state hangs off the dev instance, none is global: many runtimes live in one process. One
+ * thread drives a dev. Host functions must not call the driver (as with cudaLaunchHostFunc); a
+ * synchronizing call from inside one is refused with CGRT_E_STATE.
+ */
+#include "driver.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum node_type { NODE_HOST, NODE_MEMCPY, NODE_EVENT };
+static const char *const node_type_names[] = {"host function", "memcpy", "event record"};
+
+/* Handle tags: a handle of the wrong kind, or of another dev, is refused instead of misused. */
+enum {
+  MAGIC_STREAM = 0x68537472,
+  MAGIC_EVENT = 0x68457665,
+  MAGIC_GRAPH = 0x68477261,
+  MAGIC_EXEC = 0x68457865
+};
+
+struct host_event;
+
+struct node_list {
+  struct node *v;
+  size_t n, cap;
+};
+
+/* One operation: queued on a stream, or a node of a graph. */
+struct node {
+  enum node_type type;
+  void (*fn)(void *); /* NODE_HOST */
+  void *arg;
+  void *dst; /* NODE_MEMCPY */
+  const void *src;
+  size_t bytes;
+  struct host_event *event; /* NODE_EVENT, holding a reference */
+  uint64_t seq;             /* NODE_EVENT on a queue: which record of `event` this is */
+};
+
+struct host_dev {
+  struct cgrt_host_faults faults;
+  struct host_stream *streams; /* every live stream, for the capture rules that span streams */
+  uint64_t next_id;            /* ids of streams and captures, never reused */
+  int running;                 /* a sync is running host functions */
+};
+
+struct host_graph {
+  uint32_t magic; /* MAGIC_GRAPH or MAGIC_EXEC: one shape serves both */
+  struct host_dev *hd;
+  struct node_list nodes;
+};
+
+struct host_stream {
+  uint32_t magic;
+  struct host_dev *hd;
+  struct host_stream *next;
+  uint64_t id;
+  struct node_list queue; /* queue.v[head .. n) has not run yet */
+  size_t head;
+  struct host_graph *capture; /* non-NULL while capturing */
+  uint64_t capture_id;
+  cgrt_capture_mode capture_mode;
+  char invalid[256]; /* why the capture was invalidated; "" while it is valid */
+};
+
+struct host_event {
+  uint32_t magic;
+  struct host_dev *hd;
+  int refs;            /* the handle, plus every queued record and graph node naming it */
+  uint64_t records;    /* records enqueued so far; the last one is the one that counts */
+  uint64_t done;       /* the highest record that has run */
+  uint64_t stream_id;  /* the stream of the last record */
+  uint64_t capture_id; /* the capture it was last recorded into, 0 if none */
+};
+
+static const char *mode_name(cgrt_capture_mode mode) {
+  return mode == CGRT_CAPTURE_GLOBAL         ? "global"
+         : mode == CGRT_CAPTURE_THREAD_LOCAL ? "thread_local"
+                                             : "relaxed";
+}
+
+/* True once if the fault flag was set: it clears itself. */
+static int fault(int *flag) {
+  int hit = *flag != 0;
+  *flag = 0;
+  return hit;
+}
+
+/* ---------------------------------------------------------------- handles */
+
+static struct host_stream *as_stream(struct cgrt_dev *dev, void *h) {
+  struct host_stream *s = h;
+  return s && s->magic == MAGIC_STREAM && s->hd == dev->impl ? s : NULL;
+}
+
+static struct host_graph *as_graph(struct cgrt_dev *dev, void *h, uint32_t magic) {
+  struct host_graph *g = h;
+  return g && g->magic == magic && g->hd == dev->impl ? g : NULL;
+}
+
+static struct host_event *as_event(struct cgrt_dev *dev, void *h) {
+  struct host_event *e = h;
+  return e && e->magic == MAGIC_EVENT && e->hd == dev->impl ? e : NULL;
+}
+
+static int bad_handle(struct cgrt_dev *dev, const char *op, const char *what) {
+  return cgrt__dev_fail(dev, CGRT_E_INVAL,
+                        "%s: invalid %s (NULL, destroyed, or not a handle of this host driver "
+                        "instance)",
+                        op, what);
+}
+
+static void event_unref(struct host_event *e) {
+  if (--e->refs == 0) {
+    e->magic = 0;
+    free(e);
+  }
+}
+
+/* ---------------------------------------------------------------- node lists */
+
+/* Drops what a node holds: its event reference. */
+static void node_release(struct node *n) {
+  if (n->event)
+    event_unref(n->event);
+  n->event = NULL;
+}
+
+static void list_free(struct node_list *l) {
+  for (size_t i = 0; i < l->n; i++)
+    node_release(&l->v[i]);
+  free(l->v);
+  memset(l, 0, sizeof(*l));
+}
+
+static int list_reserve(struct node_list *l, size_t extra) {
+  if (l->n + extra <= l->cap)
+    return 0;
+  size_t cap = l->cap ? l->cap : 8;
+  while (cap < l->n + extra)
+    cap *= 2;
+  struct node *v = realloc(l->v, cap * sizeof(*v));
+  if (!v)
+    return -1;
+  l->v = v;
+  l->cap = cap;
+  return 0;
+}
+
+/* A copy that takes its own event references. */
+static int list_copy(struct node_list *dst, const struct node_list *src) {
+  memset(dst, 0, sizeof(*dst));
+  if (list_reserve(dst, src->n))
+    return -1;
+  for (size_t i = 0; i < src->n; i++) {
+    struct node n = src->v[i];
+    if (n.event)
+      n.event->refs++;
+    dst->v[dst->n++] = n;
+  }
+  return 0;
+}
+
+/* The first difference that keeps exec from taking graph's parameters, into why; 0 if none. */
+static int list_differ(const struct node_list *exec, const struct node_list *graph, char *why,
+                       size_t len) {
+  if (exec->n != graph->n) {
+    snprintf(why, len, "node count differs (executable: %zu, graph: %zu)", exec->n, graph->n);
+    return 1;
+  }
+  for (size_t i = 0; i < exec->n; i++) {
+    const struct node *a = &exec->v[i], *b = &graph->v[i];
+    if (a->type != b->type) {
+      snprintf(why, len, "node %zu: type differs (executable: %s, graph: %s)", i,
+               node_type_names[a->type], node_type_names[b->type]);
+      return 1;
+    }
+    if (a->type == NODE_HOST && a->fn != b->fn) {
+      snprintf(why, len, "node %zu: host function differs", i);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Copies every parameter of graph's nodes into exec's (same topology: cannot fail). */
+static void list_take_params(struct node_list *exec, const struct node_list *graph) {
+  for (size_t i = 0; i < exec->n; i++) {
+    struct node *a = &exec->v[i];
+    const struct node *b = &graph->v[i];
+    a->arg = b->arg;
+    a->dst = b->dst;
+    a->src = b->src;
+    a->bytes = b->bytes;
+    if (a->type == NODE_EVENT) {
+      b->event->refs++;
+      event_unref(a->event);
+      a->event = b->event;
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- streams */
+
+/* Appends n to the queue (capacity reserved by the caller); the queue takes n's references. */
+static void queue_put(struct host_stream *s, struct node *n) {
+  s->queue.v[s->queue.n++] = *n;
+}
+
+/* Room for `extra` more queued nodes; compacts the queue's run prefix first. */
+static int queue_reserve(struct host_stream *s, size_t extra) {
+  if (s->head > 0 && s->queue.n + extra > s->queue.cap) {
+    memmove(s->queue.v, s->queue.v + s->head, (s->queue.n - s->head) * sizeof(*s->queue.v));
+    s->queue.n -= s->head;
+    s->head = 0;
+  }
+  return list_reserve(&s->queue, extra);
+}
+
+/* Queues a launch's nodes; each event record node makes a new record of its event. */
+static void queue_launch(struct host_stream *s, const struct node_list *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    struct node n = l->v[i];
+    if (n.type == NODE_EVENT) {
+      n.event->refs++;
+      n.seq = ++n.event->records;
+      n.event->stream_id = s->id;
+      n.event->capture_id = 0;
+    }
+    queue_put(s, &n);
+  }
+}
+
+static void node_run(const struct node *n) {
+  switch (n->type) {
+  case NODE_HOST:
+    n->fn(n->arg);
+    break;
+  case NODE_MEMCPY:
+    if (n->bytes)
+      memmove(n->dst, n->src, n->bytes);
+    break;
+  case NODE_EVENT:
+    if (n->event->done < n->seq)
+      n->event->done = n->seq;
+    break;
+  }
+}
+
+/* Runs the queue in order until it is empty or, if ev is given, its record `seq` has run. */
+static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t seq) {
+  s->hd->running = 1;
+  while (s->head < s->queue.n && !(ev && ev->done >= seq)) {
+    /* A copy: a host function may (wrongly) enqueue, moving the queue. */
+    struct node n = s->queue.v[s->head++];
+    node_run(&n);
+    node_release(&n);
+  }
+  s->hd->running = 0;
+  if (s->head == s->queue.n)
+    s->head = s->queue.n = 0;
+}
+
+static struct host_stream *stream_by_id(struct host_dev *hd, uint64_t id) {
+  for (struct host_stream *t = hd->streams; t; t = t->next)
+    if (t->id == id)
+      return t;
+  return NULL;
+}
+
+static struct host_stream *stream_by_capture(struct host_dev *hd, uint64_t capture_id) {
+  for (struct host_stream *t = hd->streams; capture_id && t; t = t->next)
+    if (t->capture && t->capture_id == capture_id)
+      return t;
+  return NULL;
+}
+
+static void graph_free(struct host_graph *g) {
+  if (!g)
+    return;
+  list_free(&g->nodes);
+  g->magic = 0;
+  free(g);
+}
+
+/* ---------------------------------------------------------------- capture rules */
+
+/* Marks the capture of s invalid; the first reason is the one kept. */
+static void capture_invalidate(struct host_stream *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void capture_invalidate(struct host_stream *s, const char *fmt, ...) {
+  if (s->invalid[0])
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->invalid, sizeof(s->invalid), fmt, ap);
+  va_end(ap);
+}
+
+/*
+ * For an operation CUDA forbids while the calling thread captures in capture_mode global or
+ * thread_local: invalidates every such capture of the dev and fails with CGRT_E_CAPTURE; 0 if
+ * there is none (or only relaxed ones).
+ */
+static int forbid_in_captures(struct cgrt_dev *dev, const char *op, const char *advice) {
+  struct host_dev *hd = dev->impl;
+  struct host_stream *hit = NULL;
+  for (struct host_stream *t = hd->streams; t; t = t->next) {
+    if (t->capture && t->capture_mode != CGRT_CAPTURE_RELAXED) {
+      capture_invalidate(t, "%s during the capture (capture_mode %s)", op,
+                         mode_name(t->capture_mode));
+      hit = t;
+    }
+  }
+  if (!hit)
+    return 0;
+  return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                        "%s is not permitted while a stream captures in capture_mode %s, as in "
+                        "CUDA (cudaErrorStreamCaptureUnsupported); the capture is invalidated; %s",
+                        op, mode_name(hit->capture_mode), advice);
+}
+
+static const char *sync_advice =
+    "synchronize before capture_begin or after capture_end, or set capture_mode = relaxed";
+
+/* Appends n to the capture of s, which takes n's references in every case. */
+static int capture_put(struct cgrt_dev *dev, struct host_stream *s, struct node *n,
+                       const char *op) {
+  if (s->invalid[0]) {
+    node_release(n);
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                          "%s: the capture on this stream was invalidated (%s); end it with "
+                          "capture_end",
+                          op, s->invalid);
+  }
+  if (list_reserve(&s->capture->nodes, 1)) {
+    node_release(n);
+    capture_invalidate(s, "out of host memory recording %s", op);
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "%s: out of host memory recording into a capture", op);
+  }
+  s->capture->nodes.v[s->capture->nodes.n++] = *n;
+  return 0;
+}
+
+/* Captures n if s captures, else queues it; takes n's references in every case. */
+static int submit(struct cgrt_dev *dev, struct host_stream *s, struct node *n, const char *op) {
+  if (s->capture)
+    return capture_put(dev, s, n, op);
+  if (queue_reserve(s, 1)) {
+    node_release(n);
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "%s: out of host memory queueing work", op);
+  }
+  queue_put(s, n);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the driver */
+
+static int host_open(struct cgrt_dev *dev) {
+  struct host_dev *hd = calloc(1, sizeof(*hd));
+  if (!hd)
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "host driver: out of host memory opening it");
+  dev->impl = hd;
+  return 0;
+}
+
+static void stream_free(struct host_stream *s) {
+  graph_free(s->capture);
+  /* Work that never ran: events recorded there count as complete, so nobody waits for them. */
+  for (size_t i = s->head; i < s->queue.n; i++) {
+    struct node *n = &s->queue.v[i];
+    if (n->type == NODE_EVENT && n->event->done < n->seq)
+      n->event->done = n->seq;
+    node_release(n);
+  }
+  free(s->queue.v);
+  s->magic = 0;
+  free(s);
+}
+
+static void host_close(struct cgrt_dev *dev) {
+  struct host_dev *hd = dev->impl;
+  if (!hd)
+    return;
+  while (hd->streams) {
+    struct host_stream *s = hd->streams;
+    hd->streams = s->next;
+    stream_free(s);
+  }
+  free(hd);
+  dev->impl = NULL;
+}
+
+static int host_stream_create(struct cgrt_dev *dev, void **stream) {
+  struct host_dev *hd = dev->impl;
+  if (!stream)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "stream_create: NULL out-parameter");
+  *stream = NULL;
+  struct host_stream *s = calloc(1, sizeof(*s));
+  if (!s)
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "stream_create: out of host memory");
+  s->magic = MAGIC_STREAM;
+  s->hd = hd;
+  s->id = ++hd->next_id;
+  s->next = hd->streams;
+  hd->streams = s;
+  *stream = s;
+  return 0;
+}
+
+static void host_stream_destroy(struct cgrt_dev *dev, void *stream) {
+  struct host_stream *s = as_stream(dev, stream);
+  if (!s)
+    return;
+  struct host_dev *hd = dev->impl;
+  for (struct host_stream **p = &hd->streams; *p; p = &(*p)->next) {
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  }
+  stream_free(s);
+}
+
+static int host_stream_sync(struct cgrt_dev *dev, void *stream) {
+  struct host_dev *hd = dev->impl;
+  struct host_stream *s = as_stream(dev, stream);
+  if (!s)
+    return bad_handle(dev, "stream_sync", "stream");
+  if (hd->running)
+    return cgrt__dev_fail(dev, CGRT_E_STATE,
+                          "stream_sync called from a host function; host functions must not call "
+                          "the driver (as with cudaLaunchHostFunc)");
+  if (s->capture) {
+    capture_invalidate(s, "stream_sync of the capturing stream (a synchronizing call inside a "
+                          "captured region)");
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                          "stream_sync on a capturing stream is not permitted (in CUDA: "
+                          "cudaErrorStreamCaptureUnsupported); the capture is invalidated: end "
+                          "it with capture_end and run the work eagerly");
+  }
+  int rc = forbid_in_captures(dev, "stream_sync", sync_advice);
+  if (rc)
+    return rc;
+  stream_run(s, NULL, 0);
+  return 0;
+}
+
+static int host_capture_begin(struct cgrt_dev *dev, void *stream) {
+  struct host_dev *hd = dev->impl;
+  struct host_stream *s = as_stream(dev, stream);
+  if (!s)
+    return bad_handle(dev, "capture_begin", "stream");
+  if (s->capture)
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                          "capture_begin on a stream that is already capturing; captures do not "
+                          "nest: end the first with capture_end");
+  struct host_graph *g = calloc(1, sizeof(*g));
+  if (!g)
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "capture_begin: out of host memory");
+  g->magic = MAGIC_GRAPH;
+  g->hd = hd;
+  s->capture = g;
+  s->capture_id = ++hd->next_id;
+  s->capture_mode = dev->capture_mode;
+  s->invalid[0] = '\0';
+  return 0;
+}
+
+static int host_capture_end(struct cgrt_dev *dev, void *stream, void **graph) {
+  struct host_stream *s = as_stream(dev, stream);
+  if (!graph)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "capture_end: NULL out-parameter");
+  *graph = NULL;
+  if (!s)
+    return bad_handle(dev, "capture_end", "stream");
+  if (!s->capture)
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE, "capture_end on a stream that is not capturing");
+  struct host_graph *g = s->capture;
+  s->capture = NULL;
+  s->capture_id = 0;
+  if (s->invalid[0]) {
+    graph_free(g);
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                          "the capture was invalidated by %s; nothing recorded ran and the "
+                          "stream is no longer capturing: run the work eagerly",
+                          s->invalid);
+  }
+  *graph = g;
+  return 0;
+}
+
+static int host_capture_status(struct cgrt_dev *dev, void *stream, int *active) {
+  struct host_stream *s = as_stream(dev, stream);
+  if (!active)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "capture_status: NULL out-parameter");
+  if (!s)
+    return bad_handle(dev, "capture_status", "stream");
+  *active = s->capture != NULL;
+  return 0;
+}
+
+static int host_graph_instantiate(struct cgrt_dev *dev, void *graph, void **exec) {
+  struct host_dev *hd = dev->impl;
+  struct host_graph *g = as_graph(dev, graph, MAGIC_GRAPH);
+  if (!exec)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "graph_instantiate: NULL out-parameter");
+  *exec = NULL;
+  if (!g)
+    return bad_handle(dev, "graph_instantiate", "graph");
+  if (fault(&hd->faults.instantiate))
+    return cgrt__dev_fail(
+        dev, CGRT_E_DEVICE,
+        "graph_instantiate failed (injected fault: cgrt_host_faults.instantiate)");
+  int rc = forbid_in_captures(dev, "graph_instantiate",
+                              "instantiate after capture_end, or set capture_mode = relaxed");
+  if (rc)
+    return rc;
+  struct host_graph *x = calloc(1, sizeof(*x));
+  if (!x || list_copy(&x->nodes, &g->nodes)) {
+    free(x);
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "graph_instantiate: out of host memory");
+  }
+  x->magic = MAGIC_EXEC;
+  x->hd = hd;
+  *exec = x;
+  return 0;
+}
+
+static void host_graph_destroy(struct cgrt_dev *dev, void *graph) {
+  graph_free(as_graph(dev, graph, MAGIC_GRAPH));
+}
+
+static int host_graph_node_count(struct cgrt_dev *dev, void *graph, size_t *count) {
+  struct host_graph *g = as_graph(dev, graph, MAGIC_GRAPH);
+  if (!count)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "graph_node_count: NULL out-parameter");
+  if (!g)
+    return bad_handle(dev, "graph_node_count", "graph");
+  *count = g->nodes.n;
+  return 0;
+}
+
+static int host_exec_update(struct cgrt_dev *dev, void *exec, void *graph) {
+  struct host_dev *hd = dev->impl;
+  struct host_graph *x = as_graph(dev, exec, MAGIC_EXEC);
+  struct host_graph *g = as_graph(dev, graph, MAGIC_GRAPH);
+  if (!x || !g)
+    return bad_handle(dev, "exec_update", x ? "graph" : "executable graph");
+  if (fault(&hd->faults.update))
+    return cgrt__dev_fail(dev, CGRT_E_UPDATE,
+                          "exec_update refused (injected fault: cgrt_host_faults.update); the "
+                          "executable is unchanged");
+  char why[600];
+  if (list_differ(&x->nodes, &g->nodes, why, sizeof(why)))
+    return cgrt__dev_fail(dev, CGRT_E_UPDATE,
+                          "exec_update refused: %s; the executable is unchanged: instantiate the "
+                          "new graph instead",
+                          why);
+  list_take_params(&x->nodes, &g->nodes);
+  return 0;
+}
+
+static int host_exec_upload(struct cgrt_dev *dev, void *exec, void *stream) {
+  if (!as_graph(dev, exec, MAGIC_EXEC))
+    return bad_handle(dev, "exec_upload", "executable graph");
+  if (!as_stream(dev, stream))
+    return bad_handle(dev, "exec_upload", "stream");
+  return 0;
+}
+
+static int host_exec_launch(struct cgrt_dev *dev, void *exec, void *stream) {
+  struct host_dev *hd = dev->impl;
+  struct host_graph *x = as_graph(dev, exec, MAGIC_EXEC);
+  struct host_stream *s = as_stream(dev, stream);
+  if (!x || !s)
+    return bad_handle(dev, "exec_launch", x ? "stream" : "executable graph");
+  if (fault(&hd->faults.launch))
+    return cgrt__dev_fail(dev, CGRT_E_DEVICE,
+                          "exec_launch failed (injected fault: cgrt_host_faults.launch)");
+  if (s->capture) {
+    capture_invalidate(s, "exec_launch into the capturing stream");
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                          "exec_launch into a capturing stream: CUDA does not capture graph "
+                          "launches (cudaErrorStreamCaptureUnsupported); the capture is "
+                          "invalidated: capture the work itself, or launch outside the capture");
+  }
+  if (queue_reserve(s, x->nodes.n))
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "exec_launch: out of host memory queueing work");
+  queue_launch(s, &x->nodes);
+  return 0;
+}
+
+static void host_exec_destroy(struct cgrt_dev *dev, void *exec) {
+  graph_free(as_graph(dev, exec, MAGIC_EXEC));
+}
+
+static int host_host_fn(struct cgrt_dev *dev, void *stream, void (*fn)(void *), void *arg) {
+  struct host_stream *s = as_stream(dev, stream);
+  if (!s)
+    return bad_handle(dev, "host_fn", "stream");
+  if (!fn)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "host_fn: NULL function");
+  struct node n = {.type = NODE_HOST, .fn = fn, .arg = arg};
+  return submit(dev, s, &n, "host_fn");
+}
+
+static int host_memcpy_async(struct cgrt_dev *dev, void *dst, const void *src, size_t bytes,
+                             void *stream) {
+  struct host_stream *s = as_stream(dev, stream);
+  if (!s)
+    return bad_handle(dev, "memcpy_async", "stream");
+  if (bytes && (!dst || !src))
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "memcpy_async: NULL %s address for %zu bytes",
+                          dst ? "source" : "destination", bytes);
+  struct node n = {.type = NODE_MEMCPY, .dst = dst, .src = src, .bytes = bytes};
+  return submit(dev, s, &n, "memcpy_async");
+}
+
+static int host_event_create(struct cgrt_dev *dev, void **event) {
+  if (!event)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "event_create: NULL out-parameter");
+  *event = NULL;
+  struct host_event *e = calloc(1, sizeof(*e));
+  if (!e)
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "event_create: out of host memory");
+  e->magic = MAGIC_EVENT;
+  e->hd = dev->impl;
+  e->refs = 1;
+  *event = e;
+  return 0;
+}
+
+static int host_event_record(struct cgrt_dev *dev, void *event, void *stream) {
+  struct host_event *e = as_event(dev, event);
+  struct host_stream *s = as_stream(dev, stream);
+  if (!e || !s)
+    return bad_handle(dev, "event_record", e ? "stream" : "event");
+  struct node n = {.type = NODE_EVENT, .event = e};
+  e->refs++;
+  if (s->capture) {
+    int rc = capture_put(dev, s, &n, "event_record");
+    if (rc == 0)
+      e->capture_id = s->capture_id;
+    return rc;
+  }
+  if (queue_reserve(s, 1)) {
+    e->refs--;
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "event_record: out of host memory queueing work");
+  }
+  n.seq = ++e->records;
+  e->stream_id = s->id;
+  e->capture_id = 0;
+  queue_put(s, &n);
+  return 0;
+}
+
+/* Refuses (and invalidates that capture) if e was last recorded into a capture still running. */
+static int event_in_capture(struct cgrt_dev *dev, struct host_event *e, const char *op) {
+  struct host_stream *t = stream_by_capture(dev->impl, e->capture_id);
+  if (!t)
+    return 0;
+  capture_invalidate(t, "%s of an event recorded during the capture", op);
+  return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                        "%s of an event recorded inside a capture that is still running is not "
+                        "permitted, as in CUDA; the capture is invalidated",
+                        op);
+}
+
+static int host_event_query(struct cgrt_dev *dev, void *event) {
+  struct host_event *e = as_event(dev, event);
+  if (!e)
+    return bad_handle(dev, "event_query", "event");
+  int rc = event_in_capture(dev, e, "event_query");
+  if (rc == 0)
+    rc = forbid_in_captures(dev, "event_query", sync_advice);
+  if (rc)
+    return rc;
+  return e->done >= e->records ? 0 : CGRT_E_NOTREADY;
+}
+
+static int host_event_sync(struct cgrt_dev *dev, void *event) {
+  struct host_dev *hd = dev->impl;
+  struct host_event *e = as_event(dev, event);
+  if (!e)
+    return bad_handle(dev, "event_sync", "event");
+  if (hd->running)
+    return cgrt__dev_fail(dev, CGRT_E_STATE,
+                          "event_sync called from a host function; host functions must not call "
+                          "the driver (as with cudaLaunchHostFunc)");
+  int rc = event_in_capture(dev, e, "event_sync");
+  if (rc == 0)
+    rc = forbid_in_captures(dev, "event_sync", sync_advice);
+  if (rc)
+    return rc;
+  if (e->done >= e->records)
+    return 0;
+  /* Not complete, so its record is still queued there (destroying a stream completes them). */
+  struct host_stream *s = stream_by_id(hd, e->stream_id);
+  if (s)
+    stream_run(s, e, e->records);
+  return 0;
+}
+
+static void host_event_destroy(struct cgrt_dev *dev, void *event) {
+  struct host_event *e = as_event(dev, event);
+  if (e)
+    event_unref(e);
+}
+
+static int host_mem_alloc(struct cgrt_dev *dev, void **ptr, size_t bytes) {
+  struct host_dev *hd = dev->impl;
+  if (!ptr)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "mem_alloc: NULL out-parameter");
+  *ptr = NULL;
+  if (fault(&hd->faults.mem_alloc))
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM,
+                          "mem_alloc of %zu bytes failed (injected fault: "
+                          "cgrt_host_faults.mem_alloc)",
+                          bytes);
+  int rc = forbid_in_captures(dev, "mem_alloc",
+                              "allocate before capturing, or set capture_mode = relaxed");
+  if (rc)
+    return rc;
+  *ptr = calloc(1, bytes ? bytes : 1);
+  if (!*ptr)
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "mem_alloc of %zu bytes: out of host memory", bytes);
+  return 0;
+}
+
+static void host_mem_free(struct cgrt_dev *dev, void *ptr) {
+  if (!ptr)
+    return;
+  /* Freed in any case, as the cuda driver does after CUDA refuses; the capture still fails. */
+  forbid_in_captures(dev, "mem_free", "free after capture_end, or set capture_mode = relaxed");
+  free(ptr);
+}
+
+static int host_mem_info(struct cgrt_dev *dev, size_t *free_bytes, size_t *total_bytes) {
+  long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  if (!free_bytes || !total_bytes)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "mem_info: NULL out-parameter");
+  if (pages <= 0 || avail < 0 || page <= 0)
+    return cgrt__dev_fail(dev, CGRT_E_DEVICE,
+                          "mem_info: sysconf(_SC_PHYS_PAGES) gives no physical memory size");
+  *total_bytes = (size_t)pages * (size_t)page;
+  *free_bytes = (size_t)avail * (size_t)page;
+  return 0;
+}
+
+static int host_graph_mem(struct cgrt_dev *dev, uint64_t *used, uint64_t *reserved) {
+  if (!used || !reserved)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "graph_mem: NULL out-parameter");
+  *used = 0;
+  *reserved = 0;
+  return 0;
+}
+
+struct cgrt_host_faults *cgrt__host_faults(struct cgrt_dev *dev) {
+  if (!dev || dev->drv != &cgrt__driver_host || !dev->impl)
+    return NULL;
+  return &((struct host_dev *)dev->impl)->faults;
+}
+
+const struct cgrt_driver cgrt__driver_host = {
+    .name = "host",
+    .open = host_open,
+    .close = host_close,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .capture_begin = host_capture_begin,
+    .capture_end = host_capture_end,
+    .capture_status = host_capture_status,
+    .graph_instantiate = host_graph_instantiate,
+    .graph_destroy = host_graph_destroy,
+    .graph_node_count = host_graph_node_count,
+    .exec_update = host_exec_update,
+    .exec_upload = host_exec_upload,
+    .exec_launch = host_exec_launch,
+    .exec_destroy = host_exec_destroy,
+    .host_fn = host_host_fn,
+    .memcpy_async = host_memcpy_async,
+    .event_create = host_event_create,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .event_sync = host_event_sync,
+    .event_destroy = host_event_destroy,
+    .mem_alloc = host_mem_alloc,
+    .mem_free = host_mem_free,
+    .mem_info = host_mem_info,
+    .graph_mem = host_graph_mem,
+};

@@ -1,0 +1,914 @@
+/*
+ * test_driver_host.c - the host driver behaves like CUDA where backends rely on it: deferred
+ * stream work, events, capture and replay, exec update, the capture rules of each capture mode,
+ * and fault injection. No GPU needed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "driver.h"
+
+/* Host functions append one letter each to a log, so a test reads what ran, in order. */
+struct log {
+  char text[256];
+  size_t len;
+};
+
+struct letter {
+  struct log *log;
+  char c;
+};
+
+struct fx {
+  struct cgrt_dev dev;
+  const struct cgrt_driver *d;
+  void *stream;
+  struct log log;
+  struct letter letters[26];
+};
+
+static void append(void *arg) {
+  struct letter *l = arg;
+  if (l->log->len + 1 < sizeof(l->log->text)) {
+    l->log->text[l->log->len++] = l->c;
+    l->log->text[l->log->len] = '\0';
+  }
+}
+
+/* The same effect through another function: a different host function for exec_update. */
+static void append_again(void *arg) {
+  append(arg);
+}
+
+static struct letter *L(struct fx *f, char c) {
+  return &f->letters[c - 'a'];
+}
+
+static int setup_mode(void **state, cgrt_capture_mode mode) {
+  struct fx *f = calloc(1, sizeof(*f));
+  assert_non_null(f);
+  f->d = &cgrt__driver_host;
+  f->dev.drv = f->d;
+  f->dev.capture_mode = mode;
+  assert_int_equal(f->d->open(&f->dev), 0);
+  assert_int_equal(f->d->stream_create(&f->dev, &f->stream), 0);
+  for (int i = 0; i < 26; i++)
+    f->letters[i] = (struct letter){&f->log, (char)('a' + i)};
+  *state = f;
+  return 0;
+}
+
+static int setup(void **state) {
+  return setup_mode(state, CGRT_CAPTURE_THREAD_LOCAL);
+}
+
+static int setup_global(void **state) {
+  return setup_mode(state, CGRT_CAPTURE_GLOBAL);
+}
+
+static int setup_relaxed(void **state) {
+  return setup_mode(state, CGRT_CAPTURE_RELAXED);
+}
+
+static int teardown(void **state) {
+  struct fx *f = *state;
+  f->d->stream_destroy(&f->dev, f->stream);
+  f->d->close(&f->dev);
+  free(f);
+  return 0;
+}
+
+/* Enqueues one host function per letter of `letters` on `stream`. */
+static void enqueue(struct fx *f, void *stream, const char *letters) {
+  for (const char *p = letters; *p; p++)
+    assert_int_equal(f->d->host_fn(&f->dev, stream, append, L(f, *p)), 0);
+}
+
+/* Captures one host function per letter into a new graph. */
+static void *capture(struct fx *f, const char *letters) {
+  void *graph = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, letters);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_non_null(graph);
+  return graph;
+}
+
+static void *instantiate(struct fx *f, void *graph) {
+  void *exec = NULL;
+  assert_int_equal(f->d->graph_instantiate(&f->dev, graph, &exec), 0);
+  assert_non_null(exec);
+  return exec;
+}
+
+/* An executable of `letters`; its graph is destroyed. */
+static void *exec_of(struct fx *f, const char *letters) {
+  void *graph = capture(f, letters);
+  void *exec = instantiate(f, graph);
+  f->d->graph_destroy(&f->dev, graph);
+  return exec;
+}
+
+static void sync_stream(struct fx *f) {
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), 0);
+}
+
+static int capturing(struct fx *f, void *stream) {
+  int active = -1;
+  assert_int_equal(f->d->capture_status(&f->dev, stream, &active), 0);
+  return active;
+}
+
+/* Ends a capture that must have been invalidated. */
+static void end_invalidated(struct fx *f, void *stream, const char *reason) {
+  void *graph = (void *)1;
+  assert_int_equal(f->d->capture_end(&f->dev, stream, &graph), CGRT_E_CAPTURE);
+  assert_null(graph);
+  assert_non_null(strstr(f->dev.err, reason));
+  assert_int_equal(capturing(f, stream), 0);
+}
+
+/* ---------------------------------------------------------------- streams and events */
+
+static void test_enqueued_work_waits_for_sync(void **state) {
+  struct fx *f = *state;
+  int src = 7, dst = 0;
+  enqueue(f, f->stream, "ab");
+  assert_int_equal(f->d->memcpy_async(&f->dev, &dst, &src, sizeof(src), f->stream), 0);
+  assert_string_equal(f->log.text, "");
+  assert_int_equal(dst, 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "ab");
+  assert_int_equal(dst, 7);
+}
+
+struct set_int {
+  int *p;
+  int v;
+};
+
+static void set_int(void *arg) {
+  struct set_int *s = arg;
+  *s->p = s->v;
+}
+
+static void test_sync_runs_work_in_enqueue_order(void **state) {
+  struct fx *f = *state;
+  int src = 0, dst = 0;
+  struct set_int set = {&src, 42};
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, set_int, &set), 0);
+  /* The copy must see the value the host function before it wrote. */
+  assert_int_equal(f->d->memcpy_async(&f->dev, &dst, &src, sizeof(src), f->stream), 0);
+  enqueue(f, f->stream, "abc");
+  sync_stream(f);
+  assert_int_equal(dst, 42);
+  assert_string_equal(f->log.text, "abc");
+}
+
+static void test_sync_runs_all_queued_work_once(void **state) {
+  struct fx *f = *state;
+  for (int i = 0; i < 100; i++)
+    enqueue(f, f->stream, "a");
+  sync_stream(f);
+  assert_int_equal(f->log.len, 100);
+  sync_stream(f);
+  assert_int_equal(f->log.len, 100);
+}
+
+static void test_event_query_not_ready_until_its_record_ran(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  enqueue(f, f->stream, "a");
+  assert_int_equal(f->d->event_record(&f->dev, ev, f->stream), 0);
+  enqueue(f, f->stream, "b");
+  assert_int_equal(f->d->event_query(&f->dev, ev), CGRT_E_NOTREADY);
+  /* event_sync runs the stream up to the record, not beyond. */
+  assert_int_equal(f->d->event_sync(&f->dev, ev), 0);
+  assert_string_equal(f->log.text, "a");
+  assert_int_equal(f->d->event_query(&f->dev, ev), 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "ab");
+  f->d->event_destroy(&f->dev, ev);
+}
+
+static void test_event_never_recorded_is_complete(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->event_query(&f->dev, ev), 0);
+  assert_int_equal(f->d->event_sync(&f->dev, ev), 0);
+  f->d->event_destroy(&f->dev, ev);
+}
+
+static void test_event_query_follows_the_last_record(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->event_record(&f->dev, ev, f->stream), 0);
+  sync_stream(f);
+  assert_int_equal(f->d->event_query(&f->dev, ev), 0);
+  enqueue(f, f->stream, "a");
+  assert_int_equal(f->d->event_record(&f->dev, ev, f->stream), 0);
+  assert_int_equal(f->d->event_query(&f->dev, ev), CGRT_E_NOTREADY);
+  sync_stream(f);
+  assert_int_equal(f->d->event_query(&f->dev, ev), 0);
+  f->d->event_destroy(&f->dev, ev);
+}
+
+static void test_event_destroyed_before_its_record_ran(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->event_record(&f->dev, ev, f->stream), 0);
+  f->d->event_destroy(&f->dev, ev); /* allowed, as in CUDA: the record still runs */
+  enqueue(f, f->stream, "a");
+  sync_stream(f);
+  assert_string_equal(f->log.text, "a");
+}
+
+/* ---------------------------------------------------------------- capture and replay */
+
+static void test_capture_records_instead_of_running(void **state) {
+  struct fx *f = *state;
+  int src = 1, dst = 0;
+  void *graph = NULL;
+  size_t count = 0;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(capturing(f, f->stream), 1);
+  enqueue(f, f->stream, "ab");
+  assert_int_equal(f->d->memcpy_async(&f->dev, &dst, &src, sizeof(src), f->stream), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_int_equal(capturing(f, f->stream), 0);
+  assert_int_equal(f->d->graph_node_count(&f->dev, graph, &count), 0);
+  assert_int_equal(count, 3);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "");
+  assert_int_equal(dst, 0);
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_capture_leaves_earlier_work_queued(void **state) {
+  struct fx *f = *state;
+  enqueue(f, f->stream, "a");
+  void *graph = capture(f, "b");
+  sync_stream(f);
+  assert_string_equal(f->log.text, "a");
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_replay_runs_recorded_work_each_launch_in_order(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "ab");
+  assert_int_equal(f->d->exec_upload(&f->dev, exec, f->stream), 0);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  enqueue(f, f->stream, "c");
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  assert_string_equal(f->log.text, ""); /* launches are deferred too */
+  sync_stream(f);
+  assert_string_equal(f->log.text, "abcabab");
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+static void test_exec_destroyed_after_launch_still_runs(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "ab");
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  f->d->exec_destroy(&f->dev, exec);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "ab");
+}
+
+static void test_instantiate_twice_gives_independent_execs(void **state) {
+  struct fx *f = *state;
+  void *graph = capture(f, "a");
+  void *x1 = instantiate(f, graph);
+  void *x2 = instantiate(f, graph);
+  f->d->graph_destroy(&f->dev, graph); /* the executables outlive their graph */
+  void *other = capture(f, "b");
+  assert_int_equal(f->d->exec_update(&f->dev, x1, other), 0);
+  assert_int_equal(f->d->exec_launch(&f->dev, x1, f->stream), 0);
+  assert_int_equal(f->d->exec_launch(&f->dev, x2, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "ba");
+  f->d->graph_destroy(&f->dev, other);
+  f->d->exec_destroy(&f->dev, x1);
+  f->d->exec_destroy(&f->dev, x2);
+}
+
+static void test_event_recorded_in_capture_is_recorded_by_replay(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL, *graph = NULL;
+  size_t count = 0;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, "a");
+  assert_int_equal(f->d->event_record(&f->dev, ev, f->stream), 0);
+  enqueue(f, f->stream, "b");
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_int_equal(f->d->graph_node_count(&f->dev, graph, &count), 0);
+  assert_int_equal(count, 3);
+  void *exec = instantiate(f, graph);
+  f->d->graph_destroy(&f->dev, graph);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  assert_int_equal(f->d->event_query(&f->dev, ev), CGRT_E_NOTREADY);
+  assert_int_equal(f->d->event_sync(&f->dev, ev), 0);
+  assert_string_equal(f->log.text, "a");
+  sync_stream(f);
+  assert_string_equal(f->log.text, "ab");
+  f->d->exec_destroy(&f->dev, exec);
+  f->d->event_destroy(&f->dev, ev);
+}
+
+static void test_graph_launch_inside_capture_invalidates(void **state) {
+  struct fx *f = *state;
+  void *inner = exec_of(f, "ab");
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, "c");
+  /* CUDA does not capture graph launches: cudaErrorStreamCaptureUnsupported in every mode. */
+  assert_int_equal(f->d->exec_launch(&f->dev, inner, f->stream), CGRT_E_CAPTURE);
+  end_invalidated(f, f->stream, "exec_launch");
+  assert_int_equal(f->d->exec_launch(&f->dev, inner, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "ab");
+  f->d->exec_destroy(&f->dev, inner);
+}
+
+/* ---------------------------------------------------------------- exec update */
+
+static void test_update_with_same_topology_swaps_arguments(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "ab");
+  void *graph = capture(f, "cd");
+  assert_int_equal(f->d->exec_update(&f->dev, exec, graph), 0);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "cd");
+  f->d->graph_destroy(&f->dev, graph);
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+static void test_update_leaves_pending_launches_alone(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "ab");
+  void *graph = capture(f, "cd");
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  assert_int_equal(f->d->exec_update(&f->dev, exec, graph), 0);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "abcd");
+  f->d->graph_destroy(&f->dev, graph);
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+/* exec_update refuses `graph`, says `why`, and `exec` still runs "ab". */
+static void assert_update_refused(struct fx *f, void *exec, void *graph, const char *why) {
+  assert_int_equal(f->d->exec_update(&f->dev, exec, graph), CGRT_E_UPDATE);
+  assert_non_null(strstr(f->dev.err, why));
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "ab");
+  f->d->graph_destroy(&f->dev, graph);
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+static void test_update_refused_on_node_count(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "ab");
+  assert_update_refused(f, exec, capture(f, "cde"), "node count differs");
+}
+
+static void test_update_refused_on_host_function(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "ab"), *graph = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, "c");
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, append_again, L(f, 'd')), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_update_refused(f, exec, graph, "node 1: host function differs");
+}
+
+static void test_update_refused_on_node_type(void **state) {
+  struct fx *f = *state;
+  int src = 0, dst = 0;
+  void *exec = exec_of(f, "ab"), *graph = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, "c");
+  assert_int_equal(f->d->memcpy_async(&f->dev, &dst, &src, sizeof(src), f->stream), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_update_refused(f, exec, graph, "node 1: type differs");
+}
+
+/* A graph of one copy of `bytes` from src to dst. */
+static void *copy_graph(struct fx *f, void *dst, const void *src, size_t bytes) {
+  void *graph = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->memcpy_async(&f->dev, dst, src, bytes, f->stream), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  return graph;
+}
+
+static void test_memcpy_node_replays_and_updates_addresses(void **state) {
+  struct fx *f = *state;
+  char src1[4] = "abc", src2[8] = "defghij", dst1[8] = "", dst2[8] = "";
+  void *g1 = copy_graph(f, dst1, src1, sizeof(src1));
+  void *exec = instantiate(f, g1);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(dst1, "abc");
+  void *g2 = copy_graph(f, dst2, src2, sizeof(src2));
+  assert_int_equal(f->d->exec_update(&f->dev, exec, g2), 0);
+  memset(dst1, 0, sizeof(dst1));
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(dst2, "defghij");
+  assert_string_equal(dst1, ""); /* the old destination is no longer written */
+  f->d->graph_destroy(&f->dev, g1);
+  f->d->graph_destroy(&f->dev, g2);
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+/* ---------------------------------------------------------------- capture rules */
+
+static void test_sync_inside_capture_invalidates_it(void **state) {
+  struct fx *f = *state;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, "a");
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), CGRT_E_CAPTURE);
+  assert_int_equal(capturing(f, f->stream), 1); /* still open: it must be ended */
+  end_invalidated(f, f->stream, "stream_sync");
+  /* The stream works normally again. */
+  enqueue(f, f->stream, "b");
+  sync_stream(f);
+  assert_string_equal(f->log.text, "b");
+}
+
+static void test_work_into_invalidated_capture_is_refused(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "a");
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), CGRT_E_CAPTURE);
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, append, L(f, 'b')), CGRT_E_CAPTURE);
+  assert_non_null(strstr(f->dev.err, "invalidated"));
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), CGRT_E_CAPTURE);
+  end_invalidated(f, f->stream, "stream_sync");
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+static void test_event_query_of_captured_event_invalidates(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->event_record(&f->dev, ev, f->stream), 0);
+  assert_int_equal(f->d->event_query(&f->dev, ev), CGRT_E_CAPTURE);
+  end_invalidated(f, f->stream, "event_query");
+  f->d->event_destroy(&f->dev, ev);
+}
+
+static void test_event_sync_of_captured_event_invalidates(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->event_record(&f->dev, ev, f->stream), 0);
+  assert_int_equal(f->d->event_sync(&f->dev, ev), CGRT_E_CAPTURE);
+  end_invalidated(f, f->stream, "event_sync");
+  f->d->event_destroy(&f->dev, ev);
+}
+
+static void test_global_mode_sync_of_other_stream_invalidates(void **state) {
+  struct fx *f = *state;
+  void *other = NULL;
+  assert_int_equal(f->d->stream_create(&f->dev, &other), 0);
+  enqueue(f, other, "a");
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, "b");
+  assert_int_equal(f->d->stream_sync(&f->dev, other), CGRT_E_CAPTURE);
+  assert_non_null(strstr(f->dev.err, "global"));
+  end_invalidated(f, f->stream, "stream_sync");
+  assert_int_equal(f->d->stream_sync(&f->dev, other), 0);
+  assert_string_equal(f->log.text, "a");
+  f->d->stream_destroy(&f->dev, other);
+}
+
+static void test_thread_local_mode_sync_of_other_stream_invalidates(void **state) {
+  struct fx *f = *state;
+  void *other = NULL;
+  assert_int_equal(f->d->stream_create(&f->dev, &other), 0);
+  enqueue(f, other, "a");
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  /* As CUDA does with one thread: thread_local differs from global only for other threads. */
+  assert_int_equal(f->d->stream_sync(&f->dev, other), CGRT_E_CAPTURE);
+  assert_string_equal(f->log.text, "");
+  end_invalidated(f, f->stream, "stream_sync");
+  f->d->stream_destroy(&f->dev, other);
+}
+
+static void test_relaxed_mode_allows_sync_of_other_stream(void **state) {
+  struct fx *f = *state;
+  void *other = NULL, *graph = NULL;
+  assert_int_equal(f->d->stream_create(&f->dev, &other), 0);
+  enqueue(f, other, "a");
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, "b");
+  assert_int_equal(f->d->stream_sync(&f->dev, other), 0);
+  assert_string_equal(f->log.text, "a");
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  f->d->graph_destroy(&f->dev, graph);
+  f->d->stream_destroy(&f->dev, other);
+}
+
+static void test_thread_local_mode_event_query_in_capture_invalidates(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  /* Any event, even one never recorded. */
+  assert_int_equal(f->d->event_query(&f->dev, ev), CGRT_E_CAPTURE);
+  end_invalidated(f, f->stream, "event_query");
+  f->d->event_destroy(&f->dev, ev);
+}
+
+static void test_relaxed_mode_allows_event_query_in_capture(void **state) {
+  struct fx *f = *state;
+  void *ev = NULL, *graph = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->event_query(&f->dev, ev), 0);
+  assert_int_equal(f->d->event_sync(&f->dev, ev), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  f->d->graph_destroy(&f->dev, graph);
+  f->d->event_destroy(&f->dev, ev);
+}
+
+static void test_thread_local_mode_instantiate_in_capture_invalidates(void **state) {
+  struct fx *f = *state;
+  void *graph = capture(f, "a"), *exec = (void *)1;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->graph_instantiate(&f->dev, graph, &exec), CGRT_E_CAPTURE);
+  assert_null(exec);
+  end_invalidated(f, f->stream, "graph_instantiate");
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_relaxed_mode_allows_instantiate_in_capture(void **state) {
+  struct fx *f = *state;
+  void *graph = capture(f, "a"), *other = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  void *exec = instantiate(f, graph);
+  f->d->exec_destroy(&f->dev, exec);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &other), 0);
+  f->d->graph_destroy(&f->dev, other);
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_thread_local_mode_allows_exec_destroy_in_capture(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "a"), *graph = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  f->d->exec_destroy(&f->dev, exec); /* an eviction while capturing */
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_async_work_on_other_stream_allowed_in_capture(void **state) {
+  struct fx *f = *state;
+  void *other = NULL, *ev = NULL, *graph = NULL, *exec = exec_of(f, "ab");
+  int src = 5, dst = 0;
+  size_t count = 0;
+  assert_int_equal(f->d->stream_create(&f->dev, &other), 0);
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  enqueue(f, f->stream, "x");
+  enqueue(f, other, "c");
+  assert_int_equal(f->d->memcpy_async(&f->dev, &dst, &src, sizeof(src), other), 0);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, other), 0);
+  assert_int_equal(f->d->exec_upload(&f->dev, exec, other), 0);
+  assert_int_equal(f->d->event_record(&f->dev, ev, other), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_int_equal(f->d->graph_node_count(&f->dev, graph, &count), 0);
+  assert_int_equal(count, 1); /* only the capturing stream's work */
+  assert_int_equal(f->d->stream_sync(&f->dev, other), 0);
+  assert_string_equal(f->log.text, "cab");
+  assert_int_equal(dst, 5);
+  assert_int_equal(f->d->event_query(&f->dev, ev), 0);
+  f->d->graph_destroy(&f->dev, graph);
+  f->d->exec_destroy(&f->dev, exec);
+  f->d->event_destroy(&f->dev, ev);
+  f->d->stream_destroy(&f->dev, other);
+}
+
+static void test_relaxed_mode_allows_mem_alloc_in_capture(void **state) {
+  struct fx *f = *state;
+  void *ptr = NULL, *graph = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->mem_alloc(&f->dev, &ptr, 64), 0);
+  assert_non_null(ptr);
+  f->d->mem_free(&f->dev, ptr);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+/* In `mode`, mem_alloc inside a capture is refused and invalidates it. */
+static void assert_mem_alloc_refused_in_capture(struct fx *f, const char *mode) {
+  void *ptr = (void *)1;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->mem_alloc(&f->dev, &ptr, 64), CGRT_E_CAPTURE);
+  assert_null(ptr);
+  assert_non_null(strstr(f->dev.err, mode));
+  end_invalidated(f, f->stream, "mem_alloc");
+  assert_int_equal(f->d->mem_alloc(&f->dev, &ptr, 64), 0); /* fine outside the capture */
+  f->d->mem_free(&f->dev, ptr);
+}
+
+static void test_thread_local_mode_refuses_mem_alloc_in_capture(void **state) {
+  assert_mem_alloc_refused_in_capture(*state, "thread_local");
+}
+
+static void test_global_mode_refuses_mem_alloc_in_capture(void **state) {
+  assert_mem_alloc_refused_in_capture(*state, "global");
+}
+
+static void test_mem_free_in_capture_invalidates(void **state) {
+  struct fx *f = *state;
+  void *ptr = NULL;
+  assert_int_equal(f->d->mem_alloc(&f->dev, &ptr, 64), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  f->d->mem_free(&f->dev, ptr);
+  end_invalidated(f, f->stream, "mem_free");
+}
+
+static void test_nested_capture_begin_refused(void **state) {
+  struct fx *f = *state;
+  void *graph = NULL;
+  size_t count = 0;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), CGRT_E_CAPTURE);
+  assert_non_null(strstr(f->dev.err, "already capturing"));
+  enqueue(f, f->stream, "a"); /* the first capture goes on */
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_int_equal(f->d->graph_node_count(&f->dev, graph, &count), 0);
+  assert_int_equal(count, 1);
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_capture_end_without_begin_refused(void **state) {
+  struct fx *f = *state;
+  void *graph = (void *)1;
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), CGRT_E_CAPTURE);
+  assert_null(graph);
+  assert_non_null(strstr(f->dev.err, "not capturing"));
+}
+
+/* ---------------------------------------------------------------- faults */
+
+static void test_fault_instantiate_fails_once(void **state) {
+  struct fx *f = *state;
+  void *graph = capture(f, "a"), *exec = (void *)1;
+  cgrt__host_faults(&f->dev)->instantiate = 1;
+  assert_int_equal(f->d->graph_instantiate(&f->dev, graph, &exec), CGRT_E_DEVICE);
+  assert_null(exec);
+  assert_non_null(strstr(f->dev.err, "injected"));
+  assert_int_equal(cgrt__host_faults(&f->dev)->instantiate, 0);
+  exec = instantiate(f, graph);
+  f->d->exec_destroy(&f->dev, exec);
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_fault_update_refuses_once(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "ab"), *graph = capture(f, "cd");
+  cgrt__host_faults(&f->dev)->update = 1;
+  assert_int_equal(f->d->exec_update(&f->dev, exec, graph), CGRT_E_UPDATE);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  assert_int_equal(f->d->exec_update(&f->dev, exec, graph), 0);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "abcd");
+  f->d->graph_destroy(&f->dev, graph);
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+static void test_fault_mem_alloc_fails_once(void **state) {
+  struct fx *f = *state;
+  void *ptr = (void *)1;
+  cgrt__host_faults(&f->dev)->mem_alloc = 1;
+  assert_int_equal(f->d->mem_alloc(&f->dev, &ptr, 16), CGRT_E_NOMEM);
+  assert_null(ptr);
+  assert_int_equal(f->d->mem_alloc(&f->dev, &ptr, 16), 0);
+  f->d->mem_free(&f->dev, ptr);
+}
+
+static void test_fault_launch_fails_once(void **state) {
+  struct fx *f = *state;
+  void *exec = exec_of(f, "a");
+  cgrt__host_faults(&f->dev)->launch = 1;
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), CGRT_E_DEVICE);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, f->stream), 0);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "a"); /* the failed launch ran nothing */
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+static void test_host_faults_only_on_host_driver(void **state) {
+  struct fx *f = *state;
+  struct cgrt_dev cuda = {.drv = &cgrt__driver_cuda};
+  assert_non_null(cgrt__host_faults(&f->dev));
+  assert_null(cgrt__host_faults(&cuda));
+  assert_null(cgrt__host_faults(NULL));
+}
+
+/* ---------------------------------------------------------------- lifetime and misuse */
+
+static void test_destroy_stream_with_pending_work_runs_nothing(void **state) {
+  struct fx *f = *state;
+  void *other = NULL, *ev = NULL, *exec = exec_of(f, "ab");
+  assert_int_equal(f->d->stream_create(&f->dev, &other), 0);
+  assert_int_equal(f->d->event_create(&f->dev, &ev), 0);
+  enqueue(f, other, "c");
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, other), 0);
+  assert_int_equal(f->d->event_record(&f->dev, ev, other), 0);
+  f->d->stream_destroy(&f->dev, other);
+  assert_string_equal(f->log.text, "");
+  /* Nobody waits forever for work that was dropped. */
+  assert_int_equal(f->d->event_query(&f->dev, ev), 0);
+  assert_int_equal(f->d->event_sync(&f->dev, ev), 0);
+  f->d->event_destroy(&f->dev, ev);
+  f->d->exec_destroy(&f->dev, exec);
+}
+
+static void test_destroy_capturing_stream_discards_capture(void **state) {
+  struct fx *f = *state;
+  void *other = NULL;
+  assert_int_equal(f->d->stream_create(&f->dev, &other), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, other), 0);
+  enqueue(f, other, "a");
+  f->d->stream_destroy(&f->dev, other);
+  sync_stream(f);
+  assert_string_equal(f->log.text, "");
+}
+
+static void test_close_frees_streams_left_open(void **state) {
+  (void)state;
+  struct cgrt_dev dev = {.drv = &cgrt__driver_host};
+  void *stream = NULL;
+  struct log log = {.len = 0};
+  struct letter a = {&log, 'a'};
+  assert_int_equal(dev.drv->open(&dev), 0);
+  assert_int_equal(dev.drv->stream_create(&dev, &stream), 0);
+  assert_int_equal(dev.drv->host_fn(&dev, stream, append, &a), 0);
+  assert_int_equal(dev.drv->capture_begin(&dev, stream), 0);
+  dev.drv->close(&dev); /* valgrind: nothing leaks */
+  assert_string_equal(log.text, "");
+}
+
+struct sync_from_fn {
+  struct fx *f;
+  int rc;
+};
+
+static void sync_inside(void *arg) {
+  struct sync_from_fn *s = arg;
+  s->rc = s->f->d->stream_sync(&s->f->dev, s->f->stream);
+}
+
+static void test_sync_from_host_function_refused(void **state) {
+  struct fx *f = *state;
+  struct sync_from_fn s = {f, 0};
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, sync_inside, &s), 0);
+  sync_stream(f);
+  assert_int_equal(s.rc, CGRT_E_STATE);
+}
+
+static void test_wrong_handle_kind_refused(void **state) {
+  struct fx *f = *state;
+  void *graph = capture(f, "a");
+  void *exec = instantiate(f, graph);
+  void *dummy = NULL;
+  assert_int_equal(f->d->exec_launch(&f->dev, graph, f->stream), CGRT_E_INVAL);
+  assert_int_equal(f->d->graph_instantiate(&f->dev, exec, &dummy), CGRT_E_INVAL);
+  assert_int_equal(f->d->exec_launch(&f->dev, exec, graph), CGRT_E_INVAL);
+  assert_int_equal(f->d->host_fn(&f->dev, NULL, append, L(f, 'a')), CGRT_E_INVAL);
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, NULL, NULL), CGRT_E_INVAL);
+  f->d->exec_destroy(&f->dev, exec);
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_devs_are_independent(void **state) {
+  struct fx *f = *state;
+  struct cgrt_dev other = {.drv = &cgrt__driver_host};
+  void *stream = NULL;
+  assert_int_equal(other.drv->open(&other), 0);
+  cgrt__host_faults(&f->dev)->mem_alloc = 1;
+  assert_int_equal(other.drv->mem_alloc(&other, &stream, 8), 0); /* not other's fault flag */
+  other.drv->mem_free(&other, stream);
+  assert_int_equal(other.drv->host_fn(&other, f->stream, append, L(f, 'a')), CGRT_E_INVAL);
+  assert_int_equal(other.drv->stream_create(&other, &stream), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(other.drv->stream_sync(&other, stream), 0); /* f's capture is not other's */
+  other.drv->stream_destroy(&other, stream);
+  other.drv->close(&other);
+  void *graph = NULL;
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  f->d->graph_destroy(&f->dev, graph);
+}
+
+static void test_memory_is_zeroed_host_memory(void **state) {
+  struct fx *f = *state;
+  unsigned char *p = NULL;
+  size_t free_bytes = 0, total = 0;
+  uint64_t used = 1, reserved = 1;
+  assert_int_equal(f->d->mem_alloc(&f->dev, (void **)&p, 4096), 0);
+  for (size_t i = 0; i < 4096; i++)
+    assert_int_equal(p[i], 0);
+  p[4095] = 1; /* host memory, writable */
+  f->d->mem_free(&f->dev, p);
+  assert_int_equal(f->d->mem_info(&f->dev, &free_bytes, &total), 0);
+  assert_true(total > 0);
+  assert_true(free_bytes <= total);
+  assert_int_equal(f->d->graph_mem(&f->dev, &used, &reserved), 0);
+  assert_int_equal(used, 0);
+  assert_int_equal(reserved, 0);
+}
+
+#ifndef CGRT_HAVE_CUDA
+static void test_cuda_driver_without_cuda_names_the_fix(void **state) {
+  (void)state;
+  struct cgrt_dev dev = {.drv = &cgrt__driver_cuda};
+  assert_int_equal(dev.drv->open(&dev), CGRT_E_NODEV);
+  assert_non_null(strstr(dev.err, "no CUDA device: cgrt was built without CUDA support"));
+  assert_non_null(strstr(dev.err, "driver = host"));
+}
+#endif
+
+#define T(name)         cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T_GLOBAL(name)  cmocka_unit_test_setup_teardown(name, setup_global, teardown)
+#define T_RELAXED(name) cmocka_unit_test_setup_teardown(name, setup_relaxed, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(test_enqueued_work_waits_for_sync),
+      T(test_sync_runs_work_in_enqueue_order),
+      T(test_sync_runs_all_queued_work_once),
+      T(test_event_query_not_ready_until_its_record_ran),
+      T(test_event_never_recorded_is_complete),
+      T(test_event_query_follows_the_last_record),
+      T(test_event_destroyed_before_its_record_ran),
+      T(test_capture_records_instead_of_running),
+      T(test_capture_leaves_earlier_work_queued),
+      T(test_replay_runs_recorded_work_each_launch_in_order),
+      T(test_exec_destroyed_after_launch_still_runs),
+      T(test_instantiate_twice_gives_independent_execs),
+      T(test_event_recorded_in_capture_is_recorded_by_replay),
+      T_RELAXED(test_graph_launch_inside_capture_invalidates), /* in every mode */
+      T(test_update_with_same_topology_swaps_arguments),
+      T(test_update_leaves_pending_launches_alone),
+      T(test_update_refused_on_node_count),
+      T(test_update_refused_on_host_function),
+      T(test_update_refused_on_node_type),
+      T(test_memcpy_node_replays_and_updates_addresses),
+      T_RELAXED(test_sync_inside_capture_invalidates_it), /* in every mode */
+      T(test_work_into_invalidated_capture_is_refused),
+      T_RELAXED(test_event_query_of_captured_event_invalidates), /* in every mode */
+      T_RELAXED(test_event_sync_of_captured_event_invalidates),  /* in every mode */
+      T_GLOBAL(test_global_mode_sync_of_other_stream_invalidates),
+      T(test_thread_local_mode_sync_of_other_stream_invalidates),
+      T_RELAXED(test_relaxed_mode_allows_sync_of_other_stream),
+      T(test_thread_local_mode_event_query_in_capture_invalidates),
+      T_RELAXED(test_relaxed_mode_allows_event_query_in_capture),
+      T(test_thread_local_mode_instantiate_in_capture_invalidates),
+      T_RELAXED(test_relaxed_mode_allows_instantiate_in_capture),
+      T(test_thread_local_mode_allows_exec_destroy_in_capture),
+      T(test_async_work_on_other_stream_allowed_in_capture),
+      T_RELAXED(test_relaxed_mode_allows_mem_alloc_in_capture),
+      T(test_thread_local_mode_refuses_mem_alloc_in_capture),
+      T_GLOBAL(test_global_mode_refuses_mem_alloc_in_capture),
+      T(test_mem_free_in_capture_invalidates),
+      T(test_nested_capture_begin_refused),
+      T(test_capture_end_without_begin_refused),
+      T(test_fault_instantiate_fails_once),
+      T(test_fault_update_refuses_once),
+      T(test_fault_mem_alloc_fails_once),
+      T(test_fault_launch_fails_once),
+      T(test_host_faults_only_on_host_driver),
+      T(test_destroy_stream_with_pending_work_runs_nothing),
+      T(test_destroy_capturing_stream_discards_capture),
+      T(test_close_frees_streams_left_open),
+      T(test_sync_from_host_function_refused),
+      T(test_wrong_handle_kind_refused),
+      T(test_devs_are_independent),
+      T(test_memory_is_zeroed_host_memory),
+#ifndef CGRT_HAVE_CUDA
+      cmocka_unit_test(test_cuda_driver_without_cuda_names_the_fix),
+#endif
+  };
+  return cmocka_run_group_tests_name("driver_host", tests, NULL, NULL);
+}
