@@ -1,0 +1,369 @@
+/*
+ * hostapi.c - the table the core lends each backend: logging, the host's callbacks, the device
+ * operations of the configured driver, and the shared mechanism (capture helper, counters,
+ * buckets). Policy lives in backends; what every backend would otherwise rewrite lives here.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "buckets.h"
+#include "runtime.h"
+
+#define DEV(rt) (&(rt)->dev)
+#define DRV(rt) ((rt)->dev.drv)
+
+/* Turns a driver failure into the runtime's last error. */
+static int dev_rc(cgrt_runtime *rt, int rc) {
+  if (rc != 0 && rc != CGRT_E_NOTREADY)
+    cgrt__fail(rt, rc, "%s", rt->dev.err);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- log and errors */
+
+static void h_log(const struct cgrt_host_api *h, cgrt_log_level level, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cgrt__vlog(CGRT_RT(h), level, fmt, ap);
+  va_end(ap);
+}
+
+static int h_set_error(const struct cgrt_host_api *h, int code, const char *fmt, ...) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rt->err, sizeof(rt->err), fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+static const char *h_last_error(const struct cgrt_host_api *h) {
+  return CGRT_RT(h)->err;
+}
+
+/* ---------------------------------------------------------------- host callbacks */
+
+static int h_run_prepare(const struct cgrt_host_api *h, struct cgrt_step_frame *f) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  if (!f->desc->prepare)
+    return 0;
+  int rc = f->desc->prepare(f->ctx, f->desc->user);
+  if (rc != 0)
+    return cgrt__fail(rt, CGRT_E_CALLBACK, "the prepare callback of step %llu returned %d",
+                      (unsigned long long)f->ctx->step, rc);
+  return 0;
+}
+
+static int h_run_body(const struct cgrt_host_api *h, struct cgrt_step_frame *f) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  rt->in_body = 1;
+  rt->body_error = 0;
+  int rc = f->desc->body(f->ctx, f->desc->user);
+  rt->in_body = 0;
+  if (rc == 0)
+    return 0;
+  /* A cgrt call inside the body failed and the body passed that on: keep its message. */
+  if (rt->body_error != 0)
+    return rt->body_error;
+  return cgrt__fail(rt, CGRT_E_CALLBACK, "the body callback of step %llu (%s) returned %d",
+                    (unsigned long long)f->ctx->step, cgrt_mode_name(f->ctx->mode), rc);
+}
+
+static int h_run_module(const struct cgrt_host_api *h, struct cgrt_call *c) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  struct cgrt_module *m = rt->modules[c->module->id];
+  cgrt_module_fn fn = c->dir == CGRT_BACKWARD ? m->backward : m->forward;
+  c->ctx->microbatch = c->args->microbatch;
+  int rc = fn(c->ctx, c->args, m->user);
+  if (rc != 0)
+    return cgrt__fail(
+        rt, CGRT_E_CALLBACK, "module '%s' %s returned %d (step %llu, microbatch %d, %s)", m->name,
+        c->dir == CGRT_BACKWARD ? "backward" : "forward", rc, (unsigned long long)c->ctx->step,
+        c->args->microbatch, cgrt_mode_name(c->ctx->mode));
+  return 0;
+}
+
+/* ---------------------------------------------------------------- device operations */
+
+static void *h_stream(const struct cgrt_host_api *h) {
+  return CGRT_RT(h)->stream;
+}
+
+static int h_stream_sync(const struct cgrt_host_api *h, void *stream) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->stream_sync(DEV(rt), stream));
+}
+
+static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->capture_begin(DEV(rt), stream));
+}
+
+static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **graph) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
+}
+
+static int h_capturing(const struct cgrt_host_api *h, void *stream, int *active) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->capture_status(DEV(rt), stream, active));
+}
+
+static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void **exec) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  uint64_t t0 = cgrt__now_ns();
+  int rc = DRV(rt)->graph_instantiate(DEV(rt), graph, exec);
+  rt->stats.instantiate_ns += cgrt__now_ns() - t0;
+  if (rc != 0)
+    return dev_rc(rt, rc);
+  rt->stats.instantiations++;
+  rt->stats.live_graphs++;
+  if (rt->rep)
+    rt->rep->graphs_built++;
+  return 0;
+}
+
+static void h_graph_destroy(const struct cgrt_host_api *h, void *graph) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  if (graph)
+    DRV(rt)->graph_destroy(DEV(rt), graph);
+}
+
+static int h_exec_update(const struct cgrt_host_api *h, void *exec, void *graph) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  uint64_t t0 = cgrt__now_ns();
+  int rc = DRV(rt)->exec_update(DEV(rt), exec, graph);
+  rt->stats.instantiate_ns += cgrt__now_ns() - t0;
+  if (rc == 0)
+    rt->stats.updates++;
+  else if (rc == CGRT_E_UPDATE)
+    rt->stats.update_refusals++;
+  return dev_rc(rt, rc);
+}
+
+static int h_exec_upload(const struct cgrt_host_api *h, void *exec, void *stream) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->exec_upload(DEV(rt), exec, stream));
+}
+
+static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->exec_launch(DEV(rt), exec, stream));
+}
+
+static void h_exec_destroy(const struct cgrt_host_api *h, void *exec) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  if (!exec)
+    return;
+  DRV(rt)->exec_destroy(DEV(rt), exec);
+  if (rt->stats.live_graphs > 0)
+    rt->stats.live_graphs--;
+}
+
+static int h_host_fn(const struct cgrt_host_api *h, void *stream, void (*fn)(void *), void *arg) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->host_fn(DEV(rt), stream, fn, arg));
+}
+
+static int h_memcpy_async(const struct cgrt_host_api *h, void *dst, const void *src, size_t bytes,
+                          void *stream) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->memcpy_async(DEV(rt), dst, src, bytes, stream));
+}
+
+static int h_event_create(const struct cgrt_host_api *h, void **event) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->event_create(DEV(rt), event));
+}
+
+static int h_event_record(const struct cgrt_host_api *h, void *event, void *stream) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->event_record(DEV(rt), event, stream));
+}
+
+static int h_event_query(const struct cgrt_host_api *h, void *event) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->event_query(DEV(rt), event));
+}
+
+static int h_event_sync(const struct cgrt_host_api *h, void *event) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->event_sync(DEV(rt), event));
+}
+
+static void h_event_destroy(const struct cgrt_host_api *h, void *event) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  if (event)
+    DRV(rt)->event_destroy(DEV(rt), event);
+}
+
+static int h_mem_alloc(const struct cgrt_host_api *h, void **ptr, size_t bytes) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->mem_alloc(DEV(rt), ptr, bytes));
+}
+
+static void h_mem_free(const struct cgrt_host_api *h, void *ptr) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  if (ptr)
+    DRV(rt)->mem_free(DEV(rt), ptr);
+}
+
+/* ---------------------------------------------------------------- shared mechanism */
+
+/* Counts a capture that did not produce an executable; the caller runs the work eagerly. */
+static int capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why) {
+  rt->stats.fallbacks++;
+  if (rt->rep)
+    rt->rep->fallbacks++;
+  cgrt__fail(rt, code, "capture of %s failed, running it eagerly: %s", what, why);
+  cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
+  return code;
+}
+
+static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void *arg), void *arg,
+                     const char *what, void **exec) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  const struct cgrt_driver *drv = DRV(rt);
+  char why[sizeof(rt->err)];
+  void *graph = NULL;
+  *exec = NULL;
+
+  uint64_t t0 = cgrt__now_ns();
+  int rc = drv->capture_begin(DEV(rt), stream);
+  if (rc != 0)
+    return capture_fallback(rt, rc, what, rt->dev.err);
+  rt->err[0] = '\0';
+  int work_rc = fn(arg);
+  /* Always end the capture, whatever the work did: the stream must never stay capturing. */
+  snprintf(why, sizeof(why), "%s", rt->err);
+  int end_rc = drv->capture_end(DEV(rt), stream, &graph);
+  rt->stats.capture_ns += cgrt__now_ns() - t0;
+  if (work_rc != 0) {
+    if (graph)
+      drv->graph_destroy(DEV(rt), graph);
+    if (!why[0])
+      snprintf(why, sizeof(why), "the captured work returned %d", work_rc);
+    return capture_fallback(rt, work_rc < 0 ? work_rc : CGRT_E_CALLBACK, what, why);
+  }
+  if (end_rc != 0) {
+    snprintf(why, sizeof(why),
+             "%s (a synchronizing call, a host read of device memory or an allocation outside "
+             "stream-ordered memory inside the captured work invalidates the capture)",
+             rt->dev.err);
+    return capture_fallback(rt, CGRT_E_CAPTURE, what, why);
+  }
+  rt->stats.captures++;
+  rc = h_graph_instantiate(h, graph, exec);
+  drv->graph_destroy(DEV(rt), graph);
+  if (rc != 0)
+    return capture_fallback(rt, rc, what, rt->dev.err);
+  rc = drv->exec_upload(DEV(rt), *exec, stream);
+  if (rc != 0) {
+    snprintf(why, sizeof(why), "%s", rt->dev.err);
+    h_exec_destroy(h, *exec);
+    *exec = NULL;
+    return capture_fallback(rt, rc, what, why);
+  }
+  cgrt__log(rt, CGRT_LOG_DEBUG, "captured %s", what);
+  return 0;
+}
+
+static void h_count(const struct cgrt_host_api *h, cgrt_counter which, int64_t delta) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  cgrt_stats *s = &rt->stats;
+  cgrt_step_report *rep = rt->rep;
+  switch (which) {
+  case CGRT_COUNT_CALL_EAGER:
+  case CGRT_COUNT_CALL_WARMUP:
+    s->calls_by_mode[which == CGRT_COUNT_CALL_EAGER ? CGRT_MODE_EAGER : CGRT_MODE_WARMUP] +=
+        (uint64_t)delta;
+    if (rep)
+      rep->calls_eager += (uint32_t)delta;
+    break;
+  case CGRT_COUNT_CALL_CAPTURE:
+    s->calls_by_mode[CGRT_MODE_CAPTURE] += (uint64_t)delta;
+    if (rep)
+      rep->calls_captured += (uint32_t)delta;
+    break;
+  case CGRT_COUNT_CALL_REPLAY:
+    s->calls_by_mode[CGRT_MODE_REPLAY] += (uint64_t)delta;
+    if (rep)
+      rep->calls_replayed += (uint32_t)delta;
+    break;
+  case CGRT_COUNT_UPDATES:
+    s->updates += (uint64_t)delta;
+    break;
+  case CGRT_COUNT_UPDATE_REFUSALS:
+    s->update_refusals += (uint64_t)delta;
+    break;
+  case CGRT_COUNT_REBINDS:
+    s->rebinds += (uint64_t)delta;
+    break;
+  case CGRT_COUNT_EVICTIONS:
+    s->evictions += (uint64_t)delta;
+    break;
+  case CGRT_COUNT_FALLBACKS:
+    s->fallbacks += (uint64_t)delta;
+    if (rep)
+      rep->fallbacks += (uint32_t)delta;
+    break;
+  }
+}
+
+static int h_buckets(const struct cgrt_host_api *h, const int64_t **sizes, size_t *count) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  *sizes = rt->buckets;
+  *count = rt->num_buckets;
+  return 0;
+}
+
+static int h_bucket_for_tokens(const struct cgrt_host_api *h, int64_t tokens, int64_t *bucket) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  long i = cgrt__bucket_index(rt->buckets, rt->num_buckets, tokens);
+  if (i < 0)
+    return cgrt__fail(rt, CGRT_E_CAPACITY,
+                      "%lld tokens is above the largest token bucket (%lld, [inference] "
+                      "max_tokens)",
+                      (long long)tokens,
+                      (long long)(rt->num_buckets ? rt->buckets[rt->num_buckets - 1] : 0));
+  *bucket = rt->buckets[i];
+  return 0;
+}
+
+void cgrt__host_api_init(cgrt_runtime *rt) {
+  struct cgrt_host_api *h = &rt->host;
+  memset(h, 0, sizeof(*h));
+  h->struct_size = sizeof(*h);
+  h->minor = CGRT_HOST_API_MINOR;
+  h->log = h_log;
+  h->set_error = h_set_error;
+  h->last_error = h_last_error;
+  h->run_prepare = h_run_prepare;
+  h->run_body = h_run_body;
+  h->run_module = h_run_module;
+  h->stream = h_stream;
+  h->stream_sync = h_stream_sync;
+  h->capture_begin = h_capture_begin;
+  h->capture_end = h_capture_end;
+  h->capturing = h_capturing;
+  h->graph_instantiate = h_graph_instantiate;
+  h->graph_destroy = h_graph_destroy;
+  h->exec_update = h_exec_update;
+  h->exec_upload = h_exec_upload;
+  h->exec_launch = h_exec_launch;
+  h->exec_destroy = h_exec_destroy;
+  h->host_fn = h_host_fn;
+  h->memcpy_async = h_memcpy_async;
+  h->event_create = h_event_create;
+  h->event_record = h_event_record;
+  h->event_query = h_event_query;
+  h->event_sync = h_event_sync;
+  h->event_destroy = h_event_destroy;
+  h->mem_alloc = h_mem_alloc;
+  h->mem_free = h_mem_free;
+  h->capture = h_capture;
+  h->count = h_count;
+  h->buckets = h_buckets;
+  h->bucket_for_tokens = h_bucket_for_tokens;
+}

@@ -1,0 +1,262 @@
+/* loader.c - resolve, dlopen and check backend shared objects. */
+#include "loader.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+#ifndef CGRT_INSTALL_BACKEND_DIR
+#define CGRT_INSTALL_BACKEND_DIR "/usr/local/lib/cgrt/backends"
+#endif
+
+/* The highest major a future core might speak; used only to explain a refusal. */
+#define CGRT_ABI_MAJOR_PROBE_MAX 9
+
+/* Writes the formatted sentence into err and returns code. */
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void cgrt__backend_file_name(const char *name, char *buf, size_t len) {
+  snprintf(buf, len, "libcgrt-backend-%s.so", name);
+}
+
+void cgrt__free_strings(char **v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(v[i]);
+  free(v);
+}
+
+struct dir_list {
+  char **v;
+  size_t n;
+  size_t cap;
+  int oom;
+};
+
+static void dirs_add(struct dir_list *l, const char *dir, size_t len) {
+  if (len == 0)
+    return;
+  for (size_t i = 0; i < l->n; i++)
+    if (strlen(l->v[i]) == len && memcmp(l->v[i], dir, len) == 0)
+      return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 8;
+    char **v = realloc(l->v, cap * sizeof(*v));
+    if (!v) {
+      l->oom = 1;
+      return;
+    }
+    l->v = v;
+    l->cap = cap;
+  }
+  char *s = strndup(dir, len);
+  if (!s) {
+    l->oom = 1;
+    return;
+  }
+  l->v[l->n++] = s;
+}
+
+/* Adds each entry of a colon-separated list. */
+static void dirs_add_list(struct dir_list *l, const char *list) {
+  while (list && *list) {
+    const char *colon = strchr(list, ':');
+    size_t len = colon ? (size_t)(colon - list) : strlen(list);
+    dirs_add(l, list, len);
+    list = colon ? colon + 1 : NULL;
+  }
+}
+
+/* The directory holding the object this code was linked into (libcgrt.so or an executable). */
+static int own_dir(char *buf, size_t len) {
+  Dl_info info;
+  char path[PATH_MAX];
+  const char *from = NULL;
+  if (dladdr((void *)&own_dir, &info) && info.dli_fname && strchr(info.dli_fname, '/'))
+    from = info.dli_fname;
+  else
+    from = "/proc/self/exe";
+  if (!realpath(from, path))
+    return -1;
+  char *slash = strrchr(path, '/');
+  if (!slash)
+    return -1;
+  *slash = '\0';
+  snprintf(buf, len, "%s", path);
+  return 0;
+}
+
+int cgrt__backend_search_dirs(const char *backend_path, char ***dirs, size_t *count) {
+  struct dir_list l = {0};
+  char here[PATH_MAX], buf[PATH_MAX + 64];
+  dirs_add_list(&l, backend_path);
+  dirs_add_list(&l, cgrt__getenv("CGRT_BACKEND_PATH"));
+  if (own_dir(here, sizeof(here)) == 0) {
+    /* LIBDIR/libcgrt.so -> LIBDIR/cgrt/backends; BINDIR/exe -> BINDIR/../lib/cgrt/backends. */
+    snprintf(buf, sizeof(buf), "%s/cgrt/backends", here);
+    dirs_add(&l, buf, strlen(buf));
+    char *slash = strrchr(here, '/');
+    if (slash && slash != here) {
+      *slash = '\0';
+      snprintf(buf, sizeof(buf), "%s/lib/cgrt/backends", here);
+      dirs_add(&l, buf, strlen(buf));
+    }
+  }
+  dirs_add(&l, CGRT_INSTALL_BACKEND_DIR, strlen(CGRT_INSTALL_BACKEND_DIR));
+  if (l.oom) {
+    cgrt__free_strings(l.v, l.n);
+    return CGRT_E_NOMEM;
+  }
+  *dirs = l.v;
+  *count = l.n;
+  return 0;
+}
+
+static int is_path(const char *impl) {
+  size_t n = strlen(impl);
+  return strchr(impl, '/') != NULL || (n > 3 && strcmp(impl + n - 3, ".so") == 0);
+}
+
+/* Finds the file for impl; CGRT_E_NOTFOUND with the directories searched. */
+static int resolve(const char *impl, const char *backend_path, char *out, size_t outlen, char *err,
+                   size_t errlen) {
+  struct stat st;
+  if (is_path(impl)) {
+    snprintf(out, outlen, "%s%s", strchr(impl, '/') ? "" : "./", impl);
+    if (stat(out, &st) != 0)
+      return fail(err, errlen, CGRT_E_NOTFOUND,
+                  "backend '%s' not found: %s does not exist (%s); fix [cuda_graph] impl, or "
+                  "give a backend name to search the backend path",
+                  impl, out, strerror(errno));
+    return 0;
+  }
+  char file[NAME_MAX + 1];
+  cgrt__backend_file_name(impl, file, sizeof(file));
+  char **dirs = NULL;
+  size_t n = 0;
+  if (cgrt__backend_search_dirs(backend_path, &dirs, &n) != 0)
+    return fail(err, errlen, CGRT_E_NOMEM, "out of memory while searching for backend '%s'", impl);
+  for (size_t i = 0; i < n; i++) {
+    snprintf(out, outlen, "%s/%s", dirs[i], file);
+    if (stat(out, &st) == 0) {
+      cgrt__free_strings(dirs, n);
+      return 0;
+    }
+  }
+  size_t used = (size_t)snprintf(err, errlen, "backend '%s' not found: no %s in", impl, file);
+  for (size_t i = 0; i < n && used < errlen; i++)
+    used += (size_t)snprintf(err + used, errlen - used, "%s %s", i ? "," : "", dirs[i]);
+  if (used < errlen)
+    snprintf(err + used, errlen - used,
+             "; set [cuda_graph] backend_path or CGRT_BACKEND_PATH to the directory that holds "
+             "it, or give its path as impl");
+  cgrt__free_strings(dirs, n);
+  return CGRT_E_NOTFOUND;
+}
+
+int cgrt__backend_check(void *dl, const char *path, const struct cgrt_backend_v1 **vt, char *err,
+                        size_t errlen) {
+  dlerror();
+  const struct cgrt_backend_v1 *b = dlsym(dl, "cgrt_backend_v1");
+  if (!b) {
+    /* Name the versions each side speaks when the object is a backend of another major. */
+    for (int major = CGRT_ABI_MAJOR_PROBE_MAX; major >= 2; major--) {
+      char sym[32];
+      snprintf(sym, sizeof(sym), "cgrt_backend_v%d", major);
+      if (dlsym(dl, sym))
+        return fail(err, errlen, CGRT_E_BACKEND,
+                    "backend %s speaks backend ABI major %d (it exports %s) but this cgrt "
+                    "%s speaks major %d (cgrt_backend_v%d); use a backend built for ABI %d "
+                    "or a newer cgrt",
+                    path, major, sym, CGRT_VERSION_STRING, CGRT_BACKEND_ABI_MAJOR,
+                    CGRT_BACKEND_ABI_MAJOR, CGRT_BACKEND_ABI_MAJOR);
+    }
+    return fail(err, errlen, CGRT_E_BACKEND,
+                "%s is not a cgrt backend: it does not export the symbol cgrt_backend_v1 "
+                "(build it against cgrt/backend.h and export the table with "
+                "CGRT_BACKEND_EXPORT)",
+                path);
+  }
+  if (b->abi_major != CGRT_BACKEND_ABI_MAJOR)
+    return fail(err, errlen, CGRT_E_BACKEND,
+                "backend %s: cgrt_backend_v1.abi_major is %u but this cgrt speaks backend ABI "
+                "major %d; rebuild the backend against this cgrt's backend.h",
+                path, b->abi_major, CGRT_BACKEND_ABI_MAJOR);
+  if (b->struct_size < CGRT_BACKEND_V1_MIN_SIZE)
+    return fail(err, errlen, CGRT_E_BACKEND,
+                "backend %s: cgrt_backend_v1.struct_size is %u, smaller than the %zu bytes "
+                "of the fixed fields and mandatory functions every v1 backend has; the table "
+                "is truncated or corrupt, rebuild the backend",
+                path, b->struct_size, (size_t)CGRT_BACKEND_V1_MIN_SIZE);
+  if (!b->name || !b->name[0])
+    return fail(err, errlen, CGRT_E_BACKEND,
+                "backend %s: cgrt_backend_v1.name is empty; give it a name", path);
+  const char *missing = !b->init   ? "init"
+                        : !b->fini ? "fini"
+                        : !b->step ? "step"
+                        : !b->call ? "call"
+                                   : NULL;
+  if (missing)
+    return fail(err, errlen, CGRT_E_BACKEND,
+                "backend %s ('%s'): the mandatory function '%s' is NULL in cgrt_backend_v1; "
+                "every backend must provide init, fini, step and call",
+                path, b->name, missing);
+  *vt = b;
+  return 0;
+}
+
+int cgrt__backend_open(struct cgrt_backend_lib *lib, const char *impl, const char *backend_path,
+                       char *err, size_t errlen) {
+  char path[PATH_MAX + NAME_MAX + 2];
+  memset(lib, 0, sizeof(*lib));
+  int rc = resolve(impl, backend_path, path, sizeof(path), err, errlen);
+  if (rc != 0)
+    return rc;
+  dlerror();
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    const char *why = dlerror();
+    snprintf(err, errlen,
+             "backend '%s' was found at %s but is not a loadable object: %s (rebuild it as a "
+             "shared object for this machine)",
+             impl, path, why ? why : "dlopen failed");
+    return CGRT_E_BACKEND;
+  }
+  const struct cgrt_backend_v1 *vt = NULL;
+  rc = cgrt__backend_check(dl, path, &vt, err, errlen);
+  if (rc != 0) {
+    dlclose(dl);
+    return rc;
+  }
+  lib->path = strdup(path);
+  if (!lib->path) {
+    dlclose(dl);
+    snprintf(err, errlen, "out of memory loading backend '%s'", impl);
+    return CGRT_E_NOMEM;
+  }
+  lib->dl = dl;
+  lib->vt = vt;
+  return 0;
+}
+
+void cgrt__backend_close(struct cgrt_backend_lib *lib) {
+  if (lib->dl)
+    dlclose(lib->dl);
+  free(lib->path);
+  memset(lib, 0, sizeof(*lib));
+}

@@ -1,0 +1,56 @@
+/* log.c - the log sink, error recording, and small process utilities. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime.h"
+
+static const char *const level_names[] = {"off", "error", "warn", "info", "debug"};
+
+int cgrt__log_level_from_name(const char *name) {
+  for (int i = 0; i <= CGRT_LOG_DEBUG; i++)
+    if (strcmp(name, level_names[i]) == 0)
+      return i;
+  return -1;
+}
+
+void cgrt__vlog(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, va_list ap) {
+  cgrt_log_level threshold = rt ? rt->log_level : CGRT_LOG_INFO;
+  if (level == CGRT_LOG_OFF || level > threshold)
+    return;
+  char msg[2048];
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  if (rt && rt->log_fn)
+    rt->log_fn(rt->log_user, level, msg);
+  else
+    fprintf(stderr, "cgrt: %s: %s\n", level_names[level], msg);
+}
+
+void cgrt__log(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cgrt__vlog(rt, level, fmt, ap);
+  va_end(ap);
+}
+
+int cgrt__fail(cgrt_runtime *rt, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(rt->err, sizeof(rt->err), fmt, ap);
+  va_end(ap);
+  cgrt__log(rt, CGRT_LOG_DEBUG, "error %d (%s): %s", code, cgrt_strerror(code), rt->err);
+  return code;
+}
+
+uint64_t cgrt__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+const char *cgrt__getenv(const char *name) {
+  /* A setuid host must not let its caller choose which code it loads or which file it reads. */
+  return secure_getenv(name);
+}

@@ -1,0 +1,542 @@
+/*
+ * runtime.c - the host API: open and close a runtime, register modules, run steps and module
+ * calls through the loaded backend, statistics.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buckets.h"
+#include "runtime.h"
+#include "topology.h"
+
+/* The last failed open of this thread, for cgrt_last_error(NULL). */
+static __thread char open_error[2048];
+
+/* Smallest struct_size accepted for each public struct: the fields of version 0.1. */
+#define MIN_SIZE(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
+#define STEP_DESC_MIN        MIN_SIZE(cgrt_step_desc, user)
+#define ARGS_MIN             MIN_SIZE(cgrt_args, num_buffers)
+#define MODULE_DESC_MIN      MIN_SIZE(cgrt_module_desc, user)
+#define OPEN_OPTS_MIN        MIN_SIZE(cgrt_open_options, log_user)
+#define STATS_MIN            MIN_SIZE(cgrt_stats, struct_size)
+#define REPORT_MIN           MIN_SIZE(cgrt_step_report, struct_size)
+
+/* ---------------------------------------------------------------- open and close */
+
+/*
+ * Logs the warnings of diag and, if it holds errors, sets the first as the runtime's error with a
+ * count of the others (open_finish logs it). Returns rc.
+ */
+static int report_diag(cgrt_runtime *rt, const struct cgrt_diag *diag, int rc) {
+  for (size_t i = 0; i < diag->count; i++)
+    if (diag->msgs[i].level != CGRT_LOG_ERROR)
+      cgrt__log(rt, diag->msgs[i].level, "%s", diag->msgs[i].text);
+  if (rc == 0)
+    return 0;
+  const char *first = cgrt__diag_first_error(diag);
+  if (!first)
+    first = cgrt_strerror(rc);
+  if (diag->errors > 1)
+    return cgrt__fail(rt, rc, "%s (and %d more problems: `cgrt check FILE` lists them all)", first,
+                      diag->errors - 1);
+  return cgrt__fail(rt, rc, "%s", first);
+}
+
+/* Reads the configuration the options name into rt->cfg. */
+static int open_config(cgrt_runtime *rt, const cgrt_open_options *o) {
+  struct cgrt_diag diag = {0};
+  int rc;
+  const char *env = cgrt__getenv("CGRT_CONFIG");
+  if (o->path)
+    rc = cgrt__config_load(&rt->cfg, o->path, &diag);
+  else if (o->ini)
+    rc = cgrt__config_parse(&rt->cfg, o->ini, o->ini_name ? o->ini_name : "<string>", &diag);
+  else if (env && env[0])
+    rc = cgrt__config_load(&rt->cfg, env, &diag);
+  else
+    rc = cgrt__config_parse(&rt->cfg, cgrt__default_config, "<default>", &diag);
+  rc = report_diag(rt, &diag, rc);
+  cgrt__diag_free(&diag);
+  return rc;
+}
+
+static void bind_thread(cgrt_runtime *rt) {
+  const struct cgrt_config_view *v = &rt->cfg.view;
+  if (!v->bind_cpu)
+    return;
+  if (v->driver != CGRT_DRIVER_CUDA) {
+    cgrt__log(rt, CGRT_LOG_DEBUG, "bind_cpu = auto: no GPU with the host driver, thread not bound");
+    return;
+  }
+  char cores[256], err[512];
+  if (cgrt__bind_near_gpu(v->device, cores, sizeof(cores), err, sizeof(err)) == 0)
+    cgrt__log(rt, CGRT_LOG_INFO, "bind_cpu = auto: bound this thread to cores %s near GPU %d",
+              cores, v->device);
+  else
+    cgrt__log(rt, CGRT_LOG_WARN, "bind_cpu = auto: thread left unbound: %s", err);
+}
+
+static int open_backend_state(cgrt_runtime *rt) {
+  char err[1024] = "";
+  const struct cgrt_backend_v1 *vt = rt->lib.vt;
+  void *state = NULL;
+  int rc = vt->init(&rt->host, &rt->cfg.view, &state, err, sizeof(err));
+  if (rc != 0) {
+    err[sizeof(err) - 1] = '\0';
+    return cgrt__fail(rt, CGRT_E_BACKEND, "backend '%s' (%s) failed to initialize: %s", vt->name,
+                      rt->lib.path, err[0] ? err : cgrt_strerror(rc));
+  }
+  rt->be_state = state;
+  rt->be_ready = 1;
+  struct cgrt_diag diag = {0};
+  rc = report_diag(rt, &diag, cgrt__config_check_backend_keys(&rt->cfg, &diag));
+  cgrt__diag_free(&diag);
+  return rc;
+}
+
+/* Everything after the configuration: buckets, backend, driver, stream, backend state. */
+static int open_runtime(cgrt_runtime *rt) {
+  char err[1024];
+  const struct cgrt_config_view *v = &rt->cfg.view;
+  if (!cgrt__getenv("CGRT_LOG"))
+    rt->log_level = v->log_level;
+
+  int rc =
+      cgrt__buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
+                          v->bucket_list_len, &rt->buckets, &rt->num_buckets, err, sizeof(err));
+  if (rc != 0)
+    return cgrt__fail(rt, CGRT_E_CONFIG, "%s: [inference] %s", rt->cfg.source, err);
+
+  /* Load and check the backend before touching the device: a wrong impl fails fast. */
+  rc = cgrt__backend_open(&rt->lib, v->impl, rt->cfg.backend_path, err, sizeof(err));
+  if (rc != 0)
+    return cgrt__fail(rt, rc, "%s", err);
+
+  rt->dev.drv = cgrt__driver_for(v->driver);
+  rt->dev.device = v->device;
+  rt->dev.capture_mode = v->capture_mode;
+  rc = rt->dev.drv->open(&rt->dev);
+  if (rc != 0)
+    return cgrt__fail(rt, rc, "%s", rt->dev.err);
+  rt->dev_open = 1;
+  bind_thread(rt);
+  rc = rt->dev.drv->stream_create(&rt->dev, &rt->stream);
+  if (rc != 0)
+    return cgrt__fail(rt, rc, "%s", rt->dev.err);
+
+  rc = open_backend_state(rt);
+  if (rc != 0)
+    return rc;
+  cgrt__log(rt, CGRT_LOG_INFO, "cgrt %s: backend %s (%s), driver %s, device %d",
+            CGRT_VERSION_STRING, rt->lib.vt->name, rt->lib.path, rt->dev.drv->name, v->device);
+  return 0;
+}
+
+static cgrt_runtime *runtime_alloc(cgrt_log_fn log, void *log_user) {
+  cgrt_runtime *rt = calloc(1, sizeof(*rt));
+  if (!rt)
+    return NULL;
+  rt->log_fn = log;
+  rt->log_user = log_user;
+  rt->log_level = CGRT_LOG_INFO;
+  const char *env_level = cgrt__getenv("CGRT_LOG");
+  if (env_level) {
+    int lv = cgrt__log_level_from_name(env_level);
+    if (lv >= 0)
+      rt->log_level = (cgrt_log_level)lv;
+    else
+      cgrt__log(rt, CGRT_LOG_WARN, "CGRT_LOG='%s' is not a level (off error warn info debug)",
+                env_level);
+  }
+  rt->stats.struct_size = sizeof(rt->stats);
+  cgrt__host_api_init(rt);
+  return rt;
+}
+
+/* Finishes an open: on failure records and logs the error, and frees rt. */
+static int open_finish(cgrt_runtime **out, cgrt_runtime *rt, int rc) {
+  if (rc != 0) {
+    snprintf(open_error, sizeof(open_error), "%s", rt->err);
+    cgrt__log(rt, CGRT_LOG_ERROR, "%s", rt->err);
+    cgrt_close(rt);
+    return rc;
+  }
+  *out = rt;
+  return 0;
+}
+
+CGRT_API int cgrt_open_ex(cgrt_runtime **out, const cgrt_open_options *opts) {
+  open_error[0] = '\0';
+  if (!out || !opts || opts->struct_size < OPEN_OPTS_MIN) {
+    snprintf(open_error, sizeof(open_error),
+             "cgrt_open_ex: out and opts must be non-NULL, with opts->struct_size set");
+    return CGRT_E_INVAL;
+  }
+  *out = NULL;
+  cgrt_runtime *rt = runtime_alloc(opts->log, opts->log_user);
+  if (!rt) {
+    snprintf(open_error, sizeof(open_error), "cgrt_open: out of memory");
+    return CGRT_E_NOMEM;
+  }
+  int rc = open_config(rt, opts);
+  if (rc == 0)
+    rc = open_runtime(rt);
+  return open_finish(out, rt, rc);
+}
+
+int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log,
+                      void *log_user) {
+  open_error[0] = '\0';
+  *out = NULL;
+  cgrt_runtime *rt = runtime_alloc(log, log_user);
+  if (!rt) {
+    cgrt__config_free(cfg);
+    snprintf(open_error, sizeof(open_error), "cgrt_open: out of memory");
+    return CGRT_E_NOMEM;
+  }
+  rt->cfg = *cfg;
+  memset(cfg, 0, sizeof(*cfg));
+  return open_finish(out, rt, open_runtime(rt));
+}
+
+CGRT_API int cgrt_open(cgrt_runtime **out, const char *path) {
+  cgrt_open_options o = {.struct_size = sizeof(o), .path = path};
+  return cgrt_open_ex(out, &o);
+}
+
+CGRT_API int cgrt_open_string(cgrt_runtime **out, const char *ini) {
+  if (!ini) {
+    snprintf(open_error, sizeof(open_error), "cgrt_open_string: ini is NULL");
+    return CGRT_E_INVAL;
+  }
+  cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini};
+  return cgrt_open_ex(out, &o);
+}
+
+CGRT_API int cgrt_close(cgrt_runtime *rt) {
+  if (!rt)
+    return 0;
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_close called from inside a step; close after it");
+  int first = 0, rc;
+  if (rt->be_ready) {
+    rc = cgrt_release_graphs(rt);
+    first = first ? first : rc;
+    rt->lib.vt->fini(rt->be_state);
+    rt->be_ready = 0;
+  }
+  if (rt->stream) {
+    rt->dev.drv->stream_destroy(&rt->dev, rt->stream);
+    rt->stream = NULL;
+  }
+  if (rt->dev_open)
+    rt->dev.drv->close(&rt->dev);
+  cgrt__backend_close(&rt->lib);
+  for (size_t i = 0; i < rt->num_modules; i++) {
+    free(rt->modules[i]->name);
+    free(rt->modules[i]);
+  }
+  free(rt->modules);
+  free(rt->buckets);
+  cgrt__config_free(&rt->cfg);
+  free(rt);
+  return first;
+}
+
+/* ---------------------------------------------------------------- small accessors */
+
+CGRT_API const char *cgrt_last_error(const cgrt_runtime *rt) {
+  return rt ? rt->err : open_error;
+}
+
+CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  rt->log_fn = fn;
+  rt->log_user = user;
+  return 0;
+}
+
+CGRT_API void *cgrt_stream(cgrt_runtime *rt) {
+  return rt ? rt->stream : NULL;
+}
+
+CGRT_API const char *cgrt_backend_name(const cgrt_runtime *rt) {
+  return rt && rt->lib.vt ? rt->lib.vt->name : "";
+}
+
+CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, cgrt_module **out) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (!d || d->struct_size < MODULE_DESC_MIN || !out)
+    return cgrt__fail(rt, CGRT_E_INVAL,
+                      "cgrt_module_register: desc and out must be non-NULL and "
+                      "desc->struct_size set to sizeof(cgrt_module_desc)");
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE,
+                      "cgrt_module_register: register modules before or between steps, not "
+                      "inside one");
+  if (!d->name || !d->name[0])
+    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_module_register: a module needs a name");
+  if (!d->forward)
+    return cgrt__fail(rt, CGRT_E_INVAL, "module '%s': forward callback is NULL", d->name);
+  if ((unsigned)d->kind >= CGRT_KIND_COUNT)
+    return cgrt__fail(rt, CGRT_E_INVAL, "module '%s': kind %d is not a cgrt_kind", d->name,
+                      (int)d->kind);
+  for (size_t i = 0; i < rt->num_modules; i++)
+    if (strcmp(rt->modules[i]->name, d->name) == 0)
+      return cgrt__fail(rt, CGRT_E_INVAL, "module '%s' is already registered; names are unique",
+                        d->name);
+  if (rt->num_modules == rt->cap_modules) {
+    size_t cap = rt->cap_modules ? rt->cap_modules * 2 : 16;
+    struct cgrt_module **v = realloc(rt->modules, cap * sizeof(*v));
+    if (!v)
+      return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory registering module '%s'", d->name);
+    rt->modules = v;
+    rt->cap_modules = cap;
+  }
+  struct cgrt_module *m = calloc(1, sizeof(*m));
+  char *name = strdup(d->name);
+  if (!m || !name) {
+    free(m);
+    free(name);
+    return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory registering module '%s'", d->name);
+  }
+  m->name = name;
+  m->forward = d->forward;
+  m->backward = d->backward;
+  m->user = d->user;
+  m->rt = rt;
+  m->info.struct_size = sizeof(m->info);
+  m->info.id = (uint32_t)rt->num_modules;
+  m->info.name = name;
+  m->info.kind = d->kind;
+  m->info.layer = d->layer;
+  m->info.has_backward = d->backward != NULL;
+  rt->modules[rt->num_modules++] = m;
+  *out = m;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- steps and calls */
+
+static int check_step_desc(cgrt_runtime *rt, const cgrt_step_desc *d) {
+  if (!d || d->struct_size < STEP_DESC_MIN)
+    return cgrt__fail(rt, CGRT_E_INVAL,
+                      "cgrt_step: desc is NULL or desc->struct_size is not set to "
+                      "sizeof(cgrt_step_desc)");
+  if (!d->body)
+    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: desc->body is NULL; a step needs a body");
+  if ((unsigned)d->phase >= CGRT_PHASE_COUNT)
+    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: phase %d is not a cgrt_phase", (int)d->phase);
+  if (d->tokens < 0 || d->microbatches < 0 || d->cp_size < 0 || d->num_sequences < 0)
+    return cgrt__fail(rt, CGRT_E_INVAL,
+                      "cgrt_step: tokens (%lld), microbatches (%d), cp_size (%d) and "
+                      "num_sequences (%d) must not be negative",
+                      (long long)d->tokens, d->microbatches, d->cp_size, d->num_sequences);
+  if (d->num_sequences > 0 && !d->seqlens)
+    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: num_sequences is %d but seqlens is NULL",
+                      d->num_sequences);
+  if (d->num_buffers > 0 && !d->buffers)
+    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: num_buffers is %zu but buffers is NULL",
+                      d->num_buffers);
+  uint64_t caps = rt->lib.vt->caps;
+  uint64_t need = d->phase == CGRT_PHASE_INFER ? CGRT_CAP_INFERENCE : CGRT_CAP_TRAINING;
+  if (!(caps & need))
+    return cgrt__fail(rt, CGRT_E_UNSUPPORTED,
+                      "backend '%s' does not run %s steps; choose another [cuda_graph] impl",
+                      rt->lib.vt->name, cgrt_phase_name(d->phase));
+  return 0;
+}
+
+/* Ends a capture a backend left open, so the host's stream is never left capturing. */
+static int close_stray_capture(cgrt_runtime *rt) {
+  int active = 0;
+  if (rt->dev.drv->capture_status(&rt->dev, rt->stream, &active) != 0 || !active)
+    return 0;
+  void *graph = NULL;
+  rt->dev.drv->capture_end(&rt->dev, rt->stream, &graph);
+  if (graph)
+    rt->dev.drv->graph_destroy(&rt->dev, graph);
+  cgrt__fail(rt, CGRT_E_CAPTURE,
+             "backend '%s' returned from step %llu with the stream still capturing; the capture "
+             "was ended and discarded (a bug in the backend)",
+             rt->lib.vt->name, (unsigned long long)rt->step_index);
+  cgrt__log(rt, CGRT_LOG_ERROR, "%s", rt->err);
+  return CGRT_E_CAPTURE;
+}
+
+CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE,
+                      "cgrt_step called from inside a step (prepare, body or a module); steps "
+                      "do not nest");
+  int rc = check_step_desc(rt, desc);
+  if (rc != 0)
+    return rc;
+  if (report && report->struct_size < REPORT_MIN)
+    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: report->struct_size is not set");
+
+  uint64_t t0 = cgrt__now_ns();
+  cgrt_ctx ctx = {
+      .struct_size = sizeof(ctx),
+      .rt = rt,
+      .stream = rt->stream,
+      .cp_size = desc->cp_size > 1 ? desc->cp_size : 1,
+      .phase = desc->phase,
+      .mode = CGRT_MODE_EAGER,
+      .microbatch = -1,
+      .step = rt->step_index,
+      .tokens = desc->tokens,
+      .padded_tokens = desc->tokens,
+      .num_sequences = desc->num_sequences,
+      .padded_sequences = desc->num_sequences,
+      .user = desc->user,
+  };
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  struct cgrt_step_frame frame = {
+      .struct_size = sizeof(frame), .desc = desc, .ctx = &ctx, .report = &rep};
+  rt->in_step = 1;
+  rt->ctx = &ctx;
+  rt->rep = &rep;
+  rc = rt->lib.vt->step(rt->be_state, &frame);
+  int stray = close_stray_capture(rt);
+  if (rc == 0)
+    rc = stray;
+  rt->in_step = 0;
+  rt->in_body = 0;
+  rt->ctx = NULL;
+  rt->rep = NULL;
+
+  rep.mode = ctx.mode;
+  rep.padded_tokens = ctx.padded_tokens;
+  rep.host_ns = cgrt__now_ns() - t0;
+  rt->stats.steps++;
+  rt->stats.steps_by_mode[ctx.mode < CGRT_MODE_COUNT ? ctx.mode : CGRT_MODE_EAGER]++;
+  if (ctx.padded_tokens > ctx.tokens)
+    rt->stats.padded_tokens += (uint64_t)(ctx.padded_tokens - ctx.tokens);
+  rt->step_index++;
+  if (report) {
+    size_t n = report->struct_size < sizeof(rep) ? report->struct_size : sizeof(rep);
+    size_t keep = report->struct_size;
+    memcpy(report, &rep, n);
+    report->struct_size = keep;
+  }
+  return rc;
+}
+
+static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, const cgrt_args *args,
+                       cgrt_direction dir) {
+  const char *fn = dir == CGRT_FORWARD ? "cgrt_forward" : "cgrt_backward";
+  if (!rt)
+    return CGRT_E_INVAL;
+  int rc = 0;
+  if (!m || m->rt != rt)
+    rc = cgrt__fail(rt, CGRT_E_INVAL, "%s: the module is NULL or belongs to another runtime", fn);
+  else if (!rt->in_body || ctx != rt->ctx)
+    rc = cgrt__fail(rt, CGRT_E_STATE,
+                    "%s('%s'): module calls are made from the step body with the ctx it was "
+                    "given",
+                    fn, m->name);
+  else if (rt->in_call)
+    rc = cgrt__fail(rt, CGRT_E_STATE,
+                    "%s('%s'): called from inside another module's callback; module calls do "
+                    "not nest",
+                    fn, m->name);
+  else if (!args || args->struct_size < ARGS_MIN || (args->num_buffers && !args->buffers))
+    rc = cgrt__fail(rt, CGRT_E_INVAL,
+                    "%s('%s'): args is NULL, args->struct_size is not set, or num_buffers > 0 "
+                    "with buffers NULL",
+                    fn, m->name);
+  else if (dir == CGRT_BACKWARD && !m->backward)
+    rc = cgrt__fail(rt, CGRT_E_STATE, "cgrt_backward('%s'): the module has no backward callback",
+                    m->name);
+  if (rc != 0) {
+    if (rt->in_body)
+      rt->body_error = rc;
+    return rc;
+  }
+  cgrt_ctx *c_ctx = rt->ctx;
+  cgrt_mode body_mode = c_ctx->mode;
+  struct cgrt_call call = {
+      .struct_size = sizeof(call), .module = &m->info, .dir = dir, .args = args, .ctx = c_ctx};
+  rt->in_call = 1;
+  rc = rt->lib.vt->call(rt->be_state, &call);
+  rt->in_call = 0;
+  c_ctx->mode = body_mode;
+  c_ctx->microbatch = -1;
+  if (rc != 0)
+    rt->body_error = rc;
+  return rc;
+}
+
+CGRT_API int cgrt_forward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx,
+                          const cgrt_args *args) {
+  return module_call(rt, m, ctx, args, CGRT_FORWARD);
+}
+
+CGRT_API int cgrt_backward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx,
+                           const cgrt_args *args) {
+  return module_call(rt, m, ctx, args, CGRT_BACKWARD);
+}
+
+CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void *arg) {
+  if (!ctx || !ctx->rt || !fn)
+    return CGRT_E_INVAL;
+  cgrt_runtime *rt = ctx->rt;
+  int rc = rt->dev.drv->host_fn(&rt->dev, ctx->stream, fn, arg);
+  if (rc != 0)
+    return cgrt__fail(rt, rc, "cgrt_enqueue_host: %s", rt->dev.err);
+  return 0;
+}
+
+CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE,
+                      "cgrt_synchronize: not allowed inside a step (the work may be captured)");
+  int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
+  if (rc != 0)
+    return cgrt__fail(rt, rc, "cgrt_synchronize: %s", rt->dev.err);
+  return 0;
+}
+
+CGRT_API int cgrt_release_graphs(cgrt_runtime *rt) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_release_graphs: not allowed inside a step");
+  int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
+  if (rc != 0)
+    cgrt__fail(rt, rc, "cgrt_release_graphs: %s", rt->dev.err);
+  if (CGRT_BACKEND_HAS(rt->lib.vt, release)) {
+    int brc = rt->lib.vt->release(rt->be_state);
+    rc = rc ? rc : brc;
+  }
+  return rc;
+}
+
+CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
+  if (!rt || !out || out->struct_size < STATS_MIN)
+    return CGRT_E_INVAL;
+  cgrt_stats s = rt->stats;
+  uint64_t used = 0, reserved = 0;
+  if (rt->dev.drv->graph_mem(&rt->dev, &used, &reserved) == 0) {
+    s.graph_mem_used = used;
+    s.graph_mem_reserved = reserved;
+  }
+  if (CGRT_BACKEND_HAS(rt->lib.vt, stats)) {
+    int rc = rt->lib.vt->stats(rt->be_state, &s);
+    if (rc != 0)
+      return rc;
+  }
+  size_t keep = out->struct_size;
+  memcpy(out, &s, keep < sizeof(s) ? keep : sizeof(s));
+  out->struct_size = keep;
+  return 0;
+}

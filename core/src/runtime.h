@@ -1,0 +1,89 @@
+/* runtime.h - the runtime object and the core's internal services. Internal. */
+#ifndef CGRT_RUNTIME_H
+#define CGRT_RUNTIME_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cgrt/backend.h"
+#include "config.h"
+#include "driver.h"
+#include "loader.h"
+
+struct cgrt_module {
+  struct cgrt_module_info info; /* what backends see; info.name points at `name` */
+  char *name;
+  cgrt_module_fn forward;
+  cgrt_module_fn backward;
+  void *user;
+  cgrt_runtime *rt;
+};
+
+struct cgrt_runtime {
+  struct cgrt_host_api host; /* lent to the backend; the functions find rt from it */
+  struct cgrt_config cfg;
+  struct cgrt_dev dev;
+  int dev_open;
+  void *stream;
+  struct cgrt_backend_lib lib;
+  void *be_state; /* the backend's state after a good init() */
+  int be_ready;
+
+  struct cgrt_module **modules;
+  size_t num_modules;
+  size_t cap_modules;
+
+  int64_t *buckets; /* [inference] token buckets, ascending */
+  size_t num_buckets;
+
+  cgrt_stats stats;
+  cgrt_log_fn log_fn;
+  void *log_user;
+  cgrt_log_level log_level;
+  char err[2048];
+
+  /* The step in flight. */
+  int in_step;
+  int in_body;
+  int in_call;
+  int body_error;        /* code of the last failed cgrt call inside the body, 0 if none */
+  cgrt_ctx *ctx;         /* the ctx of the step in flight */
+  cgrt_step_report *rep; /* its report */
+  uint64_t step_index;
+};
+
+/* The runtime that lent the host API table h. */
+#define CGRT_RT(h) ((cgrt_runtime *)((char *)(h)-offsetof(struct cgrt_runtime, host)))
+
+/* Logs a formatted line at `level` through the runtime's sink (rt NULL: stderr). */
+void cgrt__log(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void cgrt__vlog(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, va_list ap);
+
+/* Sets rt->err (logged at debug level) and returns code. */
+int cgrt__fail(cgrt_runtime *rt, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parses a level name ("off", "error", "warn", "info", "debug"); -1 if unknown. */
+int cgrt__log_level_from_name(const char *name);
+
+/*
+ * Opens a runtime from an already parsed configuration, taking ownership of *cfg (left zeroed).
+ * For the cgrt command: `check --dry-run` switches the driver to host before opening.
+ */
+int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log, void *log_user);
+
+/* Fills the host API table of rt (hostapi.c). */
+void cgrt__host_api_init(cgrt_runtime *rt);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t cgrt__now_ns(void);
+
+/* getenv that ignores the environment in setuid/setgid processes (secure_getenv). */
+const char *cgrt__getenv(const char *name);
+
+/* The embedded default configuration (conf/default.ini), NUL-terminated. */
+extern const char cgrt__default_config[];
+
+#endif

@@ -1,0 +1,222 @@
+/*
+ * test_loader.c - finding and loading backends: each way a backend can be missing or broken gets
+ * its own message, and good backends load by name, by path, from backend_path, from
+ * CGRT_BACKEND_PATH and from the default directory beside the library.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cgrt/cgrt.h"
+#include "runtime.h"
+
+static const char *fixtures(void) {
+  const char *dir = getenv("CGRT_TEST_FIXTURES");
+  return dir ? dir : "tests/fixtures/lib";
+}
+
+/* Opens a runtime on the host driver with `impl`, `backend_path` (NULL: none) and extra INI. */
+static int open_with(cgrt_runtime **rt, const char *impl, const char *backend_path,
+                     const char *extra) {
+  char ini[16384];
+  snprintf(ini, sizeof(ini),
+           "[cuda_graph]\nimpl = %s\n%s%s%s\n[runtime]\ndriver = host\nlog = off\n%s", impl,
+           backend_path ? "backend_path = " : "", backend_path ? backend_path : "",
+           backend_path ? "\n" : "", extra ? extra : "");
+  return cgrt_open_string(rt, ini);
+}
+
+static void assert_contains(const char *haystack, const char *needle) {
+  if (!strstr(haystack, needle))
+    fail_msg("expected \"%s\" in: %s", needle, haystack);
+}
+
+static int setup(void **state) {
+  (void)state;
+  unsetenv("CGRT_BACKEND_PATH");
+  return 0;
+}
+
+static void not_found_by_name_lists_directories(void **state) {
+  (void)state;
+  cgrt_runtime *rt = (cgrt_runtime *)1;
+  assert_int_equal(open_with(&rt, "nosuch", "/opt/one:/opt/two", NULL), CGRT_E_NOTFOUND);
+  assert_null(rt);
+  const char *e = cgrt_last_error(NULL);
+  assert_contains(e, "backend 'nosuch' not found");
+  assert_contains(e, "libcgrt-backend-nosuch.so");
+  assert_contains(e, "/opt/one");
+  assert_contains(e, "/opt/two");
+  assert_contains(e, "CGRT_BACKEND_PATH");
+}
+
+static void not_found_by_path(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "/nonexistent/libcgrt-backend-x.so", NULL, NULL),
+                   CGRT_E_NOTFOUND);
+  assert_contains(cgrt_last_error(NULL), "/nonexistent/libcgrt-backend-x.so does not exist");
+}
+
+static void not_a_loadable_object(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "garbage", fixtures(), NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "was found at");
+  assert_contains(cgrt_last_error(NULL), "is not a loadable object");
+}
+
+static void no_backend_symbol(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "no_symbol", fixtures(), NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "is not a cgrt backend");
+  assert_contains(cgrt_last_error(NULL), "cgrt_backend_v1");
+}
+
+static void wrong_major(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "bad_major", fixtures(), NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "abi_major is 2");
+  assert_contains(cgrt_last_error(NULL), "speaks backend ABI major 1");
+}
+
+static void future_major_names_both_versions(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "future_v2", fixtures(), NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "speaks backend ABI major 2");
+  assert_contains(cgrt_last_error(NULL), "speaks major 1");
+}
+
+static void struct_too_small(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "short_struct", fixtures(), NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "struct_size is 24");
+}
+
+static void mandatory_function_missing(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "missing_fn", fixtures(), NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "mandatory function 'step' is NULL");
+}
+
+static void init_failure_carries_backend_reason(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "init_fail", fixtures(), NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "backend 'init_fail'");
+  assert_contains(cgrt_last_error(NULL), "failed to initialize");
+  assert_contains(cgrt_last_error(NULL), "the frobnicator is not calibrated");
+}
+
+static void loads_by_path(void **state) {
+  (void)state;
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/libcgrt-backend-sectioned.so", fixtures());
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, path, NULL, NULL), 0);
+  assert_string_equal(cgrt_backend_name(rt), "sectioned");
+  cgrt_close(rt);
+}
+
+static void loads_from_backend_path_list(void **state) {
+  (void)state;
+  char list[4096];
+  snprintf(list, sizeof(list), "/nonexistent:%s", fixtures());
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "sectioned", list, NULL), 0);
+  assert_string_equal(cgrt_backend_name(rt), "sectioned");
+  cgrt_close(rt);
+}
+
+static void loads_from_environment(void **state) {
+  (void)state;
+  setenv("CGRT_BACKEND_PATH", fixtures(), 1);
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "sectioned", NULL, NULL), 0);
+  assert_string_equal(cgrt_backend_name(rt), "sectioned");
+  cgrt_close(rt);
+  unsetenv("CGRT_BACKEND_PATH");
+}
+
+static void builtin_found_beside_the_library(void **state) {
+  (void)state;
+  /* No backend_path, no CGRT_BACKEND_PATH: the default directory must hold the built-ins. */
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "none", NULL, NULL), 0);
+  assert_string_equal(cgrt_backend_name(rt), "none");
+  cgrt_close(rt);
+}
+
+static void search_dirs_in_order(void **state) {
+  (void)state;
+  setenv("CGRT_BACKEND_PATH", "/env/a:/env/b", 1);
+  char **dirs = NULL;
+  size_t n = 0;
+  assert_int_equal(cgrt__backend_search_dirs("/cfg/a:/cfg/b:/cfg/a", &dirs, &n), 0);
+  assert_true(n >= 5);
+  assert_string_equal(dirs[0], "/cfg/a");
+  assert_string_equal(dirs[1], "/cfg/b");
+  assert_string_equal(dirs[2], "/env/a");
+  assert_string_equal(dirs[3], "/env/b");
+  assert_string_equal(dirs[n - 1], CGRT_INSTALL_BACKEND_DIR_FOR_TESTS);
+  cgrt__free_strings(dirs, n);
+  unsetenv("CGRT_BACKEND_PATH");
+}
+
+static void backend_section_keys_are_the_backends(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "sectioned", fixtures(), "[sectioned]\nalpha = ok\n"), 0);
+  cgrt_close(rt);
+
+  rt = NULL;
+  assert_int_equal(open_with(&rt, "sectioned", fixtures(), "[sectioned]\nbeta = 1\n"),
+                   CGRT_E_CONFIG);
+  assert_contains(cgrt_last_error(NULL), "beta");
+  assert_contains(cgrt_last_error(NULL), "[sectioned]");
+
+  rt = NULL;
+  assert_int_equal(open_with(&rt, "sectioned", fixtures(), "[sectioned]\nalpha = bad\n"),
+                   CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "alpha = 'bad': expected 'ok'");
+}
+
+static void other_backends_section_is_unknown(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "none", NULL, "[sectioned]\nalpha = ok\n"), CGRT_E_CONFIG);
+  assert_contains(cgrt_last_error(NULL), "[sectioned]");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup(not_found_by_name_lists_directories, setup),
+      cmocka_unit_test_setup(not_found_by_path, setup),
+      cmocka_unit_test_setup(not_a_loadable_object, setup),
+      cmocka_unit_test_setup(no_backend_symbol, setup),
+      cmocka_unit_test_setup(wrong_major, setup),
+      cmocka_unit_test_setup(future_major_names_both_versions, setup),
+      cmocka_unit_test_setup(struct_too_small, setup),
+      cmocka_unit_test_setup(mandatory_function_missing, setup),
+      cmocka_unit_test_setup(init_failure_carries_backend_reason, setup),
+      cmocka_unit_test_setup(loads_by_path, setup),
+      cmocka_unit_test_setup(loads_from_backend_path_list, setup),
+      cmocka_unit_test_setup(loads_from_environment, setup),
+      cmocka_unit_test_setup(builtin_found_beside_the_library, setup),
+      cmocka_unit_test_setup(search_dirs_in_order, setup),
+      cmocka_unit_test_setup(backend_section_keys_are_the_backends, setup),
+      cmocka_unit_test_setup(other_backends_section_is_unknown, setup),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
