@@ -1,0 +1,50 @@
+/* cgrt.c - the `cgrt` command: inspect the installation, check configs, print buckets, bench. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cgrt/cgrt.h"
+#include "tool.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: cgrt COMMAND [ARGS]\n"
+          "\n"
+          "  info                      versions, devices, cores near each GPU, backends found\n"
+          "  check FILE [--dry-run]    validate a config; print warnings and the normalized\n"
+          "                            config; --dry-run also loads the backend on the host\n"
+          "                            driver and prints its plan (exit 0 valid, 1 invalid,\n"
+          "                            2 unusable)\n"
+          "  buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
+          "          [--dist exponential|linear|list] [--list 'A B ...']\n"
+          "                            the inference token buckets, largest first\n"
+          "  bench [FILE] [--workload dispatch] [--calls N] [--json]\n"
+          "                            measure a workload under the configured backend\n"
+          "  version                   print the version\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return EXIT_UNUSABLE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "info") == 0)
+    return cmd_info(argc - 1, argv + 1);
+  if (strcmp(cmd, "check") == 0)
+    return cmd_check(argc - 1, argv + 1);
+  if (strcmp(cmd, "buckets") == 0)
+    return cmd_buckets(argc - 1, argv + 1);
+  if (strcmp(cmd, "bench") == 0)
+    return cmd_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("cgrt %s\n", cgrt_version());
+    return 0;
+  }
+  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "cgrt: unknown command '%s'\n\n", cmd);
+  usage(stderr);
+  return EXIT_UNUSABLE;
+}

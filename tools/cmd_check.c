@@ -1,0 +1,211 @@
+/*
+ * cmd_check.c - `cgrt check FILE [--dry-run]`: validate a configuration, print its warnings and
+ * its normalized form; with --dry-run, load the backend on the host driver, print its plan and
+ * run a small synthetic model through it to show which graphs it builds.
+ * Exit: 0 valid, 1 invalid, 2 unusable (unreadable file, backend that cannot be loaded).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cgrt/cgrt.h"
+#include "config.h"
+#include "runtime.h"
+#include "tool.h"
+
+#define SIM_LAYERS 2
+
+struct sim_model {
+  cgrt_runtime *rt;
+  cgrt_module *mods[SIM_LAYERS * CGRT_KIND_COUNT];
+  size_t n;
+  long executed; /* host functions the device ran: proves the work reached the stream */
+};
+
+static void sim_tick(void *arg) {
+  ((struct sim_model *)arg)->executed++;
+}
+
+static int sim_module(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
+  (void)args;
+  return cgrt_enqueue_host(ctx, sim_tick, user);
+}
+
+static int sim_body(const cgrt_ctx *ctx, void *user) {
+  struct sim_model *s = user;
+  cgrt_args a = {.struct_size = sizeof(a), .key = (uint64_t)ctx->padded_tokens};
+  for (size_t i = 0; i < s->n; i++) {
+    int rc = cgrt_forward(s->rt, s->mods[i], ctx, &a);
+    if (rc)
+      return rc;
+  }
+  if (ctx->phase != CGRT_PHASE_TRAIN)
+    return 0;
+  for (size_t i = s->n; i-- > 0;) {
+    int rc = cgrt_backward(s->rt, s->mods[i], ctx, &a);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+/* The kinds the synthetic layer has: attn and mlp, plus every kind the config names. */
+static uint32_t sim_kinds(const struct cgrt_config_view *v) {
+  uint32_t kinds = CGRT_KIND_BIT(CGRT_KIND_ATTN) | CGRT_KIND_BIT(CGRT_KIND_MLP) | v->modules;
+  if (v->modules & CGRT_KIND_BIT(CGRT_KIND_MOE_ROUTER))
+    kinds |= CGRT_KIND_BIT(CGRT_KIND_OTHER); /* the experts, unscoped */
+  return kinds;
+}
+
+static int sim_register(struct sim_model *s, uint32_t kinds) {
+  for (int layer = 0; layer < SIM_LAYERS; layer++)
+    for (int k = 0; k < CGRT_KIND_COUNT; k++) {
+      if (!(kinds & CGRT_KIND_BIT(k)))
+        continue;
+      char name[64];
+      snprintf(name, sizeof(name), "layer%d.%s", layer, cgrt_kind_name((cgrt_kind)k));
+      cgrt_module_desc d = {.struct_size = sizeof(d),
+                            .name = name,
+                            .kind = (cgrt_kind)k,
+                            .layer = layer,
+                            .forward = sim_module,
+                            .backward = sim_module,
+                            .user = s};
+      int rc = cgrt_module_register(s->rt, &d, &s->mods[s->n]);
+      if (rc)
+        return rc;
+      s->n++;
+    }
+  return 0;
+}
+
+static int sim_steps(struct sim_model *s, cgrt_phase phase, int64_t tokens, int count) {
+  for (int i = 0; i < count; i++) {
+    cgrt_step_desc d = {.struct_size = sizeof(d),
+                        .phase = phase,
+                        .tokens = tokens,
+                        .microbatches = 1,
+                        .body = sim_body,
+                        .user = s};
+    int rc = cgrt_step(s->rt, &d, NULL);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+static void print_sim(const char *what, cgrt_runtime *rt, const cgrt_stats *before) {
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  cgrt_stats_get(rt, &s);
+  printf("  %s: %llu steps; module calls eager %llu, warmup %llu, captured %llu, replayed %llu; "
+         "graphs built %llu, live %llu, fallbacks %llu\n",
+         what, (unsigned long long)(s.steps - before->steps),
+         (unsigned long long)(s.calls_by_mode[0] - before->calls_by_mode[0]),
+         (unsigned long long)(s.calls_by_mode[1] - before->calls_by_mode[1]),
+         (unsigned long long)(s.calls_by_mode[2] - before->calls_by_mode[2]),
+         (unsigned long long)(s.calls_by_mode[3] - before->calls_by_mode[3]),
+         (unsigned long long)(s.instantiations - before->instantiations),
+         (unsigned long long)s.live_graphs, (unsigned long long)(s.fallbacks - before->fallbacks));
+}
+
+static void emit_line(void *user, const char *line) {
+  (void)user;
+  printf("  %s\n", line);
+}
+
+static void log_to_stderr(void *user, cgrt_log_level level, const char *msg) {
+  (void)user;
+  if (level <= CGRT_LOG_WARN)
+    fprintf(stderr, "%s: %s\n", level == CGRT_LOG_ERROR ? "error" : "warning", msg);
+}
+
+static int exit_for(int rc) {
+  return rc == CGRT_E_CONFIG || rc == CGRT_E_UNSUPPORTED || rc == CGRT_E_CALLBACK ? EXIT_INVALID
+                                                                                  : EXIT_UNUSABLE;
+}
+
+/* Loads the backend on the host driver, prints its plan, runs the synthetic model. */
+static int dry_run(struct cgrt_config *cfg) {
+  cfg->view.driver = CGRT_DRIVER_HOST;
+  cfg->view.bind_cpu = 0;
+  cfg->view.log_level = CGRT_LOG_WARN;
+  uint32_t kinds = sim_kinds(&cfg->view);
+  struct sim_model s = {0};
+  int rc = cgrt__open_config(&s.rt, cfg, log_to_stderr, NULL);
+  if (rc != 0)
+    return exit_for(rc); /* the log sink has printed why */
+  const struct cgrt_config_view *v = &s.rt->cfg.view;
+  const struct cgrt_backend_v1 *vt = s.rt->lib.vt;
+  printf("\nplan: backend %s (%s), dry run on the host driver\n", vt->name, s.rt->lib.path);
+  if (CGRT_BACKEND_HAS(vt, describe))
+    vt->describe(s.rt->be_state, emit_line, NULL);
+  else
+    printf("  (the backend does not describe its plan)\n");
+  rc = sim_register(&s, kinds);
+  printf("synthetic model: %d layers of", SIM_LAYERS);
+  for (int k = 0; k < CGRT_KIND_COUNT; k++)
+    if (kinds & CGRT_KIND_BIT(k))
+      printf(" %s", cgrt_kind_name((cgrt_kind)k));
+  printf(", forward and backward\n");
+  cgrt_stats before = {.struct_size = sizeof(before)};
+  if (rc == 0 && (vt->caps & CGRT_CAP_TRAINING)) {
+    cgrt_stats_get(s.rt, &before);
+    rc = sim_steps(&s, CGRT_PHASE_TRAIN, 0, v->warmup_steps + 3);
+    if (rc == 0)
+      print_sim("train", s.rt, &before);
+  }
+  if (rc == 0 && (vt->caps & CGRT_CAP_INFERENCE)) {
+    cgrt_stats_get(s.rt, &before);
+    for (size_t i = s.rt->num_buckets; rc == 0 && i-- > 0;)
+      rc = sim_steps(&s, CGRT_PHASE_INFER, s.rt->buckets[i], v->warmup_steps + 2);
+    if (rc == 0) {
+      char what[64];
+      snprintf(what, sizeof(what), "infer (%zu token buckets)", s.rt->num_buckets);
+      print_sim(what, s.rt, &before);
+    }
+  }
+  if (rc == 0)
+    rc = cgrt_release_graphs(s.rt);
+  if (rc != 0)
+    fprintf(stderr, "error: dry run: %s\n", cgrt_last_error(s.rt));
+  cgrt_close(s.rt);
+  return rc == 0 ? EXIT_VALID : exit_for(rc);
+}
+
+int cmd_check(int argc, char **argv) {
+  const char *path = NULL;
+  int dry = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--dry-run") == 0)
+      dry = 1;
+    else if (!path && argv[i][0] != '-')
+      path = argv[i];
+    else {
+      fprintf(stderr, "usage: cgrt check FILE [--dry-run]\n");
+      return EXIT_UNUSABLE;
+    }
+  }
+  if (!path) {
+    fprintf(stderr, "usage: cgrt check FILE [--dry-run]\n");
+    return EXIT_UNUSABLE;
+  }
+  struct cgrt_config cfg = {0};
+  struct cgrt_diag diag = {0};
+  int rc = cgrt__config_load(&cfg, path, &diag);
+  for (size_t i = 0; i < diag.count; i++)
+    fprintf(stderr, "%s: %s\n", diag.msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
+            diag.msgs[i].text);
+  int status;
+  if (rc == CGRT_E_IO || rc == CGRT_E_NOMEM) {
+    status = EXIT_UNUSABLE;
+  } else if (rc != 0) {
+    fprintf(stderr, "%s: invalid (%d errors, %d warnings)\n", path, diag.errors, diag.warnings);
+    status = EXIT_INVALID;
+  } else {
+    cgrt__config_print(&cfg, stdout);
+    fprintf(stderr, "%s: valid (%d warnings)\n", path, diag.warnings);
+    status = dry ? dry_run(&cfg) : EXIT_VALID;
+  }
+  cgrt__diag_free(&diag);
+  cgrt__config_free(&cfg);
+  return status;
+}
