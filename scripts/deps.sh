@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs the Debian packages cgrt builds and tests with (skips those already installed).
+# The CUDA Toolkit and NCCL are optional: when /usr/local/cuda (or nvcc on PATH) is present the
+# cuda driver and the GPU tests are built too; without it the GPU tests report why they skip.
+set -eu
+pkgs="build-essential cmake ninja-build pkg-config libinih-dev libcmocka-dev libhwloc-dev clang-format"
+missing=""
+for p in $pkgs; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+# shellcheck disable=SC2086
+$sudo apt-get install -y -qq --no-install-recommends $missing
