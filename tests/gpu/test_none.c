@@ -3,6 +3,7 @@
  * for many steps and give exactly the result of the same kernels launched by hand; host functions
  * enqueued through cgrt run in stream order; the runtime's stream is a real CUDA stream.
  */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -155,6 +156,34 @@ static void stream_is_a_cuda_stream(void **state) {
   cgrt_close(rt);
 }
 
+struct bind_log {
+  int bound;
+};
+
+static void bind_sink(void *user, cgrt_log_level level, const char *msg) {
+  (void)level;
+  if (strstr(msg, "bind_cpu = auto: bound this thread to cores"))
+    ((struct bind_log *)user)->bound = 1;
+  printf("log: %s\n", msg);
+}
+
+static void bind_cpu_auto_binds_near_the_gpu(void **state) {
+  (void)state;
+  struct bind_log bl = {0};
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\n"
+                                "bind_cpu = auto\nlog = info\n",
+                         .log = bind_sink,
+                         .log_user = &bl};
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(cgrt_open_ex(&rt, &o), 0);
+  assert_true(bl.bound);
+  cpu_set_t set;
+  assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+  assert_true(CPU_COUNT(&set) > 0);
+  cgrt_close(rt);
+}
+
 int main(void) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -166,6 +195,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(none_matches_hand_launched_kernels),
       cmocka_unit_test(stream_is_a_cuda_stream),
+      cmocka_unit_test(bind_cpu_auto_binds_near_the_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
