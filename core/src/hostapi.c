@@ -211,8 +211,42 @@ static void h_mem_free(const struct cgrt_host_api *h, void *ptr) {
 
 /* ---------------------------------------------------------------- shared mechanism */
 
-/* Counts a capture that did not produce an executable; the caller runs the work eagerly. */
-static int capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why) {
+int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, char *why,
+                 size_t whylen, void **graph) {
+  const struct cgrt_driver *drv = DRV(rt);
+  *graph = NULL;
+  uint64_t t0 = cgrt__now_ns();
+  int rc = drv->capture_begin(DEV(rt), stream);
+  if (rc != 0) {
+    snprintf(why, whylen, "%s", rt->dev.err);
+    return rc;
+  }
+  rt->err[0] = '\0';
+  int work_rc = fn(arg);
+  /* Always end the capture, whatever the work did: the stream must never stay capturing. */
+  snprintf(why, whylen, "%s", rt->err);
+  int end_rc = drv->capture_end(DEV(rt), stream, graph);
+  rt->stats.capture_ns += cgrt__now_ns() - t0;
+  if (work_rc != 0) {
+    if (*graph)
+      drv->graph_destroy(DEV(rt), *graph);
+    *graph = NULL;
+    if (!why[0])
+      snprintf(why, whylen, "the captured work returned %d", work_rc);
+    return work_rc < 0 ? work_rc : CGRT_E_CALLBACK;
+  }
+  if (end_rc != 0) {
+    snprintf(why, whylen,
+             "%s (a synchronizing call, a host read of device memory or an allocation outside "
+             "stream-ordered memory inside the captured work invalidates the capture)",
+             rt->dev.err);
+    return CGRT_E_CAPTURE;
+  }
+  rt->stats.captures++;
+  return 0;
+}
+
+int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why) {
   rt->stats.fallbacks++;
   if (rt->rep)
     rt->rep->fallbacks++;
@@ -224,46 +258,22 @@ static int capture_fallback(cgrt_runtime *rt, int code, const char *what, const 
 static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void *arg), void *arg,
                      const char *what, void **exec) {
   cgrt_runtime *rt = CGRT_RT(h);
-  const struct cgrt_driver *drv = DRV(rt);
   char why[sizeof(rt->err)];
   void *graph = NULL;
   *exec = NULL;
-
-  uint64_t t0 = cgrt__now_ns();
-  int rc = drv->capture_begin(DEV(rt), stream);
+  int rc = cgrt__record(rt, stream, fn, arg, why, sizeof(why), &graph);
   if (rc != 0)
-    return capture_fallback(rt, rc, what, rt->dev.err);
-  rt->err[0] = '\0';
-  int work_rc = fn(arg);
-  /* Always end the capture, whatever the work did: the stream must never stay capturing. */
-  snprintf(why, sizeof(why), "%s", rt->err);
-  int end_rc = drv->capture_end(DEV(rt), stream, &graph);
-  rt->stats.capture_ns += cgrt__now_ns() - t0;
-  if (work_rc != 0) {
-    if (graph)
-      drv->graph_destroy(DEV(rt), graph);
-    if (!why[0])
-      snprintf(why, sizeof(why), "the captured work returned %d", work_rc);
-    return capture_fallback(rt, work_rc < 0 ? work_rc : CGRT_E_CALLBACK, what, why);
-  }
-  if (end_rc != 0) {
-    snprintf(why, sizeof(why),
-             "%s (a synchronizing call, a host read of device memory or an allocation outside "
-             "stream-ordered memory inside the captured work invalidates the capture)",
-             rt->dev.err);
-    return capture_fallback(rt, CGRT_E_CAPTURE, what, why);
-  }
-  rt->stats.captures++;
+    return cgrt__capture_fallback(rt, rc, what, why);
   rc = h_graph_instantiate(h, graph, exec);
-  drv->graph_destroy(DEV(rt), graph);
+  DRV(rt)->graph_destroy(DEV(rt), graph);
   if (rc != 0)
-    return capture_fallback(rt, rc, what, rt->dev.err);
-  rc = drv->exec_upload(DEV(rt), *exec, stream);
+    return cgrt__capture_fallback(rt, rc, what, rt->dev.err);
+  rc = DRV(rt)->exec_upload(DEV(rt), *exec, stream);
   if (rc != 0) {
     snprintf(why, sizeof(why), "%s", rt->dev.err);
     h_exec_destroy(h, *exec);
     *exec = NULL;
-    return capture_fallback(rt, rc, what, why);
+    return cgrt__capture_fallback(rt, rc, what, why);
   }
   cgrt__log(rt, CGRT_LOG_DEBUG, "captured %s", what);
   return 0;
@@ -366,4 +376,5 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->count = h_count;
   h->buckets = h_buckets;
   h->bucket_for_tokens = h_bucket_for_tokens;
+  cgrt__graph_cache_api(h);
 }

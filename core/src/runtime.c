@@ -396,6 +396,8 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
       .num_sequences = desc->num_sequences,
       .padded_sequences = desc->num_sequences,
       .user = desc->user,
+      .buffers = desc->buffers,
+      .num_buffers = desc->num_buffers,
   };
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   struct cgrt_step_frame frame = {

@@ -74,8 +74,20 @@ int cgrt__log_level_from_name(const char *name);
  */
 int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log, void *log_user);
 
-/* Fills the host API table of rt (hostapi.c). */
+/* Fills the host API table of rt (hostapi.c), the graph cache's entries included. */
 void cgrt__host_api_init(cgrt_runtime *rt);
+void cgrt__graph_cache_api(struct cgrt_host_api *h);
+
+/*
+ * Records fn(arg) on stream into a new graph (*graph), counting the capture and its time. On
+ * failure the capture is ended (the stream is never left capturing), *graph is NULL, `why` says
+ * what happened and the error is returned; nothing is counted as a fallback yet.
+ */
+int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, char *why,
+                 size_t whylen, void **graph);
+
+/* Counts and logs a capture that failed; the caller runs the work eagerly. Returns code. */
+int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t cgrt__now_ns(void);

@@ -192,6 +192,35 @@ typedef enum cgrt_counter {
   CGRT_COUNT_FALLBACKS = 8  /* a capture done without capture() failed and ran eagerly */
 } cgrt_counter;
 
+/* A keyed set of executables owned by the core (see cgrt_host_api.cache_*). Opaque. */
+struct cgrt_graph_cache;
+
+/* What identifies one graph in a cache. Fields a backend does not use stay 0. */
+struct cgrt_graph_key {
+  uint32_t module;    /* module id, or CGRT_KEY_BODY for a graph of a whole step body */
+  uint32_t dir;       /* cgrt_direction */
+  int32_t microbatch; /* microbatch slot */
+  uint32_t phase;     /* cgrt_phase */
+  uint64_t shape;     /* the host's args->key, or a token bucket */
+  uint64_t extra;     /* backend-defined: a second shape, a cp size... */
+};
+#define CGRT_KEY_BODY 0xffffffffu
+
+/* The work of one cache_run(). */
+struct cgrt_graph_work {
+  uint32_t struct_size;
+  /*
+   * Enqueues the work on the runtime's stream; `mode` is how it is being run (set ctx->mode to
+   * it), `buffers` the addresses to use. Returns 0 or an error (a cgrt code or the host's).
+   */
+  int (*fn)(void *arg, cgrt_mode mode, const cgrt_buffer *buffers, size_t num_buffers);
+  void *arg;
+  const cgrt_buffer *buffers; /* the addresses the work uses now */
+  size_t num_buffers;
+  int warmup;       /* eager runs of this key before its capture (0: capture at once) */
+  const char *what; /* names the work in messages: "layer3.attn fwd, 64 tokens" */
+};
+
 /*
  * What the core lends a backend. Valid from init() to fini(); keep the pointer in your state.
  * Every function takes the table itself first. Device handles (streams, graphs, executables,
@@ -266,6 +295,36 @@ struct cgrt_host_api {
    */
   int (*buckets)(const struct cgrt_host_api *h, const int64_t **sizes, size_t *count);
   int (*bucket_for_tokens)(const struct cgrt_host_api *h, int64_t tokens, int64_t *bucket);
+
+  /* -- graph cache: keyed executables, warm-up, LRU bound, rebind policy -- */
+  /* A new cache of at most max_graphs executables, rebinding moved buffers per `rebind`. */
+  int (*cache_create)(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind rebind,
+                      struct cgrt_graph_cache **cache);
+  /* Frees every executable and entry of the cache, and the cache. The stream is idle. */
+  void (*cache_destroy)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache);
+  /* Frees every executable and forgets warm-up counts; the cache stays usable. */
+  void (*cache_clear)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache);
+  /*
+   * Runs `work` for `key` on the runtime's stream:
+   * - its first work->warmup runs are eager (*mode = CGRT_MODE_WARMUP);
+   * - the next is captured (evicting the least recently used executable if the cache is full),
+   *   instantiated and launched (*mode = CGRT_MODE_CAPTURE); if the capture fails the work runs
+   *   eagerly instead (*mode = CGRT_MODE_EAGER), the fallback counted and logged;
+   * - later runs replay the executable (*mode = CGRT_MODE_REPLAY) if work->buffers are where they
+   *   were at capture. If one moved, the cache's rebind policy applies: update (capture again
+   *   and update the executable in place, re-instantiating if the driver refuses), copy (the
+   *   executable works on private copies of the buffers: inputs are copied in and outputs out
+   *   around every replay), recapture (another executable for the new address set, within the
+   *   bound), error (CGRT_E_REBIND naming the buffer). A stale address is never replayed.
+   * work->fn must enqueue the work on the runtime's stream using the buffer addresses it is
+   * given (they differ from work->buffers under the copy policy).
+   */
+  int (*cache_run)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
+                   const struct cgrt_graph_key *key, const struct cgrt_graph_work *work,
+                   cgrt_mode *mode);
+  /* 1 if key has a live executable now, 0 if not. */
+  int (*cache_has)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
+                   const struct cgrt_graph_key *key);
 };
 
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */

@@ -142,6 +142,13 @@ typedef struct cgrt_ctx {
   const int32_t *cu_seqlens;        /* device: cumulative actual lengths, or NULL */
   const int32_t *cu_seqlens_padded; /* device: cumulative padded lengths, or NULL */
   void *user;                       /* the step's user pointer (cgrt_step_desc.user) */
+  /*
+   * The step's static buffers as the body must address them: the host's own (desc->buffers),
+   * or, when a whole-step graph works on private copies (rebind = copy), those copies. A body
+   * that reads its static addresses from here works under every rebind policy.
+   */
+  const cgrt_buffer *buffers;
+  size_t num_buffers;
 } cgrt_ctx;
 
 /*

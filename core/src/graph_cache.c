@@ -1,0 +1,485 @@
+/*
+ * graph_cache.c - keyed executables shared by every graph backend: per-key warm-up, capture,
+ * replay, an LRU bound on live executables, and the rebind policy for buffers that moved since
+ * a capture (update, copy, recapture, error). A stale address is never replayed: an executable
+ * runs only with the buffers it was captured (or last updated) with.
+ *
+ * Entries live in a chained hash table on the key and in one recency list. An entry without an
+ * executable is still warming up (or was evicted); those are bounded too, so a host that sends
+ * endless distinct keys cannot grow the cache without limit.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+struct entry {
+  struct cgrt_graph_key key;
+  uint64_t hash;
+  void *exec;         /* NULL while warming up or after eviction */
+  int warm;           /* eager runs so far */
+  cgrt_buffer *bufs;  /* the addresses the executable uses (private ones under copy) */
+  cgrt_buffer *given; /* copy policy: the host's addresses at capture, for messages */
+  size_t num_bufs;
+  struct entry *chain;         /* next in the hash bucket */
+  struct entry *newer, *older; /* recency list */
+};
+
+struct cgrt_graph_cache {
+  cgrt_runtime *rt;
+  int max_graphs;
+  cgrt_rebind rebind;
+  struct entry **table;
+  size_t table_size; /* a power of two */
+  size_t count;      /* entries */
+  size_t live;       /* entries with an executable */
+  struct entry *newest, *oldest;
+};
+
+/* Entries without an executable beyond this many are forgotten, oldest first. */
+static size_t pending_bound(const struct cgrt_graph_cache *c) {
+  return 4 * (size_t)c->max_graphs + 64;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+static uint64_t key_hash(const struct cgrt_graph_key *k) {
+  uint64_t h = 0;
+  h = mix(h, k->module);
+  h = mix(h, ((uint64_t)k->dir << 32) | (uint32_t)k->microbatch);
+  h = mix(h, k->phase);
+  h = mix(h, k->shape);
+  h = mix(h, k->extra);
+  return h ^ (h >> 31);
+}
+
+static int key_equal(const struct cgrt_graph_key *a, const struct cgrt_graph_key *b) {
+  return a->module == b->module && a->dir == b->dir && a->microbatch == b->microbatch &&
+         a->phase == b->phase && a->shape == b->shape && a->extra == b->extra;
+}
+
+static int buffers_match(const struct entry *e, const cgrt_buffer *b, size_t n) {
+  if (e->num_bufs != n)
+    return 0;
+  const cgrt_buffer *mine = e->given ? e->given : e->bufs;
+  for (size_t i = 0; i < n; i++)
+    if (mine[i].ptr != b[i].ptr || mine[i].bytes != b[i].bytes)
+      return 0;
+  return 1;
+}
+
+/* ---------------------------------------------------------------- recency list */
+
+static void list_unlink(struct cgrt_graph_cache *c, struct entry *e) {
+  if (e->newer)
+    e->newer->older = e->older;
+  else
+    c->newest = e->older;
+  if (e->older)
+    e->older->newer = e->newer;
+  else
+    c->oldest = e->newer;
+  e->newer = e->older = NULL;
+}
+
+static void list_push_newest(struct cgrt_graph_cache *c, struct entry *e) {
+  e->older = c->newest;
+  e->newer = NULL;
+  if (c->newest)
+    c->newest->newer = e;
+  c->newest = e;
+  if (!c->oldest)
+    c->oldest = e;
+}
+
+static void touch(struct cgrt_graph_cache *c, struct entry *e) {
+  if (c->newest != e) {
+    list_unlink(c, e);
+    list_push_newest(c, e);
+  }
+}
+
+/* ---------------------------------------------------------------- entries */
+
+static void free_private(struct cgrt_graph_cache *c, struct entry *e) {
+  const struct cgrt_host_api *h = &c->rt->host;
+  if (e->given) {
+    /* Launched copies may still read or write the private buffers: let them finish. */
+    h->stream_sync(h, h->stream(h));
+    for (size_t i = 0; i < e->num_bufs; i++)
+      h->mem_free(h, e->bufs[i].ptr);
+    free(e->given);
+    e->given = NULL;
+  }
+  free(e->bufs);
+  e->bufs = NULL;
+  e->num_bufs = 0;
+}
+
+static void drop_exec(struct cgrt_graph_cache *c, struct entry *e) {
+  if (!e->exec)
+    return;
+  c->rt->host.exec_destroy(&c->rt->host, e->exec);
+  e->exec = NULL;
+  c->live--;
+  free_private(c, e);
+}
+
+static void entry_remove(struct cgrt_graph_cache *c, struct entry *e) {
+  struct entry **p = &c->table[e->hash & (c->table_size - 1)];
+  while (*p != e)
+    p = &(*p)->chain;
+  *p = e->chain;
+  list_unlink(c, e);
+  drop_exec(c, e);
+  c->count--;
+  free(e);
+}
+
+static int grow(struct cgrt_graph_cache *c) {
+  size_t size = c->table_size * 2;
+  struct entry **t = calloc(size, sizeof(*t));
+  if (!t)
+    return CGRT_E_NOMEM;
+  for (size_t i = 0; i < c->table_size; i++)
+    for (struct entry *e = c->table[i], *next; e; e = next) {
+      next = e->chain;
+      e->chain = t[e->hash & (size - 1)];
+      t[e->hash & (size - 1)] = e;
+    }
+  free(c->table);
+  c->table = t;
+  c->table_size = size;
+  return 0;
+}
+
+/*
+ * The entry of key for these buffers: under recapture, several entries share a key (one per
+ * address set) and the one whose buffers match is wanted, else one without an executable; under
+ * the other policies a key has one entry.
+ */
+static struct entry *find(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
+                          uint64_t hash, const cgrt_buffer *bufs, size_t n) {
+  struct entry *fallback = NULL;
+  for (struct entry *e = c->table[hash & (c->table_size - 1)]; e; e = e->chain) {
+    if (e->hash != hash || !key_equal(&e->key, key))
+      continue;
+    if (c->rebind != CGRT_REBIND_RECAPTURE)
+      return e;
+    if (e->exec && buffers_match(e, bufs, n))
+      return e;
+    if (!e->exec && !fallback)
+      fallback = e;
+  }
+  return fallback;
+}
+
+static struct entry *insert(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
+                            uint64_t hash) {
+  if (c->count + 1 > c->table_size * 2 && grow(c) != 0)
+    return NULL;
+  struct entry *e = calloc(1, sizeof(*e));
+  if (!e)
+    return NULL;
+  e->key = *key;
+  e->hash = hash;
+  e->chain = c->table[hash & (c->table_size - 1)];
+  c->table[hash & (c->table_size - 1)] = e;
+  list_push_newest(c, e);
+  c->count++;
+  /* Forget the oldest entries that hold no executable beyond the bound. */
+  for (struct entry *o = c->oldest, *newer; o && c->count - c->live > pending_bound(c); o = newer) {
+    newer = o->newer;
+    if (!o->exec && o != e)
+      entry_remove(c, o);
+  }
+  return e;
+}
+
+/* Makes room for one more executable: evicts the least recently used ones, never `keep`. */
+static void make_room(struct cgrt_graph_cache *c, const struct entry *keep) {
+  for (struct entry *o = c->oldest; o && c->live >= (size_t)c->max_graphs; o = o->newer) {
+    if (!o->exec || o == keep)
+      continue;
+    drop_exec(c, o);
+    c->rt->stats.evictions++;
+  }
+}
+
+/* ---------------------------------------------------------------- running work */
+
+struct record_arg {
+  const struct cgrt_graph_work *work;
+  const cgrt_buffer *bufs;
+};
+
+static int record_work(void *arg) {
+  struct record_arg *r = arg;
+  return r->work->fn(r->work->arg, CGRT_MODE_CAPTURE, r->bufs, r->work->num_buffers);
+}
+
+static int save_buffers(struct entry *e, const cgrt_buffer *b, size_t n) {
+  e->bufs = n ? malloc(n * sizeof(*b)) : NULL;
+  if (n && !e->bufs)
+    return CGRT_E_NOMEM;
+  if (n)
+    memcpy(e->bufs, b, n * sizeof(*b));
+  e->num_bufs = n;
+  return 0;
+}
+
+/* Copy policy: private device buffers the executable works on, for good. */
+static int make_private(struct cgrt_graph_cache *c, struct entry *e, const cgrt_buffer *b,
+                        size_t n) {
+  const struct cgrt_host_api *h = &c->rt->host;
+  e->given = n ? malloc(n * sizeof(*b)) : NULL;
+  e->bufs = n ? calloc(n, sizeof(*b)) : NULL;
+  if (n && (!e->given || !e->bufs)) {
+    free(e->given);
+    free(e->bufs);
+    e->given = e->bufs = NULL;
+    return CGRT_E_NOMEM;
+  }
+  e->num_bufs = n;
+  if (n)
+    memcpy(e->given, b, n * sizeof(*b));
+  for (size_t i = 0; i < n; i++) {
+    e->bufs[i] = b[i];
+    e->bufs[i].ptr = NULL;
+    int rc = h->mem_alloc(h, &e->bufs[i].ptr, b[i].bytes ? b[i].bytes : 1);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* Copy policy: the host's inputs into the private buffers, or the outputs back. */
+static int copy_buffers(struct cgrt_graph_cache *c, struct entry *e, const cgrt_buffer *b, size_t n,
+                        int inputs, const char *what) {
+  const struct cgrt_host_api *h = &c->rt->host;
+  if (n != e->num_bufs)
+    return h->set_error(h, CGRT_E_REBIND,
+                        "%s: called with %zu buffers, captured with %zu; give calls with other "
+                        "buffers another key",
+                        what, n, e->num_bufs);
+  for (size_t i = 0; i < n; i++) {
+    if (b[i].bytes > e->bufs[i].bytes)
+      return h->set_error(h, CGRT_E_REBIND,
+                          "%s: buffer '%s' (#%zu) grew from %zu to %zu bytes under the same key; "
+                          "give calls of another shape another key",
+                          what, b[i].name ? b[i].name : "?", i, e->bufs[i].bytes, b[i].bytes);
+    unsigned want = inputs ? CGRT_IN : CGRT_OUT;
+    if (!(b[i].access & want) || b[i].bytes == 0)
+      continue;
+    int rc = inputs ? h->memcpy_async(h, e->bufs[i].ptr, b[i].ptr, b[i].bytes, h->stream(h))
+                    : h->memcpy_async(h, b[i].ptr, e->bufs[i].ptr, b[i].bytes, h->stream(h));
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* Launches e's executable, with the copies the copy policy needs around it. */
+static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w) {
+  const struct cgrt_host_api *h = &c->rt->host;
+  int rc = 0;
+  if (e->given)
+    rc = copy_buffers(c, e, w->buffers, w->num_buffers, 1, w->what);
+  if (rc == 0)
+    rc = h->exec_launch(h, e->exec, h->stream(h));
+  if (rc == 0 && e->given)
+    rc = copy_buffers(c, e, w->buffers, w->num_buffers, 0, w->what);
+  return rc;
+}
+
+static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mode) {
+  *mode = m;
+  return w->fn(w->arg, m, w->buffers, w->num_buffers);
+}
+
+/* Captures a new executable for e; on failure runs the work eagerly. */
+static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
+                       cgrt_mode *mode) {
+  const struct cgrt_host_api *h = &c->rt->host;
+  make_room(c, e);
+  int rc = c->rebind == CGRT_REBIND_COPY ? make_private(c, e, w->buffers, w->num_buffers)
+                                         : save_buffers(e, w->buffers, w->num_buffers);
+  if (rc != 0) {
+    free_private(c, e);
+    return rc;
+  }
+  struct record_arg r = {w, e->bufs};
+  void *exec = NULL;
+  if (h->capture(h, h->stream(h), record_work, &r, w->what, &exec) != 0) {
+    free_private(c, e);
+    return run_eager(w, CGRT_MODE_EAGER, mode);
+  }
+  e->exec = exec;
+  c->live++;
+  *mode = CGRT_MODE_CAPTURE;
+  return replay(c, e, w);
+}
+
+/* Update policy: re-records the work with the new addresses and updates e's executable. */
+static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
+                         const struct cgrt_graph_work *w, cgrt_mode *mode) {
+  cgrt_runtime *rt = c->rt;
+  const struct cgrt_host_api *h = &rt->host;
+  char why[sizeof(rt->err)];
+  void *graph = NULL;
+  struct record_arg r = {w, w->buffers};
+  int rc = cgrt__record(rt, h->stream(h), record_work, &r, why, sizeof(why), &graph);
+  if (rc != 0) {
+    /* The old executable stays for its own addresses; this call runs eagerly. */
+    cgrt__capture_fallback(rt, rc, w->what, why);
+    return run_eager(w, CGRT_MODE_EAGER, mode);
+  }
+  rc = h->exec_update(h, e->exec, graph);
+  if (rc == CGRT_E_UPDATE) {
+    void *exec = NULL;
+    rc = h->graph_instantiate(h, graph, &exec);
+    if (rc == 0) {
+      h->exec_destroy(h, e->exec);
+      e->exec = exec;
+    }
+  }
+  h->graph_destroy(h, graph);
+  if (rc != 0) {
+    cgrt__capture_fallback(rt, rc, w->what, rt->err);
+    return run_eager(w, CGRT_MODE_EAGER, mode);
+  }
+  free(e->bufs);
+  e->bufs = NULL;
+  rc = save_buffers(e, w->buffers, w->num_buffers);
+  if (rc != 0) {
+    drop_exec(c, e);
+    return rc;
+  }
+  *mode = CGRT_MODE_CAPTURE;
+  return replay(c, e, w);
+}
+
+/* Names the first buffer that moved, for the error policy. */
+static int rebind_refused(struct cgrt_graph_cache *c, const struct entry *e,
+                          const struct cgrt_graph_work *w) {
+  const struct cgrt_host_api *h = &c->rt->host;
+  if (e->num_bufs != w->num_buffers)
+    return h->set_error(h, CGRT_E_REBIND,
+                        "%s: called with %zu buffers, captured with %zu; rebind = error refuses "
+                        "it (set [cuda_graph] rebind = update, copy or recapture)",
+                        w->what, w->num_buffers, e->num_bufs);
+  for (size_t i = 0; i < e->num_bufs; i++)
+    if (e->bufs[i].ptr != w->buffers[i].ptr || e->bufs[i].bytes != w->buffers[i].bytes)
+      return h->set_error(h, CGRT_E_REBIND,
+                          "%s: buffer '%s' (#%zu) moved from %p (%zu bytes) to %p (%zu bytes) "
+                          "since its capture; rebind = error refuses to replay stale addresses "
+                          "(keep the buffer in place, or set [cuda_graph] rebind = update, copy "
+                          "or recapture)",
+                          w->what, w->buffers[i].name ? w->buffers[i].name : "?", i, e->bufs[i].ptr,
+                          e->bufs[i].bytes, w->buffers[i].ptr, w->buffers[i].bytes);
+  return CGRT_E_REBIND;
+}
+
+/* Another entry of the same key (recapture: an executable for another address set). */
+static struct entry *sibling(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
+                             uint64_t hash) {
+  for (struct entry *e = c->table[hash & (c->table_size - 1)]; e; e = e->chain)
+    if (e->hash == hash && key_equal(&e->key, key))
+      return e;
+  return NULL;
+}
+
+static int c_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                 const struct cgrt_graph_key *key, const struct cgrt_graph_work *w,
+                 cgrt_mode *mode) {
+  if (w->num_buffers && !w->buffers)
+    return h->set_error(h, CGRT_E_INVAL, "%s: num_buffers is %zu but buffers is NULL", w->what,
+                        w->num_buffers);
+  uint64_t hash = key_hash(key);
+  struct entry *e = find(c, key, hash, w->buffers, w->num_buffers);
+  if (!e) {
+    /* Under recapture a key seen with other addresses is warm already: capture at once. */
+    struct entry *other = sibling(c, key, hash);
+    if (!(e = insert(c, key, hash)))
+      return h->set_error(h, CGRT_E_NOMEM, "out of memory in the graph cache (%s)", w->what);
+    if (other) {
+      e->warm = other->warm;
+      c->rt->stats.rebinds++;
+    }
+  }
+  touch(c, e);
+  if (!e->exec) {
+    if (e->warm < w->warmup) {
+      e->warm++;
+      return run_eager(w, CGRT_MODE_WARMUP, mode);
+    }
+    return capture_new(c, e, w, mode);
+  }
+  if (e->given || buffers_match(e, w->buffers, w->num_buffers)) {
+    *mode = CGRT_MODE_REPLAY;
+    return replay(c, e, w);
+  }
+  /* The buffers moved (recapture never gets here: find() matched or made another entry). */
+  c->rt->stats.rebinds++;
+  if (c->rebind == CGRT_REBIND_UPDATE)
+    return rebind_update(c, e, w, mode);
+  return rebind_refused(c, e, w);
+}
+
+static int c_has(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                 const struct cgrt_graph_key *key) {
+  (void)h;
+  uint64_t hash = key_hash(key);
+  for (struct entry *e = c->table[hash & (c->table_size - 1)]; e; e = e->chain)
+    if (e->hash == hash && key_equal(&e->key, key) && e->exec)
+      return 1;
+  return 0;
+}
+
+static void c_clear(const struct cgrt_host_api *h, struct cgrt_graph_cache *c) {
+  (void)h;
+  while (c->oldest)
+    entry_remove(c, c->oldest);
+}
+
+static void c_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache *c) {
+  if (!c)
+    return;
+  c_clear(h, c);
+  free(c->table);
+  free(c);
+}
+
+static int c_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind rebind,
+                    struct cgrt_graph_cache **out) {
+  *out = NULL;
+  if (max_graphs < 1 || (unsigned)rebind > CGRT_REBIND_ERROR)
+    return h->set_error(h, CGRT_E_INVAL, "cache_create: max_graphs %d must be >= 1", max_graphs);
+  struct cgrt_graph_cache *c = calloc(1, sizeof(*c));
+  if (!c)
+    return CGRT_E_NOMEM;
+  c->rt = CGRT_RT(h);
+  c->max_graphs = max_graphs;
+  c->rebind = rebind;
+  c->table_size = 64;
+  c->table = calloc(c->table_size, sizeof(*c->table));
+  if (!c->table) {
+    free(c);
+    return CGRT_E_NOMEM;
+  }
+  *out = c;
+  return 0;
+}
+
+void cgrt__graph_cache_api(struct cgrt_host_api *h) {
+  h->cache_create = c_create;
+  h->cache_destroy = c_destroy;
+  h->cache_clear = c_clear;
+  h->cache_run = c_run;
+  h->cache_has = c_has;
+}
