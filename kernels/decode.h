@@ -1,0 +1,234 @@
+/*
+ * decode.h - the `decode` reference workload: L decoder layers (RMSNorm, attention over a static
+ * KV cache with RoPE, SwiGLU MLP) for T new tokens, bf16 activations and weights, fp32
+ * accumulation. Projections go through cuBLAS, everything else through our own kernels.
+ *
+ * Shapes: d_model = heads * 64 (head dimension 64). Per layer: RMSNorm gains [d] (attention and
+ * MLP), Wqkv [3d, d] (rows: q, then k, then v; head h at rows h*64 of each), Wo [d, d],
+ * W_gate_up [2*ffn, d] (rows: gate, then up), W_down [d, ffn], all row-major [out, in] like
+ * nn.Linear; a static KV cache K, V [cache_len, heads, 64] each, holding keys already rotated.
+ * The hidden state is one static buffer [max_tokens, d] bf16; every call works on its first
+ * `rows` rows, in place. New token i sits at position cache_len + i and attends to the whole
+ * cache and to new tokens 0..i (causal); the new tokens' K/V are never appended to the cache, so
+ * every step is independent and reproducible.
+ *
+ * Every value the workload starts from (weights, cache, staged input) is a pure function of
+ * (seed, tensor id, index), computed on the device by the inline functions below; the host can
+ * call the same functions to regenerate any value (the tests build their reference that way).
+ * Each such value is a small integer times a power of two, so it is exact in bf16 and in float.
+ *
+ * Calls that enqueue work (stage, attn, mlp, read) never synchronize, never allocate with
+ * cudaMalloc and never read device memory on the host, so they can be captured into a CUDA graph.
+ * attn and mlp allocate their temporaries with cudaMallocAsync on the call's stream and free
+ * them with cudaFreeAsync before returning (graph memory nodes under capture). One workload
+ * holds one cuBLAS handle and one cuBLAS workspace: drive it from one stream at a time.
+ *
+ * Errors: 0, a cudaError_t (positive, below CGRTK_CUBLAS_ERROR_BASE), or
+ * CGRTK_CUBLAS_ERROR_BASE + a cublasStatus_t; cgrtk_decode_strerror() names either.
+ * No CUDA header is needed to use this file: streams are void * (cudaStream_t).
+ */
+#ifndef CGRT_KERNELS_DECODE_H
+#define CGRT_KERNELS_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Shape of a decode workload. Defaults (cgrtk_decode_default_cfg): 12 layers, d_model 1024,
+ * 16 heads, ffn 2816, cache_len 512, max_tokens 512, seed 1. d_model must be heads * 64, ffn a
+ * multiple of 8, and cache_len + max_tokens at most CGRTK_DECODE_MAX_KEYS. */
+struct cgrtk_decode_cfg {
+  int layers;
+  int d_model;
+  int heads;
+  int ffn;
+  int cache_len;  /* positions in the static KV cache */
+  int max_tokens; /* capacity of the hidden buffer, in rows */
+  uint64_t seed;  /* every initial value derives from it */
+};
+
+typedef struct cgrtk_decode cgrtk_decode;
+
+#define CGRTK_DECODE_HEAD_DIM   64
+#define CGRTK_DECODE_MAX_KEYS   8192 /* cache_len + max_tokens: attention scores live in smem */
+#define CGRTK_DECODE_RMS_EPS    1e-5f
+#define CGRTK_DECODE_ROPE_THETA 10000.0
+#define CGRTK_DECODE_WORKSPACE  (32u << 20) /* bytes of cuBLAS workspace */
+#define CGRTK_CUBLAS_ERROR_BASE 0x10000
+#define CGRTK_CUBLAS_ERROR(st)  (CGRTK_CUBLAS_ERROR_BASE + (int)(st))
+
+/* Fill *cfg with the defaults above. */
+void cgrtk_decode_default_cfg(struct cgrtk_decode_cfg *cfg);
+
+/*
+ * Create a workload on the current device: allocate (cudaMalloc) and initialize every weight,
+ * the KV cache, the hidden buffer (zeroed) and a 32 MiB cuBLAS workspace; create the cuBLAS
+ * handle (default math mode, no atomics); raise the device's default memory pool release
+ * threshold to UINT64_MAX so stream-ordered allocations stay cheap. Synchronizes before it
+ * returns (never call it while a stream of this device is capturing in global mode).
+ * On failure returns nonzero, leaves *out NULL and writes a sentence naming the failing call or
+ * the invalid field into err (if err is not NULL).
+ */
+int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode_cfg *cfg, char *err,
+                        size_t errlen);
+
+/* Free everything create allocated. NULL is a no-op. No work of w may still be pending. */
+void cgrtk_decode_destroy(cgrtk_decode *w);
+
+/* The configuration w was created with. */
+const struct cgrtk_decode_cfg *cgrtk_decode_config(const cgrtk_decode *w);
+
+/*
+ * Stage one step's input: rows [0, tokens) of the hidden buffer get
+ * cgrtk_decode_input_value(seed, step, row, col), rows [tokens, rows) are zeroed (padding).
+ * Requires 0 <= tokens <= rows <= max_tokens. One kernel; capturable.
+ */
+int cgrtk_decode_stage(cgrtk_decode *w, int64_t tokens, int64_t rows, uint64_t step, void *stream);
+
+/* Attention block of layer `layer` on the first `rows` rows, in place:
+ * h += Wo . attention(RoPE(split(Wqkv . RMSNorm(h)))). rows = 0 is a no-op. */
+int cgrtk_decode_attn(cgrtk_decode *w, int layer, int64_t rows, void *stream);
+
+/* MLP block of layer `layer` on the first `rows` rows, in place:
+ * h += W_down . (silu(gate) * up), [gate, up] = W_gate_up . RMSNorm(h). rows = 0 is a no-op. */
+int cgrtk_decode_mlp(cgrtk_decode *w, int layer, int64_t rows, void *stream);
+
+/* Enqueue a copy of the first `rows` rows of the hidden buffer (rows * d_model bf16 values,
+ * 2 bytes each, row-major) to host_dst. The caller synchronizes the stream before reading. */
+int cgrtk_decode_read(cgrtk_decode *w, int64_t rows, void *host_dst, void *stream);
+
+/* The hidden buffer (device memory, max_tokens rows of cgrtk_decode_row_bytes each), owned by w. */
+void *cgrtk_decode_hidden(cgrtk_decode *w);
+
+/* Bytes of one row of the hidden buffer: d_model * 2. */
+size_t cgrtk_decode_row_bytes(const cgrtk_decode *w);
+
+/* Approximate FLOPs of one forward over all layers at `rows` rows (GEMMs and attention). */
+double cgrtk_decode_flops(const struct cgrtk_decode_cfg *cfg, int64_t rows);
+
+/* Peak bytes of temporaries one attn or mlp call at `rows` rows requests from cudaMallocAsync
+ * (the larger of the two; the allocator may round each allocation up). */
+size_t cgrtk_decode_temp_bytes(const struct cgrtk_decode_cfg *cfg, int64_t rows);
+
+/* A sentence for a code returned by this workload (cudaError_t or CGRTK_CUBLAS_ERROR(...)). */
+const char *cgrtk_decode_strerror(int rc);
+
+/* ---------------------------------------------------------------- initial values
+ * Shared by the device (initialization and stage kernels) and the host (tests, references).
+ * Tensor ids: ((uint64_t)layer << 8) | CGRTK_DECODE_T_* for a layer's tensors,
+ * ((uint64_t)step << 8) | CGRTK_DECODE_T_INPUT for a step's input. Indices are row-major
+ * element offsets within the tensor (for the cache: (pos * heads + head) * 64 + dim). */
+enum {
+  CGRTK_DECODE_T_ATTN_NORM = 0, /* [d] gain */
+  CGRTK_DECODE_T_MLP_NORM = 1,  /* [d] gain */
+  CGRTK_DECODE_T_WQKV = 2,      /* [3d, d] */
+  CGRTK_DECODE_T_WO = 3,        /* [d, d] */
+  CGRTK_DECODE_T_WGATE_UP = 4,  /* [2 ffn, d] */
+  CGRTK_DECODE_T_WDOWN = 5,     /* [d, ffn] */
+  CGRTK_DECODE_T_KCACHE = 6,    /* [cache_len, heads, 64] */
+  CGRTK_DECODE_T_VCACHE = 7,    /* [cache_len, heads, 64] */
+  CGRTK_DECODE_T_INPUT = 8,     /* [rows, d], per step */
+  CGRTK_DECODE_T_COUNT = 8      /* tensors per layer */
+};
+
+#if defined(__CUDACC__)
+#define CGRTK_DECODE_INLINE static inline __host__ __device__
+#else
+#define CGRTK_DECODE_INLINE static inline
+#endif
+
+/* splitmix64's finalizer: a bijection of 64-bit words with good avalanche. */
+CGRTK_DECODE_INLINE uint64_t cgrtk_decode_mix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* The key of one tensor: everything the hash needs except the element index. */
+CGRTK_DECODE_INLINE uint64_t cgrtk_decode_tensor_key(uint64_t seed, uint64_t id) {
+  return cgrtk_decode_mix(cgrtk_decode_mix(seed) ^ id);
+}
+
+/* Element `index` of a tensor: an integer in [-128, 127] / 128 times `scale` (a power of two),
+ * or, for a gain (is_gain), 1 + an integer in [-8, 7] / 64. Exact in bf16. */
+CGRTK_DECODE_INLINE float cgrtk_decode_value(uint64_t key, uint64_t index, int is_gain,
+                                             float scale) {
+  uint64_t h = cgrtk_decode_mix(key ^ index);
+  if (is_gain)
+    return 1.0f + (float)((int)(h >> 60) - 8) * (1.0f / 64.0f);
+  return (float)((int)(h >> 56) - 128) * (1.0f / 128.0f) * scale;
+}
+
+/* The power of two s with s^2 in (t/2, 2t], t = 3 / fan_in: uniform weights in [-s, s) then
+ * have a standard deviation near 1/sqrt(fan_in), so activations stay O(1) across layers. */
+CGRTK_DECODE_INLINE float cgrtk_decode_weight_scale(int fan_in) {
+  double t = 3.0 / (double)(fan_in > 0 ? fan_in : 1);
+  double s = 1.0;
+  while (s * s > 2.0 * t)
+    s *= 0.5;
+  return (float)s;
+}
+
+/* Element count, fan-in (0: not a projection) and gain flag of a layer tensor. */
+CGRTK_DECODE_INLINE uint64_t cgrtk_decode_tensor_numel(const struct cgrtk_decode_cfg *cfg,
+                                                       int tensor) {
+  uint64_t d = (uint64_t)cfg->d_model, f = (uint64_t)cfg->ffn;
+  switch (tensor) {
+  case CGRTK_DECODE_T_ATTN_NORM:
+  case CGRTK_DECODE_T_MLP_NORM:
+    return d;
+  case CGRTK_DECODE_T_WQKV:
+    return 3 * d * d;
+  case CGRTK_DECODE_T_WO:
+    return d * d;
+  case CGRTK_DECODE_T_WGATE_UP:
+    return 2 * f * d;
+  case CGRTK_DECODE_T_WDOWN:
+    return d * f;
+  case CGRTK_DECODE_T_KCACHE:
+  case CGRTK_DECODE_T_VCACHE:
+    return (uint64_t)cfg->cache_len * d;
+  default:
+    return 0;
+  }
+}
+
+/* Scale of a layer tensor's values: 1/sqrt(fan_in)-like for projections, 1 for the cache. */
+CGRTK_DECODE_INLINE float cgrtk_decode_tensor_scale(const struct cgrtk_decode_cfg *cfg,
+                                                    int tensor) {
+  switch (tensor) {
+  case CGRTK_DECODE_T_WQKV:
+  case CGRTK_DECODE_T_WO:
+  case CGRTK_DECODE_T_WGATE_UP:
+    return cgrtk_decode_weight_scale(cfg->d_model);
+  case CGRTK_DECODE_T_WDOWN:
+    return cgrtk_decode_weight_scale(cfg->ffn);
+  default:
+    return 1.0f;
+  }
+}
+
+/* Initial value of element `index` of tensor `tensor` (CGRTK_DECODE_T_*, not INPUT) of `layer`. */
+CGRTK_DECODE_INLINE float cgrtk_decode_init_value(const struct cgrtk_decode_cfg *cfg, int layer,
+                                                  int tensor, uint64_t index) {
+  uint64_t key = cgrtk_decode_tensor_key(cfg->seed, ((uint64_t)layer << 8) | (uint64_t)tensor);
+  int gain = tensor == CGRTK_DECODE_T_ATTN_NORM || tensor == CGRTK_DECODE_T_MLP_NORM;
+  return cgrtk_decode_value(key, index, gain, cgrtk_decode_tensor_scale(cfg, tensor));
+}
+
+/* Staged input of `step` at (row, col), for rows below the step's token count. */
+CGRTK_DECODE_INLINE float cgrtk_decode_input_value(const struct cgrtk_decode_cfg *cfg,
+                                                   uint64_t step, int64_t row, int64_t col) {
+  uint64_t key = cgrtk_decode_tensor_key(cfg->seed, (step << 8) | (uint64_t)CGRTK_DECODE_T_INPUT);
+  return cgrtk_decode_value(key, (uint64_t)(row * cfg->d_model + col), 0, 1.0f);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,576 @@
+/*
+ * test_kernels.c (GPU) - the reference workloads cgrt bench runs (kernels/decode.h, chain.h):
+ * the decode layers are bitwise reproducible, give the same bits eagerly and replayed from a
+ * captured graph, match a float64 CPU reference, ignore padding rows, and put their temporaries
+ * in graph memory when captured; the chain computes its recurrence exactly.
+ * The decode tests run on a small configuration and on the default one.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cuda_runtime_api.h>
+
+#include "chain.h"
+#include "decode.h"
+
+#define ROWS 37   /* tokens of the tests' steps: not a multiple of anything */
+#define TOL  2e-2 /* relative error allowed against a reference computed differently */
+
+enum { CFG_SMALL, CFG_DEFAULT };
+static int cfg_small = CFG_SMALL, cfg_default = CFG_DEFAULT;
+
+struct fixture {
+  struct cgrtk_decode_cfg cfg;
+  cgrtk_decode *w;
+  cudaStream_t s;
+};
+
+static void small_cfg(struct cgrtk_decode_cfg *c) {
+  cgrtk_decode_default_cfg(c);
+  c->layers = 2;
+  c->d_model = 256;
+  c->heads = 4;
+  c->ffn = 512;
+  c->cache_len = 64;
+  c->max_tokens = 64;
+  c->seed = 7;
+}
+
+static int setup(void **state) {
+  struct fixture *f = calloc(1, sizeof(*f));
+  char err[256] = "";
+  if (!f)
+    return -1;
+  if (*(int *)*state == CFG_SMALL)
+    small_cfg(&f->cfg);
+  else
+    cgrtk_decode_default_cfg(&f->cfg);
+  if (cgrtk_decode_create(&f->w, &f->cfg, err, sizeof(err)) != 0) {
+    print_error("cgrtk_decode_create: %s\n", err);
+    free(f);
+    return -1;
+  }
+  if (cudaStreamCreateWithFlags(&f->s, cudaStreamNonBlocking) != cudaSuccess) {
+    cgrtk_decode_destroy(f->w);
+    free(f);
+    return -1;
+  }
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  struct fixture *f = *state;
+  int dev = 0;
+  cudaStreamSynchronize(f->s);
+  cudaStreamDestroy(f->s);
+  cgrtk_decode_destroy(f->w);
+  free(f);
+  if (cudaGetDevice(&dev) == cudaSuccess)
+    cudaDeviceGraphMemTrim(dev);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static float bf16_to_float(uint16_t v) {
+  uint32_t u = (uint32_t)v << 16;
+  float x;
+  memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+/* Round to bf16 (nearest even), as the device stores every activation. */
+static double bf16_round(double v) {
+  float x = (float)v;
+  uint32_t u;
+  memcpy(&u, &x, sizeof(u));
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+static uint16_t *alloc_rows(const struct fixture *f, int64_t rows) {
+  uint16_t *p = malloc((size_t)rows * f->cfg.d_model * sizeof(uint16_t));
+  assert_non_null(p);
+  return p;
+}
+
+static int run_layers(struct fixture *f, int64_t rows) {
+  for (int l = 0; l < f->cfg.layers; l++) {
+    int rc = cgrtk_decode_attn(f->w, l, rows, f->s);
+    if (rc == 0)
+      rc = cgrtk_decode_mlp(f->w, l, rows, f->s);
+    if (rc != 0) {
+      print_error("layer %d: %s\n", l, cgrtk_decode_strerror(rc));
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static void read_rows(struct fixture *f, int64_t rows, uint16_t *dst) {
+  assert_int_equal(cgrtk_decode_read(f->w, rows, dst, f->s), 0);
+  assert_int_equal(cudaStreamSynchronize(f->s), cudaSuccess);
+}
+
+/* Stage `tokens` tokens padded to `rows`, run every layer at `rows`, read the first `keep` rows. */
+static void forward(struct fixture *f, int64_t tokens, int64_t rows, uint64_t step, uint16_t *out,
+                    int64_t keep) {
+  assert_int_equal(cgrtk_decode_stage(f->w, tokens, rows, step, f->s), 0);
+  assert_int_equal(run_layers(f, rows), 0);
+  read_rows(f, keep, out);
+}
+
+static double rel_err(const double *got, const double *want, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return sqrt(num) / sqrt(den > 0 ? den : 1e-300);
+}
+
+static double *to_double(const uint16_t *v, size_t n) {
+  double *d = malloc(n * sizeof(double));
+  assert_non_null(d);
+  for (size_t i = 0; i < n; i++)
+    d[i] = bf16_to_float(v[i]);
+  return d;
+}
+
+/* Every value finite, and the root mean square within [lo, hi]. */
+static void assert_sane(const uint16_t *v, size_t n, double lo, double hi) {
+  double ss = 0;
+  for (size_t i = 0; i < n; i++) {
+    float x = bf16_to_float(v[i]);
+    assert_true(isfinite(x));
+    ss += (double)x * x;
+  }
+  double rms = sqrt(ss / (double)n);
+  if (rms < lo || rms > hi)
+    fail_msg("rms %g outside [%g, %g]", rms, lo, hi);
+}
+
+/* ---------------------------------------------------------------- CPU reference (float64)
+ * The same math as the device, in double, rounding to bf16 where the device stores bf16. */
+
+static double *gen_tensor(const struct cgrtk_decode_cfg *c, int layer, int tensor) {
+  uint64_t n = cgrtk_decode_tensor_numel(c, tensor);
+  double *t = malloc(n * sizeof(double));
+  assert_non_null(t);
+  for (uint64_t i = 0; i < n; i++)
+    t[i] = cgrtk_decode_init_value(c, layer, tensor, i);
+  return t;
+}
+
+static void ref_rmsnorm(const double *x, const double *gain, double *y, int rows, int d) {
+  for (int r = 0; r < rows; r++) {
+    double ss = 0;
+    for (int c = 0; c < d; c++)
+      ss += x[r * d + c] * x[r * d + c];
+    double inv = 1.0 / sqrt(ss / d + (double)CGRTK_DECODE_RMS_EPS);
+    for (int c = 0; c < d; c++)
+      y[r * d + c] = bf16_round(x[r * d + c] * inv * gain[c]);
+  }
+}
+
+/* y[rows, n] = bf16(x[rows, k] . w[n, k]^T + (res ? res : 0)). */
+static void ref_linear(const double *x, const double *w, const double *res, double *y, int rows,
+                       int n, int k) {
+  for (int r = 0; r < rows; r++)
+    for (int o = 0; o < n; o++) {
+      double acc = 0;
+      for (int i = 0; i < k; i++)
+        acc += x[r * k + i] * w[o * k + i];
+      y[r * n + o] = bf16_round(acc + (res ? res[r * n + o] : 0.0));
+    }
+}
+
+static void ref_attn(const struct cgrtk_decode_cfg *c, int layer, const double *h, double *out,
+                     int rows) {
+  const int d = c->d_model, heads = c->heads, hd = CGRTK_DECODE_HEAD_DIM, C = c->cache_len;
+  double *gain = gen_tensor(c, layer, CGRTK_DECODE_T_ATTN_NORM);
+  double *wqkv = gen_tensor(c, layer, CGRTK_DECODE_T_WQKV);
+  double *wo = gen_tensor(c, layer, CGRTK_DECODE_T_WO);
+  double *kc = gen_tensor(c, layer, CGRTK_DECODE_T_KCACHE);
+  double *vc = gen_tensor(c, layer, CGRTK_DECODE_T_VCACHE);
+  double *normed = malloc(sizeof(double) * rows * d), *qkv = malloc(sizeof(double) * rows * 3 * d);
+  double *ctx = malloc(sizeof(double) * rows * d), *p = malloc(sizeof(double) * (C + rows));
+  assert_true(normed && qkv && ctx && p);
+
+  ref_rmsnorm(h, gain, normed, rows, d);
+  ref_linear(normed, wqkv, NULL, qkv, rows, 3 * d, d);
+  for (int r = 0; r < rows; r++) /* RoPE on q and k, rotate-half, position C + r */
+    for (int which = 0; which < 2; which++)
+      for (int hh = 0; hh < heads; hh++)
+        for (int j = 0; j < hd / 2; j++) {
+          double *v = qkv + (size_t)r * 3 * d + which * d + hh * hd;
+          double a = (C + r) * pow(CGRTK_DECODE_ROPE_THETA, -(2.0 * j) / hd);
+          double x1 = v[j], x2 = v[j + hd / 2];
+          v[j] = bf16_round(x1 * cos(a) - x2 * sin(a));
+          v[j + hd / 2] = bf16_round(x2 * cos(a) + x1 * sin(a));
+        }
+  for (int r = 0; r < rows; r++)
+    for (int hh = 0; hh < heads; hh++) {
+      const double *q = qkv + (size_t)r * 3 * d + hh * hd;
+      int n = C + r + 1;
+      double mx = -INFINITY, sum = 0;
+      for (int j = 0; j < n; j++) {
+        const double *k = j < C ? kc + ((size_t)j * heads + hh) * hd
+                                : qkv + (size_t)(j - C) * 3 * d + d + hh * hd;
+        double s = 0;
+        for (int e = 0; e < hd; e++)
+          s += q[e] * k[e];
+        p[j] = s / sqrt((double)hd);
+        mx = p[j] > mx ? p[j] : mx;
+      }
+      for (int j = 0; j < n; j++) {
+        p[j] = exp(p[j] - mx);
+        sum += p[j];
+      }
+      for (int e = 0; e < hd; e++) {
+        double o = 0;
+        for (int j = 0; j < n; j++) {
+          const double *v = j < C ? vc + ((size_t)j * heads + hh) * hd
+                                  : qkv + (size_t)(j - C) * 3 * d + 2 * d + hh * hd;
+          o += p[j] * v[e];
+        }
+        ctx[(size_t)r * d + hh * hd + e] = bf16_round(o / sum);
+      }
+    }
+  ref_linear(ctx, wo, h, out, rows, d, d);
+  free(gain);
+  free(wqkv);
+  free(wo);
+  free(kc);
+  free(vc);
+  free(normed);
+  free(qkv);
+  free(ctx);
+  free(p);
+}
+
+static void ref_mlp(const struct cgrtk_decode_cfg *c, int layer, const double *h, double *out,
+                    int rows) {
+  const int d = c->d_model, ffn = c->ffn;
+  double *gain = gen_tensor(c, layer, CGRTK_DECODE_T_MLP_NORM);
+  double *wgu = gen_tensor(c, layer, CGRTK_DECODE_T_WGATE_UP);
+  double *wdown = gen_tensor(c, layer, CGRTK_DECODE_T_WDOWN);
+  double *normed = malloc(sizeof(double) * rows * d);
+  double *gu = malloc(sizeof(double) * rows * 2 * ffn), *act = malloc(sizeof(double) * rows * ffn);
+  assert_true(normed && gu && act);
+
+  ref_rmsnorm(h, gain, normed, rows, d);
+  ref_linear(normed, wgu, NULL, gu, rows, 2 * ffn, d);
+  for (int r = 0; r < rows; r++)
+    for (int i = 0; i < ffn; i++) {
+      double g = gu[(size_t)r * 2 * ffn + i], u = gu[(size_t)r * 2 * ffn + ffn + i];
+      act[(size_t)r * ffn + i] = bf16_round(g / (1.0 + exp(-g)) * u);
+    }
+  ref_linear(act, wdown, h, out, rows, d, ffn);
+  free(gain);
+  free(wgu);
+  free(wdown);
+  free(normed);
+  free(gu);
+  free(act);
+}
+
+/* The block's output and its contribution (output - input) both match the reference. */
+static void assert_block_matches(const char *what, const double *in, const double *got,
+                                 const double *want, size_t n) {
+  double *dg = malloc(n * sizeof(double)), *dw = malloc(n * sizeof(double));
+  assert_true(dg && dw);
+  for (size_t i = 0; i < n; i++) {
+    dg[i] = got[i] - in[i];
+    dw[i] = want[i] - in[i];
+  }
+  double e_out = rel_err(got, want, n), e_delta = rel_err(dg, dw, n);
+  print_message("%s: relative error %.3g (output), %.3g (block contribution)\n", what, e_out,
+                e_delta);
+  assert_true(e_out < TOL);
+  assert_true(e_delta < TOL);
+  free(dg);
+  free(dw);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+/* Two runs of the same calls from the same staged input give the same bits. */
+static void decode_is_deterministic(void **state) {
+  struct fixture *f = *state;
+  size_t n = (size_t)ROWS * f->cfg.d_model;
+  uint16_t *a = alloc_rows(f, ROWS), *b = alloc_rows(f, ROWS), *in = alloc_rows(f, ROWS);
+
+  assert_int_equal(cgrtk_decode_stage(f->w, ROWS, ROWS, 1, f->s), 0);
+  read_rows(f, ROWS, in);
+  forward(f, ROWS, ROWS, 1, a, ROWS);
+  forward(f, ROWS, ROWS, 1, b, ROWS);
+  assert_memory_equal(a, b, n * sizeof(uint16_t));
+  /* The layers did something, and activations stay O(1) through all of them. */
+  assert_memory_not_equal(a, in, n * sizeof(uint16_t));
+  assert_sane(a, n, 0.05, 50.0);
+  free(a);
+  free(b);
+  free(in);
+}
+
+static int count_nodes(cudaGraph_t g, enum cudaGraphNodeType type) {
+  size_t n = 0;
+  int count = 0;
+  assert_int_equal(cudaGraphGetNodes(g, NULL, &n), cudaSuccess);
+  cudaGraphNode_t *nodes = calloc(n ? n : 1, sizeof(*nodes));
+  assert_non_null(nodes);
+  assert_int_equal(cudaGraphGetNodes(g, nodes, &n), cudaSuccess);
+  for (size_t i = 0; i < n; i++) {
+    enum cudaGraphNodeType t;
+    assert_int_equal(cudaGraphNodeGetType(nodes[i], &t), cudaSuccess);
+    count += t == type;
+  }
+  free(nodes);
+  return count;
+}
+
+/* Capture the layers into a graph; replays give exactly the eager result. */
+static void decode_graph_matches_eager(void **state) {
+  struct fixture *f = *state;
+  size_t bytes = (size_t)ROWS * f->cfg.d_model * sizeof(uint16_t);
+  uint16_t *eager = alloc_rows(f, ROWS), *replay = alloc_rows(f, ROWS);
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t exec = NULL;
+
+  forward(f, ROWS, ROWS, 2, eager, ROWS);
+
+  assert_int_equal(cudaStreamBeginCapture(f->s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  int rc = run_layers(f, ROWS);
+  cudaError_t end = cudaStreamEndCapture(f->s, &g); /* always: never leave the stream capturing */
+  assert_int_equal(rc, 0);
+  assert_int_equal(end, cudaSuccess);
+  /* Each attn and mlp call allocates and frees its three temporaries inside the graph. */
+  assert_true(count_nodes(g, cudaGraphNodeTypeMemAlloc) >= 6 * f->cfg.layers);
+  assert_true(count_nodes(g, cudaGraphNodeTypeMemFree) >= 6 * f->cfg.layers);
+  assert_int_equal(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+
+  for (int i = 0; i < 2; i++) {
+    memset(replay, 0, bytes);
+    assert_int_equal(cgrtk_decode_stage(f->w, ROWS, ROWS, 2, f->s), 0);
+    assert_int_equal(cudaGraphLaunch(exec, f->s), cudaSuccess);
+    read_rows(f, ROWS, replay);
+    assert_memory_equal(replay, eager, bytes);
+  }
+  /* And eager again after the replays: nothing the capture did changed the workload. */
+  forward(f, ROWS, ROWS, 2, replay, ROWS);
+  assert_memory_equal(replay, eager, bytes);
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  free(eager);
+  free(replay);
+}
+
+/* One layer's attention and MLP blocks against the float64 CPU reference. */
+static void decode_matches_cpu_reference(void **state) {
+  struct fixture *f = *state;
+  const struct cgrtk_decode_cfg *c = &f->cfg;
+  const int layer = c->layers - 1, d = c->d_model;
+  const size_t n = (size_t)ROWS * d;
+  uint16_t *raw = alloc_rows(f, ROWS);
+
+  /* The staged input is exactly the documented function; the padding rows are zero. */
+  assert_int_equal(cgrtk_decode_stage(f->w, ROWS - 5, ROWS, 3, f->s), 0);
+  read_rows(f, ROWS, raw);
+  for (int r = 0; r < ROWS; r++)
+    for (int col = 0; col < d; col++) {
+      float want = r < ROWS - 5 ? cgrtk_decode_input_value(c, 3, r, col) : 0.0f;
+      if (bf16_to_float(raw[(size_t)r * d + col]) != want)
+        fail_msg("staged input (%d, %d) is %g, want %g", r, col,
+                 (double)bf16_to_float(raw[(size_t)r * d + col]), (double)want);
+    }
+
+  assert_int_equal(cgrtk_decode_stage(f->w, ROWS, ROWS, 3, f->s), 0);
+  read_rows(f, ROWS, raw);
+  double *h0 = to_double(raw, n), *ref = malloc(n * sizeof(double));
+  assert_non_null(ref);
+
+  assert_int_equal(cgrtk_decode_attn(f->w, layer, ROWS, f->s), 0);
+  read_rows(f, ROWS, raw);
+  double *h1 = to_double(raw, n);
+  ref_attn(c, layer, h0, ref, ROWS);
+  assert_block_matches("attention", h0, h1, ref, n);
+
+  assert_int_equal(cgrtk_decode_mlp(f->w, layer, ROWS, f->s), 0);
+  read_rows(f, ROWS, raw);
+  double *h2 = to_double(raw, n);
+  ref_mlp(c, layer, h1, ref, ROWS);
+  assert_block_matches("mlp", h1, h2, ref, n);
+
+  free(raw);
+  free(h0);
+  free(h1);
+  free(h2);
+  free(ref);
+}
+
+/* Tokens padded with zero rows up to max_tokens give (nearly: cuBLAS may pick another algorithm
+ * for another row count) the tokens' result unpadded; the padding rows stay finite. */
+static void decode_padding_rows_do_not_matter(void **state) {
+  struct fixture *f = *state;
+  const int64_t padded = f->cfg.max_tokens;
+  const size_t n = (size_t)ROWS * f->cfg.d_model;
+  uint16_t *plain = alloc_rows(f, ROWS), *pad = alloc_rows(f, padded);
+
+  forward(f, ROWS, ROWS, 4, plain, ROWS);
+  forward(f, ROWS, padded, 4, pad, padded);
+  assert_sane(pad, (size_t)padded * f->cfg.d_model, 1e-3, 1e3);
+  double *a = to_double(pad, n), *b = to_double(plain, n);
+  double e = rel_err(a, b, n);
+  print_message("padded to %lld rows: relative error %.3g\n", (long long)padded, e);
+  assert_true(e < TOL);
+  free(a);
+  free(b);
+  free(plain);
+  free(pad);
+}
+
+/* A captured attention call owns graph memory once its executable has been launched. */
+static void decode_temporaries_are_graph_memory(void **state) {
+  struct fixture *f = *state;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t exec = NULL;
+  int dev = 0;
+  unsigned long long reserved = 0;
+
+  assert_int_equal(cgrtk_decode_stage(f->w, ROWS, ROWS, 5, f->s), 0);
+  assert_int_equal(cgrtk_decode_attn(f->w, 0, ROWS, f->s), 0); /* eager first, as cgrt does */
+  assert_int_equal(cudaStreamSynchronize(f->s), cudaSuccess);
+
+  assert_int_equal(cudaStreamBeginCapture(f->s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  int rc = cgrtk_decode_attn(f->w, 0, ROWS, f->s);
+  cudaError_t end = cudaStreamEndCapture(f->s, &g);
+  assert_int_equal(rc, 0);
+  assert_int_equal(end, cudaSuccess);
+  assert_true(count_nodes(g, cudaGraphNodeTypeMemAlloc) >= 3);
+  assert_int_equal(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  assert_int_equal(cudaGraphLaunch(exec, f->s), cudaSuccess);
+  assert_int_equal(cudaStreamSynchronize(f->s), cudaSuccess);
+
+  assert_int_equal(cudaGetDevice(&dev), cudaSuccess);
+  assert_int_equal(
+      cudaDeviceGetGraphMemAttribute(dev, cudaGraphMemAttrReservedMemCurrent, &reserved),
+      cudaSuccess);
+  print_message("graph memory reserved: %llu bytes (temporaries of one attn call: %zu)\n", reserved,
+                cgrtk_decode_temp_bytes(&f->cfg, ROWS));
+  assert_true(reserved > 0);
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+}
+
+static void decode_rejects_bad_arguments(void **state) {
+  (void)state;
+  struct cgrtk_decode_cfg c;
+  static char sentinel;
+  cgrtk_decode *w = (cgrtk_decode *)&sentinel; /* a failed create must reset it to NULL */
+  char err[256] = "";
+  small_cfg(&c);
+  c.d_model = 200;
+  assert_int_not_equal(cgrtk_decode_create(&w, &c, err, sizeof(err)), 0);
+  assert_null(w);
+  assert_non_null(strstr(err, "d_model"));
+
+  small_cfg(&c);
+  assert_int_equal(cgrtk_decode_create(&w, &c, err, sizeof(err)), 0);
+  assert_int_not_equal(cgrtk_decode_stage(w, 1, c.max_tokens + 1, 0, NULL), 0);
+  assert_int_not_equal(cgrtk_decode_stage(w, 3, 2, 0, NULL), 0);
+  assert_int_not_equal(cgrtk_decode_attn(w, c.layers, 1, NULL), 0);
+  assert_int_not_equal(cgrtk_decode_mlp(w, 0, c.max_tokens + 1, NULL), 0);
+  assert_int_equal(cgrtk_decode_attn(w, 0, 0, NULL), 0); /* zero rows: nothing to do */
+  assert_int_equal(cgrtk_decode_row_bytes(w), (size_t)c.d_model * 2);
+  assert_non_null(cgrtk_decode_hidden(w));
+  assert_true(cgrtk_decode_flops(&c, 8) > 0);
+  assert_true(cgrtk_decode_temp_bytes(&c, 8) > 0);
+  cgrtk_decode_destroy(w);
+}
+
+static float chain_host(float x, int kernels) {
+  for (int i = 0; i < kernels; i++)
+    x = x * 0.5f + 1.0f;
+  return x;
+}
+
+/* The chain applies its recurrence once per kernel, bit for bit, eagerly and from a graph. */
+static void chain_matches_host_recurrence(void **state) {
+  (void)state;
+  const int counts[] = {0, 1, 7, 1000};
+  const float x0 = -7.3f;
+  float *buf = NULL, got = 0, want = 0;
+  cudaStream_t s;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t exec = NULL;
+  assert_int_equal(cudaMalloc((void **)&buf, sizeof(float)), cudaSuccess);
+  assert_int_equal(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+
+  for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+    assert_int_equal(cudaMemcpy(buf, &x0, sizeof(x0), cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(cgrtk_chain(buf, counts[i], s), 0);
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    assert_int_equal(cudaMemcpy(&got, buf, sizeof(got), cudaMemcpyDeviceToHost), cudaSuccess);
+    want = chain_host(x0, counts[i]);
+    assert_memory_equal(&got, &want, sizeof(got));
+  }
+
+  assert_int_equal(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  int rc = cgrtk_chain(buf, 1000, s);
+  cudaError_t end = cudaStreamEndCapture(s, &g);
+  assert_int_equal(rc, 0);
+  assert_int_equal(end, cudaSuccess);
+  assert_int_equal(count_nodes(g, cudaGraphNodeTypeKernel), 1000);
+  assert_int_equal(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  assert_int_equal(cudaMemcpy(buf, &x0, sizeof(x0), cudaMemcpyHostToDevice), cudaSuccess);
+  assert_int_equal(cudaGraphLaunch(exec, s), cudaSuccess);
+  assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+  assert_int_equal(cudaMemcpy(&got, buf, sizeof(got), cudaMemcpyDeviceToHost), cudaSuccess);
+  want = chain_host(x0, 1000);
+  assert_memory_equal(&got, &want, sizeof(got));
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  cudaFree(buf);
+}
+
+/* cmocka_unit_test_prestate_setup_teardown, with the configuration in the test's name. */
+#define DECODE_TEST(fn, cfg)                                                                       \
+  { #fn " (" #cfg ")", fn, setup, teardown, &cfg }
+
+int main(void) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    printf("SKIPPED: no CUDA device: %s\n",
+           e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(decode_rejects_bad_arguments),
+      DECODE_TEST(decode_is_deterministic, cfg_small),
+      DECODE_TEST(decode_graph_matches_eager, cfg_small),
+      DECODE_TEST(decode_matches_cpu_reference, cfg_small),
+      DECODE_TEST(decode_padding_rows_do_not_matter, cfg_small),
+      DECODE_TEST(decode_temporaries_are_graph_memory, cfg_small),
+      DECODE_TEST(decode_is_deterministic, cfg_default),
+      DECODE_TEST(decode_graph_matches_eager, cfg_default),
+      DECODE_TEST(decode_padding_rows_do_not_matter, cfg_default),
+      DECODE_TEST(decode_temporaries_are_graph_memory, cfg_default),
+      cmocka_unit_test(chain_matches_host_recurrence),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
