@@ -17,8 +17,9 @@ static void usage(FILE *out) {
           "  buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
           "          [--dist exponential|linear|list] [--list 'A B ...']\n"
           "                            the inference token buckets, largest first\n"
-          "  bench [FILE] [--workload dispatch] [--calls N] [--json]\n"
-          "                            measure a workload under the configured backend\n"
+          "  bench [FILE] [--workload decode|chain|dispatch] [--tokens 'LIST'] [--steps N]\n"
+          "        [--json]            a workload under the configured backend against eager\n"
+          "                            and the raw-graph floor (decode, chain: GPU)\n"
           "  version                   print the version\n");
 }
 

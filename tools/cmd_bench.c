@@ -2,6 +2,8 @@
  * cmd_bench.c - `cgrt bench`: measure a workload under the configured backend.
  *
  * Workloads:
+ *   decode    L decoder layers over a KV cache, token buckets (bench_gpu.c; needs a GPU)
+ *   chain     N tiny dependent kernels in one module: launch overhead alone (needs a GPU)
  *   dispatch  the host-side cost of one module call through cgrt (core, backend vtable, host API)
  *             over a direct call of the same callback; runs on the host driver, no GPU needed.
  */
@@ -12,6 +14,7 @@
 #include "cgrt/cgrt.h"
 #include "config.h"
 #include "runtime.h"
+#include "bench.h"
 #include "tool.h"
 
 #define REPS 9
@@ -68,6 +71,7 @@ static int bench_dispatch(struct cgrt_config *cfg, long calls, int json) {
   struct dispatch d = {.calls = calls};
   cfg->view.driver = CGRT_DRIVER_HOST;
   cfg->view.bind_cpu = 0;
+  cfg->view.log_level = CGRT_LOG_WARN;
   int rc = cgrt__open_config(&d.rt, cfg, NULL, NULL);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
@@ -108,45 +112,85 @@ static int bench_dispatch(struct cgrt_config *cfg, long calls, int json) {
   return 0;
 }
 
+static void usage(void) {
+  fprintf(stderr,
+          "usage: cgrt bench [CONF] [--workload decode|chain|dispatch] [--tokens 'LIST']\n"
+          "                  [--steps N] [--warmup N] [--kernels N] [--calls N] [--json]\n");
+}
+
+/* Parses a space- or comma-separated list of positive token counts. */
+static int parse_tokens(const char *s, struct bench_opts *o) {
+  o->num_tokens = 0;
+  const char *p = s;
+  while (*p) {
+    while (*p == ' ' || *p == ',')
+      p++;
+    if (!*p)
+      break;
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 1 || o->num_tokens == BENCH_MAX_TOKENS)
+      return -1;
+    o->tokens[o->num_tokens++] = v;
+    p = end;
+  }
+  return o->num_tokens > 0 ? 0 : -1;
+}
+
 int cmd_bench(int argc, char **argv) {
-  const char *path = NULL, *workload = "dispatch";
+  struct bench_opts o = {.workload = "decode", .steps = 200, .warmup = 20, .chain_kernels = 64};
   long calls = 2000000;
-  int json = 0;
+  const char *tokens = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0)
-      json = 1;
-    else if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc)
-      workload = argv[++i];
-    else if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc)
+    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--json") == 0)
+      o.json = 1;
+    else if (strcmp(a, "--workload") == 0 && val)
+      o.workload = argv[++i];
+    else if (strcmp(a, "--tokens") == 0 && val)
+      tokens = argv[++i];
+    else if (strcmp(a, "--steps") == 0 && val)
+      o.steps = atoi(argv[++i]);
+    else if (strcmp(a, "--warmup") == 0 && val)
+      o.warmup = atoi(argv[++i]);
+    else if (strcmp(a, "--kernels") == 0 && val)
+      o.chain_kernels = atoi(argv[++i]);
+    else if (strcmp(a, "--calls") == 0 && val)
       calls = atol(argv[++i]);
-    else if (argv[i][0] != '-' && !path)
-      path = argv[i];
+    else if (a[0] != '-' && !o.conf)
+      o.conf = a;
     else {
-      fprintf(stderr, "usage: cgrt bench [FILE] [--workload dispatch] [--calls N] [--json]\n");
+      usage();
       return EXIT_UNUSABLE;
     }
   }
-  if (calls < 1) {
-    fprintf(stderr, "cgrt bench: --calls must be a positive integer\n");
+  if (o.steps < 1 || o.warmup < 0 || o.chain_kernels < 1 || calls < 1) {
+    fprintf(stderr, "cgrt bench: --steps, --kernels and --calls must be positive\n");
+    return EXIT_UNUSABLE;
+  }
+  int is_chain = strcmp(o.workload, "chain") == 0;
+  if (parse_tokens(tokens ? tokens : is_chain ? "1" : "1 3 8 37 64", &o) != 0) {
+    fprintf(stderr, "cgrt bench: --tokens wants positive integers, at most %d\n", BENCH_MAX_TOKENS);
+    return EXIT_UNUSABLE;
+  }
+  if (strcmp(o.workload, "decode") == 0)
+    return bench_gpu(&bench_decode, &o);
+  if (is_chain)
+    return bench_gpu(&bench_chain, &o);
+  if (strcmp(o.workload, "dispatch") != 0) {
+    fprintf(stderr, "cgrt bench: unknown workload '%s' (decode, chain, dispatch)\n", o.workload);
     return EXIT_UNUSABLE;
   }
   struct cgrt_config cfg = {0};
   struct cgrt_diag diag = {0};
-  int rc = path ? cgrt__config_load(&cfg, path, &diag)
-                : cgrt__config_parse(&cfg, cgrt__default_config, "<default>", &diag);
+  int rc = o.conf ? cgrt__config_load(&cfg, o.conf, &diag)
+                  : cgrt__config_parse(&cfg, cgrt__default_config, "<default>", &diag);
   for (size_t i = 0; i < diag.count; i++)
     fprintf(stderr, "%s: %s\n", diag.msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
             diag.msgs[i].text);
   cgrt__diag_free(&diag);
-  int status;
-  if (rc != 0)
-    status = rc == CGRT_E_IO ? EXIT_UNUSABLE : EXIT_INVALID;
-  else if (strcmp(workload, "dispatch") == 0)
-    status = bench_dispatch(&cfg, calls, json);
-  else {
-    fprintf(stderr, "cgrt bench: unknown workload '%s' (available: dispatch)\n", workload);
-    status = EXIT_UNUSABLE;
-  }
+  int status = rc != 0 ? (rc == CGRT_E_IO ? EXIT_UNUSABLE : EXIT_INVALID)
+                       : bench_dispatch(&cfg, calls, o.json);
   cgrt__config_free(&cfg);
   return status;
 }

@@ -220,14 +220,16 @@ static int capture_all_buckets(struct local_state *s, struct cgrt_step_frame *f)
   const int64_t *sizes;
   size_t n;
   h->buckets(h, &sizes, &n);
-  int64_t own = f->ctx->padded_tokens;
+  int64_t own = f->ctx->padded_tokens, tokens = f->ctx->tokens;
   struct timespec all;
   clock_gettime(CLOCK_MONOTONIC, &all);
   int rc = 0;
   for (size_t i = n; rc == 0 && i-- > 0;) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* A pass at a smaller bucket than the step's own holds only as many real tokens. */
     f->ctx->padded_tokens = sizes[i];
+    f->ctx->tokens = tokens < sizes[i] ? tokens : sizes[i];
     for (int pass = 0; rc == 0 && pass <= s->cfg->warmup_steps; pass++)
       rc = run_pass(s, f);
     if (rc == 0)
@@ -235,6 +237,7 @@ static int capture_all_buckets(struct local_state *s, struct cgrt_step_frame *f)
              n - i, n, (long long)sizes[i], ms_since(&t0));
   }
   f->ctx->padded_tokens = own;
+  f->ctx->tokens = tokens;
   if (rc == 0)
     h->log(h, CGRT_LOG_INFO, "capture = eager: %zu buckets captured in %.1f ms", n, ms_since(&all));
   return rc;

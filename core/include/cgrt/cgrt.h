@@ -196,9 +196,15 @@ typedef struct cgrt_step_desc {
   int microbatches;           /* microbatches in the body; 0 means 1 */
   const cgrt_buffer *buffers; /* the step's static buffers, checked by whole-step graphs */
   size_t num_buffers;
-  cgrt_step_fn prepare; /* optional; always runs eagerly before the body: stage, pad */
-  cgrt_step_fn body;    /* required; the graphable work, may be replaced by a replay */
-  void *user;           /* passed to both callbacks as `user` and ctx->user */
+  /*
+   * Optional; always runs eagerly before the body: stage ctx->tokens real tokens into the static
+   * buffers and pad them up to ctx->padded_tokens. It may run more than once in a step (with
+   * [inference] capture = eager, once per bucket being captured, with ctx->tokens clipped to that
+   * bucket, then once for the step itself), so it must only write the step's static inputs.
+   */
+  cgrt_step_fn prepare;
+  cgrt_step_fn body; /* required; the graphable work, may be replaced by a replay */
+  void *user;        /* passed to both callbacks as `user` and ctx->user */
 } cgrt_step_desc;
 
 /* What happened during one step, filled by cgrt_step() if the host passes one. */

@@ -1,0 +1,55 @@
+/*
+ * bench.h - `cgrt bench` on the GPU: a reference workload from kernels/ run as a host application
+ * would run it, under the configured backend and under eager, against the floor of the same
+ * work captured by hand as raw graphs.
+ */
+#ifndef CGRT_BENCH_H
+#define CGRT_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cgrt/cgrt.h"
+
+#define BENCH_MAX_TOKENS  32
+#define BENCH_MAX_MODULES 256
+
+struct bench_opts {
+  const char *conf; /* INI of the backend under test; NULL: local, layer scope */
+  const char *workload;
+  int64_t tokens[BENCH_MAX_TOKENS];
+  int num_tokens;
+  int steps;  /* timed steps per measurement (median reported) */
+  int warmup; /* untimed steps before */
+  int chain_kernels;
+  int json;
+};
+
+/*
+ * A workload: device state shared by every runtime of the run, and modules that each enqueue
+ * one piece of it for `rows` rows (the padded token count).
+ */
+struct bench_workload {
+  const char *name;
+  int (*create)(const struct bench_opts *o, int64_t max_rows, void **state, char *err,
+                size_t errlen);
+  void (*destroy)(void *state);
+  void (*describe)(void *state, char *buf, size_t len);
+  int (*num_modules)(void *state);
+  void (*module)(void *state, int i, char *name, size_t len, cgrt_kind *kind);
+  /* Stages the input of a step: rows [0, tokens) real, [tokens, rows) padding. */
+  int (*stage)(void *state, int64_t tokens, int64_t rows, void *stream);
+  int (*run)(void *state, int module, int64_t rows, void *stream);
+  /* The output of `rows` rows, copied to host memory (at most len bytes); bytes copied. */
+  size_t (*read)(void *state, int64_t rows, void *dst, size_t len, void *stream);
+  /* The device buffer the modules work on, declared to cgrt as each call's buffer. */
+  void *(*buffer)(void *state, size_t *bytes_per_row);
+};
+
+extern const struct bench_workload bench_decode;
+extern const struct bench_workload bench_chain;
+
+/* Runs the GPU bench of workload `w`; returns the tool's exit code. */
+int bench_gpu(const struct bench_workload *w, const struct bench_opts *o);
+
+#endif
