@@ -201,6 +201,8 @@ static int floor_capture(const struct bench_workload *w, void *ws, cudaStream_t 
     return CGRT_E_CAPTURE;
   e = cudaGraphInstantiateWithFlags(exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch);
   cudaGraphDestroy(g);
+  if (e == cudaSuccess) /* as cgrt does after instantiating */
+    e = cudaGraphUpload(*exec, s);
   return e == cudaSuccess ? 0 : CGRT_E_DEVICE;
 }
 

@@ -95,13 +95,19 @@ static int h_stream_sync(const struct cgrt_host_api *h, void *stream) {
   return dev_rc(rt, DRV(rt)->stream_sync(DEV(rt), stream));
 }
 
+/* Captures a backend begins by hand are counted, so a step can tell if one was left open. */
 static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
-  return dev_rc(rt, DRV(rt)->capture_begin(DEV(rt), stream));
+  int rc = DRV(rt)->capture_begin(DEV(rt), stream);
+  if (rc == 0)
+    rt->open_captures++;
+  return dev_rc(rt, rc);
 }
 
 static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **graph) {
   cgrt_runtime *rt = CGRT_RT(h);
+  if (rt->open_captures > 0)
+    rt->open_captures--;
   return dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
 }
 

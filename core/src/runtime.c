@@ -351,8 +351,14 @@ static int check_step_desc(cgrt_runtime *rt, const cgrt_step_desc *d) {
   return 0;
 }
 
-/* Ends a capture a backend left open, so the host's stream is never left capturing. */
+/*
+ * Ends a capture a backend left open, so the host's stream is never left capturing. Only a
+ * capture begun by hand (host->capture_begin) can stay open: the helpers always end theirs.
+ */
 static int close_stray_capture(cgrt_runtime *rt) {
+  if (rt->open_captures == 0)
+    return 0;
+  rt->open_captures = 0;
   int active = 0;
   if (rt->dev.drv->capture_status(&rt->dev, rt->stream, &active) != 0 || !active)
     return 0;

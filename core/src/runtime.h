@@ -48,6 +48,7 @@ struct cgrt_runtime {
   int in_body;
   int in_call;
   int body_error;        /* code of the last failed cgrt call inside the body, 0 if none */
+  int open_captures;     /* captures begun through the host API and not ended yet */
   cgrt_ctx *ctx;         /* the ctx of the step in flight */
   cgrt_step_report *rep; /* its report */
   uint64_t step_index;
