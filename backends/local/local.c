@@ -24,11 +24,7 @@ struct local_state {
   const struct cgrt_host_api *h;
   const struct cgrt_config_view *cfg;
   struct cgrt_graph_cache *cache;
-  char **names; /* "layer3.attn fwd" per module id and direction, built on first use */
-  size_t num_names;
-  int in_body_graph; /* the whole body runs as one unit (block scope): calls run directly */
-  cgrt_mode body_mode;
-  unsigned step_modes; /* bit per cgrt_mode seen among this step's calls */
+  int eager_body; /* a step above the largest bucket: every call runs directly */
   int64_t infer_steps;
   int eager_capture_done;
 };
@@ -43,73 +39,6 @@ static double ms_since(const struct timespec *t0) {
 static const char *const kind_names[CGRT_KIND_COUNT] = {
     "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "other"};
 
-static const cgrt_counter counter_of[CGRT_MODE_COUNT] = {
-    [CGRT_MODE_EAGER] = CGRT_COUNT_CALL_EAGER,
-    [CGRT_MODE_WARMUP] = CGRT_COUNT_CALL_WARMUP,
-    [CGRT_MODE_CAPTURE] = CGRT_COUNT_CALL_CAPTURE,
-    [CGRT_MODE_REPLAY] = CGRT_COUNT_CALL_REPLAY,
-};
-
-static void note_call(struct local_state *s, cgrt_mode mode) {
-  s->h->count(s->h, counter_of[mode], 1);
-  s->step_modes |= 1u << mode;
-}
-
-/* The step's mode from its calls: capture, else warm-up, else replay, else eager. */
-static cgrt_mode step_mode(unsigned modes) {
-  if (modes & (1u << CGRT_MODE_CAPTURE))
-    return CGRT_MODE_CAPTURE;
-  if (modes & (1u << CGRT_MODE_WARMUP))
-    return CGRT_MODE_WARMUP;
-  if (modes & (1u << CGRT_MODE_REPLAY))
-    return CGRT_MODE_REPLAY;
-  return CGRT_MODE_EAGER;
-}
-
-static const char *call_name(struct local_state *s, const struct cgrt_module_info *m,
-                             cgrt_direction dir) {
-  size_t i = (size_t)m->id * 2 + (size_t)dir;
-  if (i >= s->num_names) {
-    size_t n = (i + 1) * 2;
-    char **v = realloc(s->names, n * sizeof(*v));
-    if (!v)
-      return m->name;
-    memset(v + s->num_names, 0, (n - s->num_names) * sizeof(*v));
-    s->names = v;
-    s->num_names = n;
-  }
-  if (!s->names[i]) {
-    size_t len = strlen(m->name) + 5;
-    s->names[i] = malloc(len);
-    if (!s->names[i])
-      return m->name;
-    snprintf(s->names[i], len, "%s %s", m->name, dir == CGRT_BACKWARD ? "bwd" : "fwd");
-  }
-  return s->names[i];
-}
-
-/* ---------------------------------------------------------------- module calls */
-
-struct call_work {
-  struct local_state *s;
-  struct cgrt_call *call;
-};
-
-static int run_call(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, size_t n) {
-  struct call_work *w = arg;
-  struct cgrt_call *c = w->call;
-  c->ctx->mode = mode;
-  if (bufs == c->args->buffers)
-    return w->s->h->run_module(w->s->h, c);
-  /* Under rebind = copy the graph works on private buffers: show them to the module. */
-  cgrt_args args = *c->args;
-  args.buffers = bufs;
-  args.num_buffers = n;
-  struct cgrt_call moved = *c;
-  moved.args = &args;
-  return w->s->h->run_module(w->s->h, &moved);
-}
-
 static int scoped(const struct local_state *s, cgrt_kind kind) {
   return s->cfg->modules == 0 || (s->cfg->modules & CGRT_KIND_BIT(kind));
 }
@@ -118,11 +47,10 @@ static int local_call(void *state, struct cgrt_call *c) {
   struct local_state *s = state;
   const struct cgrt_host_api *h = s->h;
   cgrt_ctx *ctx = c->ctx;
-  if (s->in_body_graph || !scoped(s, c->module->kind)) {
-    /* Inside a whole-body unit, or an unscoped kind: the call runs as the body does. */
-    cgrt_mode m = s->in_body_graph ? s->body_mode : CGRT_MODE_EAGER;
-    ctx->mode = m;
-    note_call(s, m);
+  if (c->in_body_graph || s->eager_body || !scoped(s, c->module->kind)) {
+    /* Part of a whole-body unit, a step above the buckets, or an unscoped kind: run directly. */
+    if (!c->in_body_graph)
+      ctx->mode = CGRT_MODE_EAGER;
     return h->run_module(h, c);
   }
   struct cgrt_graph_key key = {
@@ -133,64 +61,17 @@ static int local_call(void *state, struct cgrt_call *c) {
       .shape = c->args->key,
       .extra = ctx->phase == CGRT_PHASE_INFER ? (uint64_t)ctx->padded_tokens : 0,
   };
-  struct call_work cw = {s, c};
-  struct cgrt_graph_work work = {
-      .struct_size = sizeof(work),
-      .fn = run_call,
-      .arg = &cw,
-      .buffers = c->args->buffers,
-      .num_buffers = c->args->num_buffers,
-      .warmup = s->cfg->warmup_steps,
-      .what = call_name(s, c->module, c->dir),
-  };
-  cgrt_mode mode = CGRT_MODE_EAGER;
-  int rc = h->cache_run(h, s->cache, &key, &work, &mode);
-  note_call(s, mode);
-  return rc;
+  cgrt_mode mode;
+  return h->run_call_graph(h, s->cache, c, &key, s->cfg->warmup_steps, &mode);
 }
 
 /* ---------------------------------------------------------------- steps */
 
-struct body_work {
-  struct local_state *s;
-  struct cgrt_step_frame *f;
-};
-
-static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, size_t n) {
-  struct body_work *w = arg;
-  struct local_state *s = w->s;
-  cgrt_ctx *ctx = w->f->ctx;
-  const cgrt_buffer *saved = ctx->buffers;
-  size_t saved_n = ctx->num_buffers;
-  ctx->mode = mode;
-  ctx->buffers = bufs;
-  ctx->num_buffers = n;
-  s->in_body_graph = 1;
-  s->body_mode = mode;
-  int rc = s->h->run_body(s->h, w->f);
-  s->in_body_graph = 0;
-  ctx->buffers = saved;
-  ctx->num_buffers = saved_n;
-  return rc;
-}
-
-/* Block scope: the whole body of bucket ctx->padded_tokens through the cache. */
+/* Block scope: the whole body of bucket ctx->padded_tokens as one unit of the cache. */
 static int run_block(struct local_state *s, struct cgrt_step_frame *f, cgrt_mode *mode) {
-  char what[64];
-  snprintf(what, sizeof(what), "the body at %lld tokens", (long long)f->ctx->padded_tokens);
   struct cgrt_graph_key key = {
       .module = CGRT_KEY_BODY, .phase = CGRT_PHASE_INFER, .shape = (uint64_t)f->ctx->padded_tokens};
-  struct body_work bw = {s, f};
-  struct cgrt_graph_work work = {
-      .struct_size = sizeof(work),
-      .fn = run_body_unit,
-      .arg = &bw,
-      .buffers = f->desc->buffers,
-      .num_buffers = f->desc->num_buffers,
-      .warmup = s->cfg->warmup_steps,
-      .what = what,
-  };
-  return s->h->cache_run(s->h, s->cache, &key, &work, mode);
+  return s->h->run_body_graph(s->h, s->cache, f, &key, s->cfg->warmup_steps, mode);
 }
 
 /* One pass of prepare and body at the bucket in ctx->padded_tokens. */
@@ -200,13 +81,13 @@ static int run_pass(struct local_state *s, struct cgrt_step_frame *f) {
   if (rc != 0)
     return rc;
   if (f->ctx->phase == CGRT_PHASE_INFER && s->cfg->inference_scope == CGRT_SCOPE_BLOCK) {
-    cgrt_mode mode = CGRT_MODE_EAGER;
-    rc = run_block(s, f, &mode);
-    s->step_modes |= 1u << mode;
-    return rc;
+    cgrt_mode mode;
+    return run_block(s, f, &mode);
   }
   f->ctx->mode = CGRT_MODE_EAGER;
-  return h->run_body(h, f);
+  rc = h->run_body(h, f);
+  f->ctx->mode = h->calls_mode(h);
+  return rc;
 }
 
 /*
@@ -247,7 +128,6 @@ static int local_step(void *state, struct cgrt_step_frame *f) {
   struct local_state *s = state;
   const struct cgrt_host_api *h = s->h;
   cgrt_ctx *ctx = f->ctx;
-  s->step_modes = 0;
   int rc = 0;
   if (ctx->phase == CGRT_PHASE_INFER) {
     int64_t bucket;
@@ -257,12 +137,11 @@ static int local_step(void *state, struct cgrt_step_frame *f) {
              (unsigned long long)ctx->step);
       ctx->padded_tokens = ctx->tokens;
       ctx->mode = CGRT_MODE_EAGER;
-      s->in_body_graph = 1;
-      s->body_mode = CGRT_MODE_EAGER;
+      s->eager_body = 1;
       rc = h->run_prepare(h, f);
       if (rc == 0)
         rc = h->run_body(h, f);
-      s->in_body_graph = 0;
+      s->eager_body = 0;
       return rc;
     }
     ctx->padded_tokens = bucket;
@@ -273,10 +152,7 @@ static int local_step(void *state, struct cgrt_step_frame *f) {
     }
     s->infer_steps++;
   }
-  if (rc == 0)
-    rc = run_pass(s, f);
-  ctx->mode = step_mode(s->step_modes);
-  return rc;
+  return rc == 0 ? run_pass(s, f) : rc;
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -307,9 +183,6 @@ static int local_init(const struct cgrt_host_api *h, const struct cgrt_config_vi
 static void local_fini(void *state) {
   struct local_state *s = state;
   s->h->cache_destroy(s->h, s->cache);
-  for (size_t i = 0; i < s->num_names; i++)
-    free(s->names[i]);
-  free(s->names);
   free(s);
 }
 

@@ -41,7 +41,6 @@ static int none_step(void *state, struct cgrt_step_frame *f) {
 static int none_call(void *state, struct cgrt_call *c) {
   struct none_state *s = state;
   c->ctx->mode = CGRT_MODE_EAGER;
-  s->host->count(s->host, CGRT_COUNT_CALL_EAGER, 1);
   return s->host->run_module(s->host, c);
 }
 

@@ -476,7 +476,99 @@ static int c_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind r
   return 0;
 }
 
+/* ---------------------------------------------------------------- whole bodies */
+
+struct body_unit {
+  cgrt_runtime *rt;
+  struct cgrt_step_frame *f;
+};
+
+static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, size_t n) {
+  struct body_unit *b = arg;
+  cgrt_runtime *rt = b->rt;
+  cgrt_ctx *ctx = b->f->ctx;
+  const cgrt_buffer *saved = ctx->buffers;
+  size_t saved_n = ctx->num_buffers;
+  /* The body addresses the static buffers the unit works on: private ones under copy. */
+  ctx->mode = mode;
+  ctx->buffers = bufs;
+  ctx->num_buffers = n;
+  rt->in_body_graph = 1;
+  int rc = rt->host.run_body(&rt->host, b->f);
+  rt->in_body_graph = 0;
+  ctx->buffers = saved;
+  ctx->num_buffers = saved_n;
+  return rc;
+}
+
+static int c_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                      struct cgrt_step_frame *f, const struct cgrt_graph_key *key, int warmup,
+                      cgrt_mode *mode) {
+  char what[96];
+  if (key->shape)
+    snprintf(what, sizeof(what), "the %s body at %llu tokens", cgrt_phase_name(f->ctx->phase),
+             (unsigned long long)key->shape);
+  else
+    snprintf(what, sizeof(what), "the %s body", cgrt_phase_name(f->ctx->phase));
+  struct body_unit b = {CGRT_RT(h), f};
+  struct cgrt_graph_work work = {
+      .struct_size = sizeof(work),
+      .fn = run_body_unit,
+      .arg = &b,
+      .buffers = f->desc->buffers,
+      .num_buffers = f->desc->num_buffers,
+      .warmup = warmup,
+      .what = what,
+  };
+  int rc = c_run(h, c, key, &work, mode);
+  f->ctx->mode = *mode;
+  return rc;
+}
+
+/* ---------------------------------------------------------------- module calls */
+
+struct call_unit {
+  cgrt_runtime *rt;
+  struct cgrt_call *call;
+};
+
+static int run_call_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, size_t n) {
+  struct call_unit *u = arg;
+  struct cgrt_call *c = u->call;
+  const struct cgrt_host_api *h = &u->rt->host;
+  c->ctx->mode = mode;
+  if (bufs == c->args->buffers)
+    return h->run_module(h, c);
+  /* Under copy the executable works on private buffers: the module must see those. */
+  cgrt_args args = *c->args;
+  args.buffers = bufs;
+  args.num_buffers = n;
+  struct cgrt_call moved = *c;
+  moved.args = &args;
+  return h->run_module(h, &moved);
+}
+
+static int c_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                      struct cgrt_call *call, const struct cgrt_graph_key *key, int warmup,
+                      cgrt_mode *mode) {
+  struct call_unit u = {CGRT_RT(h), call};
+  struct cgrt_graph_work work = {
+      .struct_size = sizeof(work),
+      .fn = run_call_unit,
+      .arg = &u,
+      .buffers = call->args->buffers,
+      .num_buffers = call->args->num_buffers,
+      .warmup = warmup,
+      .what = cgrt__call_name(call),
+  };
+  int rc = c_run(h, c, key, &work, mode);
+  call->ctx->mode = *mode;
+  return rc;
+}
+
 void cgrt__graph_cache_api(struct cgrt_host_api *h) {
+  h->run_body_graph = c_run_body;
+  h->run_call_graph = c_run_call;
   h->cache_create = c_create;
   h->cache_destroy = c_destroy;
   h->cache_clear = c_clear;

@@ -288,25 +288,7 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
 static void h_count(const struct cgrt_host_api *h, cgrt_counter which, int64_t delta) {
   cgrt_runtime *rt = CGRT_RT(h);
   cgrt_stats *s = &rt->stats;
-  cgrt_step_report *rep = rt->rep;
   switch (which) {
-  case CGRT_COUNT_CALL_EAGER:
-  case CGRT_COUNT_CALL_WARMUP:
-    s->calls_by_mode[which == CGRT_COUNT_CALL_EAGER ? CGRT_MODE_EAGER : CGRT_MODE_WARMUP] +=
-        (uint64_t)delta;
-    if (rep)
-      rep->calls_eager += (uint32_t)delta;
-    break;
-  case CGRT_COUNT_CALL_CAPTURE:
-    s->calls_by_mode[CGRT_MODE_CAPTURE] += (uint64_t)delta;
-    if (rep)
-      rep->calls_captured += (uint32_t)delta;
-    break;
-  case CGRT_COUNT_CALL_REPLAY:
-    s->calls_by_mode[CGRT_MODE_REPLAY] += (uint64_t)delta;
-    if (rep)
-      rep->calls_replayed += (uint32_t)delta;
-    break;
   case CGRT_COUNT_UPDATES:
     s->updates += (uint64_t)delta;
     break;
@@ -321,10 +303,14 @@ static void h_count(const struct cgrt_host_api *h, cgrt_counter which, int64_t d
     break;
   case CGRT_COUNT_FALLBACKS:
     s->fallbacks += (uint64_t)delta;
-    if (rep)
-      rep->fallbacks += (uint32_t)delta;
+    if (rt->rep)
+      rt->rep->fallbacks += (uint32_t)delta;
     break;
   }
+}
+
+static cgrt_mode h_calls_mode(const struct cgrt_host_api *h) {
+  return cgrt__mode_from_calls(CGRT_RT(h));
 }
 
 static int h_buckets(const struct cgrt_host_api *h, const int64_t **sizes, size_t *count) {
@@ -380,6 +366,7 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->mem_free = h_mem_free;
   h->capture = h_capture;
   h->count = h_count;
+  h->calls_mode = h_calls_mode;
   h->buckets = h_buckets;
   h->bucket_for_tokens = h_bucket_for_tokens;
   cgrt__graph_cache_api(h);

@@ -236,6 +236,8 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   cgrt__backend_close(&rt->lib);
   for (size_t i = 0; i < rt->num_modules; i++) {
     free(rt->modules[i]->name);
+    free(rt->modules[i]->call_names[0]);
+    free(rt->modules[i]->call_names[1]);
     free(rt->modules[i]);
   }
   free(rt->modules);
@@ -298,12 +300,16 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, c
     rt->cap_modules = cap;
   }
   struct cgrt_module *m = calloc(1, sizeof(*m));
-  char *name = strdup(d->name);
-  if (!m || !name) {
+  char *name = strdup(d->name), *fwd = NULL, *bwd = NULL;
+  if (!m || !name || asprintf(&fwd, "%s fwd", d->name) < 0 ||
+      asprintf(&bwd, "%s bwd", d->name) < 0) {
     free(m);
     free(name);
+    free(fwd);
     return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory registering module '%s'", d->name);
   }
+  m->call_names[0] = fwd;
+  m->call_names[1] = bwd;
   m->name = name;
   m->forward = d->forward;
   m->backward = d->backward;
@@ -349,6 +355,33 @@ static int check_step_desc(cgrt_runtime *rt, const cgrt_step_desc *d) {
                       "backend '%s' does not run %s steps; choose another [cuda_graph] impl",
                       rt->lib.vt->name, cgrt_phase_name(d->phase));
   return 0;
+}
+
+/* Counts a module call by the mode the backend ran it in. */
+static void count_call(cgrt_runtime *rt, cgrt_mode mode) {
+  if ((unsigned)mode >= CGRT_MODE_COUNT)
+    mode = CGRT_MODE_EAGER;
+  rt->stats.calls_by_mode[mode]++;
+  rt->call_modes |= 1u << mode;
+  if (mode == CGRT_MODE_CAPTURE)
+    rt->rep->calls_captured++;
+  else if (mode == CGRT_MODE_REPLAY)
+    rt->rep->calls_replayed++;
+  else
+    rt->rep->calls_eager++;
+}
+
+/* The mode of a step from its module calls so far: capture, else warmup, else replay, else eager.
+ */
+cgrt_mode cgrt__mode_from_calls(const cgrt_runtime *rt) {
+  unsigned modes = rt->call_modes;
+  if (modes & (1u << CGRT_MODE_CAPTURE))
+    return CGRT_MODE_CAPTURE;
+  if (modes & (1u << CGRT_MODE_WARMUP))
+    return CGRT_MODE_WARMUP;
+  if (modes & (1u << CGRT_MODE_REPLAY))
+    return CGRT_MODE_REPLAY;
+  return CGRT_MODE_EAGER;
 }
 
 /*
@@ -411,6 +444,7 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
   rt->in_step = 1;
   rt->ctx = &ctx;
   rt->rep = &rep;
+  rt->call_modes = 0;
   rc = rt->lib.vt->step(rt->be_state, &frame);
   int stray = close_stray_capture(rt);
   if (rc == 0)
@@ -470,16 +504,26 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
   }
   cgrt_ctx *c_ctx = rt->ctx;
   cgrt_mode body_mode = c_ctx->mode;
-  struct cgrt_call call = {
-      .struct_size = sizeof(call), .module = &m->info, .dir = dir, .args = args, .ctx = c_ctx};
+  struct cgrt_call call = {.struct_size = sizeof(call),
+                           .module = &m->info,
+                           .dir = dir,
+                           .args = args,
+                           .ctx = c_ctx,
+                           .in_body_graph = rt->in_body_graph};
   rt->in_call = 1;
   rc = rt->lib.vt->call(rt->be_state, &call);
   rt->in_call = 0;
+  count_call(rt, c_ctx->mode);
   c_ctx->mode = body_mode;
   c_ctx->microbatch = -1;
   if (rc != 0)
     rt->body_error = rc;
   return rc;
+}
+
+const char *cgrt__call_name(const struct cgrt_call *c) {
+  const struct cgrt_module *m = (const struct cgrt_module *)c->module;
+  return m->call_names[c->dir == CGRT_BACKWARD];
 }
 
 CGRT_API int cgrt_forward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx,

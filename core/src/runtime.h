@@ -12,8 +12,10 @@
 #include "loader.h"
 
 struct cgrt_module {
-  struct cgrt_module_info info; /* what backends see; info.name points at `name` */
+  struct cgrt_module_info info; /* what backends see; info.name points at `name` (first member:
+                                   the module is found from its info) */
   char *name;
+  char *call_names[2]; /* "layer3.attn fwd", "layer3.attn bwd": names calls in messages */
   cgrt_module_fn forward;
   cgrt_module_fn backward;
   void *user;
@@ -49,6 +51,8 @@ struct cgrt_runtime {
   int in_call;
   int body_error;        /* code of the last failed cgrt call inside the body, 0 if none */
   int open_captures;     /* captures begun through the host API and not ended yet */
+  int in_body_graph;     /* the body runs as one unit of a graph cache (run_body_graph) */
+  unsigned call_modes;   /* bit per cgrt_mode among the step's module calls */
   cgrt_ctx *ctx;         /* the ctx of the step in flight */
   cgrt_step_report *rep; /* its report */
   uint64_t step_index;
@@ -56,6 +60,12 @@ struct cgrt_runtime {
 
 /* The runtime that lent the host API table h. */
 #define CGRT_RT(h) ((cgrt_runtime *)((char *)(h)-offsetof(struct cgrt_runtime, host)))
+
+/* The mode of the step in flight from its module calls: capture, warmup, replay, eager. */
+cgrt_mode cgrt__mode_from_calls(const cgrt_runtime *rt);
+
+/* "layer3.attn fwd" for a call, for messages. Static for the runtime's life. */
+const char *cgrt__call_name(const struct cgrt_call *c);
 
 /* Logs a formatted line at `level` through the runtime's sink (rt NULL: stderr). */
 void cgrt__log(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, ...)

@@ -173,23 +173,26 @@ struct cgrt_call {
   cgrt_direction dir;
   const cgrt_args *args;
   cgrt_ctx *ctx; /* the backend sets ctx->mode before running the callback */
+  /*
+   * Nonzero when the call is made by a body that host->run_body_graph() is running as one unit
+   * (warm-up, capture or eager fallback): run it directly (host->run_module) in ctx->mode.
+   */
+  int in_body_graph;
 };
 
 /*
- * Counters a backend reports through cgrt_host_api.count(). They feed cgrt_stats and the step
- * report. The core counts by itself what passes through it: captures, instantiations and their
- * time and fallbacks (in capture()), live executables, padded tokens (from ctx->padded_tokens).
+ * Counters a backend reports through cgrt_host_api.count() for mechanism it runs by hand. The core
+ * counts by itself everything that passes through it: module calls by the ctx->mode the backend
+ * left them in (eager, warmup, capture, replay), captures, instantiations, updates and their time,
+ * fallbacks of the capture helper and the cache, rebinds and evictions of the cache, live
+ * executables, padded tokens (from ctx->padded_tokens).
  */
 typedef enum cgrt_counter {
-  CGRT_COUNT_CALL_EAGER = 0,   /* a module call ran directly */
-  CGRT_COUNT_CALL_WARMUP = 1,  /* a module call ran directly, counting towards warmup */
-  CGRT_COUNT_CALL_CAPTURE = 2, /* a module call was captured */
-  CGRT_COUNT_CALL_REPLAY = 3,  /* a module call was served by a replay */
-  CGRT_COUNT_UPDATES = 4,      /* an executable was updated in place */
-  CGRT_COUNT_UPDATE_REFUSALS = 5,
-  CGRT_COUNT_REBINDS = 6,   /* a call's buffers had moved since its capture */
-  CGRT_COUNT_EVICTIONS = 7, /* an executable was dropped to respect max_graphs */
-  CGRT_COUNT_FALLBACKS = 8  /* a capture done without capture() failed and ran eagerly */
+  CGRT_COUNT_UPDATES = 0,         /* an executable was updated in place */
+  CGRT_COUNT_UPDATE_REFUSALS = 1, /* the driver refused an update */
+  CGRT_COUNT_REBINDS = 2,         /* a call's buffers had moved since its capture */
+  CGRT_COUNT_EVICTIONS = 3,       /* an executable was dropped to respect max_graphs */
+  CGRT_COUNT_FALLBACKS = 4        /* a capture done without the helpers failed, ran eagerly */
 } cgrt_counter;
 
 /* A keyed set of executables owned by the core (see cgrt_host_api.cache_*). Opaque. */
@@ -325,6 +328,30 @@ struct cgrt_host_api {
   /* 1 if key has a live executable now, 0 if not. */
   int (*cache_has)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
                    const struct cgrt_graph_key *key);
+  /*
+   * Runs the step's whole body as one unit of `cache` under `key` (cache_run semantics: warm-up
+   * runs, capture, replay, rebind of the step's static buffers desc->buffers). A replay skips the
+   * body; prepare is the caller's. Module calls the body makes meanwhile reach call() with
+   * c->in_body_graph set. Sets f->ctx->mode and *mode to what happened. Used by every backend that
+   * graphs whole bodies (local's block scope, full_iteration).
+   */
+  int (*run_body_graph)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
+                        struct cgrt_step_frame *f, const struct cgrt_graph_key *key, int warmup,
+                        cgrt_mode *mode);
+  /*
+   * Runs one module call as a unit of `cache` under `key` (cache_run semantics, the call's
+   * args->buffers being the unit's buffers; under copy the module sees the private ones). Sets
+   * c->ctx->mode and *mode to what happened. Used by every backend that graphs module calls.
+   */
+  int (*run_call_graph)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
+                        struct cgrt_call *c, const struct cgrt_graph_key *key, int warmup,
+                        cgrt_mode *mode);
+  /*
+   * The mode of the step in flight judged by its module calls so far: capture if any was
+   * captured, else warmup, else replay, else eager. For a backend whose body runs eagerly around
+   * graphed calls: set f->ctx->mode to it after the body.
+   */
+  cgrt_mode (*calls_mode)(const struct cgrt_host_api *h);
 };
 
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */
