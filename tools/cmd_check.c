@@ -52,7 +52,7 @@ static int sim_body(const cgrt_ctx *ctx, void *user) {
 static uint32_t sim_kinds(const struct cgrt_config_view *v) {
   uint32_t kinds = CGRT_KIND_BIT(CGRT_KIND_ATTN) | CGRT_KIND_BIT(CGRT_KIND_MLP) | v->modules;
   if (v->modules & CGRT_KIND_BIT(CGRT_KIND_MOE_ROUTER))
-    kinds |= CGRT_KIND_BIT(CGRT_KIND_OTHER); /* the experts, unscoped */
+    kinds |= CGRT_KIND_BIT(CGRT_KIND_MOE); /* the experts (kind moe), not scoped here */
   return kinds;
 }
 

@@ -1,0 +1,108 @@
+/*
+ * full_iteration.c - Megatron's FullCudaGraphWrapper, in C: after warmup_steps eager steps of a
+ * phase, the whole body of that phase (every microbatch, forward, backward, the optimizer
+ * update) is captured once and replayed from then on; train and eval have a graph each. prepare
+ * still runs every step, staging the batch into the static buffers the graph reads.
+ *
+ * The whole-body mechanism (warm-up counting, capture, replay, rebind of the step's buffers) is
+ * the core's run_body_graph, the same one local's block scope uses. A step of another shape
+ * (token count, microbatch count) gets a graph of its own rather than a wrong replay.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cgrt/backend.h"
+
+struct fi_state {
+  const struct cgrt_host_api *h;
+  const struct cgrt_config_view *cfg;
+  struct cgrt_graph_cache *cache;
+};
+
+static int fi_init(const struct cgrt_host_api *h, const struct cgrt_config_view *cfg, void **state,
+                   char *err, size_t errlen) {
+  /* The config rules refuse these first; a backend loaded by path is checked here too. */
+  if (cfg->modules != 0 || cfg->nan_check) {
+    snprintf(err, errlen,
+             "full_iteration graphs the whole step: it needs [cuda_graph] modules empty and "
+             "[host] nan_check = off (the loss is read only after the step)");
+    return CGRT_E_CONFIG;
+  }
+  struct fi_state *s = calloc(1, sizeof(*s));
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return CGRT_E_NOMEM;
+  }
+  s->h = h;
+  s->cfg = cfg;
+  /* One graph per phase and step shape: a handful, whatever max_graphs says. */
+  int rc = h->cache_create(h, cfg->max_graphs, cfg->rebind, &s->cache);
+  if (rc != 0) {
+    snprintf(err, errlen, "%s", h->last_error(h));
+    free(s);
+    return rc;
+  }
+  *state = s;
+  return 0;
+}
+
+static void fi_fini(void *state) {
+  struct fi_state *s = state;
+  s->h->cache_destroy(s->h, s->cache);
+  free(s);
+}
+
+static int fi_step(void *state, struct cgrt_step_frame *f) {
+  struct fi_state *s = state;
+  const struct cgrt_host_api *h = s->h;
+  int rc = h->run_prepare(h, f);
+  if (rc != 0)
+    return rc;
+  const cgrt_step_desc *d = f->desc;
+  struct cgrt_graph_key key = {
+      .module = CGRT_KEY_BODY,
+      .phase = (uint32_t)f->ctx->phase,
+      .shape = (uint64_t)d->tokens,
+      .extra = (uint64_t)(d->microbatches > 0 ? d->microbatches : 1),
+  };
+  cgrt_mode mode;
+  return h->run_body_graph(h, s->cache, f, &key, s->cfg->warmup_steps, &mode);
+}
+
+static int fi_call(void *state, struct cgrt_call *c) {
+  struct fi_state *s = state;
+  /* Every call belongs to the body being warmed, captured or run eagerly as one unit. */
+  return s->h->run_module(s->h, c);
+}
+
+static int fi_release(void *state) {
+  struct fi_state *s = state;
+  s->h->cache_clear(s->h, s->cache);
+  return 0;
+}
+
+static int fi_describe(void *state, void (*emit)(void *user, const char *line), void *user) {
+  struct fi_state *s = state;
+  char line[256];
+  snprintf(line, sizeof(line),
+           "full_iteration: %d eager steps per phase, then the whole body (all microbatches, "
+           "forward, backward, update) is captured once per phase (train, eval) and replayed",
+           s->cfg->warmup_steps);
+  emit(user, line);
+  emit(user, "prepare runs eagerly every step; module calls inside the body are never graphed "
+             "on their own");
+  return 0;
+}
+
+CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
+    .abi_major = CGRT_BACKEND_ABI_MAJOR,
+    .struct_size = sizeof(struct cgrt_backend_v1),
+    .name = "full_iteration",
+    .caps = CGRT_CAP_TRAINING | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS,
+    .init = fi_init,
+    .fini = fi_fini,
+    .step = fi_step,
+    .call = fi_call,
+    .release = fi_release,
+    .describe = fi_describe,
+};
