@@ -5,6 +5,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "buckets.h"
@@ -333,6 +334,33 @@ static int h_bucket_for_tokens(const struct cgrt_host_api *h, int64_t tokens, in
   return 0;
 }
 
+static int h_backend_open(const struct cgrt_host_api *h, const char *impl,
+                          const struct cgrt_backend_v1 **vt, void **handle) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  *vt = NULL;
+  *handle = NULL;
+  struct cgrt_backend_lib *lib = calloc(1, sizeof(*lib));
+  if (!lib)
+    return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory loading backend '%s'", impl);
+  char err[1024];
+  int rc = cgrt__backend_open(lib, impl, rt->cfg.backend_path, err, sizeof(err));
+  if (rc != 0) {
+    free(lib);
+    return cgrt__fail(rt, rc, "%s", err);
+  }
+  *vt = lib->vt;
+  *handle = lib;
+  return 0;
+}
+
+static void h_backend_close(const struct cgrt_host_api *h, void *handle) {
+  (void)h;
+  if (!handle)
+    return;
+  cgrt__backend_close(handle);
+  free(handle);
+}
+
 void cgrt__host_api_init(cgrt_runtime *rt) {
   struct cgrt_host_api *h = &rt->host;
   memset(h, 0, sizeof(*h));
@@ -367,6 +395,8 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->capture = h_capture;
   h->count = h_count;
   h->calls_mode = h_calls_mode;
+  h->backend_open = h_backend_open;
+  h->backend_close = h_backend_close;
   h->buckets = h_buckets;
   h->bucket_for_tokens = h_bucket_for_tokens;
   cgrt__graph_cache_api(h);

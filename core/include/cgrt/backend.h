@@ -198,6 +198,9 @@ typedef enum cgrt_counter {
 /* A keyed set of executables owned by the core (see cgrt_host_api.cache_*). Opaque. */
 struct cgrt_graph_cache;
 
+/* The backend table, defined below (a decorator backend loads others through the host API). */
+struct cgrt_backend_v1;
+
 /* What identifies one graph in a cache. Fields a backend does not use stay 0. */
 struct cgrt_graph_key {
   uint32_t module;    /* module id, or CGRT_KEY_BODY for a graph of a whole step body */
@@ -352,6 +355,17 @@ struct cgrt_host_api {
    * graphed calls: set f->ctx->mode to it after the body.
    */
   cgrt_mode (*calls_mode)(const struct cgrt_host_api *h);
+
+  /* -- decorators: a backend that wraps another one -- */
+  /*
+   * Loads another backend, `impl` resolved as [cuda_graph] impl is (a name on the backend path,
+   * or a path), and checks its table like the core's own loader. *vt is the table; pass *handle
+   * to backend_close after the inner backend's fini. CGRT_E_NOTFOUND or CGRT_E_BACKEND with the
+   * reason set as last error.
+   */
+  int (*backend_open)(const struct cgrt_host_api *h, const char *impl,
+                      const struct cgrt_backend_v1 **vt, void **handle);
+  void (*backend_close)(const struct cgrt_host_api *h, void *handle);
 };
 
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */
