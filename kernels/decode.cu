@@ -1,6 +1,7 @@
 /*
  * decode.cu - the host side of the `decode` workload (decode.h): creation, staging, the
- * attention and MLP blocks as sequences of cuBLAS GEMMs and our kernels (decode_kernels.cu).
+ * attention and MLP blocks as sequences of cuBLAS GEMMs and our kernels (decode_kernels.cu), or,
+ * for small row counts, of our fused GEMV kernels alone.
  *
  * Row-major GEMMs through column-major cuBLAS: Y[T, N] = X[T, K] . W[N, K]^T is, read
  * column-major, Y^T (N x T, ld N) = W (as stored: K x N col-major, transposed: OP_T, ld K)
@@ -10,6 +11,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +25,18 @@ namespace cgrtk_decode_impl {
 int launch_init(bf16 *dst, uint64_t n, uint64_t key, int is_gain, float scale, cudaStream_t s);
 int launch_stage(bf16 *h, int d, int tokens, int rows, uint64_t key, cudaStream_t s);
 int launch_rmsnorm(const bf16 *x, const bf16 *gain, bf16 *y, int rows, int d, cudaStream_t s);
-int launch_rope(bf16 *qkv, int rows, int heads, int cache_len, cudaStream_t s);
+int launch_rope(bf16 *qkv, const float2 *rope, int rows, int heads, cudaStream_t s, bool pdl);
 int launch_attention(const bf16 *qkv, const bf16 *kcache, const bf16 *vcache, bf16 *out, int rows,
-                     int heads, int cache_len, cudaStream_t s);
+                     int heads, int cache_len, cudaStream_t s, bool pdl, bool split);
+int kernels_binary_version(int *version);
 int launch_swiglu(const bf16 *gate_up, bf16 *act, int rows, int ffn, cudaStream_t s);
+int gemv_setup(int bytes);
+int launch_gemv_qkv(const bf16 *h, const bf16 *gain, const bf16 *wqkv, bf16 *qkv,
+                    const float2 *rope, int rows, int d, cudaStream_t s, bool pdl);
+int launch_gemv_gate_up(const bf16 *h, const bf16 *gain, const bf16 *wgu, bf16 *act, int rows,
+                        int d, int ffn, cudaStream_t s, bool pdl);
+int launch_gemv_residual(const bf16 *x, const bf16 *w, bf16 *y, int rows, int n, int k,
+                         const void *next, size_t next_bytes, cudaStream_t s, bool pdl);
 } // namespace cgrtk_decode_impl
 
 using namespace cgrtk_decode_impl;
@@ -40,8 +50,13 @@ struct cgrtk_decode {
   struct layer_weights *layers;
   bf16 *params; /* every layer's tensors, one allocation */
   bf16 *hidden; /* [max_tokens, d] */
+  float2 *rope; /* [max_tokens, 32]: (cos, sin) of the angle at position cache_len + t, pair j */
   void *workspace;
   cublasHandle_t blas;
+  int gemv_rows; /* attn and mlp take the GEMV path at rows <= gemv_rows */
+  int sm90;      /* an sm_90+ device running an sm_90+ binary: clusters, griddepcontrol */
+  int pdl;       /* programmatic dependent launch between our kernels of one call */
+  int prefetch;  /* a call's last GEMV prefetches the next call's first weights into L2 */
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -78,8 +93,7 @@ static int check_cfg(const struct cgrtk_decode_cfg *c, char *err, size_t errlen)
   else if (c->cache_len < 0 || c->max_tokens < 1)
     why = "cache_len must be >= 0 and max_tokens >= 1";
   else if ((int64_t)c->cache_len + c->max_tokens > CGRTK_DECODE_MAX_KEYS)
-    why = "cache_len + max_tokens must be at most CGRTK_DECODE_MAX_KEYS (8192): the attention "
-          "kernel keeps one score per key in shared memory";
+    why = "cache_len + max_tokens must be at most CGRTK_DECODE_MAX_KEYS (8192)";
   if (!why)
     return 0;
   set_err(err, errlen,
@@ -109,14 +123,39 @@ static int check_cfg(const struct cgrtk_decode_cfg *c, char *err, size_t errlen)
     }                                                                                              \
   } while (0)
 
+/* An integer option from the environment, clamped to [lo, hi]; def when unset or empty. */
+static int env_int(const char *name, int def, int lo, int hi) {
+  const char *v = getenv(name);
+  if (!v || !*v)
+    return def;
+  long x = strtol(v, NULL, 10);
+  return x < lo ? lo : x > hi ? hi : (int)x;
+}
+
+/* (cos, sin) per (new token t, pair j), computed in double like the tests' reference. */
+static float2 *rope_table(const struct cgrtk_decode_cfg *c) {
+  const int half = CGRTK_DECODE_HEAD_DIM / 2;
+  float2 *t = (float2 *)malloc((size_t)c->max_tokens * half * sizeof(float2));
+  if (!t)
+    return NULL;
+  for (int r = 0; r < c->max_tokens; r++)
+    for (int j = 0; j < half; j++) {
+      const double a = (double)(c->cache_len + r) *
+                       pow(CGRTK_DECODE_ROPE_THETA, -(2.0 * j) / CGRTK_DECODE_HEAD_DIM);
+      t[(size_t)r * half + j] = make_float2((float)cos(a), (float)sin(a));
+    }
+  return t;
+}
+
 extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode_cfg *cfg,
                                    char *err, size_t errlen) {
   cgrtk_decode *w = NULL;
   cudaStream_t s = NULL;
   cudaMemPool_t pool;
   uint64_t threshold = UINT64_MAX;
-  size_t total = 0, off = 0, hidden_bytes = 0;
-  int dev = 0, rc = 0;
+  size_t total = 0, off = 0, hidden_bytes = 0, rope_bytes = 0;
+  float2 *rope_host = NULL;
+  int dev = 0, rc = 0, major = 0, smem_optin = 0, widest = 0, binary = 0;
 
   if (!out || !cfg) {
     set_err(err, errlen, "decode create: out and cfg must not be NULL");
@@ -153,6 +192,27 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
   hidden_bytes = (size_t)cfg->max_tokens * cfg->d_model * sizeof(bf16);
   CUDA_TRY(cudaMalloc((void **)&w->hidden, hidden_bytes), "cudaMalloc of the hidden buffer");
   CUDA_TRY(cudaMalloc(&w->workspace, CGRTK_DECODE_WORKSPACE), "cudaMalloc of the cuBLAS workspace");
+  rope_bytes = (size_t)cfg->max_tokens * (CGRTK_DECODE_HEAD_DIM / 2) * sizeof(float2);
+  CUDA_TRY(cudaMalloc((void **)&w->rope, rope_bytes), "cudaMalloc of the RoPE table");
+
+  /* The small-row GEMV path: its blocks hold rows * max(d, ffn) bf16 in shared memory. */
+  CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+           "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
+  CUDA_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+           "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
+  widest = cfg->d_model > cfg->ffn ? cfg->d_model : cfg->ffn;
+  /* Projections go through cuBLAS unless the small-row GEMV path is asked for. */
+  w->gemv_rows = env_int("CGRTK_DECODE_GEMV_ROWS", 0, 0, CGRTK_DECODE_GEMV_ROWS);
+  while (w->gemv_rows > 0 && (int64_t)w->gemv_rows * widest * (int64_t)sizeof(bf16) > smem_optin)
+    w->gemv_rows--;
+  if (w->gemv_rows > 0 && (int64_t)w->gemv_rows * widest * (int64_t)sizeof(bf16) > 48 * 1024)
+    CUDA_TRY((cudaError_t)gemv_setup(w->gemv_rows * widest * (int)sizeof(bf16)),
+             "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) of the GEMV "
+             "kernels");
+  CUDA_TRY((cudaError_t)kernels_binary_version(&binary), "cudaFuncGetAttributes of the kernels");
+  w->sm90 = major >= 9 && binary >= 90;
+  w->pdl = w->sm90 && env_int("CGRTK_DECODE_PDL", 1, 0, 1);
+  w->prefetch = env_int("CGRTK_DECODE_PREFETCH", 1, 0, 1);
 
   /* A private stream: initialization must not touch the legacy default stream. */
   CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -165,7 +225,17 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
                "the weight initialization kernel launch");
     }
   CUDA_TRY(cudaMemsetAsync(w->hidden, 0, hidden_bytes, s), "cudaMemsetAsync of the hidden buffer");
+  rope_host = rope_table(cfg);
+  if (!rope_host) {
+    rc = (int)cudaErrorMemoryAllocation;
+    set_err(err, errlen, "decode create: out of host memory");
+    goto fail;
+  }
+  CUDA_TRY(cudaMemcpyAsync(w->rope, rope_host, rope_bytes, cudaMemcpyHostToDevice, s),
+           "cudaMemcpyAsync of the RoPE table");
   CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize after the weight initialization");
+  free(rope_host);
+  rope_host = NULL;
 
   BLAS_TRY(cublasCreate(&w->blas), "cublasCreate");
   BLAS_TRY(cublasSetMathMode(w->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
@@ -181,6 +251,7 @@ fail:
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
   }
+  free(rope_host);
   cgrtk_decode_destroy(w);
   return rc;
 }
@@ -193,6 +264,7 @@ extern "C" void cgrtk_decode_destroy(cgrtk_decode *w) {
     cublasDestroy(w->blas);
   }
   cudaFree(w->workspace);
+  cudaFree(w->rope);
   cudaFree(w->hidden);
   cudaFree(w->params);
   free(w->layers);
@@ -247,15 +319,58 @@ static int gemm(cgrtk_decode *w, const bf16 *x, const bf16 *wt, bf16 *y, int row
   return st == CUBLAS_STATUS_SUCCESS ? 0 : CGRTK_CUBLAS_ERROR(st);
 }
 
-static int temp_alloc(bf16 **p, size_t elems, cudaStream_t s) {
-  return (int)cudaMallocAsync((void **)p, elems * sizeof(bf16), s);
+/*
+ * One call's temporaries, carved out of one cudaMallocAsync: three sub-buffers of `rows` rows,
+ * each starting 256-byte aligned. attn: normed [d], qkv [3d], ctx [d]; mlp: normed [d],
+ * gate_up [2 ffn], act [ffn] (the GEMV path uses only qkv and ctx, or act). One layout for both
+ * paths keeps cgrtk_decode_temp_bytes exact.
+ */
+struct temps {
+  bf16 *base;
+  bf16 *part[3];
+};
+
+static size_t temp_layout(const size_t width[3], int64_t rows, size_t off[3]) {
+  size_t total = 0;
+  for (int i = 0; i < 3; i++) {
+    off[i] = total;
+    total += align256((size_t)rows * width[i] * sizeof(bf16));
+  }
+  return total;
 }
 
-/* Free a temporary (stream-ordered); keep the first error. */
-static int temp_free(bf16 *p, cudaStream_t s, int rc) {
-  if (!p)
+static void attn_widths(const struct cgrtk_decode_cfg *c, size_t width[3]) {
+  width[0] = (size_t)c->d_model;
+  width[1] = 3 * (size_t)c->d_model;
+  width[2] = (size_t)c->d_model;
+}
+
+static void mlp_widths(const struct cgrtk_decode_cfg *c, size_t width[3]) {
+  width[0] = (size_t)c->d_model;
+  width[1] = 2 * (size_t)c->ffn;
+  width[2] = (size_t)c->ffn;
+}
+
+static int temp_alloc(struct temps *t, const size_t width[3], int64_t rows, cudaStream_t s) {
+  size_t off[3];
+  const size_t total = temp_layout(width, rows, off);
+  t->base = NULL;
+  int rc = (int)cudaMallocAsync((void **)&t->base, total, s);
+  if (rc) {
+    t->base = NULL;
     return rc;
-  int e = (int)cudaFreeAsync(p, s);
+  }
+  for (int i = 0; i < 3; i++)
+    t->part[i] = (bf16 *)((char *)t->base + off[i]);
+  return 0;
+}
+
+/* Free the temporaries (stream-ordered); keep the first error. */
+static int temp_free(struct temps *t, cudaStream_t s, int rc) {
+  if (!t->base)
+    return rc;
+  int e = (int)cudaFreeAsync(t->base, s);
+  t->base = NULL;
   return rc ? rc : e;
 }
 
@@ -265,56 +380,103 @@ static int check_call(const cgrtk_decode *w, int layer, int64_t rows) {
   return 0;
 }
 
+/* Programmatic dependent launch between our own kernels of one call: not on the legacy or
+ * per-thread default streams (handles 0, 1, 2). */
+static bool use_pdl(const cgrtk_decode *w, cudaStream_t s) {
+  return w->pdl && (uintptr_t)s > 2;
+}
+
 extern "C" int cgrtk_decode_attn(cgrtk_decode *w, int layer, int64_t rows, void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
-  bf16 *normed = NULL, *qkv = NULL, *ctx = NULL;
+  struct temps t = {NULL, {NULL, NULL, NULL}};
   const struct layer_weights *lw = NULL;
+  size_t width[3];
   int rc = check_call(w, layer, rows), r = (int)rows, d = 0, heads = 0, cache = 0;
+  bool pdl = false;
   if (rc || rows == 0)
     return rc;
   lw = &w->layers[layer];
   d = w->cfg.d_model;
   heads = w->cfg.heads;
   cache = w->cfg.cache_len;
+  pdl = use_pdl(w, s);
+  attn_widths(&w->cfg, width);
 
-  if ((rc = temp_alloc(&normed, (size_t)r * d, s)) ||
-      (rc = temp_alloc(&qkv, (size_t)r * 3 * d, s)) || (rc = temp_alloc(&ctx, (size_t)r * d, s)))
+  if ((rc = temp_alloc(&t, width, rows, s)))
     goto done;
+  bf16 *normed, *qkv, *ctx;
+  normed = t.part[0];
+  qkv = t.part[1];
+  ctx = t.part[2];
+  if (r <= w->gemv_rows) {
+    /* Three kernels: RMSNorm + Wqkv + RoPE, attention, Wo + residual. The last one then
+     * prefetches this layer's W_gate_up, which the mlp call reads first. */
+    const bf16 *next = w->prefetch ? lw->t[CGRTK_DECODE_T_WGATE_UP] : NULL;
+    const size_t next_bytes =
+        cgrtk_decode_tensor_numel(&w->cfg, CGRTK_DECODE_T_WGATE_UP) * sizeof(bf16);
+    if ((rc = launch_gemv_qkv(w->hidden, lw->t[CGRTK_DECODE_T_ATTN_NORM],
+                              lw->t[CGRTK_DECODE_T_WQKV], qkv, w->rope, r, d, s, false)))
+      goto done;
+    if ((rc = launch_attention(qkv, lw->t[CGRTK_DECODE_T_KCACHE], lw->t[CGRTK_DECODE_T_VCACHE], ctx,
+                               r, heads, cache, s, pdl, w->sm90)))
+      goto done;
+    rc = launch_gemv_residual(ctx, lw->t[CGRTK_DECODE_T_WO], w->hidden, r, d, d, next, next_bytes,
+                              s, pdl);
+    goto done;
+  }
   if ((rc = bind_blas(w, s)))
     goto done;
   if ((rc = launch_rmsnorm(w->hidden, lw->t[CGRTK_DECODE_T_ATTN_NORM], normed, r, d, s)))
     goto done;
   if ((rc = gemm(w, normed, lw->t[CGRTK_DECODE_T_WQKV], qkv, r, 3 * d, d, 0.0f)))
     goto done;
-  if ((rc = launch_rope(qkv, r, heads, cache, s)))
+  if ((rc = launch_rope(qkv, w->rope, r, heads, s, false)))
     goto done;
   if ((rc = launch_attention(qkv, lw->t[CGRTK_DECODE_T_KCACHE], lw->t[CGRTK_DECODE_T_VCACHE], ctx,
-                             r, heads, cache, s)))
+                             r, heads, cache, s, pdl, w->sm90)))
     goto done;
   rc = gemm(w, ctx, lw->t[CGRTK_DECODE_T_WO], w->hidden, r, d, d, 1.0f);
 
 done:
-  rc = temp_free(ctx, s, rc);
-  rc = temp_free(qkv, s, rc);
-  rc = temp_free(normed, s, rc);
-  return rc;
+  return temp_free(&t, s, rc);
 }
 
 extern "C" int cgrtk_decode_mlp(cgrtk_decode *w, int layer, int64_t rows, void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
-  bf16 *normed = NULL, *gate_up = NULL, *act = NULL;
+  struct temps t = {NULL, {NULL, NULL, NULL}};
   const struct layer_weights *lw = NULL;
+  size_t width[3];
   int rc = check_call(w, layer, rows), r = (int)rows, d = 0, ffn = 0;
+  bool pdl = false;
   if (rc || rows == 0)
     return rc;
   lw = &w->layers[layer];
   d = w->cfg.d_model;
   ffn = w->cfg.ffn;
+  pdl = use_pdl(w, s);
+  mlp_widths(&w->cfg, width);
 
-  if ((rc = temp_alloc(&normed, (size_t)r * d, s)) ||
-      (rc = temp_alloc(&gate_up, (size_t)r * 2 * ffn, s)) ||
-      (rc = temp_alloc(&act, (size_t)r * ffn, s)))
+  if ((rc = temp_alloc(&t, width, rows, s)))
     goto done;
+  bf16 *normed, *gate_up, *act;
+  normed = t.part[0];
+  gate_up = t.part[1];
+  act = t.part[2];
+  if (r <= w->gemv_rows) {
+    /* Two kernels: RMSNorm + W_gate_up + SwiGLU, W_down + residual. The last one then
+     * prefetches the next layer's Wqkv, which its attn call reads first. */
+    const bf16 *next = w->prefetch && layer + 1 < w->cfg.layers
+                           ? w->layers[layer + 1].t[CGRTK_DECODE_T_WQKV]
+                           : NULL;
+    const size_t next_bytes =
+        cgrtk_decode_tensor_numel(&w->cfg, CGRTK_DECODE_T_WQKV) * sizeof(bf16);
+    if ((rc = launch_gemv_gate_up(w->hidden, lw->t[CGRTK_DECODE_T_MLP_NORM],
+                                  lw->t[CGRTK_DECODE_T_WGATE_UP], act, r, d, ffn, s, false)))
+      goto done;
+    rc = launch_gemv_residual(act, lw->t[CGRTK_DECODE_T_WDOWN], w->hidden, r, d, ffn, next,
+                              next_bytes, s, pdl);
+    goto done;
+  }
   if ((rc = bind_blas(w, s)))
     goto done;
   if ((rc = launch_rmsnorm(w->hidden, lw->t[CGRTK_DECODE_T_MLP_NORM], normed, r, d, s)))
@@ -326,10 +488,7 @@ extern "C" int cgrtk_decode_mlp(cgrtk_decode *w, int layer, int64_t rows, void *
   rc = gemm(w, act, lw->t[CGRTK_DECODE_T_WDOWN], w->hidden, r, d, ffn, 1.0f);
 
 done:
-  rc = temp_free(act, s, rc);
-  rc = temp_free(gate_up, s, rc);
-  rc = temp_free(normed, s, rc);
-  return rc;
+  return temp_free(&t, s, rc);
 }
 
 extern "C" double cgrtk_decode_flops(const struct cgrtk_decode_cfg *cfg, int64_t rows) {
@@ -342,10 +501,18 @@ extern "C" double cgrtk_decode_flops(const struct cgrtk_decode_cfg *cfg, int64_t
 }
 
 extern "C" size_t cgrtk_decode_temp_bytes(const struct cgrtk_decode_cfg *cfg, int64_t rows) {
-  const size_t t = rows > 0 ? (size_t)rows : 0, d = (size_t)cfg->d_model, f = (size_t)cfg->ffn;
-  const size_t attn = t * (d + 3 * d + d) * sizeof(bf16);
-  const size_t mlp = t * (d + 2 * f + f) * sizeof(bf16);
+  size_t width[3], off[3];
+  if (rows <= 0)
+    return 0;
+  attn_widths(cfg, width);
+  const size_t attn = temp_layout(width, rows, off);
+  mlp_widths(cfg, width);
+  const size_t mlp = temp_layout(width, rows, off);
   return attn > mlp ? attn : mlp;
+}
+
+extern "C" int cgrtk_decode_gemv_rows(const cgrtk_decode *w) {
+  return w ? w->gemv_rows : 0;
 }
 
 extern "C" const char *cgrtk_decode_strerror(int rc) {

@@ -1,7 +1,8 @@
 /*
  * decode.h - the `decode` reference workload: L decoder layers (RMSNorm, attention over a static
  * KV cache with RoPE, SwiGLU MLP) for T new tokens, bf16 activations and weights, fp32
- * accumulation. Projections go through cuBLAS, everything else through our own kernels.
+ * accumulation. Projections go through cuBLAS, everything else through our own kernels, except
+ * at small row counts (see "Small rows" below).
  *
  * Shapes: d_model = heads * 64 (head dimension 64). Per layer: RMSNorm gains [d] (attention and
  * MLP), Wqkv [3d, d] (rows: q, then k, then v; head h at rows h*64 of each), Wo [d, d],
@@ -19,9 +20,32 @@
  *
  * Calls that enqueue work (stage, attn, mlp, read) never synchronize, never allocate with
  * cudaMalloc and never read device memory on the host, so they can be captured into a CUDA graph.
- * attn and mlp allocate their temporaries with cudaMallocAsync on the call's stream and free
- * them with cudaFreeAsync before returning (graph memory nodes under capture). One workload
- * holds one cuBLAS handle and one cuBLAS workspace: drive it from one stream at a time.
+ * Each attn or mlp call allocates its temporaries with one cudaMallocAsync on the call's stream
+ * (sub-buffers 256-byte aligned) and frees them with one cudaFreeAsync before returning: one
+ * graph memory-alloc and one memory-free node per call under capture. One workload holds one
+ * cuBLAS handle and one cuBLAS workspace: drive it from one stream at a time.
+ *
+ * Small rows, opt-in: with CGRTK_DECODE_GEMV_ROWS=N in the environment (1..8; default 0: every
+ * projection through cuBLAS, the workload cgrt bench measures), at rows <= N (lowered if shared
+ * memory is short) the projections run as our own GEMV kernels instead of cuBLAS, as decode
+ * engines do: for these GEMV-like shapes they read each weight once for all
+ * rows at full bandwidth and fuse the neighbouring work. attn is then 3 kernels (RMSNorm + Wqkv
+ * + RoPE, attention, Wo + residual add) and mlp 2 (RMSNorm + W_gate_up + SwiGLU, W_down +
+ * residual add); above, attn is RMSNorm, cuBLAS, RoPE, attention, cuBLAS and mlp RMSNorm,
+ * cuBLAS, SwiGLU, cuBLAS. Both paths are deterministic, without atomics, and give the same bits
+ * eagerly and replayed (same kernels, same launch configuration for the same rows); they differ
+ * from each other by rounding only. On the GEMV path a row's result does not depend on the row
+ * count at all (padding rows change no bit of the real rows). Attention spreads each (head,
+ * token) over a cluster of 4 blocks at rows <= 8 on sm_90+ (one block otherwise), combining the
+ * partial softmax sums in a fixed order.
+ * On sm_90+ our kernels within one call are chained by programmatic dependent launch: a kernel
+ * may start while its predecessor finishes, prefetches its constant inputs (weights, KV cache)
+ * into L2, then waits for the predecessor before it touches anything else. On the GEMV path the
+ * last kernel of attn(l) also prefetches W_gate_up of layer l, and that of mlp(l) Wqkv of layer
+ * l + 1, into L2 (hints only: no value depends on them).
+ * Environment, read by cgrtk_decode_create (for measurements): CGRTK_DECODE_GEMV_ROWS=N (0..8;
+ * 0, the default: always cuBLAS), CGRTK_DECODE_PDL=0 (no programmatic dependent launch),
+ * CGRTK_DECODE_PREFETCH=0 (no cross-call L2 prefetch).
  *
  * Errors: 0, a cudaError_t (positive, below CGRTK_CUBLAS_ERROR_BASE), or
  * CGRTK_CUBLAS_ERROR_BASE + a cublasStatus_t; cgrtk_decode_strerror() names either.
@@ -53,7 +77,8 @@ struct cgrtk_decode_cfg {
 typedef struct cgrtk_decode cgrtk_decode;
 
 #define CGRTK_DECODE_HEAD_DIM   64
-#define CGRTK_DECODE_MAX_KEYS   8192 /* cache_len + max_tokens: attention scores live in smem */
+#define CGRTK_DECODE_MAX_KEYS   8192 /* cache_len + max_tokens at most */
+#define CGRTK_DECODE_GEMV_ROWS  8    /* largest row count of the small-row GEMV path */
 #define CGRTK_DECODE_RMS_EPS    1e-5f
 #define CGRTK_DECODE_ROPE_THETA 10000.0
 #define CGRTK_DECODE_WORKSPACE  (32u << 20) /* bytes of cuBLAS workspace */
@@ -65,10 +90,11 @@ void cgrtk_decode_default_cfg(struct cgrtk_decode_cfg *cfg);
 
 /*
  * Create a workload on the current device: allocate (cudaMalloc) and initialize every weight,
- * the KV cache, the hidden buffer (zeroed) and a 32 MiB cuBLAS workspace; create the cuBLAS
- * handle (default math mode, no atomics); raise the device's default memory pool release
- * threshold to UINT64_MAX so stream-ordered allocations stay cheap. Synchronizes before it
- * returns (never call it while a stream of this device is capturing in global mode).
+ * the KV cache, the hidden buffer (zeroed), a RoPE table and a 32 MiB cuBLAS workspace; choose
+ * the small-row limit and the launch options (see above); create the cuBLAS handle (default
+ * math mode, no atomics); raise the device's default memory pool release threshold to
+ * UINT64_MAX so stream-ordered allocations stay cheap. Synchronizes before it returns (never call
+ * it while a stream of this device is capturing in global mode).
  * On failure returns nonzero, leaves *out NULL and writes a sentence naming the failing call or
  * the invalid field into err (if err is not NULL).
  */
@@ -109,9 +135,12 @@ size_t cgrtk_decode_row_bytes(const cgrtk_decode *w);
 /* Approximate FLOPs of one forward over all layers at `rows` rows (GEMMs and attention). */
 double cgrtk_decode_flops(const struct cgrtk_decode_cfg *cfg, int64_t rows);
 
-/* Peak bytes of temporaries one attn or mlp call at `rows` rows requests from cudaMallocAsync
- * (the larger of the two; the allocator may round each allocation up). */
+/* Bytes of temporaries one attn or mlp call at `rows` rows requests from cudaMallocAsync in its
+ * single allocation (the larger of the two; the allocator may round it up). */
 size_t cgrtk_decode_temp_bytes(const struct cgrtk_decode_cfg *cfg, int64_t rows);
+
+/* The largest row count at which attn and mlp take the small-row GEMV path on w (0: never). */
+int cgrtk_decode_gemv_rows(const cgrtk_decode *w);
 
 /* A sentence for a code returned by this workload (cudaError_t or CGRTK_CUBLAS_ERROR(...)). */
 const char *cgrtk_decode_strerror(int rc);

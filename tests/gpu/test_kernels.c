@@ -2,7 +2,10 @@
  * test_kernels.c (GPU) - the reference workloads cgrt bench runs (kernels/decode.h, chain.h):
  * the decode layers are bitwise reproducible, give the same bits eagerly and replayed from a
  * captured graph, match a float64 CPU reference, ignore padding rows, and put their temporaries
- * in graph memory when captured; the chain computes its recurrence exactly.
+ * in graph memory when captured (one allocation and one free per call); the chain computes its
+ * recurrence exactly. Both paths of decode are covered: cuBLAS (ROWS rows) and the small-row
+ * GEMV path (rows <= cgrtk_decode_gemv_rows), where padding must not change a single bit and the
+ * launch options (programmatic dependent launch, L2 prefetch) must not either.
  * The decode tests run on a small configuration and on the default one.
  */
 #include <math.h>
@@ -20,8 +23,9 @@
 #include "chain.h"
 #include "decode.h"
 
-#define ROWS 37   /* tokens of the tests' steps: not a multiple of anything */
-#define TOL  2e-2 /* relative error allowed against a reference computed differently */
+#define ROWS  37   /* tokens of the tests' steps: not a multiple of anything (cuBLAS path) */
+#define SMALL 5    /* tokens of the small-row steps (GEMV path) */
+#define TOL   2e-2 /* relative error allowed against a reference computed differently */
 
 enum { CFG_SMALL, CFG_DEFAULT };
 static int cfg_small = CFG_SMALL, cfg_default = CFG_DEFAULT;
@@ -304,23 +308,27 @@ static void assert_block_matches(const char *what, const double *in, const doubl
 
 /* ---------------------------------------------------------------- tests */
 
-/* Two runs of the same calls from the same staged input give the same bits. */
+/* Two runs of the same calls from the same staged input give the same bits, on both paths. */
 static void decode_is_deterministic(void **state) {
   struct fixture *f = *state;
-  size_t n = (size_t)ROWS * f->cfg.d_model;
-  uint16_t *a = alloc_rows(f, ROWS), *b = alloc_rows(f, ROWS), *in = alloc_rows(f, ROWS);
+  const int64_t counts[] = {ROWS, 1, SMALL};
+  for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+    const int64_t rows = counts[k];
+    size_t n = (size_t)rows * f->cfg.d_model;
+    uint16_t *a = alloc_rows(f, rows), *b = alloc_rows(f, rows), *in = alloc_rows(f, rows);
 
-  assert_int_equal(cgrtk_decode_stage(f->w, ROWS, ROWS, 1, f->s), 0);
-  read_rows(f, ROWS, in);
-  forward(f, ROWS, ROWS, 1, a, ROWS);
-  forward(f, ROWS, ROWS, 1, b, ROWS);
-  assert_memory_equal(a, b, n * sizeof(uint16_t));
-  /* The layers did something, and activations stay O(1) through all of them. */
-  assert_memory_not_equal(a, in, n * sizeof(uint16_t));
-  assert_sane(a, n, 0.05, 50.0);
-  free(a);
-  free(b);
-  free(in);
+    assert_int_equal(cgrtk_decode_stage(f->w, rows, rows, 1, f->s), 0);
+    read_rows(f, rows, in);
+    forward(f, rows, rows, 1, a, rows);
+    forward(f, rows, rows, 1, b, rows);
+    assert_memory_equal(a, b, n * sizeof(uint16_t));
+    /* The layers did something, and activations stay O(1) through all of them. */
+    assert_memory_not_equal(a, in, n * sizeof(uint16_t));
+    assert_sane(a, n, 0.05, 50.0);
+    free(a);
+    free(b);
+    free(in);
+  }
 }
 
 static int count_nodes(cudaGraph_t g, enum cudaGraphNodeType type) {
@@ -339,35 +347,41 @@ static int count_nodes(cudaGraph_t g, enum cudaGraphNodeType type) {
   return count;
 }
 
-/* Capture the layers into a graph; replays give exactly the eager result. */
-static void decode_graph_matches_eager(void **state) {
-  struct fixture *f = *state;
-  size_t bytes = (size_t)ROWS * f->cfg.d_model * sizeof(uint16_t);
-  uint16_t *eager = alloc_rows(f, ROWS), *replay = alloc_rows(f, ROWS);
+/* Capture the layers at `rows` rows into a graph; replays give exactly the eager result. */
+static void graph_matches_eager(struct fixture *f, int64_t rows, uint64_t step) {
+  size_t bytes = (size_t)rows * f->cfg.d_model * sizeof(uint16_t);
+  uint16_t *eager = alloc_rows(f, rows), *replay = alloc_rows(f, rows);
   cudaGraph_t g = NULL;
   cudaGraphExec_t exec = NULL;
 
-  forward(f, ROWS, ROWS, 2, eager, ROWS);
+  forward(f, rows, rows, step, eager, rows);
 
   assert_int_equal(cudaStreamBeginCapture(f->s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  int rc = run_layers(f, ROWS);
+  int rc = run_layers(f, rows);
   cudaError_t end = cudaStreamEndCapture(f->s, &g); /* always: never leave the stream capturing */
   assert_int_equal(rc, 0);
   assert_int_equal(end, cudaSuccess);
-  /* Each attn and mlp call allocates and frees its three temporaries inside the graph. */
-  assert_true(count_nodes(g, cudaGraphNodeTypeMemAlloc) >= 6 * f->cfg.layers);
-  assert_true(count_nodes(g, cudaGraphNodeTypeMemFree) >= 6 * f->cfg.layers);
+  /* Each attn and mlp call allocates and frees its temporaries as one block inside the graph. */
+  assert_int_equal(count_nodes(g, cudaGraphNodeTypeMemAlloc), 2 * f->cfg.layers);
+  assert_int_equal(count_nodes(g, cudaGraphNodeTypeMemFree), 2 * f->cfg.layers);
+  /* The GEMV path: 3 kernels for attn, 2 for mlp, nothing else. */
+  if (rows <= cgrtk_decode_gemv_rows(f->w)) {
+    size_t total = 0;
+    assert_int_equal(cudaGraphGetNodes(g, NULL, &total), cudaSuccess);
+    assert_int_equal(count_nodes(g, cudaGraphNodeTypeKernel), 5 * f->cfg.layers);
+    assert_int_equal(total, (size_t)9 * f->cfg.layers);
+  }
   assert_int_equal(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
 
   for (int i = 0; i < 2; i++) {
     memset(replay, 0, bytes);
-    assert_int_equal(cgrtk_decode_stage(f->w, ROWS, ROWS, 2, f->s), 0);
+    assert_int_equal(cgrtk_decode_stage(f->w, rows, rows, step, f->s), 0);
     assert_int_equal(cudaGraphLaunch(exec, f->s), cudaSuccess);
-    read_rows(f, ROWS, replay);
+    read_rows(f, rows, replay);
     assert_memory_equal(replay, eager, bytes);
   }
   /* And eager again after the replays: nothing the capture did changed the workload. */
-  forward(f, ROWS, ROWS, 2, replay, ROWS);
+  forward(f, rows, rows, step, replay, rows);
   assert_memory_equal(replay, eager, bytes);
 
   cudaGraphExecDestroy(exec);
@@ -376,12 +390,51 @@ static void decode_graph_matches_eager(void **state) {
   free(replay);
 }
 
-/* One layer's attention and MLP blocks against the float64 CPU reference. */
+static void decode_graph_matches_eager(void **state) {
+  struct fixture *f = *state;
+  graph_matches_eager(f, ROWS, 2);
+  graph_matches_eager(f, 1, 2);
+  graph_matches_eager(f, SMALL, 2);
+  graph_matches_eager(f, CGRTK_DECODE_GEMV_ROWS, 2);
+}
+
+/* One layer's attention and MLP blocks at `rows` rows against the float64 CPU reference. */
+static void matches_reference(struct fixture *f, int rows, uint64_t step) {
+  const struct cgrtk_decode_cfg *c = &f->cfg;
+  const int layer = c->layers - 1, d = c->d_model;
+  const size_t n = (size_t)rows * d;
+  uint16_t *raw = alloc_rows(f, rows);
+
+  assert_int_equal(cgrtk_decode_stage(f->w, rows, rows, step, f->s), 0);
+  read_rows(f, rows, raw);
+  double *h0 = to_double(raw, n), *ref = malloc(n * sizeof(double));
+  assert_non_null(ref);
+  print_message("%d rows (%s path):\n", rows,
+                rows <= cgrtk_decode_gemv_rows(f->w) ? "GEMV" : "cuBLAS");
+
+  assert_int_equal(cgrtk_decode_attn(f->w, layer, rows, f->s), 0);
+  read_rows(f, rows, raw);
+  double *h1 = to_double(raw, n);
+  ref_attn(c, layer, h0, ref, rows);
+  assert_block_matches("attention", h0, h1, ref, n);
+
+  assert_int_equal(cgrtk_decode_mlp(f->w, layer, rows, f->s), 0);
+  read_rows(f, rows, raw);
+  double *h2 = to_double(raw, n);
+  ref_mlp(c, layer, h1, ref, rows);
+  assert_block_matches("mlp", h1, h2, ref, n);
+
+  free(raw);
+  free(h0);
+  free(h1);
+  free(h2);
+  free(ref);
+}
+
 static void decode_matches_cpu_reference(void **state) {
   struct fixture *f = *state;
   const struct cgrtk_decode_cfg *c = &f->cfg;
-  const int layer = c->layers - 1, d = c->d_model;
-  const size_t n = (size_t)ROWS * d;
+  const int d = c->d_model;
   uint16_t *raw = alloc_rows(f, ROWS);
 
   /* The staged input is exactly the documented function; the padding rows are zero. */
@@ -394,29 +447,21 @@ static void decode_matches_cpu_reference(void **state) {
         fail_msg("staged input (%d, %d) is %g, want %g", r, col,
                  (double)bf16_to_float(raw[(size_t)r * d + col]), (double)want);
     }
-
-  assert_int_equal(cgrtk_decode_stage(f->w, ROWS, ROWS, 3, f->s), 0);
-  read_rows(f, ROWS, raw);
-  double *h0 = to_double(raw, n), *ref = malloc(n * sizeof(double));
-  assert_non_null(ref);
-
-  assert_int_equal(cgrtk_decode_attn(f->w, layer, ROWS, f->s), 0);
-  read_rows(f, ROWS, raw);
-  double *h1 = to_double(raw, n);
-  ref_attn(c, layer, h0, ref, ROWS);
-  assert_block_matches("attention", h0, h1, ref, n);
-
-  assert_int_equal(cgrtk_decode_mlp(f->w, layer, ROWS, f->s), 0);
-  read_rows(f, ROWS, raw);
-  double *h2 = to_double(raw, n);
-  ref_mlp(c, layer, h1, ref, ROWS);
-  assert_block_matches("mlp", h1, h2, ref, n);
-
   free(raw);
-  free(h0);
-  free(h1);
-  free(h2);
-  free(ref);
+
+  matches_reference(f, ROWS, 3);
+  matches_reference(f, 1, 3);
+  matches_reference(f, SMALL, 3);
+  matches_reference(f, CGRTK_DECODE_GEMV_ROWS, 3);
+  matches_reference(f, CGRTK_DECODE_GEMV_ROWS + 1, 3);
+}
+
+/* The default shapes (K = 2816 for W_down, 16 heads, 512 cached keys) on both paths. */
+static void decode_default_matches_cpu_reference(void **state) {
+  struct fixture *f = *state;
+  matches_reference(f, 1, 3);
+  matches_reference(f, 2, 3);
+  matches_reference(f, CGRTK_DECODE_GEMV_ROWS + 1, 3);
 }
 
 /* Tokens padded with zero rows up to max_tokens give (nearly: cuBLAS may pick another algorithm
@@ -440,6 +485,81 @@ static void decode_padding_rows_do_not_matter(void **state) {
   free(pad);
 }
 
+/* On the GEMV path a row's result does not depend on the row count: padding rows change no bit
+ * of the real rows, and neither do other tokens after them. */
+static void decode_small_rows_padding_is_exact(void **state) {
+  struct fixture *f = *state;
+  const int64_t padded = cgrtk_decode_gemv_rows(f->w);
+  if (padded < 4) {
+    print_message("skipped: GEMV path limited to %lld rows\n", (long long)padded);
+    return;
+  }
+  const size_t bytes = (size_t)3 * f->cfg.d_model * sizeof(uint16_t);
+  uint16_t *plain = alloc_rows(f, 3), *pad = alloc_rows(f, padded), *full = alloc_rows(f, padded);
+
+  forward(f, 3, 3, 6, plain, 3);
+  forward(f, 3, padded, 6, pad, padded);
+  assert_memory_equal(pad, plain, bytes);
+  assert_sane(pad, (size_t)padded * f->cfg.d_model, 1e-3, 1e3);
+  /* Real tokens after them (causal attention): the first three rows still do not change. */
+  forward(f, padded, padded, 6, full, padded);
+  assert_memory_equal(full, plain, bytes);
+  free(plain);
+  free(pad);
+  free(full);
+}
+
+/* Another workload of the same configuration created with other launch options: without
+ * programmatic dependent launch and L2 prefetch the bits are the same; with the GEMV path
+ * switched off (cuBLAS) the results agree within rounding. */
+static void decode_launch_options_agree(void **state) {
+  struct fixture *f = *state;
+  const int64_t counts[] = {1, SMALL, ROWS};
+  cgrtk_decode *plain = NULL, *blas = NULL;
+  char err[256] = "";
+
+  setenv("CGRTK_DECODE_PDL", "0", 1);
+  setenv("CGRTK_DECODE_PREFETCH", "0", 1);
+  int rc = cgrtk_decode_create(&plain, &f->cfg, err, sizeof(err));
+  unsetenv("CGRTK_DECODE_PDL");
+  unsetenv("CGRTK_DECODE_PREFETCH");
+  if (rc != 0)
+    fail_msg("cgrtk_decode_create: %s", err);
+  setenv("CGRTK_DECODE_GEMV_ROWS", "0", 1);
+  rc = cgrtk_decode_create(&blas, &f->cfg, err, sizeof(err));
+  setenv("CGRTK_DECODE_GEMV_ROWS", "8", 1); /* back to this test program's setting */
+  if (rc != 0)
+    fail_msg("cgrtk_decode_create: %s", err);
+  assert_int_equal(cgrtk_decode_gemv_rows(blas), 0);
+
+  cgrtk_decode *mine = f->w;
+  for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+    const int64_t rows = counts[k];
+    const size_t n = (size_t)rows * f->cfg.d_model;
+    uint16_t *a = alloc_rows(f, rows), *b = alloc_rows(f, rows), *c = alloc_rows(f, rows);
+    f->w = mine;
+    forward(f, rows, rows, 7, a, rows);
+    f->w = plain;
+    forward(f, rows, rows, 7, b, rows);
+    f->w = blas;
+    forward(f, rows, rows, 7, c, rows);
+    f->w = mine;
+    assert_memory_equal(a, b, n * sizeof(uint16_t));
+    double *da = to_double(a, n), *dc = to_double(c, n);
+    double e = rel_err(da, dc, n);
+    print_message("%lld rows: relative error %.3g against the cuBLAS path\n", (long long)rows, e);
+    assert_true(e < TOL);
+    free(da);
+    free(dc);
+    free(a);
+    free(b);
+    free(c);
+  }
+  assert_int_equal(cudaStreamSynchronize(f->s), cudaSuccess);
+  cgrtk_decode_destroy(plain);
+  cgrtk_decode_destroy(blas);
+}
+
 /* A captured attention call owns graph memory once its executable has been launched. */
 static void decode_temporaries_are_graph_memory(void **state) {
   struct fixture *f = *state;
@@ -457,7 +577,8 @@ static void decode_temporaries_are_graph_memory(void **state) {
   cudaError_t end = cudaStreamEndCapture(f->s, &g);
   assert_int_equal(rc, 0);
   assert_int_equal(end, cudaSuccess);
-  assert_true(count_nodes(g, cudaGraphNodeTypeMemAlloc) >= 3);
+  assert_int_equal(count_nodes(g, cudaGraphNodeTypeMemAlloc), 1); /* one block per call */
+  assert_int_equal(count_nodes(g, cudaGraphNodeTypeMemFree), 1);
   assert_int_equal(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
   assert_int_equal(cudaGraphLaunch(exec, f->s), cudaSuccess);
   assert_int_equal(cudaStreamSynchronize(f->s), cudaSuccess);
@@ -497,6 +618,10 @@ static void decode_rejects_bad_arguments(void **state) {
   assert_non_null(cgrtk_decode_hidden(w));
   assert_true(cgrtk_decode_flops(&c, 8) > 0);
   assert_true(cgrtk_decode_temp_bytes(&c, 8) > 0);
+  assert_int_equal(cgrtk_decode_temp_bytes(&c, 0), 0);
+  assert_true(cgrtk_decode_gemv_rows(w) >= 0 &&
+              cgrtk_decode_gemv_rows(w) <= CGRTK_DECODE_GEMV_ROWS);
+  assert_int_equal(cgrtk_decode_gemv_rows(NULL), 0);
   cgrtk_decode_destroy(w);
 }
 
@@ -559,16 +684,23 @@ int main(void) {
            e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
     return 77;
   }
+  /* Both projection paths are tested: the GEMV path up to 8 rows (opt-in), cuBLAS above. */
+  setenv("CGRTK_DECODE_GEMV_ROWS", "8", 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(decode_rejects_bad_arguments),
       DECODE_TEST(decode_is_deterministic, cfg_small),
       DECODE_TEST(decode_graph_matches_eager, cfg_small),
       DECODE_TEST(decode_matches_cpu_reference, cfg_small),
       DECODE_TEST(decode_padding_rows_do_not_matter, cfg_small),
+      DECODE_TEST(decode_small_rows_padding_is_exact, cfg_small),
+      DECODE_TEST(decode_launch_options_agree, cfg_small),
       DECODE_TEST(decode_temporaries_are_graph_memory, cfg_small),
       DECODE_TEST(decode_is_deterministic, cfg_default),
       DECODE_TEST(decode_graph_matches_eager, cfg_default),
+      DECODE_TEST(decode_default_matches_cpu_reference, cfg_default),
       DECODE_TEST(decode_padding_rows_do_not_matter, cfg_default),
+      DECODE_TEST(decode_small_rows_padding_is_exact, cfg_default),
+      DECODE_TEST(decode_launch_options_agree, cfg_default),
       DECODE_TEST(decode_temporaries_are_graph_memory, cfg_default),
       cmocka_unit_test(chain_matches_host_recurrence),
   };
