@@ -20,10 +20,11 @@ cmake --build "$work/host" >/dev/null
 host=$work/host/sdk_host
 
 # pkg-config: the same host compiled by hand.
+# (Our own prefix: no sysroot, whatever the environment says for other packages.)
 pc="PKG_CONFIG_PATH=$(dirname "$(find "$prefix" -name cgrt.pc)")"
-cflags=$(env "$pc" pkg-config --cflags cgrt)
-libs=$(env "$pc" pkg-config --libs cgrt)
-libdir=$(env "$pc" pkg-config --variable=libdir cgrt)
+cflags=$(env -u PKG_CONFIG_SYSROOT_DIR "$pc" pkg-config --cflags cgrt)
+libs=$(env -u PKG_CONFIG_SYSROOT_DIR "$pc" pkg-config --libs cgrt)
+libdir=$(env -u PKG_CONFIG_SYSROOT_DIR "$pc" pkg-config --variable=libdir cgrt)
 # shellcheck disable=SC2086
 cc -std=c11 $cflags "$src/tests/sdk/host/host.c" -o "$work/host_pc" $libs -Wl,-rpath,"$libdir"
 
