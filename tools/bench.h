@@ -49,7 +49,13 @@ struct bench_workload {
 extern const struct bench_workload bench_decode;
 extern const struct bench_workload bench_chain;
 
-/* Runs the GPU bench of workload `w`; returns the tool's exit code. */
+/* Runs the GPU bench of workload `w` (inference steps over token counts); the exit code. */
 int bench_gpu(const struct bench_workload *w, const struct bench_opts *o);
+
+/* Runs the training bench (train workload, kernels/train_host.c); the exit code. */
+int bench_train(const struct bench_opts *o);
+
+/* The median of v[0..n) (sorts v). */
+double bench_median(double *v, int n);
 
 #endif

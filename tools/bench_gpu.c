@@ -58,7 +58,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+double bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof(*v), cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -163,7 +163,7 @@ static int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens
     dt[i] = ms * 1e3;
   }
   if (rc == 0) {
-    m->step_us = median(dt, o->steps);
+    m->step_us = bench_median(dt, o->steps);
     m->host_us = (double)host_ns / 1e3 / o->steps;
     m->prepare_us = (double)hm->prepare_ns / 1e3 / o->steps;
     m->padded = rep.padded_tokens;
@@ -256,7 +256,7 @@ static int floor_measure(struct floor *f, const struct bench_workload *w, void *
     dt[i] = ms * 1e3;
   }
   if (rc == 0)
-    *step_us = median(dt, o->steps);
+    *step_us = bench_median(dt, o->steps);
   for (int i = 0; i <= o->steps; i++)
     cudaEventDestroy(ev[i]);
   free(ev);
@@ -293,7 +293,7 @@ static int hm_dispatch(struct host_model *hm, int64_t tokens, int n, double *us)
   }
   cudaStreamSynchronize((cudaStream_t)stream);
   if (rc == 0)
-    *us = median(t, n);
+    *us = bench_median(t, n);
   free(t);
   return rc;
 }
@@ -314,7 +314,7 @@ static int floor_dispatch(struct floor *f, cudaStream_t s, int per_module, int n
   }
   cudaStreamSynchronize(s);
   if (rc == 0)
-    *us = median(t, n);
+    *us = bench_median(t, n);
   free(t);
   return rc;
 }

@@ -17,7 +17,7 @@ static void usage(FILE *out) {
           "  buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
           "          [--dist exponential|linear|list] [--list 'A B ...']\n"
           "                            the inference token buckets, largest first\n"
-          "  bench [FILE] [--workload decode|chain|dispatch] [--tokens 'LIST'] [--steps N]\n"
+          "  bench [FILE] [--workload decode|chain|train|dispatch] [--tokens 'LIST'] [--steps N]\n"
           "        [--json]            a workload under the configured backend against eager\n"
           "                            and the raw-graph floor (decode, chain: GPU)\n"
           "  version                   print the version\n");

@@ -4,6 +4,7 @@
  * Workloads:
  *   decode    L decoder layers over a KV cache, token buckets (bench_gpu.c; needs a GPU)
  *   chain     N tiny dependent kernels in one module: launch overhead alone (needs a GPU)
+ *   train     forward, backward and update over microbatches (bench_train.c; needs a GPU)
  *   dispatch  the host-side cost of one module call through cgrt (core, backend vtable, host API)
  *             over a direct call of the same callback; runs on the host driver, no GPU needed.
  */
@@ -114,7 +115,7 @@ static int bench_dispatch(struct cgrt_config *cfg, long calls, int json) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: cgrt bench [CONF] [--workload decode|chain|dispatch] [--tokens 'LIST']\n"
+          "usage: cgrt bench [CONF] [--workload decode|chain|train|dispatch] [--tokens 'LIST']\n"
           "                  [--steps N] [--warmup N] [--kernels N] [--calls N] [--json]\n");
 }
 
@@ -177,8 +178,11 @@ int cmd_bench(int argc, char **argv) {
     return bench_gpu(&bench_decode, &o);
   if (is_chain)
     return bench_gpu(&bench_chain, &o);
+  if (strcmp(o.workload, "train") == 0)
+    return bench_train(&o);
   if (strcmp(o.workload, "dispatch") != 0) {
-    fprintf(stderr, "cgrt bench: unknown workload '%s' (decode, chain, dispatch)\n", o.workload);
+    fprintf(stderr, "cgrt bench: unknown workload '%s' (decode, chain, train, dispatch)\n",
+            o.workload);
     return EXIT_UNUSABLE;
   }
   struct cgrt_config cfg = {0};
