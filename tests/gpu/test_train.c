@@ -23,7 +23,8 @@
 #define STEPS 7 /* 2 warm-up, 1 capture, 4 replays */
 
 struct run {
-  float losses[STEPS][8];
+  float losses[STEPS][8]; /* the first `microbatches` entries of each step are written */
+  int microbatches;
   float *params;
   size_t count;
   cgrt_stats stats;
@@ -34,6 +35,7 @@ struct run {
 static void run_training(const char *ini, struct run *out) {
   struct cgrtk_train_cfg cfg;
   cgrtk_train_default_cfg(&cfg);
+  assert_true(cfg.microbatches <= 8);
   cgrtk_train *t = NULL;
   char err[256];
   if (cgrtk_train_create(&t, &cfg, err, sizeof(err)) != 0)
@@ -54,6 +56,7 @@ static void run_training(const char *ini, struct run *out) {
     assert_int_equal(cgrtk_train_read_loss(t, out->losses[s], cgrt_stream(rt)), 0);
     assert_int_equal(cgrt_synchronize(rt), 0);
   }
+  out->microbatches = cfg.microbatches;
   out->count = cgrtk_train_param_count(t);
   out->params = malloc(out->count * sizeof(float));
   assert_int_equal(cgrtk_train_read_params(t, out->params, out->count, cgrt_stream(rt)), 0);
@@ -79,8 +82,9 @@ static int teardown_eager(void **state) {
 }
 
 static void check_against_eager(const struct run *r, const char *what) {
+  assert_int_equal(r->microbatches, eager.microbatches);
   for (int s = 0; s < STEPS; s++)
-    if (memcmp(r->losses[s], eager.losses[s], sizeof(eager.losses[s])) != 0)
+    if (memcmp(r->losses[s], eager.losses[s], (size_t)r->microbatches * sizeof(float)) != 0)
       fail_msg("%s: the losses of step %d differ from eager (%.9g vs %.9g)", what, s,
                r->losses[s][0], eager.losses[s][0]);
   assert_int_equal(r->count, eager.count);
@@ -101,7 +105,7 @@ static void scoped(const char *modules, int graphs_per_mb_dir) {
            "[host]\nmoe_experts = 4\nmoe_capacity = drop_and_pad\n"
            "[runtime]\ndriver = cuda\nlog = warn\n",
            modules);
-  struct run r;
+  struct run r = {0};
   run_training(ini, &r);
   check_against_eager(&r, modules);
   /* One graph per scoped module, microbatch and direction. */
@@ -134,7 +138,7 @@ static void te_mamba_attn_router(void **state) {
 
 static void full_iteration(void **state) {
   (void)state;
-  struct run r;
+  struct run r = {0};
   run_training("[cuda_graph]\nimpl = full_iteration\nwarmup_steps = 2\n[host]\nnan_check = off\n"
                "moe_experts = 4\nmoe_capacity = drop_and_pad\n[runtime]\ndriver = cuda\n"
                "log = warn\n",
