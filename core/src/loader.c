@@ -220,11 +220,47 @@ int cgrt__backend_check(void *dl, const char *path, const struct cgrt_backend_v1
   return 0;
 }
 
+/*
+ * A backend is code that runs with the host's rights: refuse one that someone else could have
+ * written. The file and its directory must not be writable by others (a directory with the
+ * sticky bit, like /tmp, protects files it does not own from others) and must belong to the
+ * effective user or to root.
+ */
+static int check_trust(const char *what, const char *path, int is_dir, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return 0; /* resolve() or dlopen() reports what is missing */
+  uid_t me = geteuid();
+  if (st.st_uid != me && st.st_uid != 0)
+    return fail(err, errlen, CGRT_E_BACKEND,
+                "refusing to load backend %s: %s %s belongs to uid %u, neither this process's "
+                "user (uid %u) nor root; a backend runs with the host's rights, so install it "
+                "as your user or root",
+                what, is_dir ? "its directory" : "the file", path, (unsigned)st.st_uid,
+                (unsigned)me);
+  int open_to_others = (st.st_mode & S_IWOTH) && !(is_dir && (st.st_mode & S_ISVTX));
+  if (open_to_others)
+    return fail(err, errlen, CGRT_E_BACKEND,
+                "refusing to load backend %s: %s %s is writable by every user, so anyone could "
+                "replace the code this process would run; fix it with chmod o-w %s",
+                what, is_dir ? "its directory" : "the file", path, path);
+  return 0;
+}
+
 int cgrt__backend_open(struct cgrt_backend_lib *lib, const char *impl, const char *backend_path,
                        char *err, size_t errlen) {
-  char path[PATH_MAX + NAME_MAX + 2];
+  char path[PATH_MAX + NAME_MAX + 2], dir[PATH_MAX + NAME_MAX + 2];
   memset(lib, 0, sizeof(*lib));
   int rc = resolve(impl, backend_path, path, sizeof(path), err, errlen);
+  if (rc != 0)
+    return rc;
+  snprintf(dir, sizeof(dir), "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    *(slash == dir ? slash + 1 : slash) = '\0';
+  rc = check_trust(path, path, 0, err, errlen);
+  if (rc == 0)
+    rc = check_trust(path, slash ? dir : ".", 1, err, errlen);
   if (rc != 0)
     return rc;
   dlerror();

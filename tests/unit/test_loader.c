@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -243,6 +245,67 @@ static void newer_v1_table_loads_and_runs(void **state) {
   assert_int_equal(cgrt_close(rt), 0);
 }
 
+/* Copies the sectioned fixture into a fresh directory; returns the .so path. */
+static void copy_fixture(char *dir, size_t dlen, char *so, size_t slen) {
+  snprintf(dir, dlen, "/tmp/cgrt-trust-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(so, slen, "%s/libcgrt-backend-sectioned.so", dir);
+  char cmd[8192];
+  snprintf(cmd, sizeof(cmd), "cp '%s/libcgrt-backend-sectioned.so' '%s'", fixtures(), so);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void remove_dir(const char *dir) {
+  char cmd[4200];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void world_writable_backend_refused(void **state) {
+  (void)state;
+  char dir[64], so[128];
+  copy_fixture(dir, sizeof(dir), so, sizeof(so));
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(chmod(dir, 0755), 0);
+  assert_int_equal(open_with(&rt, so, NULL, NULL), 0); /* trusted as it is */
+  cgrt_close(rt);
+
+  assert_int_equal(chmod(so, 0777), 0);
+  rt = NULL;
+  assert_int_equal(open_with(&rt, so, NULL, NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "writable by every user");
+  assert_contains(cgrt_last_error(NULL), "chmod o-w");
+
+  assert_int_equal(chmod(so, 0755), 0);
+  assert_int_equal(chmod(dir, 0777), 0);
+  rt = NULL;
+  assert_int_equal(open_with(&rt, "sectioned", dir, NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "its directory");
+
+  /* A sticky directory (like /tmp) protects the files it holds: accepted. */
+  assert_int_equal(chmod(dir, 01777), 0);
+  rt = NULL;
+  assert_int_equal(open_with(&rt, "sectioned", dir, NULL), 0);
+  cgrt_close(rt);
+  remove_dir(dir);
+}
+
+static void foreign_owned_backend_refused(void **state) {
+  (void)state;
+  if (geteuid() != 0) {
+    skip(); /* only root can give a file away to test this */
+    return;
+  }
+  char dir[64], so[128];
+  copy_fixture(dir, sizeof(dir), so, sizeof(so));
+  assert_int_equal(chmod(dir, 0755), 0);
+  assert_int_equal(chown(so, 65534, 65534), 0);
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, so, NULL, NULL), CGRT_E_BACKEND);
+  assert_contains(cgrt_last_error(NULL), "belongs to uid 65534");
+  remove_dir(dir);
+}
+
 static void other_backends_section_is_unknown(void **state) {
   (void)state;
   cgrt_runtime *rt = NULL;
@@ -270,6 +333,8 @@ int main(void) {
       cmocka_unit_test_setup(other_backends_section_is_unknown, setup),
       cmocka_unit_test_setup(older_v1_table_loads_and_runs, setup),
       cmocka_unit_test_setup(newer_v1_table_loads_and_runs, setup),
+      cmocka_unit_test_setup(world_writable_backend_refused, setup),
+      cmocka_unit_test_setup(foreign_owned_backend_refused, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
