@@ -3,7 +3,8 @@
 # The CUDA Toolkit and NCCL are optional: when /usr/local/cuda (or nvcc on PATH) is present the
 # cuda driver and the GPU tests are built too; without it the GPU tests report why they skip.
 set -eu
-pkgs="build-essential cmake ninja-build pkg-config libinih-dev libcmocka-dev libhwloc-dev clang-format"
+pkgs="build-essential cmake ninja-build pkg-config libinih-dev libcmocka-dev libhwloc-dev clang-format
+  clang libclang-rt-dev"
 missing=""
 for p in $pkgs; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -1,9 +1,20 @@
 #!/bin/sh
-# Sets up a fresh Debian machine and runs the whole test suite (unit, format, and the GPU tests,
-# which skip with their reason when there is no GPU). The README's test command; CI runs it.
+# Sets up a fresh Debian machine and runs the whole test suite (unit, CLI, SDK, format, and the GPU
+# tests, which skip with their reason when there is no GPU), then the unit suite under ASan+UBSan
+# and the config fuzzer for a bounded time. The README's test command; CI runs it.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
 cmake -S . -B build -G Ninja -DCGRT_WERROR=ON
 cmake --build build
 ctest --test-dir build --output-on-failure
+
+# The unit suite again under AddressSanitizer and UndefinedBehaviorSanitizer (host driver).
+cmake -S . -B build-asan -G Ninja -DCGRT_WITH_CUDA=OFF -DCGRT_SANITIZE=ON -DCGRT_WERROR=ON
+cmake --build build-asan
+ctest --test-dir build-asan -L unit --output-on-failure
+
+# The configuration loader under libFuzzer for a bounded time (CGRT_FUZZ_SECONDS, default 60).
+CC=clang cmake -S . -B build-fuzz -G Ninja -DCGRT_WITH_CUDA=OFF -DCGRT_FUZZ=ON
+cmake --build build-fuzz --target fuzz_config
+ctest --test-dir build-fuzz -L fuzz --output-on-failure

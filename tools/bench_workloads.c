@@ -172,4 +172,9 @@ const struct bench_workload bench_chain = {
     .buffer = chain_buffer,
 };
 
+#else /* no CUDA: bench_gpu() says so before touching a workload */
+
+const struct bench_workload bench_decode = {.name = "decode"};
+const struct bench_workload bench_chain = {.name = "chain"};
+
 #endif
