@@ -1,7 +1,7 @@
 /*
  * decode.h - the `decode` reference workload: L decoder layers (RMSNorm, attention over a static
  * KV cache with RoPE, SwiGLU MLP) for T new tokens, bf16 activations and weights, fp32
- * accumulation. Projections go through cuBLAS, everything else through our own kernels, except
+ * accumulation. Projections go through cuBLASLt, everything else through our own kernels, except
  * at small row counts (see "Small rows" below).
  *
  * Shapes: d_model = heads * 64 (head dimension 64). Per layer: RMSNorm gains [d] (attention and
@@ -23,7 +23,17 @@
  * Each attn or mlp call allocates its temporaries with one cudaMallocAsync on the call's stream
  * (sub-buffers 256-byte aligned) and frees them with one cudaFreeAsync before returning: one
  * graph memory-alloc and one memory-free node per call under capture. One workload holds one
- * cuBLAS handle and one cuBLAS workspace: drive it from one stream at a time.
+ * cuBLASLt handle and one 32 MiB workspace: drive it from one stream at a time.
+ *
+ * Projection algorithms: each (projection, rows) pair runs one cuBLASLt algorithm, fixed for the
+ * workload's lifetime once chosen, so a call gives the same bits eagerly and replayed. Only
+ * algorithms whose split-K reduction, if any, runs from the workspace in a fixed order (reduction
+ * schemes NONE, COMPUTE_TYPE, OUTPUT_TYPE; never INPLACE, which uses atomics) are considered.
+ * cgrtk_decode_tune times cuBLASLt's heuristic candidates and keeps the fastest; create tunes
+ * rows 1..8, the powers of two up to max_tokens and max_tokens (those above the GEMV limit).
+ * At a row count never tuned, the first call takes the heuristic's first choice and keeps it.
+ * Choices are per workload: two workloads of one configuration may time differently and so
+ * differ in rounding at tuned row counts (never at untuned ones).
  *
  * Small rows, opt-in: with CGRTK_DECODE_GEMV_ROWS=N in the environment (1..8; default 0: every
  * projection through cuBLAS, the workload cgrt bench measures), at rows <= N (lowered if shared
@@ -45,7 +55,8 @@
  * l + 1, into L2 (hints only: no value depends on them).
  * Environment, read by cgrtk_decode_create (for measurements): CGRTK_DECODE_GEMV_ROWS=N (0..8;
  * 0, the default: always cuBLAS), CGRTK_DECODE_PDL=0 (no programmatic dependent launch),
- * CGRTK_DECODE_PREFETCH=0 (no cross-call L2 prefetch).
+ * CGRTK_DECODE_PREFETCH=0 (no cross-call L2 prefetch), CGRTK_DECODE_TUNE=0 (no tuning at create:
+ * every row count takes the heuristic's first choice).
  *
  * Errors: 0, a cudaError_t (positive, below CGRTK_CUBLAS_ERROR_BASE), or
  * CGRTK_CUBLAS_ERROR_BASE + a cublasStatus_t; cgrtk_decode_strerror() names either.
@@ -81,7 +92,7 @@ typedef struct cgrtk_decode cgrtk_decode;
 #define CGRTK_DECODE_GEMV_ROWS  8    /* largest row count of the small-row GEMV path */
 #define CGRTK_DECODE_RMS_EPS    1e-5f
 #define CGRTK_DECODE_ROPE_THETA 10000.0
-#define CGRTK_DECODE_WORKSPACE  (32u << 20) /* bytes of cuBLAS workspace */
+#define CGRTK_DECODE_WORKSPACE  (32u << 20) /* bytes of cuBLASLt workspace */
 #define CGRTK_CUBLAS_ERROR_BASE 0x10000
 #define CGRTK_CUBLAS_ERROR(st)  (CGRTK_CUBLAS_ERROR_BASE + (int)(st))
 
@@ -90,16 +101,40 @@ void cgrtk_decode_default_cfg(struct cgrtk_decode_cfg *cfg);
 
 /*
  * Create a workload on the current device: allocate (cudaMalloc) and initialize every weight,
- * the KV cache, the hidden buffer (zeroed), a RoPE table and a 32 MiB cuBLAS workspace; choose
- * the small-row limit and the launch options (see above); create the cuBLAS handle (default
- * math mode, no atomics); raise the device's default memory pool release threshold to
- * UINT64_MAX so stream-ordered allocations stay cheap. Synchronizes before it returns (never call
- * it while a stream of this device is capturing in global mode).
+ * the KV cache, the hidden buffer (zeroed), a RoPE table and a 32 MiB cuBLASLt workspace; choose
+ * the small-row limit and the launch options (see above); create the cuBLASLt handle; tune the
+ * projections (cgrtk_decode_tune) at rows 1..8, the powers of two up to max_tokens and
+ * max_tokens, skipping rows the GEMV path serves, unless CGRTK_DECODE_TUNE=0 (this takes a
+ * fraction of a second to a few seconds); raise the device's default memory pool release
+ * threshold to UINT64_MAX so stream-ordered allocations stay cheap. Synchronizes before it returns
+ * (never call it while a stream of this device is capturing in global mode).
  * On failure returns nonzero, leaves *out NULL and writes a sentence naming the failing call or
  * the invalid field into err (if err is not NULL).
  */
 int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode_cfg *cfg, char *err,
                         size_t errlen);
+
+/*
+ * Choose, by timing, the cuBLASLt algorithm of each projection (Wqkv, Wo, W_gate_up, W_down) at
+ * each of the n row counts rows[0..n) (each in [1, max_tokens]): up to 16 heuristic candidates
+ * (deterministic reductions only, workspace at most CGRTK_DECODE_WORKSPACE) each run a few
+ * batches over every layer's weights after an L2 flush, and the fastest (an earlier-ranked one
+ * unless beaten by more than 2%) is kept. Row counts already tuned keep their choice; a row count
+ * that already ran with the heuristic's choice gets the timed one from now on (graphs captured at
+ * it before may then differ from later calls in rounding: tune before capturing). Independent of
+ * the GEMV path (tunes the cuBLASLt path even at rows it serves). Allocates (cudaMalloc) scratch
+ * and an L2-sized flush buffer, runs on a private stream and synchronizes it: never call it while
+ * a stream is capturing in global mode, nor while work of w is pending (it uses w's workspace).
+ * Does not touch the hidden buffer. Returns 0, or an error code with a sentence in err.
+ */
+int cgrtk_decode_tune(cgrtk_decode *w, const int64_t *rows, size_t n, char *err, size_t errlen);
+
+/* 1 if every projection at `rows` runs a timed choice (cgrtk_decode_tune), else 0. */
+int cgrtk_decode_tuned(const cgrtk_decode *w, int64_t rows);
+
+/* The tuned projections' measured times at `rows` summed (one layer, microseconds, cold L2;
+ * 0 if rows is not tuned). */
+double cgrtk_decode_tuned_us(const cgrtk_decode *w, int64_t rows);
 
 /* Free everything create allocated. NULL is a no-op. No work of w may still be pending. */
 void cgrtk_decode_destroy(cgrtk_decode *w);

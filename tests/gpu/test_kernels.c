@@ -5,7 +5,10 @@
  * in graph memory when captured (one allocation and one free per call); the chain computes its
  * recurrence exactly. Both paths of decode are covered: cuBLAS (ROWS rows) and the small-row
  * GEMV path (rows <= cgrtk_decode_gemv_rows), where padding must not change a single bit and the
- * launch options (programmatic dependent launch, L2 prefetch) must not either.
+ * launch options (programmatic dependent launch, L2 prefetch) must not either. On the cuBLASLt
+ * path, row counts with a timed algorithm (cgrtk_decode_tune) and without one (the heuristic's
+ * choice, kept from the first call) give the same bits eagerly and replayed, also after a row
+ * count is tuned late.
  * The decode tests run on a small configuration and on the default one.
  */
 #include <math.h>
@@ -560,6 +563,51 @@ static void decode_launch_options_agree(void **state) {
   cgrtk_decode_destroy(blas);
 }
 
+/* The cuBLASLt path as cgrt bench runs it (no GEMV path): at a row count create tuned, at one it
+ * did not (the heuristic's choice, taken at the first call and kept), and at that one once tuned
+ * late, replays give exactly the eager bits. */
+static void decode_tuned_graph_matches_eager(void **state) {
+  struct fixture *f = *state;
+  cgrtk_decode *mine = f->w, *blas = NULL;
+  char err[256] = "";
+  const int64_t untuned = 13; /* neither in 1..8 nor a power of two nor max_tokens */
+  const char *tune = getenv("CGRTK_DECODE_TUNE");
+  const int tuning = !(tune && strcmp(tune, "0") == 0);
+
+  setenv("CGRTK_DECODE_GEMV_ROWS", "0", 1);
+  int rc = cgrtk_decode_create(&blas, &f->cfg, err, sizeof(err));
+  setenv("CGRTK_DECODE_GEMV_ROWS", "8", 1); /* back to this test program's setting */
+  if (rc != 0)
+    fail_msg("cgrtk_decode_create: %s", err);
+  assert_int_equal(cgrtk_decode_gemv_rows(blas), 0);
+  if (tuning) {
+    assert_true(cgrtk_decode_tuned(blas, 1));
+    assert_true(cgrtk_decode_tuned(blas, 16));
+    assert_true(cgrtk_decode_tuned(blas, f->cfg.max_tokens));
+    print_message("tuned projections of one layer: %.2f us at 1 row, %.2f us at 16 rows\n",
+                  cgrtk_decode_tuned_us(blas, 1), cgrtk_decode_tuned_us(blas, 16));
+    assert_true(cgrtk_decode_tuned_us(blas, 1) > 0.0);
+  }
+  assert_false(cgrtk_decode_tuned(blas, untuned));
+
+  f->w = blas;
+  graph_matches_eager(f, 1, 8); /* the decode step cgrt bench measures */
+  graph_matches_eager(f, 16, 8);
+  graph_matches_eager(f, untuned, 8);
+  assert_false(cgrtk_decode_tuned(blas, untuned));
+  const int64_t late[] = {untuned, 1}; /* 1: already tuned, kept */
+  rc = cgrtk_decode_tune(blas, late, 2, err, sizeof(err));
+  if (rc != 0)
+    fail_msg("cgrtk_decode_tune: %s", err);
+  assert_true(cgrtk_decode_tuned(blas, untuned));
+  graph_matches_eager(f, untuned, 8);
+  graph_matches_eager(f, 1, 8);
+  f->w = mine;
+
+  assert_int_equal(cudaStreamSynchronize(f->s), cudaSuccess);
+  cgrtk_decode_destroy(blas);
+}
+
 /* A captured attention call owns graph memory once its executable has been launched. */
 static void decode_temporaries_are_graph_memory(void **state) {
   struct fixture *f = *state;
@@ -622,6 +670,16 @@ static void decode_rejects_bad_arguments(void **state) {
   assert_true(cgrtk_decode_gemv_rows(w) >= 0 &&
               cgrtk_decode_gemv_rows(w) <= CGRTK_DECODE_GEMV_ROWS);
   assert_int_equal(cgrtk_decode_gemv_rows(NULL), 0);
+  const int64_t zero[] = {0}, over[] = {(int64_t)c.max_tokens + 1}, one[] = {1};
+  assert_int_not_equal(cgrtk_decode_tune(w, zero, 1, err, sizeof(err)), 0);
+  assert_int_not_equal(cgrtk_decode_tune(w, over, 1, err, sizeof(err)), 0);
+  assert_non_null(strstr(err, "max_tokens"));
+  assert_int_not_equal(cgrtk_decode_tune(NULL, one, 1, err, sizeof(err)), 0);
+  assert_int_equal(cgrtk_decode_tune(w, NULL, 0, err, sizeof(err)), 0); /* nothing to tune */
+  assert_int_equal(cgrtk_decode_tuned(NULL, 1), 0);
+  assert_int_equal(cgrtk_decode_tuned(w, 0), 0);
+  assert_int_equal(cgrtk_decode_tuned(w, c.max_tokens + 1), 0);
+  assert_true(cgrtk_decode_tuned_us(w, 0) == 0.0);
   cgrtk_decode_destroy(w);
 }
 
@@ -695,6 +753,7 @@ int main(void) {
       DECODE_TEST(decode_small_rows_padding_is_exact, cfg_small),
       DECODE_TEST(decode_launch_options_agree, cfg_small),
       DECODE_TEST(decode_temporaries_are_graph_memory, cfg_small),
+      DECODE_TEST(decode_tuned_graph_matches_eager, cfg_small),
       DECODE_TEST(decode_is_deterministic, cfg_default),
       DECODE_TEST(decode_graph_matches_eager, cfg_default),
       DECODE_TEST(decode_default_matches_cpu_reference, cfg_default),
@@ -702,6 +761,7 @@ int main(void) {
       DECODE_TEST(decode_small_rows_padding_is_exact, cfg_default),
       DECODE_TEST(decode_launch_options_agree, cfg_default),
       DECODE_TEST(decode_temporaries_are_graph_memory, cfg_default),
+      DECODE_TEST(decode_tuned_graph_matches_eager, cfg_default),
       cmocka_unit_test(chain_matches_host_recurrence),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
