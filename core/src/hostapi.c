@@ -400,4 +400,5 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->buckets = h_buckets;
   h->bucket_for_tokens = h_bucket_for_tokens;
   cgrt__graph_cache_api(h);
+  cgrt__thd_api(h);
 }

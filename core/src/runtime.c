@@ -227,6 +227,8 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
     rt->lib.vt->fini(rt->be_state);
     rt->be_ready = 0;
   }
+  /* Communicators go after the graphs that captured collectives on them. */
+  cgrt__comms_destroy(&rt->comms);
   if (rt->stream) {
     rt->dev.drv->stream_destroy(&rt->dev, rt->stream);
     rt->stream = NULL;
@@ -438,6 +440,8 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
       .buffers = desc->buffers,
       .num_buffers = desc->num_buffers,
   };
+  if (rt->comms.ready && cgrt__comms_find(&rt->comms, ctx.cp_size, &ctx.comm, &ctx.cp_rank) != 0)
+    ctx.comm = NULL; /* no group of that size: the backend decides whether that is an error */
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   struct cgrt_step_frame frame = {
       .struct_size = sizeof(frame), .desc = desc, .ctx = &ctx, .report = &rep};
@@ -556,6 +560,14 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
   if (rc != 0)
     return cgrt__fail(rt, rc, "cgrt_synchronize: %s", rt->dev.err);
   return 0;
+}
+
+CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_set_world_comm: not allowed inside a step");
+  return cgrt__comms_split(rt, world_comm);
 }
 
 CGRT_API int cgrt_release_graphs(cgrt_runtime *rt) {

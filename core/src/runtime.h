@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "cgrt/backend.h"
+#include "comm.h"
 #include "config.h"
 #include "driver.h"
 #include "loader.h"
@@ -56,6 +57,8 @@ struct cgrt_runtime {
   cgrt_ctx *ctx;         /* the ctx of the step in flight */
   cgrt_step_report *rep; /* its report */
   uint64_t step_index;
+
+  struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
 };
 
 /* The runtime that lent the host API table h. */
@@ -88,6 +91,7 @@ int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn l
 /* Fills the host API table of rt (hostapi.c), the graph cache's entries included. */
 void cgrt__host_api_init(cgrt_runtime *rt);
 void cgrt__graph_cache_api(struct cgrt_host_api *h);
+void cgrt__thd_api(struct cgrt_host_api *h);
 
 /*
  * Records fn(arg) on stream into a new graph (*graph), counting the capture and its time. On

@@ -201,6 +201,20 @@ struct cgrt_graph_cache;
 /* The backend table, defined below (a decorator backend loads others through the host API). */
 struct cgrt_backend_v1;
 
+/* A ring of device slots for packed-sequence (THD) metadata (see cgrt_host_api.thd_*). Opaque. */
+struct cgrt_thd_ring;
+
+/* One step's packed-sequence metadata, written into a slot of a ring. */
+struct cgrt_thd_slot {
+  int index;                        /* slot used; pass it to thd_release */
+  const int32_t *cu_seqlens;        /* device: 0, l1, l1+l2, ..., T, then T repeated */
+  const int32_t *cu_seqlens_padded; /* device: as cu_seqlens, then the captured size repeated */
+  int64_t tokens;                   /* T, the real tokens */
+  int64_t padded_tokens;            /* the captured size: the dummy sequence pads up to it */
+  int sequences;                    /* real sequences */
+  int padded_sequences;             /* entries the graphs iterate over (real, dummy, empty) */
+};
+
 /* What identifies one graph in a cache. Fields a backend does not use stay 0. */
 struct cgrt_graph_key {
   uint32_t module;    /* module id, or CGRT_KEY_BODY for a graph of a whole step body */
@@ -366,6 +380,33 @@ struct cgrt_host_api {
   int (*backend_open)(const struct cgrt_host_api *h, const char *impl,
                       const struct cgrt_backend_v1 **vt, void **handle);
   void (*backend_close)(const struct cgrt_host_api *h, void *handle);
+
+  /* -- context parallelism -- */
+  /*
+   * The communicator split for cp size `cp` at cgrt_set_world_comm and this rank's index in it.
+   * CGRT_E_STATE if the host handed no world communicator, CGRT_E_INVAL if cp is not in
+   * [dynamic_cp] cp_sizes.
+   */
+  int (*comm_for_cp)(const struct cgrt_host_api *h, int cp, void **comm, int *cp_rank);
+  /*
+   * A ring of `slots` device slots, each holding the actual and padded cumulative sequence
+   * lengths of one step: at most max_sequences real sequences of max_tokens tokens in all.
+   */
+  int (*thd_create)(const struct cgrt_host_api *h, int slots, int64_t max_tokens, int max_sequences,
+                    struct cgrt_thd_ring **ring);
+  void (*thd_destroy)(const struct cgrt_host_api *h, struct cgrt_thd_ring *ring);
+  /*
+   * Writes a step's sequence lengths into the next slot of the ring, after waiting until the
+   * work that last read that slot has finished (never while capturing): cu_seqlens of the real
+   * sequences, then one dummy sequence, zero-length in cu_seqlens and padding the total up to
+   * max_tokens in cu_seqlens_padded, then empty sequences up to the slot's capacity. With `slot`
+   * < 0 the next slot in turn is used, else that one. CGRT_E_CAPACITY (nothing written) when the
+   * step holds more tokens or sequences than a slot, naming both and the options to raise.
+   */
+  int (*thd_write)(const struct cgrt_host_api *h, struct cgrt_thd_ring *ring,
+                   const int32_t *seqlens, int num_sequences, int slot, struct cgrt_thd_slot *out);
+  /* Marks the slot as read by the work enqueued so far: it is reused only after that work. */
+  int (*thd_release)(const struct cgrt_host_api *h, struct cgrt_thd_ring *ring, int slot);
 };
 
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */

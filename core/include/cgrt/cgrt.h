@@ -149,6 +149,7 @@ typedef struct cgrt_ctx {
    */
   const cgrt_buffer *buffers;
   size_t num_buffers;
+  int cp_rank; /* this rank's index in the step's context-parallel group (0 without one) */
 } cgrt_ctx;
 
 /*
@@ -340,6 +341,21 @@ CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void 
  * driver). Not allowed inside a step.
  */
 CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
+
+/*
+ * Hands cgrt the host's world NCCL communicator (ncclComm_t) for context parallelism. Collective:
+ * every rank calls it once, after cgrt_open and before its first step, at the same point of its
+ * sequence of NCCL calls. For each [dynamic_cp] cp_sizes entry cgrt splits one communicator
+ * (ncclCommSplit: ranks in consecutive groups of that size, rank order kept) and keeps them until
+ * cgrt_close, which frees every graph before destroying them. The world communicator stays the
+ * host's. A step names its cp size (cgrt_step_desc.cp_size) and its body finds that group's
+ * communicator in ctx->comm and its index in ctx->cp_rank. The host driver, which has no NCCL,
+ * accepts NULL and stands in placeholders (rank 0 of a world as large as the largest cp size)
+ * so that policies can be tested without GPUs.
+ * Errors: CGRT_E_INVAL (a cp size that does not divide the world size, or a second call),
+ * CGRT_E_UNSUPPORTED (cgrt built without NCCL), CGRT_E_DEVICE (an NCCL call failed).
+ */
+CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm);
 
 /*
  * Waits for the stream, then frees every graph and executable the backend holds; later steps
