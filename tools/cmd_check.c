@@ -79,10 +79,14 @@ static int sim_register(struct sim_model *s, uint32_t kinds) {
 }
 
 static int sim_steps(struct sim_model *s, cgrt_phase phase, int64_t tokens, int count) {
+  const struct cgrt_config_view *v = &s->rt->cfg.view;
+  int by_cp = (s->rt->lib.vt->caps & CGRT_CAP_NEEDS_COMM) && v->num_cp_sizes > 0;
   for (int i = 0; i < count; i++) {
+    /* A backend with cp banks sees every cp size in turn. */
     cgrt_step_desc d = {.struct_size = sizeof(d),
                         .phase = phase,
                         .tokens = tokens,
+                        .cp_size = by_cp ? v->cp_sizes[i % (int)v->num_cp_sizes] : 0,
                         .microbatches = 1,
                         .body = sim_body,
                         .user = s};
@@ -141,6 +145,8 @@ static int dry_run(struct cgrt_config *cfg) {
   else
     printf("  (the backend does not describe its plan)\n");
   rc = sim_register(&s, kinds);
+  if (rc == 0) /* the host driver's stand-in communicators, for backends that use them */
+    rc = cgrt_set_world_comm(s.rt, NULL);
   printf("synthetic model: %d layers of", SIM_LAYERS);
   for (int k = 0; k < CGRT_KIND_COUNT; k++)
     if (kinds & CGRT_KIND_BIT(k))
@@ -149,7 +155,7 @@ static int dry_run(struct cgrt_config *cfg) {
   cgrt_stats before = {.struct_size = sizeof(before)};
   if (rc == 0 && (vt->caps & CGRT_CAP_TRAINING)) {
     cgrt_stats_get(s.rt, &before);
-    rc = sim_steps(&s, CGRT_PHASE_TRAIN, 0, v->warmup_steps + 3);
+    rc = sim_steps(&s, CGRT_PHASE_TRAIN, 64, v->warmup_steps + 3);
     if (rc == 0)
       print_sim("train", s.rt, &before);
   }

@@ -1,0 +1,313 @@
+/*
+ * dynamic_cp.c - Megatron-Bridge's dynamic context parallelism, in C: a bank of graphs per
+ * context-parallel size in [dynamic_cp] cp_sizes, each bound to the communicator split for that
+ * size, with packed-sequence (THD) metadata in slots of fixed capacity.
+ *
+ * A step names its cp size; its sequence lengths go into the next free THD slot of that size's
+ * bank (the slot is reused only after the replay that read it has finished), padded by one
+ * zero-length dummy sequence to the captured size (max_packed_tokens); ctx carries the group's
+ * communicator, this rank's index in it and the slot's device metadata. Module calls of scoped
+ * kinds are graphs keyed by (cp size, slot, module, direction, microbatch), as in
+ * transformer_engine. The first warmup_steps steps run eagerly; the next step captures every
+ * bank, smallest cp first, each slot of each bank after its own warm-up passes, so that every
+ * rank, running the same steps, captures the same graphs in the same order (the collectives in
+ * them must match across ranks). A step over a slot's capacity is refused (over_capacity =
+ * error, nothing run) or run eagerly with metadata of its own size (eager).
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cgrt/backend.h"
+
+#define MAX_BANKS 16
+#define MAX_SLOTS 16
+
+struct bank {
+  int cp;
+  void *comm;
+  int cp_rank;
+  struct cgrt_thd_ring *ring;
+  int64_t runs[MAX_SLOTS]; /* eager passes per slot before the capture step */
+};
+
+struct dcp_state {
+  const struct cgrt_host_api *h;
+  const struct cgrt_config_view *cfg;
+  struct cgrt_graph_cache *cache;
+  struct bank banks[MAX_BANKS];
+  int num_banks;
+  int comms_ready;
+  int64_t steps; /* steps run, eager ones included */
+  int captured;  /* the capture step is behind */
+  struct bank *cur;
+  int cur_slot;
+};
+
+static int scoped(const struct dcp_state *s, cgrt_kind kind) {
+  return s->cfg->modules == 0 || (s->cfg->modules & CGRT_KIND_BIT(kind));
+}
+
+static struct bank *bank_for(struct dcp_state *s, int cp) {
+  for (int i = 0; i < s->num_banks; i++)
+    if (s->banks[i].cp == cp)
+      return &s->banks[i];
+  return NULL;
+}
+
+static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view *cfg, void **state,
+                    char *err, size_t errlen) {
+  if (cfg->num_cp_sizes == 0 || cfg->num_cp_sizes > MAX_BANKS || cfg->graph_slots > MAX_SLOTS) {
+    snprintf(err, errlen,
+             "dynamic_cp needs 1 to %d [dynamic_cp] cp_sizes and at most %d graph_slots", MAX_BANKS,
+             MAX_SLOTS);
+    return CGRT_E_CONFIG;
+  }
+  struct dcp_state *s = calloc(1, sizeof(*s));
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return CGRT_E_NOMEM;
+  }
+  s->h = h;
+  s->cfg = cfg;
+  int rc = h->cache_create(h, cfg->max_graphs, cfg->rebind, &s->cache);
+  /* Banks in ascending cp order (the config keeps cp_sizes sorted). */
+  for (size_t i = 0; rc == 0 && i < cfg->num_cp_sizes; i++) {
+    struct bank *b = &s->banks[s->num_banks++];
+    b->cp = cfg->cp_sizes[i];
+    rc = h->thd_create(h, cfg->graph_slots, cfg->max_packed_tokens, cfg->max_sequences, &b->ring);
+  }
+  if (rc != 0) {
+    snprintf(err, errlen, "%s", h->last_error(h));
+    for (int i = 0; i < s->num_banks; i++)
+      h->thd_destroy(h, s->banks[i].ring);
+    h->cache_destroy(h, s->cache);
+    free(s);
+    return rc;
+  }
+  *state = s;
+  return 0;
+}
+
+static void dcp_fini(void *state) {
+  struct dcp_state *s = state;
+  s->h->cache_destroy(s->h, s->cache);
+  for (int i = 0; i < s->num_banks; i++)
+    s->h->thd_destroy(s->h, s->banks[i].ring);
+  free(s);
+}
+
+/* The communicators, once: the host hands its world communicator after open. */
+static int find_comms(struct dcp_state *s) {
+  if (s->comms_ready)
+    return 0;
+  for (int i = 0; i < s->num_banks; i++) {
+    struct bank *b = &s->banks[i];
+    int rc = s->h->comm_for_cp(s->h, b->cp, &b->comm, &b->cp_rank);
+    if (rc != 0)
+      return rc; /* the message says what the host must do */
+  }
+  s->comms_ready = 1;
+  return 0;
+}
+
+/* Points ctx at a bank and at a THD slot's metadata. */
+static void bind(struct dcp_state *s, cgrt_ctx *ctx, struct bank *b,
+                 const struct cgrt_thd_slot *slot) {
+  ctx->cp_size = b->cp;
+  ctx->comm = b->comm;
+  ctx->cp_rank = b->cp_rank;
+  ctx->tokens = slot->tokens;
+  ctx->padded_tokens = slot->padded_tokens;
+  ctx->num_sequences = slot->sequences;
+  ctx->padded_sequences = slot->padded_sequences;
+  ctx->cu_seqlens = slot->cu_seqlens;
+  ctx->cu_seqlens_padded = slot->cu_seqlens_padded;
+  s->cur = b;
+  s->cur_slot = slot->index;
+}
+
+/* One pass of prepare and body on bank b, slot `slot` (< 0: the next in turn). */
+static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, int slot,
+                const int32_t *lens, int n) {
+  const struct cgrt_host_api *h = s->h;
+  struct cgrt_thd_slot meta;
+  int rc = h->thd_write(h, b->ring, lens, n, slot, &meta);
+  if (rc != 0)
+    return rc;
+  bind(s, f->ctx, b, &meta);
+  rc = h->run_prepare(h, f);
+  if (rc == 0) {
+    f->ctx->mode = CGRT_MODE_EAGER;
+    rc = h->run_body(h, f);
+  }
+  if (!s->captured)
+    b->runs[meta.index]++;
+  int rel = h->thd_release(h, b->ring, meta.index);
+  s->cur = NULL;
+  return rc ? rc : rel;
+}
+
+/*
+ * The capture step: every bank, smallest cp first, every slot of it after as many eager passes
+ * as warm-up asks, with this step's sequence lengths. All ranks run the same passes.
+ */
+static int capture_banks(struct dcp_state *s, struct cgrt_step_frame *f, const int32_t *lens,
+                         int n) {
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < s->num_banks; i++) {
+    struct bank *b = &s->banks[i];
+    for (int slot = 0; rc == 0 && slot < s->cfg->graph_slots; slot++) {
+      while (rc == 0 && b->runs[slot] < s->cfg->warmup_steps)
+        rc = pass(s, f, b, slot, lens, n);
+      s->captured = 1; /* from here on, calls of scoped modules are captured */
+      if (rc == 0)
+        rc = pass(s, f, b, slot, lens, n);
+      s->captured = 0;
+    }
+  }
+  if (rc == 0) {
+    s->captured = 1;
+    s->h->log(s->h, CGRT_LOG_INFO, "dynamic_cp: %d banks x %d slots captured at step %lld",
+              s->num_banks, s->cfg->graph_slots, (long long)s->steps);
+  }
+  return rc;
+}
+
+/* Over capacity with over_capacity = eager: metadata of the step's own size, no graphs. */
+static int run_over_capacity(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b,
+                             const int32_t *lens, int n, int64_t tokens) {
+  const struct cgrt_host_api *h = s->h;
+  struct cgrt_thd_ring *ring = NULL;
+  int rc = h->thd_create(h, 1, tokens > 0 ? tokens : 1, n > 0 ? n : 1, &ring);
+  struct cgrt_thd_slot meta;
+  if (rc == 0)
+    rc = h->thd_write(h, ring, lens, n, 0, &meta);
+  if (rc == 0) {
+    bind(s, f->ctx, b, &meta);
+    s->cur = NULL; /* calls run directly */
+    rc = h->run_prepare(h, f);
+    if (rc == 0)
+      rc = h->run_body(h, f);
+    /* The ring is freed below: its metadata must have been read. */
+    int sync = h->stream_sync(h, h->stream(h));
+    rc = rc ? rc : sync;
+  }
+  h->thd_destroy(h, ring);
+  h->log(h, CGRT_LOG_INFO, "dynamic_cp: step %llu over a slot's capacity ran eagerly",
+         (unsigned long long)f->ctx->step);
+  return rc;
+}
+
+static int dcp_step(void *state, struct cgrt_step_frame *f) {
+  struct dcp_state *s = state;
+  const struct cgrt_host_api *h = s->h;
+  const cgrt_step_desc *d = f->desc;
+  int rc = find_comms(s);
+  if (rc != 0)
+    return rc;
+  int cp = d->cp_size > 1 ? d->cp_size : 1;
+  struct bank *b = bank_for(s, cp);
+  if (!b) {
+    char sizes[128];
+    int n = 0;
+    for (int i = 0; i < s->num_banks && n < (int)sizeof(sizes) - 8; i++)
+      n += snprintf(sizes + n, sizeof(sizes) - (size_t)n, "%s%d", i ? " " : "", s->banks[i].cp);
+    return h->set_error(h, CGRT_E_INVAL,
+                        "dynamic_cp: the step's cp size %d has no graph bank; banks exist for cp "
+                        "sizes %s ([dynamic_cp] cp_sizes)",
+                        cp, sizes);
+  }
+  /* Without packed sequences the step is one sequence of its tokens. */
+  int32_t one = (int32_t)d->tokens;
+  const int32_t *lens = d->num_sequences > 0 ? d->seqlens : &one;
+  int n = d->num_sequences > 0 ? d->num_sequences : (d->tokens > 0 ? 1 : 0);
+  int64_t tokens = 0;
+  for (int i = 0; i < n; i++)
+    tokens += lens[i];
+  if (tokens > s->cfg->max_packed_tokens || n > s->cfg->max_sequences) {
+    struct cgrt_thd_slot unused;
+    if (s->cfg->over_capacity == CGRT_OVER_CAPACITY_EAGER)
+      rc = run_over_capacity(s, f, b, lens, n, tokens);
+    else /* refused before anything is written: the message names both capacities */
+      rc = h->thd_write(h, b->ring, lens, n, -1, &unused);
+    f->ctx->mode = CGRT_MODE_EAGER;
+    s->steps++;
+    return rc;
+  }
+  if (!s->captured && s->steps >= s->cfg->warmup_steps)
+    rc = capture_banks(s, f, lens, n);
+  if (rc == 0)
+    rc = pass(s, f, b, -1, lens, n);
+  f->ctx->mode = h->calls_mode(h);
+  s->steps++;
+  return rc;
+}
+
+static int dcp_call(void *state, struct cgrt_call *c) {
+  struct dcp_state *s = state;
+  const struct cgrt_host_api *h = s->h;
+  if (!s->cur || !scoped(s, c->module->kind)) {
+    c->ctx->mode = CGRT_MODE_EAGER;
+    return h->run_module(h, c);
+  }
+  struct cgrt_graph_key key = {
+      .module = c->module->id,
+      .dir = (uint32_t)c->dir,
+      .microbatch = c->args->microbatch,
+      .phase = (uint32_t)c->ctx->phase,
+      .shape = c->args->key,
+      .extra = ((uint64_t)(uint32_t)s->cur->cp << 32) | (uint32_t)s->cur_slot,
+  };
+  /* Before the capture step calls only count towards warm-up. */
+  int warmup = s->captured ? s->cfg->warmup_steps : INT_MAX;
+  cgrt_mode mode;
+  return h->run_call_graph(h, s->cache, c, &key, warmup, &mode);
+}
+
+static int dcp_release(void *state) {
+  struct dcp_state *s = state;
+  s->h->cache_clear(s->h, s->cache);
+  s->captured = 0;
+  s->steps = 0;
+  for (int i = 0; i < s->num_banks; i++)
+    for (int j = 0; j < MAX_SLOTS; j++)
+      s->banks[i].runs[j] = 0;
+  return 0;
+}
+
+static int dcp_describe(void *state, void (*emit)(void *user, const char *line), void *user) {
+  struct dcp_state *s = state;
+  const struct cgrt_config_view *c = s->cfg;
+  char line[512];
+  int n = snprintf(line, sizeof(line), "dynamic_cp: a graph bank per cp size:");
+  for (int i = 0; i < s->num_banks; i++)
+    n += snprintf(line + n, sizeof(line) - (size_t)n, " %d", s->banks[i].cp);
+  snprintf(line + n, sizeof(line) - (size_t)n,
+           "; %d THD slots per bank of %lld tokens and %d sequences (padded by a dummy sequence "
+           "to %lld tokens)",
+           c->graph_slots, (long long)c->max_packed_tokens, c->max_sequences,
+           (long long)c->max_packed_tokens);
+  emit(user, line);
+  snprintf(line, sizeof(line),
+           "%d eager steps, then one step captures every bank and slot, smallest cp first; "
+           "steps over capacity: %s",
+           c->warmup_steps,
+           c->over_capacity == CGRT_OVER_CAPACITY_EAGER ? "run eagerly" : "refused");
+  emit(user, line);
+  return 0;
+}
+
+CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
+    .abi_major = CGRT_BACKEND_ABI_MAJOR,
+    .struct_size = sizeof(struct cgrt_backend_v1),
+    .name = "dynamic_cp",
+    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS |
+            CGRT_CAP_MULTI_GPU | CGRT_CAP_NEEDS_COMM,
+    .init = dcp_init,
+    .fini = dcp_fini,
+    .step = dcp_step,
+    .call = dcp_call,
+    .release = dcp_release,
+    .describe = dcp_describe,
+};

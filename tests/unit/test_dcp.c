@@ -1,0 +1,309 @@
+/*
+ * test_dcp.c - the `dynamic_cp` backend's policy on the host driver (stand-in communicators):
+ * bank selection by the step's cp size and refusal of a size without a bank, the THD slot ring
+ * (rotation, the reuse guard against a replay that has not run yet, the padding metadata),
+ * capacity errors and the eager fallback, and the capture step taking every bank and slot,
+ * smallest cp first.
+ *
+ * The module's device work is a host function that reads the step's THD metadata when it runs,
+ * so the test sees what a kernel would have read.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cgrt/backend.h"
+
+#define MAX_SEEN   256
+#define CAP_TOKENS 64
+#define CAP_SEQS   4
+
+struct seen {
+  int32_t cu[CAP_SEQS + 2];
+  int32_t cu_padded[CAP_SEQS + 2];
+  void *comm;
+  int cp;
+};
+
+struct host {
+  cgrt_runtime *rt;
+  cgrt_module *m[2];
+  struct seen seen[MAX_SEEN]; /* per module run on the device, in order */
+  int runs;
+  struct launch {
+    struct host *h;
+    const int32_t *cu, *cu_padded;
+    int entries;
+    void *comm;
+    int cp;
+  } launches[4096]; /* launch parameters outlive the graphs that hold them */
+  int num_launches;
+  int prepares;
+  int prepared_cp[MAX_SEEN];
+  int prepared_padded_seqs;
+  int64_t prepared_padded_tokens;
+};
+
+static void device_reads(void *arg) {
+  struct launch *l = arg;
+  struct host *h = l->h;
+  if (h->runs >= MAX_SEEN)
+    return;
+  struct seen *s = &h->seen[h->runs++];
+  memcpy(s->cu, l->cu, (size_t)l->entries * sizeof(int32_t));
+  memcpy(s->cu_padded, l->cu_padded, (size_t)l->entries * sizeof(int32_t));
+  s->comm = l->comm;
+  s->cp = l->cp;
+}
+
+static int module(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
+  (void)args;
+  struct host *h = user;
+  struct launch *l = &h->launches[h->num_launches++];
+  *l =
+      (struct launch){h,         ctx->cu_seqlens, ctx->cu_seqlens_padded, ctx->padded_sequences + 1,
+                      ctx->comm, ctx->cp_size};
+  return cgrt_enqueue_host(ctx, device_reads, l);
+}
+
+static int prepare(const cgrt_ctx *ctx, void *user) {
+  struct host *h = user;
+  if (h->prepares < MAX_SEEN)
+    h->prepared_cp[h->prepares] = ctx->cp_size;
+  h->prepares++;
+  h->prepared_padded_seqs = ctx->padded_sequences;
+  h->prepared_padded_tokens = ctx->padded_tokens;
+  return 0;
+}
+
+static int body(const cgrt_ctx *ctx, void *user) {
+  struct host *h = user;
+  cgrt_args a = {.struct_size = sizeof(a), .key = 1};
+  for (int i = 0; i < 2; i++) {
+    int rc = cgrt_forward(h->rt, h->m[i], ctx, &a);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+static struct host *host_open_warm(const char *extra, int with_comm, int warmup) {
+  struct host *h = calloc(1, sizeof(*h));
+  char ini[1024];
+  snprintf(ini, sizeof(ini),
+           "[cuda_graph]\nimpl = dynamic_cp\nwarmup_steps = %d\n[dynamic_cp]\ncp_sizes = 1 2\n"
+           "max_packed_tokens = %d\nmax_sequences = %d\ngraph_slots = 2\n%s\n"
+           "[runtime]\ndriver = host\nlog = off\n",
+           warmup, CAP_TOKENS, CAP_SEQS, extra ? extra : "");
+  if (cgrt_open_string(&h->rt, ini) != 0)
+    fail_msg("open: %s", cgrt_last_error(NULL));
+  for (int i = 0; i < 2; i++) {
+    cgrt_module_desc d = {.struct_size = sizeof(d),
+                          .name = i ? "l0.mlp" : "l0.attn",
+                          .kind = i ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
+                          .forward = module,
+                          .user = h};
+    assert_int_equal(cgrt_module_register(h->rt, &d, &h->m[i]), 0);
+  }
+  if (with_comm)
+    assert_int_equal(cgrt_set_world_comm(h->rt, NULL), 0);
+  return h;
+}
+
+static struct host *host_open(const char *extra, int with_comm) {
+  return host_open_warm(extra, with_comm, 2);
+}
+
+static void host_close(struct host *h) {
+  assert_int_equal(cgrt_close(h->rt), 0);
+  free(h);
+}
+
+static int step(struct host *h, int cp, const int32_t *lens, int n, cgrt_step_report *rep) {
+  cgrt_step_desc d = {.struct_size = sizeof(d),
+                      .phase = CGRT_PHASE_TRAIN,
+                      .seqlens = lens,
+                      .num_sequences = n,
+                      .cp_size = cp,
+                      .prepare = prepare,
+                      .body = body,
+                      .user = h};
+  for (int i = 0; i < n; i++)
+    d.tokens += lens[i];
+  return cgrt_step(h->rt, &d, rep);
+}
+
+static void expect_meta(const struct seen *s, const int32_t *lens, int n) {
+  int32_t total = 0;
+  assert_int_equal(s->cu[0], 0);
+  for (int i = 0; i < n; i++) {
+    total += lens[i];
+    assert_int_equal(s->cu[i + 1], total);
+    assert_int_equal(s->cu_padded[i + 1], total);
+  }
+  /* The dummy: zero-length in cu_seqlens, padding to the captured size in cu_seqlens_padded. */
+  assert_int_equal(s->cu[n + 1], total);
+  assert_int_equal(s->cu_padded[n + 1], CAP_TOKENS);
+  for (int i = n + 2; i < CAP_SEQS + 2; i++) {
+    assert_int_equal(s->cu[i], total);
+    assert_int_equal(s->cu_padded[i], CAP_TOKENS);
+  }
+}
+
+static void padding_metadata(void **state) {
+  (void)state;
+  struct host *h = host_open(NULL, 1);
+  const int32_t lens[] = {5, 17, 3};
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  assert_int_equal(step(h, 1, lens, 3, &rep), 0);
+  assert_int_equal(rep.padded_tokens, CAP_TOKENS);
+  assert_int_equal(h->prepared_padded_seqs, CAP_SEQS + 1);
+  assert_int_equal(h->prepared_padded_tokens, CAP_TOKENS);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(h->runs, 2);
+  expect_meta(&h->seen[0], lens, 3);
+  host_close(h);
+}
+
+static void banks_selected_by_cp_size(void **state) {
+  (void)state;
+  struct host *h = host_open(NULL, 1);
+  const int32_t lens[] = {8, 8};
+  assert_int_equal(step(h, 1, lens, 2, NULL), 0);
+  assert_int_equal(step(h, 2, lens, 2, NULL), 0);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(h->seen[0].cp, 1);
+  assert_int_equal(h->seen[2].cp, 2);
+  assert_non_null(h->seen[0].comm);
+  assert_ptr_not_equal(h->seen[0].comm, h->seen[2].comm); /* each bank its communicator */
+  /* A size without a bank is refused, naming the sizes that have one; nothing runs. */
+  int before = h->prepares;
+  assert_int_equal(step(h, 4, lens, 2, NULL), CGRT_E_INVAL);
+  if (!strstr(cgrt_last_error(h->rt), "cp size 4 has no graph bank") ||
+      !strstr(cgrt_last_error(h->rt), "cp sizes 1 2"))
+    fail_msg("%s", cgrt_last_error(h->rt));
+  assert_int_equal(h->prepares, before);
+  host_close(h);
+}
+
+static void refuses_without_world_comm(void **state) {
+  (void)state;
+  struct host *h = host_open(NULL, 0);
+  const int32_t lens[] = {8};
+  assert_int_equal(step(h, 1, lens, 1, NULL), CGRT_E_STATE);
+  if (!strstr(cgrt_last_error(h->rt), "cgrt_set_world_comm"))
+    fail_msg("%s", cgrt_last_error(h->rt));
+  host_close(h);
+}
+
+static void slots_rotate_and_wait_for_readers(void **state) {
+  (void)state;
+  struct host *h = host_open_warm(NULL, 1, 100); /* eager steps only */
+  /* The host driver runs work only when synchronized: nothing of these steps has run yet when
+   * the third rewrites slot 0, so the ring must wait for the first step's readers first. */
+  const int32_t a[] = {10}, b[] = {20, 1}, c[] = {30, 2, 3};
+  assert_int_equal(step(h, 1, a, 1, NULL), 0);
+  assert_int_equal(step(h, 1, b, 2, NULL), 0);
+  assert_int_equal(step(h, 1, c, 3, NULL), 0);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(h->runs, 6);
+  expect_meta(&h->seen[0], a, 1);
+  expect_meta(&h->seen[2], b, 2);
+  expect_meta(&h->seen[4], c, 3);
+  /* Steps alternate between the two slots. */
+  assert_ptr_equal(h->launches[0].cu, h->launches[4].cu);
+  assert_ptr_not_equal(h->launches[0].cu, h->launches[2].cu);
+  host_close(h);
+}
+
+static void over_capacity_error_runs_nothing(void **state) {
+  (void)state;
+  struct host *h = host_open(NULL, 1);
+  const int32_t big[] = {60, 10};
+  assert_int_equal(step(h, 1, big, 2, NULL), CGRT_E_CAPACITY);
+  const char *e = cgrt_last_error(h->rt);
+  if (!strstr(e, "70 tokens in 2 sequences") || !strstr(e, "max_packed_tokens") ||
+      !strstr(e, "over_capacity = eager"))
+    fail_msg("%s", e);
+  const int32_t many[] = {1, 1, 1, 1, 1};
+  assert_int_equal(step(h, 1, many, 5, NULL), CGRT_E_CAPACITY);
+  assert_int_equal(h->prepares, 0);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(h->runs, 0);
+  host_close(h);
+}
+
+static void over_capacity_eager_runs_at_its_size(void **state) {
+  (void)state;
+  struct host *h = host_open("over_capacity = eager", 1);
+  const int32_t big[] = {60, 10};
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  assert_int_equal(step(h, 2, big, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+  assert_int_equal(rep.padded_tokens, 70);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(h->runs, 2);
+  assert_int_equal(h->seen[0].cu[2], 70);
+  assert_int_equal(h->seen[0].cp, 2);
+  host_close(h);
+}
+
+static void capture_step_takes_every_bank_and_slot(void **state) {
+  (void)state;
+  struct host *h = host_open(NULL, 1);
+  const int32_t lens[] = {8, 9};
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_WARMUP);
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  int before = h->prepares;
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
+  /* 2 banks x 2 slots x 2 modules, all in this step. */
+  assert_int_equal(rep.graphs_built, 8);
+  /* Smallest cp first: bank 1's passes (warm-ups and captures) come before bank 2's. */
+  int last_cp1 = -1, first_cp2 = -1;
+  for (int i = before; i < h->prepares; i++) {
+    if (h->prepared_cp[i] == 1)
+      last_cp1 = i;
+    if (h->prepared_cp[i] == 2 && first_cp2 < 0)
+      first_cp2 = i;
+  }
+  assert_true(last_cp1 >= 0 && first_cp2 > last_cp1);
+  /* From then on, both cp sizes replay in both slots. */
+  for (int s = 0; s < 6; s++) {
+    assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
+    assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  }
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
+  assert_int_equal(st.captures, 8);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  /* Replays read the slot written for their step: other lengths, right metadata. */
+  const int32_t other[] = {3, 4, 5};
+  h->runs = 0;
+  assert_int_equal(step(h, 1, other, 3, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  expect_meta(&h->seen[0], other, 3);
+  host_close(h);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(padding_metadata),
+      cmocka_unit_test(banks_selected_by_cp_size),
+      cmocka_unit_test(refuses_without_world_comm),
+      cmocka_unit_test(slots_rotate_and_wait_for_readers),
+      cmocka_unit_test(over_capacity_error_runs_nothing),
+      cmocka_unit_test(over_capacity_eager_runs_at_its_size),
+      cmocka_unit_test(capture_step_takes_every_bank_and_slot),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
