@@ -20,6 +20,7 @@ struct entry {
   uint64_t hash;
   void *exec;         /* NULL while warming up or after eviction */
   int warm;           /* eager runs so far */
+  int failures;       /* captures that failed in a row; at CAPTURE_ATTEMPTS the key stays eager */
   cgrt_buffer *bufs;  /* the addresses the executable uses (private ones under copy) */
   cgrt_buffer *given; /* copy policy: the host's addresses at capture, for messages */
   size_t num_bufs;
@@ -37,6 +38,9 @@ struct cgrt_graph_cache {
   size_t live;       /* entries with an executable */
   struct entry *newest, *oldest;
 };
+
+/* Failed captures in a row after which a key runs eagerly for good (until release). */
+#define CAPTURE_ATTEMPTS 2
 
 /* Entries without an executable beyond this many are forgotten, oldest first. */
 static size_t pending_bound(const struct cgrt_graph_cache *c) {
@@ -285,21 +289,33 @@ static int copy_buffers(struct cgrt_graph_cache *c, struct entry *e, const cgrt_
 }
 
 /* Launches e's executable, with the copies the copy policy needs around it. */
-static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w) {
+static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mode) {
+  *mode = m;
+  return w->fn(w->arg, m, w->buffers, w->num_buffers);
+}
+
+static void drop_exec(struct cgrt_graph_cache *c, struct entry *e);
+
+/*
+ * Launches e's executable, with the copies the copy policy needs around it. If the launch itself
+ * fails, the executable is dropped (it is captured again at the next call) and this call runs
+ * eagerly instead.
+ */
+static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
+                  cgrt_mode *mode) {
   const struct cgrt_host_api *h = &c->rt->host;
   int rc = 0;
   if (e->given)
     rc = copy_buffers(c, e, w->buffers, w->num_buffers, 1, w->what);
-  if (rc == 0)
-    rc = h->exec_launch(h, e->exec, h->stream(h));
-  if (rc == 0 && e->given)
-    rc = copy_buffers(c, e, w->buffers, w->num_buffers, 0, w->what);
-  return rc;
-}
-
-static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mode) {
-  *mode = m;
-  return w->fn(w->arg, m, w->buffers, w->num_buffers);
+  if (rc != 0)
+    return rc;
+  rc = h->exec_launch(h, e->exec, h->stream(h));
+  if (rc != 0) {
+    cgrt__capture_fallback(c->rt, rc, w->what, h->last_error(h));
+    drop_exec(c, e);
+    return run_eager(w, CGRT_MODE_EAGER, mode);
+  }
+  return e->given ? copy_buffers(c, e, w->buffers, w->num_buffers, 0, w->what) : 0;
 }
 
 /* Captures a new executable for e; on failure runs the work eagerly. */
@@ -310,19 +326,28 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   int rc = c->rebind == CGRT_REBIND_COPY ? make_private(c, e, w->buffers, w->num_buffers)
                                          : save_buffers(e, w->buffers, w->num_buffers);
   if (rc != 0) {
+    /* Out of memory for the private buffers: this call runs eagerly instead. */
+    cgrt__capture_fallback(c->rt, rc, w->what, h->last_error(h));
     free_private(c, e);
-    return rc;
+    e->failures++;
+    return run_eager(w, CGRT_MODE_EAGER, mode);
   }
   struct record_arg r = {w, e->bufs};
   void *exec = NULL;
   if (h->capture(h, h->stream(h), record_work, &r, w->what, &exec) != 0) {
     free_private(c, e);
+    if (++e->failures == CAPTURE_ATTEMPTS)
+      h->log(h, CGRT_LOG_WARN,
+             "%s failed to capture %d times in a row: it runs eagerly from now on (until "
+             "cgrt_release_graphs)",
+             w->what, CAPTURE_ATTEMPTS);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
+  e->failures = 0;
   e->exec = exec;
   c->live++;
   *mode = CGRT_MODE_CAPTURE;
-  return replay(c, e, w);
+  return replay(c, e, w, mode);
 }
 
 /* Update policy: re-records the work with the new addresses and updates e's executable. */
@@ -361,7 +386,7 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
     return rc;
   }
   *mode = CGRT_MODE_CAPTURE;
-  return replay(c, e, w);
+  return replay(c, e, w, mode);
 }
 
 /* Names the first buffer that moved, for the error policy. */
@@ -414,6 +439,8 @@ static int c_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
   }
   touch(c, e);
   if (!e->exec) {
+    if (e->failures >= CAPTURE_ATTEMPTS)
+      return run_eager(w, CGRT_MODE_EAGER, mode);
     if (e->warm < w->warmup) {
       e->warm++;
       return run_eager(w, CGRT_MODE_WARMUP, mode);
@@ -422,7 +449,7 @@ static int c_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
   }
   if (e->given || buffers_match(e, w->buffers, w->num_buffers)) {
     *mode = CGRT_MODE_REPLAY;
-    return replay(c, e, w);
+    return replay(c, e, w, mode);
   }
   /* The buffers moved (recapture never gets here: find() matched or made another entry). */
   c->rt->stats.rebinds++;

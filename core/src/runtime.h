@@ -23,6 +23,18 @@ struct cgrt_module {
   cgrt_runtime *rt;
 };
 
+/*
+ * Faults the core injects on either driver, for tests of recovery: each set flag makes the next
+ * matching operation fail once (as the device would), then clears itself.
+ */
+struct cgrt_faults {
+  int capture_sync; /* the next capture meets a synchronizing call (a real stream sync) inside */
+  int instantiate;  /* the next instantiation fails (CGRT_E_DEVICE) */
+  int update;       /* the next in-place update is refused (CGRT_E_UPDATE) */
+  int mem_alloc;    /* the next device allocation fails (CGRT_E_NOMEM: out of device memory) */
+  int launch;       /* the next graph launch fails (CGRT_E_DEVICE) */
+};
+
 struct cgrt_runtime {
   struct cgrt_host_api host; /* lent to the backend; the functions find rt from it */
   struct cgrt_config cfg;
@@ -59,6 +71,7 @@ struct cgrt_runtime {
   uint64_t step_index;
 
   struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
+  struct cgrt_faults faults;
 };
 
 /* The runtime that lent the host API table h. */
