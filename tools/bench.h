@@ -23,6 +23,8 @@ struct bench_opts {
   int warmup; /* untimed steps before */
   int chain_kernels;
   int json;
+  int ranks;     /* cp workload: processes, one per GPU; 0: the largest cp size */
+  int timeout_s; /* cp workload: the ranks' time limit; 0: 600 s */
 };
 
 /*
@@ -54,6 +56,10 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o);
 
 /* Runs the training bench (train workload, kernels/train_host.c); the exit code. */
 int bench_train(const struct bench_opts *o);
+
+/* Runs the context-parallel bench (cp workload, kernels/cp_host.c) on o->ranks GPUs, one process
+ * each (ranks.c); the exit code. */
+int bench_cp(const struct bench_opts *o);
 
 /* The median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);

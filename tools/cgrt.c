@@ -6,21 +6,22 @@
 #include "tool.h"
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: cgrt COMMAND [ARGS]\n"
-          "\n"
-          "  info                      versions, devices, cores near each GPU, backends found\n"
-          "  check FILE [--dry-run]    validate a config; print warnings and the normalized\n"
-          "                            config; --dry-run also loads the backend on the host\n"
-          "                            driver and prints its plan (exit 0 valid, 1 invalid,\n"
-          "                            2 unusable)\n"
-          "  buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
-          "          [--dist exponential|linear|list] [--list 'A B ...']\n"
-          "                            the inference token buckets, largest first\n"
-          "  bench [FILE] [--workload decode|chain|train|dispatch] [--tokens 'LIST'] [--steps N]\n"
-          "        [--json]            a workload under the configured backend against eager\n"
-          "                            and the raw-graph floor (decode, chain: GPU)\n"
-          "  version                   print the version\n");
+  fprintf(
+      out,
+      "usage: cgrt COMMAND [ARGS]\n"
+      "\n"
+      "  info                      versions, devices, cores near each GPU, backends found\n"
+      "  check FILE [--dry-run]    validate a config; print warnings and the normalized\n"
+      "                            config; --dry-run also loads the backend on the host\n"
+      "                            driver and prints its plan (exit 0 valid, 1 invalid,\n"
+      "                            2 unusable)\n"
+      "  buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
+      "          [--dist exponential|linear|list] [--list 'A B ...']\n"
+      "                            the inference token buckets, largest first\n"
+      "  bench [FILE] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST'] [--steps N]\n"
+      "        [--json]            a workload under the configured backend against eager\n"
+      "                            and the raw-graph floor (decode, chain: GPU)\n"
+      "  version                   print the version\n");
 }
 
 int main(int argc, char **argv) {

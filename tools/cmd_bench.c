@@ -5,6 +5,8 @@
  *   decode    L decoder layers over a KV cache, token buckets (bench_gpu.c; needs a GPU)
  *   chain     N tiny dependent kernels in one module: launch overhead alone (needs a GPU)
  *   train     forward, backward and update over microbatches (bench_train.c; needs a GPU)
+ *   cp        decoder layers over packed sequences split across a context-parallel group, one
+ *             process per GPU (bench_cp.c; needs --ranks GPUs and NCCL)
  *   dispatch  the host-side cost of one module call through cgrt (core, backend vtable, host API)
  *             over a direct call of the same callback; runs on the host driver, no GPU needed.
  */
@@ -115,8 +117,9 @@ static int bench_dispatch(struct cgrt_config *cfg, long calls, int json) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: cgrt bench [CONF] [--workload decode|chain|train|dispatch] [--tokens 'LIST']\n"
-          "                  [--steps N] [--warmup N] [--kernels N] [--calls N] [--json]\n");
+          "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
+          "                  [--steps N] [--warmup N] [--kernels N] [--calls N] [--ranks N]\n"
+          "                  [--timeout S] [--json]\n");
 }
 
 /* Parses a space- or comma-separated list of positive token counts. */
@@ -158,6 +161,10 @@ int cmd_bench(int argc, char **argv) {
       o.chain_kernels = atoi(argv[++i]);
     else if (strcmp(a, "--calls") == 0 && val)
       calls = atol(argv[++i]);
+    else if (strcmp(a, "--ranks") == 0 && val)
+      o.ranks = atoi(argv[++i]);
+    else if (strcmp(a, "--timeout") == 0 && val)
+      o.timeout_s = atoi(argv[++i]);
     else if (a[0] != '-' && !o.conf)
       o.conf = a;
     else {
@@ -165,8 +172,10 @@ int cmd_bench(int argc, char **argv) {
       return EXIT_UNUSABLE;
     }
   }
-  if (o.steps < 1 || o.warmup < 0 || o.chain_kernels < 1 || calls < 1) {
-    fprintf(stderr, "cgrt bench: --steps, --kernels and --calls must be positive\n");
+  if (o.steps < 1 || o.warmup < 0 || o.chain_kernels < 1 || calls < 1 || o.ranks < 0 ||
+      o.timeout_s < 0) {
+    fprintf(stderr, "cgrt bench: --steps, --kernels, --calls, --ranks and --timeout must be "
+                    "positive\n");
     return EXIT_UNUSABLE;
   }
   int is_chain = strcmp(o.workload, "chain") == 0;
@@ -180,8 +189,10 @@ int cmd_bench(int argc, char **argv) {
     return bench_gpu(&bench_chain, &o);
   if (strcmp(o.workload, "train") == 0)
     return bench_train(&o);
+  if (strcmp(o.workload, "cp") == 0)
+    return bench_cp(&o);
   if (strcmp(o.workload, "dispatch") != 0) {
-    fprintf(stderr, "cgrt bench: unknown workload '%s' (decode, chain, train, dispatch)\n",
+    fprintf(stderr, "cgrt bench: unknown workload '%s' (decode, chain, train, cp, dispatch)\n",
             o.workload);
     return EXIT_UNUSABLE;
   }

@@ -1,0 +1,445 @@
+/*
+ * cp.cu - the host side of the `cp` workload (cp.h): creation, staging, the attention block
+ * (projections, the K/V all-gather over the cp group, attention, output projection) and the MLP
+ * block as sequences of our own kernels (cp_kernels.cu).
+ */
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef CGRT_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include "cp.h"
+#include "cp_internal.h"
+
+using namespace cgrtk_cp_impl;
+
+struct cp_layer {
+  float *t[CGRTK_CP_T_COUNT]; /* indexed by CGRTK_CP_T_* */
+};
+
+struct cgrtk_cp {
+  struct cgrtk_cp_cfg cfg;
+  int64_t max_rows;
+  struct cp_layer *layers;
+  float *params; /* every layer's tensors, one allocation */
+  float *hidden; /* [max_rows, d] */
+  float *kv;     /* [max_packed_tokens, 2d]: row g holds k then v of global row g */
+  int32_t *thd;  /* own THD metadata: cu_seqlens, then cu_seqlens_padded */
+  char err[256]; /* the last failure, for cgrtk_cp_last_error */
+};
+
+#define THD_ENTRIES (CGRTK_CP_MAX_SEQUENCES + 2)
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* Records a failure of w and returns rc. */
+static int fail(cgrtk_cp *w, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->err, sizeof(w->err), fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static size_t align256(size_t n) {
+  return (n + 255) & ~(size_t)255;
+}
+
+extern "C" void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg) {
+  cfg->layers = 4;
+  cfg->d_model = 512;
+  cfg->heads = 8;
+  cfg->ffn = 1024;
+  cfg->max_packed_tokens = 0;
+  cfg->seed = 1;
+}
+
+static int check_cfg(const struct cgrtk_cp_cfg *c, int64_t max_rows, char *err, size_t errlen) {
+  const char *why = NULL;
+  if (c->layers < 1)
+    why = "layers must be at least 1";
+  else if (c->heads < 1 || c->d_model != c->heads * CGRTK_CP_HEAD_DIM)
+    why = "d_model must be heads * 64 (the head dimension is 64)";
+  else if (c->ffn < 64 || c->ffn % 64 != 0)
+    why = "ffn must be a positive multiple of 64";
+  else if (max_rows < 1 || max_rows > INT32_MAX / 2)
+    why = "max_rows_per_rank must be in [1, 2^30)";
+  else if (c->max_packed_tokens < 0 || c->max_packed_tokens > INT32_MAX / 2)
+    why = "max_packed_tokens must be in [0, 2^30)";
+  if (!why)
+    return 0;
+  set_err(err, errlen,
+          "cp config invalid: %s (layers %d, d_model %d, heads %d, ffn %d, max_rows_per_rank "
+          "%lld, max_packed_tokens %lld)",
+          why, c->layers, c->d_model, c->heads, c->ffn, (long long)max_rows,
+          (long long)c->max_packed_tokens);
+  return (int)cudaErrorInvalidValue;
+}
+
+#define CUDA_TRY(call, what)                                                                       \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
+      rc = (int)e_;                                                                                \
+      set_err(err, errlen, "cp create: %s failed: %s", what, cudaGetErrorString(e_));              \
+      goto fail;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
+                               int64_t max_rows_per_rank, char *err, size_t errlen) {
+  cgrtk_cp *w = NULL;
+  cudaStream_t s = NULL;
+  cudaMemPool_t pool;
+  uint64_t threshold = UINT64_MAX;
+  size_t total = 0, off = 0, d = 0;
+  int dev = 0, rc = 0;
+
+  if (!out || !cfg) {
+    set_err(err, errlen, "cp create: out and cfg must not be NULL");
+    return (int)cudaErrorInvalidValue;
+  }
+  *out = NULL;
+  if ((rc = check_cfg(cfg, max_rows_per_rank, err, errlen)))
+    return rc;
+  w = (cgrtk_cp *)calloc(1, sizeof(*w));
+  if (w)
+    w->layers = (struct cp_layer *)calloc((size_t)cfg->layers, sizeof(*w->layers));
+  if (!w || !w->layers) {
+    rc = (int)cudaErrorMemoryAllocation;
+    set_err(err, errlen, "cp create: out of host memory");
+    goto fail;
+  }
+  w->cfg = *cfg;
+  w->max_rows = max_rows_per_rank;
+  if (w->cfg.max_packed_tokens == 0)
+    w->cfg.max_packed_tokens = max_rows_per_rank;
+  d = (size_t)cfg->d_model;
+
+  /* Keep freed stream-ordered memory in the pool: cudaMallocAsync in attn/mlp stays cheap. */
+  CUDA_TRY(cudaGetDevice(&dev), "cudaGetDevice");
+  CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
+  CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+           "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
+
+  for (int l = 0; l < cfg->layers; l++)
+    for (int t = 0; t < CGRTK_CP_T_COUNT; t++)
+      total += align256(cgrtk_cp_tensor_numel(cfg, t) * sizeof(float));
+  CUDA_TRY(cudaMalloc((void **)&w->params, total), "cudaMalloc of the cp weights");
+  for (int l = 0; l < cfg->layers; l++)
+    for (int t = 0; t < CGRTK_CP_T_COUNT; t++) {
+      w->layers[l].t[t] = (float *)((char *)w->params + off);
+      off += align256(cgrtk_cp_tensor_numel(cfg, t) * sizeof(float));
+    }
+  CUDA_TRY(cudaMalloc((void **)&w->hidden, (size_t)max_rows_per_rank * d * sizeof(float)),
+           "cudaMalloc of the hidden buffer");
+  CUDA_TRY(cudaMalloc((void **)&w->kv, (size_t)w->cfg.max_packed_tokens * 2 * d * sizeof(float)),
+           "cudaMalloc of the K/V buffer");
+  CUDA_TRY(cudaMalloc((void **)&w->thd, 2 * THD_ENTRIES * sizeof(int32_t)),
+           "cudaMalloc of the THD metadata");
+
+  /* A private stream: initialization must not touch the legacy default stream. */
+  CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  for (int l = 0; l < cfg->layers; l++)
+    for (int t = 0; t < CGRTK_CP_T_COUNT; t++) {
+      uint64_t key = cgrtk_cp_tensor_key(cfg->seed, ((uint64_t)l << 8) | (uint64_t)t);
+      int gain = t == CGRTK_CP_T_ATTN_NORM || t == CGRTK_CP_T_MLP_NORM;
+      float scale = t == CGRTK_CP_T_W2 ? cgrtk_cp_weight_scale(cfg->ffn)
+                                       : cgrtk_cp_weight_scale(cfg->d_model);
+      CUDA_TRY((cudaError_t)launch_init(w->layers[l].t[t], cgrtk_cp_tensor_numel(cfg, t), key, gain,
+                                        scale, s),
+               "the weight initialization kernel launch");
+    }
+  CUDA_TRY(cudaMemsetAsync(w->hidden, 0, (size_t)max_rows_per_rank * d * sizeof(float), s),
+           "cudaMemsetAsync of the hidden buffer");
+  CUDA_TRY(cudaMemsetAsync(w->kv, 0, (size_t)w->cfg.max_packed_tokens * 2 * d * sizeof(float), s),
+           "cudaMemsetAsync of the K/V buffer");
+  CUDA_TRY(cudaMemsetAsync(w->thd, 0, 2 * THD_ENTRIES * sizeof(int32_t), s),
+           "cudaMemsetAsync of the THD metadata");
+  CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize after the initialization");
+  cudaStreamDestroy(s);
+  *out = w;
+  return 0;
+
+fail:
+  if (s) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  cgrtk_cp_destroy(w);
+  return rc;
+}
+
+extern "C" void cgrtk_cp_destroy(cgrtk_cp *w) {
+  if (!w)
+    return;
+  cudaFree(w->thd);
+  cudaFree(w->kv);
+  cudaFree(w->hidden);
+  cudaFree(w->params);
+  free(w->layers);
+  free(w);
+}
+
+extern "C" const struct cgrtk_cp_cfg *cgrtk_cp_config(const cgrtk_cp *w) {
+  return &w->cfg;
+}
+
+extern "C" int64_t cgrtk_cp_max_rows(const cgrtk_cp *w) {
+  return w->max_rows;
+}
+
+extern "C" void *cgrtk_cp_hidden(cgrtk_cp *w) {
+  return w->hidden;
+}
+
+extern "C" void *cgrtk_cp_kv(cgrtk_cp *w) {
+  return w->kv;
+}
+
+extern "C" size_t cgrtk_cp_row_bytes(const cgrtk_cp *w) {
+  return (size_t)w->cfg.d_model * sizeof(float);
+}
+
+extern "C" const char *cgrtk_cp_last_error(const cgrtk_cp *w) {
+  return w ? w->err : "";
+}
+
+/* Checks a step's split: P a multiple of cp within capacity, R within the hidden buffer. */
+static int check_split(cgrtk_cp *w, const char *call, int64_t padded_total, int cp_size,
+                       int cp_rank) {
+  if (cp_size < 1 || cp_rank < 0 || cp_rank >= cp_size)
+    return fail(w, (int)cudaErrorInvalidValue, "%s: cp rank %d of cp size %d is invalid", call,
+                cp_rank, cp_size);
+  if (padded_total < 0 || padded_total % cp_size != 0)
+    return fail(w, (int)cudaErrorInvalidValue,
+                "%s: the padded total %lld is not a multiple of the cp size %d", call,
+                (long long)padded_total, cp_size);
+  if (padded_total > w->cfg.max_packed_tokens)
+    return fail(w, (int)cudaErrorInvalidValue,
+                "%s: the padded total %lld exceeds the workload's max_packed_tokens %lld", call,
+                (long long)padded_total, (long long)w->cfg.max_packed_tokens);
+  if (padded_total / cp_size > w->max_rows)
+    return fail(w, (int)cudaErrorInvalidValue,
+                "%s: %lld rows per rank (padded total %lld / cp %d) exceed the workload's "
+                "max_rows_per_rank %lld",
+                call, (long long)(padded_total / cp_size), (long long)padded_total, cp_size,
+                (long long)w->max_rows);
+  return 0;
+}
+
+/* The sum of nseq lengths, or -1 if one is negative (or the arguments are bad). */
+static int64_t total_length(const int32_t *seqlens, int nseq) {
+  if (nseq < 0 || (nseq > 0 && !seqlens))
+    return -1;
+  int64_t t = 0;
+  for (int i = 0; i < nseq; i++) {
+    if (seqlens[i] < 0)
+      return -1;
+    t += seqlens[i];
+  }
+  return t;
+}
+
+extern "C" int cgrtk_cp_stage(cgrtk_cp *w, uint64_t step, const int32_t *host_seqlens, int nseq,
+                              int64_t padded_total, int cp_size, int cp_rank, void *stream) {
+  if (!w)
+    return (int)cudaErrorInvalidValue;
+  int rc = check_split(w, "cgrtk_cp_stage", padded_total, cp_size, cp_rank);
+  if (rc)
+    return rc;
+  const int64_t tokens = total_length(host_seqlens, nseq);
+  if (tokens < 0 || tokens > padded_total)
+    return fail(w, (int)cudaErrorInvalidValue,
+                "cgrtk_cp_stage: %d sequence lengths (total %lld) are invalid or exceed the "
+                "padded total %lld",
+                nseq, (long long)tokens, (long long)padded_total);
+  const int64_t rows = padded_total / cp_size;
+  const uint64_t key = cgrtk_cp_tensor_key(w->cfg.seed, (step << 8) | CGRTK_CP_T_INPUT);
+  rc = launch_stage(w->hidden, w->cfg.d_model, (int64_t)cp_rank * rows, rows, tokens, key,
+                    (cudaStream_t)stream);
+  return rc ? fail(w, rc, "cgrtk_cp_stage: kernel launch: %s", cudaGetErrorString((cudaError_t)rc))
+            : 0;
+}
+
+extern "C" int cgrtk_cp_stage_thd(cgrtk_cp *w, const int32_t *host_seqlens, int nseq,
+                                  int64_t padded_total, void *stream, const int32_t **cu_seqlens,
+                                  const int32_t **cu_seqlens_padded, int *padded_sequences) {
+  if (!w)
+    return (int)cudaErrorInvalidValue;
+  const int64_t tokens = total_length(host_seqlens, nseq);
+  if (nseq > CGRTK_CP_MAX_SEQUENCES || tokens < 0 || tokens > padded_total ||
+      padded_total > INT32_MAX)
+    return fail(w, (int)cudaErrorInvalidValue,
+                "cgrtk_cp_stage_thd: %d sequences (at most %d) of total %lld do not fit the "
+                "padded total %lld",
+                nseq, CGRTK_CP_MAX_SEQUENCES, (long long)tokens, (long long)padded_total);
+  struct thd_lengths a;
+  memset(&a, 0, sizeof(a));
+  a.n = nseq;
+  a.padded_total = (int32_t)padded_total;
+  for (int i = 0; i < nseq; i++)
+    a.cu[i + 1] = a.cu[i] + host_seqlens[i];
+  int rc = launch_thd(w->thd, w->thd + THD_ENTRIES, THD_ENTRIES, &a, (cudaStream_t)stream);
+  if (rc)
+    return fail(w, rc, "cgrtk_cp_stage_thd: kernel launch: %s",
+                cudaGetErrorString((cudaError_t)rc));
+  if (cu_seqlens)
+    *cu_seqlens = w->thd;
+  if (cu_seqlens_padded)
+    *cu_seqlens_padded = w->thd + THD_ENTRIES;
+  if (padded_sequences)
+    *padded_sequences = THD_ENTRIES - 1;
+  return 0;
+}
+
+/* Runs a launcher's result through fail() with the name of the step that failed. */
+#define STEP(expr, what)                                                                           \
+  do {                                                                                             \
+    if (rc == 0 && (rc = (expr)) != 0)                                                             \
+      fail(w, rc, "%s layer %d: %s: %s", call, layer, what, cgrtk_cp_strerror(rc));                \
+  } while (0)
+
+extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
+                             const int32_t *cu_seqlens_padded, int padded_sequences,
+                             int64_t padded_total, int cp_size, int cp_rank, void *comm,
+                             void *stream) {
+  static const char call[] = "cgrtk_cp_attn";
+  if (!w)
+    return (int)cudaErrorInvalidValue;
+  if (layer < 0 || layer >= w->cfg.layers)
+    return fail(w, (int)cudaErrorInvalidValue, "%s: layer %d out of range [0, %d)", call, layer,
+                w->cfg.layers);
+  int rc = check_split(w, call, padded_total, cp_size, cp_rank);
+  if (rc)
+    return rc;
+  const int64_t rows = padded_total / cp_size;
+  if (rows == 0)
+    return 0;
+  if (!cu_seqlens || !cu_seqlens_padded || padded_sequences < 1)
+    return fail(w, (int)cudaErrorInvalidValue,
+                "%s: THD metadata missing (cu_seqlens %p, cu_seqlens_padded %p, %d sequences)",
+                call, (const void *)cu_seqlens, (const void *)cu_seqlens_padded, padded_sequences);
+#ifndef CGRT_HAVE_NCCL
+  if (cp_size > 1)
+    return fail(w, (int)cudaErrorNotSupported,
+                "%s: cp size %d needs NCCL, and the workload was built without it", call, cp_size);
+#endif
+  if (cp_size > 1 && !comm)
+    return fail(w, (int)cudaErrorInvalidValue,
+                "%s: cp size %d needs the cp group's communicator, got NULL", call, cp_size);
+
+  const cudaStream_t s = (cudaStream_t)stream;
+  const struct cp_layer *L = &w->layers[layer];
+  const int d = w->cfg.d_model;
+  const int R = (int)rows;
+  const int64_t row0 = (int64_t)cp_rank * rows;
+  const size_t part = align256((size_t)R * d * sizeof(float));
+  float *kv_local = w->kv + (size_t)row0 * 2 * d;
+  void *tmp = NULL;
+  cudaError_t e = cudaMallocAsync(&tmp, 2 * part, s);
+  if (e != cudaSuccess)
+    return fail(w, (int)e, "%s layer %d: cudaMallocAsync of %zu bytes: %s", call, layer, 2 * part,
+                cudaGetErrorString(e));
+  float *xn = (float *)tmp; /* RMSNorm(h), then the attention output */
+  float *q = (float *)((char *)tmp + part);
+
+  STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s), "RMSNorm");
+  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s), "Wq projection");
+  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV] + (size_t)d * d, kv_local, R, 2 * d, d, 2 * d,
+                   GEMM_STORE, s),
+       "Wkv projection");
+#ifdef CGRT_HAVE_NCCL
+  /* In place: this rank's rows already sit at their global offset in the gathered buffer. */
+  if (rc == 0 && cp_size > 1) {
+    ncclResult_t nr =
+        ncclAllGather(kv_local, w->kv, (size_t)R * 2 * d, ncclFloat, (ncclComm_t)comm, s);
+    if (nr != ncclSuccess)
+      rc = fail(w, CGRTK_CP_NCCL_ERROR(nr), "%s layer %d: ncclAllGather of K/V (cp %d): %s", call,
+                layer, cp_size, ncclGetErrorString(nr));
+  }
+#endif
+  STEP(launch_attention(q, w->kv, cu_seqlens, cu_seqlens_padded, padded_sequences, row0, R,
+                        w->cfg.heads, d, xn, s),
+       "attention");
+  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WO], w->hidden, R, d, d, d, GEMM_RESIDUAL, s),
+       "Wo projection");
+  e = cudaFreeAsync(tmp, s);
+  if (rc == 0 && e != cudaSuccess)
+    rc = fail(w, (int)e, "%s layer %d: cudaFreeAsync: %s", call, layer, cudaGetErrorString(e));
+  return rc;
+}
+
+extern "C" int cgrtk_cp_mlp(cgrtk_cp *w, int layer, int64_t rows, void *stream) {
+  static const char call[] = "cgrtk_cp_mlp";
+  if (!w)
+    return (int)cudaErrorInvalidValue;
+  if (layer < 0 || layer >= w->cfg.layers)
+    return fail(w, (int)cudaErrorInvalidValue, "%s: layer %d out of range [0, %d)", call, layer,
+                w->cfg.layers);
+  if (rows < 0 || rows > w->max_rows)
+    return fail(w, (int)cudaErrorInvalidValue, "%s: %lld rows, outside [0, max_rows_per_rank %lld]",
+                call, (long long)rows, (long long)w->max_rows);
+  if (rows == 0)
+    return 0;
+  const cudaStream_t s = (cudaStream_t)stream;
+  const struct cp_layer *L = &w->layers[layer];
+  const int d = w->cfg.d_model, f = w->cfg.ffn, R = (int)rows;
+  const size_t part = align256((size_t)R * d * sizeof(float));
+  const size_t bytes = part + align256((size_t)R * f * sizeof(float));
+  void *tmp = NULL;
+  cudaError_t e = cudaMallocAsync(&tmp, bytes, s);
+  if (e != cudaSuccess)
+    return fail(w, (int)e, "%s layer %d: cudaMallocAsync of %zu bytes: %s", call, layer, bytes,
+                cudaGetErrorString(e));
+  float *xn = (float *)tmp;
+  float *act = (float *)((char *)tmp + part);
+  int rc = 0;
+  STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], xn, R, d, s), "RMSNorm");
+  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_W1], act, R, f, d, f, GEMM_SILU, s), "W1 projection");
+  STEP(launch_gemm(act, L->t[CGRTK_CP_T_W2], w->hidden, R, d, f, d, GEMM_RESIDUAL, s),
+       "W2 projection");
+  e = cudaFreeAsync(tmp, s);
+  if (rc == 0 && e != cudaSuccess)
+    rc = fail(w, (int)e, "%s layer %d: cudaFreeAsync: %s", call, layer, cudaGetErrorString(e));
+  return rc;
+}
+
+extern "C" int cgrtk_cp_read(cgrtk_cp *w, int64_t rows, void *host_dst, void *stream) {
+  if (!w)
+    return (int)cudaErrorInvalidValue;
+  if (rows < 0 || rows > w->max_rows || (rows > 0 && !host_dst))
+    return fail(w, (int)cudaErrorInvalidValue,
+                "cgrtk_cp_read: %lld rows (max %lld) or a NULL destination", (long long)rows,
+                (long long)w->max_rows);
+  if (rows == 0)
+    return 0;
+  cudaError_t e = cudaMemcpyAsync(host_dst, w->hidden, (size_t)rows * cgrtk_cp_row_bytes(w),
+                                  cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+  return e ? fail(w, (int)e, "cgrtk_cp_read: cudaMemcpyAsync: %s", cudaGetErrorString(e)) : 0;
+}
+
+extern "C" const char *cgrtk_cp_strerror(int rc) {
+  static __thread char buf[96];
+  if (rc >= CGRTK_CP_NCCL_ERROR_BASE) {
+#ifdef CGRT_HAVE_NCCL
+    snprintf(buf, sizeof(buf), "NCCL: %s",
+             ncclGetErrorString((ncclResult_t)(rc - CGRTK_CP_NCCL_ERROR_BASE)));
+#else
+    snprintf(buf, sizeof(buf), "NCCL error %d", rc - CGRTK_CP_NCCL_ERROR_BASE);
+#endif
+    return buf;
+  }
+  return cudaGetErrorString((cudaError_t)rc);
+}

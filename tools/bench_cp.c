@@ -1,0 +1,418 @@
+/*
+ * bench_cp.c - `cgrt bench CONF --workload cp --ranks N`: the cp workload (decoder layers over
+ * packed variable-length sequences split across a context-parallel group; kernels/cp_host.c)
+ * on N GPUs, one process each (tools/ranks.c), under the configured backend (dynamic_cp
+ * expected) and under eager.
+ *
+ * Each rank opens two runtimes from CONF on GPU `rank` and hands both its world communicator:
+ * the one under test, and the eager reference, the same configuration with warmup_steps =
+ * 1000000 (graphs never captured: the same kernels with the same arguments, run directly). For
+ * each [dynamic_cp] cp_sizes entry that divides N (the others are dropped from both runtimes'
+ * configuration, since a communicator cannot be split for them), both run warm-up and timed
+ * steps over four patterns of packed sequence lengths in turn, then one more step per pattern
+ * whose output rows on every rank are compared bitwise between the two. The parent (which never
+ * touches CUDA) prints one row per cp size: the median step time of the slowest rank under eager
+ * and under the backend, the speedup, the capture and instantiate time and the graphs built
+ * during that cp size's steps, whether the backend's steps were replays, and the comparison.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "config.h"
+#include "ranks.h"
+#include "runtime.h"
+#include "tool.h"
+
+#define CP_PATTERNS     4
+#define CP_PATTERN_SEQS 64 /* sequences of a pattern, at most */
+#define CP_MAX_SIZES    16
+
+/* Without CONF: dynamic_cp at cp 1 and 2 over 4096-token packed batches. */
+static const char cp_default_conf[] = "[cuda_graph]\nimpl = dynamic_cp\nmodules = attn mlp\n"
+                                      "warmup_steps = 3\n[dynamic_cp]\ncp_sizes = 1 2\n"
+                                      "max_packed_tokens = 4096\nmax_sequences = 32\n"
+                                      "[runtime]\ndriver = cuda\nlog = warn\n";
+
+struct cp_pattern {
+  int n;
+  int32_t len[CP_PATTERN_SEQS];
+  int64_t total;
+};
+
+/* One rank's figures at one cp size, written by the rank into shared memory. */
+struct cp_result {
+  int done;
+  int equal;    /* outputs of the check steps bitwise equal to eager */
+  int replayed; /* every check step of the backend was a replay */
+  int64_t rows; /* rows per rank */
+  double cgrt_us, eager_us;
+  double capture_ms, instantiate_ms;
+  uint64_t graphs_built, live_graphs;
+};
+
+/* Shared between the parent and the ranks. */
+struct cp_shared {
+  char device[256];
+  char impl[128];
+  struct cp_result res[CGRT_RANKS_MAX][CP_MAX_SIZES];
+};
+
+/* What every rank needs, set up by the parent before the fork. */
+struct cp_bench {
+  const struct bench_opts *o;
+  int nranks;
+  int cps[CP_MAX_SIZES]; /* cp sizes dividing nranks, ascending */
+  int ncps;
+  int warmup; /* untimed steps per runtime and cp size */
+  struct cp_pattern pat[CP_PATTERNS];
+  struct cp_shared *sh;
+};
+
+/* Four patterns of sequence lengths: 1, 3, 7 and 16 sequences (fewer if max_sequences says so),
+ * filling 7/8, all, 3/4 and 5/8 of max_packed_tokens, lengths uneven. */
+static void make_patterns(struct cp_pattern *p, int64_t max_tokens, int max_sequences) {
+  static const int nseq[CP_PATTERNS] = {1, 3, 7, 16};
+  static const int eighths[CP_PATTERNS] = {7, 8, 6, 5};
+  for (int k = 0; k < CP_PATTERNS; k++) {
+    int n = nseq[k] < max_sequences ? nseq[k] : max_sequences;
+    if (n < 1)
+      n = 1;
+    int64_t target = max_tokens * eighths[k] / 8;
+    if (target < n)
+      target = n <= max_tokens ? n : max_tokens;
+    int64_t wsum = 0, total = 0;
+    for (int i = 0; i < n; i++)
+      wsum += 1 + (i * 5 + k * 3) % 7;
+    for (int i = 0; i < n; i++) {
+      int64_t l = target * (1 + (i * 5 + k * 3) % 7) / wsum;
+      p[k].len[i] = (int32_t)(l > 0 ? l : 0);
+      total += p[k].len[i];
+    }
+    p[k].len[0] += (int32_t)(target - total); /* the rounding remainder */
+    p[k].n = n;
+    p[k].total = target;
+  }
+}
+
+#if defined(CGRT_HAVE_CUDA) && defined(CGRT_HAVE_NCCL)
+#include <cuda_runtime_api.h>
+
+#include "cp_host.h"
+
+/* Loads CONF (or the default) for rank `rank`: the cuda driver on GPU `rank`, only the cp sizes
+ * that divide the world, and for the eager reference warmup_steps = 1000000. */
+static int load_config(const struct cp_bench *b, int rank, int eager, struct cgrt_config *cfg) {
+  struct cgrt_diag diag = {0};
+  int rc = b->o->conf ? cgrt__config_load(cfg, b->o->conf, &diag)
+                      : cgrt__config_parse(cfg, cp_default_conf, "<bench cp default>", &diag);
+  cgrt__diag_free(&diag); /* the parent printed them */
+  if (rc != 0)
+    return rc;
+  cfg->view.driver = CGRT_DRIVER_CUDA;
+  cfg->view.device = rank;
+  if (cfg->cp_sizes) { /* NULL: the default, cp 1 alone */
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->view.num_cp_sizes; i++)
+      if (b->nranks % cfg->cp_sizes[i] == 0)
+        cfg->cp_sizes[n++] = cfg->cp_sizes[i];
+    cfg->view.num_cp_sizes = n;
+  }
+  if (eager)
+    cfg->view.warmup_steps = 1000000;
+  return 0;
+}
+
+/* Runs `warmup` then `steps` steps at cp size cp cycling through the patterns; *us gets the
+ * median interval between CUDA events recorded on the runtime's stream between steps. */
+static int run_steps(struct cp_host *h, const struct cp_bench *b, int cp, int warmup, int steps,
+                     double *us) {
+  cudaStream_t s = (cudaStream_t)cgrt_stream(h->rt);
+  cudaEvent_t *ev = calloc((size_t)steps + 1, sizeof(*ev));
+  double *dt = calloc((size_t)steps, sizeof(*dt));
+  int rc = ev && dt ? 0 : CGRT_E_NOMEM, made = 0;
+  for (; rc == 0 && made <= steps; made++)
+    if (cudaEventCreate(&ev[made]) != cudaSuccess)
+      rc = CGRT_E_DEVICE;
+  for (int i = 0; rc == 0 && i < warmup + steps; i++) {
+    const struct cp_pattern *p = &b->pat[i % CP_PATTERNS];
+    if (i >= warmup && cudaEventRecord(ev[i - warmup], s) != cudaSuccess)
+      rc = CGRT_E_DEVICE;
+    if (rc == 0)
+      rc = cp_host_step(h, (uint64_t)i, p->len, p->n, cp, NULL);
+  }
+  if (rc == 0 && (cudaEventRecord(ev[steps], s) != cudaSuccess ||
+                  cudaEventSynchronize(ev[steps]) != cudaSuccess))
+    rc = CGRT_E_DEVICE;
+  for (int i = 0; rc == 0 && i < steps; i++) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
+    dt[i] = ms * 1e3;
+  }
+  if (rc == 0)
+    *us = bench_median(dt, steps);
+  for (int i = 0; i < made && ev; i++)
+    if (ev[i])
+      cudaEventDestroy(ev[i]);
+  free(ev);
+  free(dt);
+  return rc;
+}
+
+/* One check step per pattern on both runtimes; 1 if every output is bitwise equal. */
+static int check_steps(struct cp_host *hg, struct cp_host *he, const struct cp_bench *b, int cp,
+                       float *og, float *oe, size_t cap, int *replayed, int64_t *rows) {
+  int equal = 1, rc = 0;
+  *replayed = 1;
+  for (int k = 0; rc == 0 && k < CP_PATTERNS; k++) {
+    const struct cp_pattern *p = &b->pat[k];
+    const uint64_t data = (1ull << 32) | (uint64_t)k;
+    cgrt_step_report rep = {.struct_size = sizeof(rep)};
+    int64_t rg = 0, re = 0;
+    rc = cp_host_step(hg, data, p->len, p->n, cp, &rep);
+    if (rc == 0)
+      rc = cp_host_read(hg, cp, og, cap, &rg);
+    if (rc == 0 && rep.mode != CGRT_MODE_REPLAY)
+      *replayed = 0;
+    if (rc == 0 && (rc = cp_host_step(he, data, p->len, p->n, cp, NULL)) == 0)
+      rc = cp_host_read(he, cp, oe, cap, &re);
+    if (rc == 0 && (rg != re || memcmp(og, oe, (size_t)rg * cgrtk_cp_row_bytes(hg->w)) != 0))
+      equal = 0;
+    *rows = rg;
+  }
+  return rc ? -1 : equal;
+}
+
+static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len, void *arg) {
+  struct cp_bench *b = arg;
+  static struct cp_host hg, he; /* large: off the stack */
+  struct cgrt_config cg = {0}, ce = {0};
+  cgrt_runtime *rg = NULL, *re = NULL;
+  cgrtk_cp *wg = NULL, *we = NULL;
+  void *world = NULL;
+  float *og = NULL, *oe = NULL;
+  char err[512] = "";
+  int status = EXIT_UNUSABLE, rc;
+
+  if (cgrt_rank_comm_init(&world, rank, nranks, nccl_id, id_len, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", err);
+    return EXIT_UNUSABLE;
+  }
+  if (load_config(b, rank, 0, &cg) != 0 || load_config(b, rank, 1, &ce) != 0) {
+    fprintf(stderr, "cgrt bench: rank %d: the configuration no longer loads\n", rank);
+    goto out;
+  }
+  if (rank == 0) {
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, rank) == cudaSuccess)
+      snprintf(b->sh->device, sizeof(b->sh->device), "%s", prop.name);
+    snprintf(b->sh->impl, sizeof(b->sh->impl), "%s", cg.view.impl);
+  }
+  struct cgrtk_cp_cfg wc;
+  cgrtk_cp_default_cfg(&wc);
+  const int64_t max_rows = cg.view.max_packed_tokens; /* cp 1 holds the whole padded batch */
+  if (cgrtk_cp_create(&wg, &wc, max_rows, err, sizeof(err)) != 0 ||
+      cgrtk_cp_create(&we, &wc, max_rows, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: rank %d: %s\n", rank, err);
+    goto out;
+  }
+  const size_t cap = (size_t)max_rows * (size_t)wc.d_model;
+  og = malloc(cap * sizeof(float));
+  oe = malloc(cap * sizeof(float));
+  rc = cgrt__open_config(&rg, &cg, NULL, NULL);
+  if (rc == 0)
+    rc = cgrt__open_config(&re, &ce, NULL, NULL);
+  if (rc != 0 || !og || !oe) {
+    fprintf(stderr, "cgrt bench: rank %d: %s\n", rank,
+            rc ? cgrt_last_error(NULL) : "out of host memory");
+    goto out;
+  }
+  if (cp_host_open(&hg, wg, rg) != 0 || cp_host_open(&he, we, re) != 0 ||
+      cgrt_set_world_comm(rg, world) != 0 || cgrt_set_world_comm(re, world) != 0) {
+    fprintf(stderr, "cgrt bench: rank %d: %s / %s\n", rank, cgrt_last_error(rg),
+            cgrt_last_error(re));
+    goto out;
+  }
+  for (int i = 0; i < b->ncps; i++) {
+    const int cp = b->cps[i];
+    struct cp_result *r = &b->sh->res[rank][i];
+    cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
+    cgrt_stats_get(rg, &s0);
+    rc = run_steps(&hg, b, cp, b->warmup, b->o->steps, &r->cgrt_us);
+    if (rc == 0)
+      rc = run_steps(&he, b, cp, b->warmup, b->o->steps, &r->eager_us);
+    int equal = rc == 0 ? check_steps(&hg, &he, b, cp, og, oe, cap, &r->replayed, &r->rows) : -1;
+    if (rc != 0 || equal < 0) {
+      fprintf(stderr, "cgrt bench: rank %d, cp %d: %s (backend: %s; eager: %s)\n", rank, cp,
+              cgrt_strerror(rc), cp_host_error(&hg), cp_host_error(&he));
+      goto out;
+    }
+    cgrt_stats_get(rg, &s1);
+    r->equal = equal;
+    r->capture_ms = (double)(s1.capture_ns - s0.capture_ns) / 1e6;
+    r->instantiate_ms = (double)(s1.instantiate_ns - s0.instantiate_ns) / 1e6;
+    r->graphs_built = s1.instantiations - s0.instantiations;
+    r->live_graphs = s1.live_graphs;
+    r->done = 1;
+  }
+  status = 0;
+out:
+  /* Graphs hold references to the split communicators: release them, then close (which destroys
+   * the splits), and only then the world communicator. */
+  if (rg)
+    cgrt_release_graphs(rg);
+  if (re)
+    cgrt_release_graphs(re);
+  cgrt_close(rg);
+  cgrt_close(re);
+  cgrt__config_free(&cg);
+  cgrt__config_free(&ce);
+  cgrtk_cp_destroy(wg);
+  cgrtk_cp_destroy(we);
+  free(og);
+  free(oe);
+  if (cgrt_rank_comm_destroy(world, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: rank %d: %s\n", rank, err);
+    status = EXIT_UNUSABLE;
+  }
+  return status;
+}
+
+/* The parent's table from every rank's figures: the slowest rank's times, all ranks' checks. */
+static int print_results(const struct cp_bench *b, const struct cgrt_config_view *v) {
+  const struct cp_shared *sh = b->sh;
+  struct cgrtk_cp_cfg wc;
+  cgrtk_cp_default_cfg(&wc);
+  char modules[128] = "";
+  for (int k = 0, n = 0; k < CGRT_KIND_COUNT; k++)
+    if (v->modules & CGRT_KIND_BIT(k))
+      n += snprintf(modules + n, sizeof(modules) - (size_t)n, "%s%s", n ? " " : "",
+                    cgrt_kind_name((cgrt_kind)k));
+  if (!b->o->json) {
+    printf("cgrt bench: workload cp (%d layers, d %d, %d heads, ffn %d, fp32), backend %s%s%s%s, "
+           "%d ranks, %s\n",
+           wc.layers, wc.d_model, wc.heads, wc.ffn, sh->impl, modules[0] ? " (modules " : "",
+           modules, modules[0] ? ")" : "", b->nranks, sh->device);
+    printf("packed batches padded to max_packed_tokens %lld (max_sequences %d), %d length "
+           "patterns in turn (",
+           (long long)v->max_packed_tokens, v->max_sequences, CP_PATTERNS);
+    for (int k = 0; k < CP_PATTERNS; k++)
+      printf("%s%d seqs/%lld tokens", k ? ", " : "", b->pat[k].n, (long long)b->pat[k].total);
+    printf("); median of %d steps, slowest rank\n", b->o->steps);
+    printf("%4s %10s %10s %10s %8s %11s %9s %7s %9s %8s\n", "cp", "rows/rank", "eager_us",
+           "cgrt_us", "speedup", "capture_ms", "inst_ms", "graphs", "replayed", "bitwise");
+  }
+  int all_equal = 1;
+  for (int i = 0; i < b->ncps; i++) {
+    double cg = 0, ce = 0, cap = 0, inst = 0;
+    uint64_t built = 0, live = 0;
+    int equal = 1, replayed = 1, done = 1;
+    int64_t rows = 0;
+    for (int r = 0; r < b->nranks; r++) {
+      const struct cp_result *x = &sh->res[r][i];
+      done &= x->done;
+      equal &= x->equal;
+      replayed &= x->replayed;
+      cg = x->cgrt_us > cg ? x->cgrt_us : cg;
+      ce = x->eager_us > ce ? x->eager_us : ce;
+      if (r == 0) {
+        cap = x->capture_ms, inst = x->instantiate_ms, built = x->graphs_built;
+        live = x->live_graphs, rows = x->rows;
+      }
+    }
+    equal &= done;
+    all_equal &= equal;
+    if (b->o->json)
+      printf("{\"workload\":\"cp\",\"backend\":\"%s\",\"device\":\"%s\",\"ranks\":%d,\"cp\":%d,"
+             "\"rows_per_rank\":%lld,\"eager_us\":%.1f,\"cgrt_us\":%.1f,\"speedup\":%.3f,"
+             "\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,\"graphs_built\":%llu,"
+             "\"live_graphs\":%llu,\"replayed\":%s,\"bitwise\":%s}\n",
+             sh->impl, sh->device, b->nranks, b->cps[i], (long long)rows, ce, cg,
+             cg > 0 ? ce / cg : 0.0, cap, inst, (unsigned long long)built, (unsigned long long)live,
+             replayed ? "true" : "false", equal ? "true" : "false");
+    else
+      printf("%4d %10lld %10.1f %10.1f %7.2fx %11.2f %9.2f %7llu %9s %8s\n", b->cps[i],
+             (long long)rows, ce, cg, cg > 0 ? ce / cg : 0.0, cap, inst, (unsigned long long)built,
+             replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
+  }
+  if (!b->o->json)
+    printf("capture_ms, inst_ms, graphs: during that cp size's steps on rank 0 (every bank is "
+           "captured in one step, so they land in the first row)\n");
+  return all_equal ? 0 : EXIT_INVALID;
+}
+
+int bench_cp(const struct bench_opts *o) {
+  struct cgrt_config cfg = {0};
+  struct cgrt_diag diag = {0};
+  int rc = o->conf ? cgrt__config_load(&cfg, o->conf, &diag)
+                   : cgrt__config_parse(&cfg, cp_default_conf, "<bench cp default>", &diag);
+  for (size_t i = 0; i < diag.count; i++)
+    fprintf(stderr, "%s: %s\n", diag.msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
+            diag.msgs[i].text);
+  cgrt__diag_free(&diag);
+  if (rc != 0) {
+    cgrt__config_free(&cfg);
+    return rc == CGRT_E_IO ? EXIT_UNUSABLE : EXIT_INVALID;
+  }
+  const struct cgrt_config_view *v = &cfg.view;
+  struct cp_bench b = {.o = o};
+  b.nranks = o->ranks > 0 ? o->ranks : v->cp_sizes[v->num_cp_sizes - 1];
+  char skipped[128] = "";
+  for (size_t i = 0, n = 0; i < v->num_cp_sizes; i++) {
+    if (b.nranks % v->cp_sizes[i] == 0 && b.ncps < CP_MAX_SIZES)
+      b.cps[b.ncps++] = v->cp_sizes[i];
+    else
+      n += (size_t)snprintf(skipped + n, sizeof(skipped) - n, " %d", v->cp_sizes[i]);
+  }
+  int status = EXIT_UNUSABLE;
+  if (strcmp(v->impl, "dynamic_cp") != 0)
+    fprintf(stderr,
+            "cgrt bench: note: impl = %s; the cp workload is meant for dynamic_cp (other backends "
+            "give no THD slots: the workload stages its own metadata)\n",
+            v->impl);
+  if (skipped[0])
+    fprintf(stderr, "cgrt bench: note: cp sizes%s do not divide %d ranks; left out\n", skipped,
+            b.nranks);
+  if (b.nranks > CGRT_RANKS_MAX || b.ncps == 0) {
+    fprintf(stderr, "cgrt bench: no [dynamic_cp] cp_sizes entry divides %d ranks (at most %d)\n",
+            b.nranks, CGRT_RANKS_MAX);
+    goto out;
+  }
+  make_patterns(b.pat, v->max_packed_tokens, v->max_sequences);
+  b.warmup = o->warmup > v->warmup_steps + 2 ? o->warmup : v->warmup_steps + 2;
+  b.sh = cgrt_ranks_shared(sizeof(struct cp_shared));
+  if (!b.sh) {
+    fprintf(stderr, "cgrt bench: mmap of the results failed\n");
+    goto out;
+  }
+  char err[1024];
+  rc = cgrt_run_ranks(b.nranks, cp_rank_main, &b, o->timeout_s > 0 ? o->timeout_s : 600, err,
+                      sizeof(err));
+  if (rc == 0)
+    status = print_results(&b, v);
+  else if (rc == CGRT_E_NODEV && strncmp(err, "no CUDA device", 14) == 0)
+    printf("cgrt bench: %s\n", err);
+  else
+    fprintf(stderr, "cgrt bench: %s\n", err);
+  cgrt_ranks_shared_free(b.sh, sizeof(struct cp_shared));
+out:
+  cgrt__config_free(&cfg);
+  return status;
+}
+
+#else
+
+int bench_cp(const struct bench_opts *o) {
+  (void)o;
+  (void)make_patterns;
+  (void)cp_default_conf;
+#ifdef CGRT_HAVE_CUDA
+  printf("cgrt bench: no CUDA device: cgrt was built without NCCL (the cp workload needs it)\n");
+#else
+  printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
+#endif
+  return EXIT_UNUSABLE;
+}
+
+#endif
