@@ -63,6 +63,14 @@ static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view
              MAX_SLOTS);
     return CGRT_E_CONFIG;
   }
+  for (size_t i = 0; i < cfg->num_cp_sizes; i++)
+    if (cfg->max_packed_tokens % cfg->cp_sizes[i] != 0) {
+      snprintf(err, errlen,
+               "[dynamic_cp] max_packed_tokens = %lld is not a multiple of cp size %d: every "
+               "rank of a group holds an equal share of the padded tokens",
+               (long long)cfg->max_packed_tokens, cfg->cp_sizes[i]);
+      return CGRT_E_CONFIG;
+    }
   struct dcp_state *s = calloc(1, sizeof(*s));
   if (!s) {
     snprintf(err, errlen, "out of memory");
@@ -179,7 +187,10 @@ static int run_over_capacity(struct dcp_state *s, struct cgrt_step_frame *f, str
                              const int32_t *lens, int n, int64_t tokens) {
   const struct cgrt_host_api *h = s->h;
   struct cgrt_thd_ring *ring = NULL;
-  int rc = h->thd_create(h, 1, tokens > 0 ? tokens : 1, n > 0 ? n : 1, &ring);
+  /* Padded to a multiple of the cp size, like the slots: equal shares for the ranks. */
+  int64_t size = (tokens > 0 ? tokens : 1) + b->cp - 1;
+  size -= size % b->cp;
+  int rc = h->thd_create(h, 1, size, n > 0 ? n : 1, &ring);
   struct cgrt_thd_slot meta;
   if (rc == 0)
     rc = h->thd_write(h, ring, lens, n, 0, &meta);
