@@ -14,6 +14,7 @@
 
 #include "cp.h"
 #include "cp_internal.h"
+#include "workload_common.h"
 
 using namespace cgrtk_cp_impl;
 
@@ -34,15 +35,6 @@ struct cgrtk_cp {
 
 #define THD_ENTRIES (CGRTK_CP_MAX_SEQUENCES + 2)
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
 /* Records a failure of w and returns rc. */
 static int fail(cgrtk_cp *w, int rc, const char *fmt, ...) {
   va_list ap;
@@ -50,10 +42,6 @@ static int fail(cgrtk_cp *w, int rc, const char *fmt, ...) {
   vsnprintf(w->err, sizeof(w->err), fmt, ap);
   va_end(ap);
   return rc;
-}
-
-static size_t align256(size_t n) {
-  return (n + 255) & ~(size_t)255;
 }
 
 extern "C" void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg) {
@@ -79,23 +67,15 @@ static int check_cfg(const struct cgrtk_cp_cfg *c, int64_t max_rows, char *err, 
     why = "max_packed_tokens must be in [0, 2^30)";
   if (!why)
     return 0;
-  set_err(err, errlen,
-          "cp config invalid: %s (layers %d, d_model %d, heads %d, ffn %d, max_rows_per_rank "
-          "%lld, max_packed_tokens %lld)",
-          why, c->layers, c->d_model, c->heads, c->ffn, (long long)max_rows,
-          (long long)c->max_packed_tokens);
+  cgrtk_set_err(err, errlen,
+                "cp config invalid: %s (layers %d, d_model %d, heads %d, ffn %d, max_rows_per_rank "
+                "%lld, max_packed_tokens %lld)",
+                why, c->layers, c->d_model, c->heads, c->ffn, (long long)max_rows,
+                (long long)c->max_packed_tokens);
   return (int)cudaErrorInvalidValue;
 }
 
-#define CUDA_TRY(call, what)                                                                       \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      rc = (int)e_;                                                                                \
-      set_err(err, errlen, "cp create: %s failed: %s", what, cudaGetErrorString(e_));              \
-      goto fail;                                                                                   \
-    }                                                                                              \
-  } while (0)
+#define CUDA_TRY(call, what) CGRTK_CREATE_TRY("cp create", call, what)
 
 extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
                                int64_t max_rows_per_rank, char *err, size_t errlen) {
@@ -107,7 +87,7 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
   int dev = 0, rc = 0;
 
   if (!out || !cfg) {
-    set_err(err, errlen, "cp create: out and cfg must not be NULL");
+    cgrtk_set_err(err, errlen, "cp create: out and cfg must not be NULL");
     return (int)cudaErrorInvalidValue;
   }
   *out = NULL;
@@ -118,7 +98,7 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
     w->layers = (struct cp_layer *)calloc((size_t)cfg->layers, sizeof(*w->layers));
   if (!w || !w->layers) {
     rc = (int)cudaErrorMemoryAllocation;
-    set_err(err, errlen, "cp create: out of host memory");
+    cgrtk_set_err(err, errlen, "cp create: out of host memory");
     goto fail;
   }
   w->cfg = *cfg;
@@ -135,12 +115,12 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
 
   for (int l = 0; l < cfg->layers; l++)
     for (int t = 0; t < CGRTK_CP_T_COUNT; t++)
-      total += align256(cgrtk_cp_tensor_numel(cfg, t) * sizeof(float));
+      total += cgrtk_align256(cgrtk_cp_tensor_numel(cfg, t) * sizeof(float));
   CUDA_TRY(cudaMalloc((void **)&w->params, total), "cudaMalloc of the cp weights");
   for (int l = 0; l < cfg->layers; l++)
     for (int t = 0; t < CGRTK_CP_T_COUNT; t++) {
       w->layers[l].t[t] = (float *)((char *)w->params + off);
-      off += align256(cgrtk_cp_tensor_numel(cfg, t) * sizeof(float));
+      off += cgrtk_align256(cgrtk_cp_tensor_numel(cfg, t) * sizeof(float));
     }
   CUDA_TRY(cudaMalloc((void **)&w->hidden, (size_t)max_rows_per_rank * d * sizeof(float)),
            "cudaMalloc of the hidden buffer");
@@ -345,7 +325,7 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   const int d = w->cfg.d_model;
   const int R = (int)rows;
   const int64_t row0 = (int64_t)cp_rank * rows;
-  const size_t part = align256((size_t)R * d * sizeof(float));
+  const size_t part = cgrtk_align256((size_t)R * d * sizeof(float));
   float *kv_local = w->kv + (size_t)row0 * 2 * d;
   void *tmp = NULL;
   cudaError_t e = cudaMallocAsync(&tmp, 2 * part, s);
@@ -396,8 +376,8 @@ extern "C" int cgrtk_cp_mlp(cgrtk_cp *w, int layer, int64_t rows, void *stream) 
   const cudaStream_t s = (cudaStream_t)stream;
   const struct cp_layer *L = &w->layers[layer];
   const int d = w->cfg.d_model, f = w->cfg.ffn, R = (int)rows;
-  const size_t part = align256((size_t)R * d * sizeof(float));
-  const size_t bytes = part + align256((size_t)R * f * sizeof(float));
+  const size_t part = cgrtk_align256((size_t)R * d * sizeof(float));
+  const size_t bytes = part + cgrtk_align256((size_t)R * f * sizeof(float));
   void *tmp = NULL;
   cudaError_t e = cudaMallocAsync(&tmp, bytes, s);
   if (e != cudaSuccess)

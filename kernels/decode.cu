@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "workload_common.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -86,19 +87,6 @@ struct cgrtk_decode {
   int prefetch;  /* a call's last GEMV prefetches the next call's first weights into L2 */
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
-static size_t align256(size_t n) {
-  return (n + 255) & ~(size_t)255;
-}
-
 extern "C" void cgrtk_decode_default_cfg(struct cgrtk_decode_cfg *cfg) {
   cfg->layers = 12;
   cfg->d_model = 1024;
@@ -123,29 +111,22 @@ static int check_cfg(const struct cgrtk_decode_cfg *c, char *err, size_t errlen)
     why = "cache_len + max_tokens must be at most CGRTK_DECODE_MAX_KEYS (8192)";
   if (!why)
     return 0;
-  set_err(err, errlen,
-          "decode config invalid: %s (layers %d, d_model %d, heads %d, ffn %d, cache_len %d, "
-          "max_tokens %d)",
-          why, c->layers, c->d_model, c->heads, c->ffn, c->cache_len, c->max_tokens);
+  cgrtk_set_err(err, errlen,
+                "decode config invalid: %s (layers %d, d_model %d, heads %d, ffn %d, cache_len %d, "
+                "max_tokens %d)",
+                why, c->layers, c->d_model, c->heads, c->ffn, c->cache_len, c->max_tokens);
   return (int)cudaErrorInvalidValue;
 }
 
-#define CUDA_TRY(call, what)                                                                       \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      rc = (int)e_;                                                                                \
-      set_err(err, errlen, "decode create: %s failed: %s", what, cudaGetErrorString(e_));          \
-      goto fail;                                                                                   \
-    }                                                                                              \
-  } while (0)
+#define CUDA_TRY(call, what) CGRTK_CREATE_TRY("decode create", call, what)
 
 #define BLAS_TRY(call, what)                                                                       \
   do {                                                                                             \
     cublasStatus_t s_ = (call);                                                                    \
     if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
       rc = CGRTK_CUBLAS_ERROR(s_);                                                                 \
-      set_err(err, errlen, "decode create: %s failed: %s", what, cublasLtGetStatusString(s_));     \
+      cgrtk_set_err(err, errlen, "decode create: %s failed: %s", what,                             \
+                    cublasLtGetStatusString(s_));                                                  \
       goto fail;                                                                                   \
     }                                                                                              \
   } while (0)
@@ -188,7 +169,7 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
   int dev = 0, rc = 0, major = 0, smem_optin = 0, widest = 0, binary = 0;
 
   if (!out || !cfg) {
-    set_err(err, errlen, "decode create: out and cfg must not be NULL");
+    cgrtk_set_err(err, errlen, "decode create: out and cfg must not be NULL");
     return (int)cudaErrorInvalidValue;
   }
   *out = NULL;
@@ -199,7 +180,7 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
     w->layers = (struct layer_weights *)calloc((size_t)cfg->layers, sizeof(*w->layers));
   if (!w || !w->layers) {
     rc = (int)cudaErrorMemoryAllocation;
-    set_err(err, errlen, "decode create: out of host memory");
+    cgrtk_set_err(err, errlen, "decode create: out of host memory");
     goto fail;
   }
   w->cfg = *cfg;
@@ -212,12 +193,12 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
 
   for (int l = 0; l < cfg->layers; l++)
     for (int t = 0; t < CGRTK_DECODE_T_COUNT; t++)
-      total += align256(cgrtk_decode_tensor_numel(cfg, t) * sizeof(bf16));
+      total += cgrtk_align256(cgrtk_decode_tensor_numel(cfg, t) * sizeof(bf16));
   CUDA_TRY(cudaMalloc((void **)&w->params, total), "cudaMalloc of the decode weights and cache");
   for (int l = 0; l < cfg->layers; l++)
     for (int t = 0; t < CGRTK_DECODE_T_COUNT; t++) {
       w->layers[l].t[t] = (bf16 *)((char *)w->params + off);
-      off += align256(cgrtk_decode_tensor_numel(cfg, t) * sizeof(bf16));
+      off += cgrtk_align256(cgrtk_decode_tensor_numel(cfg, t) * sizeof(bf16));
     }
   hidden_bytes = (size_t)cfg->max_tokens * cfg->d_model * sizeof(bf16);
   CUDA_TRY(cudaMalloc((void **)&w->hidden, hidden_bytes), "cudaMalloc of the hidden buffer");
@@ -258,7 +239,7 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
   rope_host = rope_table(cfg);
   if (!rope_host) {
     rc = (int)cudaErrorMemoryAllocation;
-    set_err(err, errlen, "decode create: out of host memory");
+    cgrtk_set_err(err, errlen, "decode create: out of host memory");
     goto fail;
   }
   CUDA_TRY(cudaMemcpyAsync(w->rope, rope_host, rope_bytes, cudaMemcpyHostToDevice, s),
@@ -414,12 +395,12 @@ static int lt_setup(cgrtk_decode *w, char *err, size_t errlen) {
     st = cublasLtMatrixLayoutInit(&w->wl[p], CUDA_R_16BF, (uint64_t)k, (uint64_t)n, (int64_t)k);
   }
   if (st != CUBLAS_STATUS_SUCCESS) {
-    set_err(err, errlen, "decode create: %s failed: %s", what, cublasLtGetStatusString(st));
+    cgrtk_set_err(err, errlen, "decode create: %s failed: %s", what, cublasLtGetStatusString(st));
     return CGRTK_CUBLAS_ERROR(st);
   }
   w->plans = (struct plan *)calloc((size_t)P_COUNT * (w->cfg.max_tokens + 1), sizeof(struct plan));
   if (!w->plans) {
-    set_err(err, errlen, "decode create: out of host memory");
+    cgrtk_set_err(err, errlen, "decode create: out of host memory");
     return (int)cudaErrorMemoryAllocation;
   }
   return 0;
@@ -528,16 +509,17 @@ static int tune_one(cgrtk_decode *w, struct tuner *t, int proj, int rows, char *
   const int batch = layers > TUNE_MIN_BATCH ? layers : TUNE_MIN_BATCH;
 
   if ((rc = plan_at(w, proj, rows, &p))) {
-    set_err(err, errlen, "decode tune: cublasLtMatrixLayoutInit (%s, %d rows) failed: %s",
-            proj_name(proj), rows, cgrtk_decode_strerror(rc));
+    cgrtk_set_err(err, errlen, "decode tune: cublasLtMatrixLayoutInit (%s, %d rows) failed: %s",
+                  proj_name(proj), rows, cgrtk_decode_strerror(rc));
     return rc;
   }
   if (p->state == PLAN_TUNED)
     return 0;
   proj_shape(&w->cfg, proj, &n, &k, &tensor, &beta);
   if ((rc = plan_candidates(w, proj, p, TUNE_CANDIDATES, res, &count))) {
-    set_err(err, errlen, "decode tune: cublasLtMatmulAlgoGetHeuristic (%s, %d rows) failed: %s",
-            proj_name(proj), rows, cgrtk_decode_strerror(rc));
+    cgrtk_set_err(err, errlen,
+                  "decode tune: cublasLtMatmulAlgoGetHeuristic (%s, %d rows) failed: %s",
+                  proj_name(proj), rows, cgrtk_decode_strerror(rc));
     return rc;
   }
   for (int i = 0; i < count; i++) {
@@ -551,22 +533,23 @@ static int tune_one(cgrtk_decode *w, struct tuner *t, int proj, int rows, char *
       if ((rc = launch_spin(TUNE_SPIN_NS, t->s)) ||
           (t->flush && (rc = (int)cudaMemsetAsync(t->flush, r & 0xff, t->flush_bytes, t->s))) ||
           (rc = (int)cudaEventRecord(tuner_event(t, i, r, 0), t->s))) {
-        set_err(err, errlen, "decode tune: enqueueing a timed batch failed: %s",
-                cgrtk_decode_strerror(rc));
+        cgrtk_set_err(err, errlen, "decode tune: enqueueing a timed batch failed: %s",
+                      cgrtk_decode_strerror(rc));
         return rc;
       }
       for (int b = 0; b < batch && ok[i]; b++)
         if (run_algo(w, proj, p, &res[i].algo, t->x, w->layers[b % layers].t[tensor], t->y, t->s))
           ok[i] = 0;
       if ((rc = (int)cudaEventRecord(tuner_event(t, i, r, 1), t->s))) {
-        set_err(err, errlen, "decode tune: cudaEventRecord failed: %s", cgrtk_decode_strerror(rc));
+        cgrtk_set_err(err, errlen, "decode tune: cudaEventRecord failed: %s",
+                      cgrtk_decode_strerror(rc));
         return rc;
       }
     }
   }
   if ((rc = (int)cudaStreamSynchronize(t->s))) {
-    set_err(err, errlen, "decode tune: running the candidates of %s at %d rows failed: %s",
-            proj_name(proj), rows, cgrtk_decode_strerror(rc));
+    cgrtk_set_err(err, errlen, "decode tune: running the candidates of %s at %d rows failed: %s",
+                  proj_name(proj), rows, cgrtk_decode_strerror(rc));
     return rc;
   }
   int best = -1;
@@ -593,9 +576,9 @@ static int tune_one(cgrtk_decode *w, struct tuner *t, int proj, int rows, char *
     }
   }
   if (best < 0) {
-    set_err(err, errlen,
-            "decode tune: none of the %d cuBLASLt candidates for %s at %d rows could run", count,
-            proj_name(proj), rows);
+    cgrtk_set_err(err, errlen,
+                  "decode tune: none of the %d cuBLASLt candidates for %s at %d rows could run",
+                  count, proj_name(proj), rows);
     return CGRTK_CUBLAS_ERROR(CUBLAS_STATUS_NOT_SUPPORTED);
   }
   p->algo = res[best].algo;
@@ -611,13 +594,13 @@ extern "C" int cgrtk_decode_tune(cgrtk_decode *w, const int64_t *rows, size_t n,
   int rc = 0, dev = 0, l2 = 0, widest_k, widest_n;
   memset(&t, 0, sizeof(t));
   if (!w || (n > 0 && !rows)) {
-    set_err(err, errlen, "decode tune: w and rows must not be NULL");
+    cgrtk_set_err(err, errlen, "decode tune: w and rows must not be NULL");
     return (int)cudaErrorInvalidValue;
   }
   for (size_t i = 0; i < n; i++) {
     if (rows[i] < 1 || rows[i] > w->cfg.max_tokens) {
-      set_err(err, errlen, "decode tune: row count %lld is outside [1, max_tokens = %d]",
-              (long long)rows[i], w->cfg.max_tokens);
+      cgrtk_set_err(err, errlen, "decode tune: row count %lld is outside [1, max_tokens = %d]",
+                    (long long)rows[i], w->cfg.max_tokens);
       return (int)cudaErrorInvalidValue;
     }
     max_rows = rows[i] > max_rows ? rows[i] : max_rows;
@@ -632,7 +615,7 @@ extern "C" int cgrtk_decode_tune(cgrtk_decode *w, const int64_t *rows, size_t n,
     cudaError_t e_ = (call);                                                                       \
     if (e_ != cudaSuccess) {                                                                       \
       rc = (int)e_;                                                                                \
-      set_err(err, errlen, "decode tune: %s failed: %s", what, cudaGetErrorString(e_));            \
+      cgrtk_set_err(err, errlen, "decode tune: %s failed: %s", what, cudaGetErrorString(e_));      \
       goto done;                                                                                   \
     }                                                                                              \
   } while (0)
@@ -709,7 +692,7 @@ static size_t temp_layout(const size_t width[3], int64_t rows, size_t off[3]) {
   size_t total = 0;
   for (int i = 0; i < 3; i++) {
     off[i] = total;
-    total += align256((size_t)rows * width[i] * sizeof(bf16));
+    total += cgrtk_align256((size_t)rows * width[i] * sizeof(bf16));
   }
   return total;
 }

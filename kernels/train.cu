@@ -11,21 +11,9 @@
 #include <string.h>
 
 #include "train_internal.h"
+#include "workload_common.h"
 
 using namespace cgrtk_train_impl;
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
-
-static size_t align256(size_t n) {
-  return (n + 255) & ~(size_t)255;
-}
 
 extern "C" void cgrtk_train_default_cfg(struct cgrtk_train_cfg *cfg) {
   cfg->layers = 4;
@@ -78,11 +66,12 @@ static int check_cfg(const struct cgrtk_train_cfg *c, char *err, size_t errlen) 
     why = "tokens * d_model * mamba_state must stay below 2^31 (the scan states)";
   if (!why)
     return 0;
-  set_err(err, errlen,
-          "train config invalid: %s (layers %d, microbatches %d, tokens %d, d_model %d, heads %d, "
-          "ffn %d, experts %d, top_k %d, capacity_mode %d, mamba_state %d, lr %g, momentum %g)",
-          why, c->layers, c->microbatches, c->tokens, c->d_model, c->heads, c->ffn, c->experts,
-          c->top_k, c->capacity_mode, c->mamba_state, (double)c->lr, (double)c->momentum);
+  cgrtk_set_err(
+      err, errlen,
+      "train config invalid: %s (layers %d, microbatches %d, tokens %d, d_model %d, heads %d, "
+      "ffn %d, experts %d, top_k %d, capacity_mode %d, mamba_state %d, lr %g, momentum %g)",
+      why, c->layers, c->microbatches, c->tokens, c->d_model, c->heads, c->ffn, c->experts,
+      c->top_k, c->capacity_mode, c->mamba_state, (double)c->lr, (double)c->momentum);
   return (int)cudaErrorInvalidValue;
 }
 
@@ -121,7 +110,7 @@ struct carver {
   size_t off;
   template <class T> T *take(size_t n) {
     T *p = base ? (T *)(base + off) : NULL;
-    off += align256(n * sizeof(T));
+    off += cgrtk_align256(n * sizeof(T));
     return p;
   }
 };
@@ -185,22 +174,14 @@ static size_t layout(cgrtk_train *t, char *base) {
   return cv.off;
 }
 
-#define CUDA_TRY(call, what)                                                                       \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      rc = (int)e_;                                                                                \
-      set_err(err, errlen, "train create: %s failed: %s", what, cudaGetErrorString(e_));           \
-      goto fail;                                                                                   \
-    }                                                                                              \
-  } while (0)
+#define CUDA_TRY(call, what) CGRTK_CREATE_TRY("train create", call, what)
 
 #define BLAS_TRY(call, what)                                                                       \
   do {                                                                                             \
     cublasStatus_t s_ = (call);                                                                    \
     if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
       rc = CGRTK_CUBLAS_ERROR(s_);                                                                 \
-      set_err(err, errlen, "train create: %s failed: %s", what, cublasGetStatusString(s_));        \
+      cgrtk_set_err(err, errlen, "train create: %s failed: %s", what, cublasGetStatusString(s_));  \
       goto fail;                                                                                   \
     }                                                                                              \
   } while (0)
@@ -215,7 +196,7 @@ extern "C" int cgrtk_train_create(cgrtk_train **out, const struct cgrtk_train_cf
   int dev = 0, rc = 0, nmod = 0;
 
   if (!out || !cfg) {
-    set_err(err, errlen, "train create: out and cfg must not be NULL");
+    cgrtk_set_err(err, errlen, "train create: out and cfg must not be NULL");
     return (int)cudaErrorInvalidValue;
   }
   *out = NULL;
@@ -232,7 +213,7 @@ extern "C" int cgrtk_train_create(cgrtk_train **out, const struct cgrtk_train_cf
   }
   if (!t || !t->mods || !t->lp || !t->saved) {
     rc = (int)cudaErrorMemoryAllocation;
-    set_err(err, errlen, "train create: out of host memory");
+    cgrtk_set_err(err, errlen, "train create: out of host memory");
     goto fail;
   }
   build_modules(t);

@@ -104,12 +104,9 @@ static void make_patterns(struct cp_pattern *p, int64_t max_tokens, int max_sequ
 /* Loads CONF (or the default) for rank `rank`: the cuda driver on GPU `rank`, only the cp sizes
  * that divide the world, and for the eager reference warmup_steps = 1000000. */
 static int load_config(const struct cp_bench *b, int rank, int eager, struct cgrt_config *cfg) {
-  struct cgrt_diag diag = {0};
-  int rc = b->o->conf ? cgrt__config_load(cfg, b->o->conf, &diag)
-                      : cgrt__config_parse(cfg, cp_default_conf, "<bench cp default>", &diag);
-  cgrt__diag_free(&diag); /* the parent printed them */
-  if (rc != 0)
-    return rc;
+  /* Quiet: the parent printed the messages. */
+  if (tool_load_config(b->o->conf, cp_default_conf, "<bench cp default>", cfg, 1) != EXIT_VALID)
+    return CGRT_E_CONFIG;
   cfg->view.driver = CGRT_DRIVER_CUDA;
   cfg->view.device = rank;
   if (cfg->cp_sizes) { /* NULL: the default, cp 1 alone */
@@ -344,17 +341,9 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
 
 int bench_cp(const struct bench_opts *o) {
   struct cgrt_config cfg = {0};
-  struct cgrt_diag diag = {0};
-  int rc = o->conf ? cgrt__config_load(&cfg, o->conf, &diag)
-                   : cgrt__config_parse(&cfg, cp_default_conf, "<bench cp default>", &diag);
-  for (size_t i = 0; i < diag.count; i++)
-    fprintf(stderr, "%s: %s\n", diag.msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
-            diag.msgs[i].text);
-  cgrt__diag_free(&diag);
-  if (rc != 0) {
-    cgrt__config_free(&cfg);
-    return rc == CGRT_E_IO ? EXIT_UNUSABLE : EXIT_INVALID;
-  }
+  int status = tool_load_config(o->conf, cp_default_conf, "<bench cp default>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
   const struct cgrt_config_view *v = &cfg.view;
   struct cp_bench b = {.o = o};
   b.nranks = o->ranks > 0 ? o->ranks : v->cp_sizes[v->num_cp_sizes - 1];
@@ -365,7 +354,7 @@ int bench_cp(const struct bench_opts *o) {
     else
       n += (size_t)snprintf(skipped + n, sizeof(skipped) - n, " %d", v->cp_sizes[i]);
   }
-  int status = EXIT_UNUSABLE;
+  status = EXIT_UNUSABLE;
   if (strcmp(v->impl, "dynamic_cp") != 0)
     fprintf(stderr,
             "cgrt bench: note: impl = %s; the cp workload is meant for dynamic_cp (other backends "
@@ -387,8 +376,8 @@ int bench_cp(const struct bench_opts *o) {
     goto out;
   }
   char err[1024];
-  rc = cgrt_run_ranks(b.nranks, cp_rank_main, &b, o->timeout_s > 0 ? o->timeout_s : 600, err,
-                      sizeof(err));
+  int rc = cgrt_run_ranks(b.nranks, cp_rank_main, &b, o->timeout_s > 0 ? o->timeout_s : 600, err,
+                          sizeof(err));
   if (rc == 0)
     status = print_results(&b, v);
   else if (rc == CGRT_E_NODEV && strncmp(err, "no CUDA device", 14) == 0)

@@ -468,26 +468,15 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
                                     "log = warn\n";
   struct cgrt_config cfg = {0}, eager_cfg = {0};
-  struct cgrt_diag diag = {0};
-  int rc = o->conf ? cgrt__config_load(&cfg, o->conf, &diag)
-                   : cgrt__config_parse(&cfg, default_conf, "<bench default: local>", &diag);
-  for (size_t i = 0; i < diag.count; i++)
-    fprintf(stderr, "%s: %s\n", diag.msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
-            diag.msgs[i].text);
-  cgrt__diag_free(&diag);
-  if (rc != 0) {
-    cgrt__config_free(&cfg);
-    return rc == CGRT_E_IO ? EXIT_UNUSABLE : EXIT_INVALID;
-  }
+  int status = tool_load_config(o->conf, default_conf, "<bench default: local>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
   cfg.view.driver = CGRT_DRIVER_CUDA;
   int device = cfg.view.device;
-  char eager_ini[256];
-  snprintf(eager_ini, sizeof(eager_ini),
-           "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\ndevice = %d\nbind_cpu = %s\n"
-           "log = warn\n",
-           device, cfg.view.bind_cpu ? "auto" : "off");
-  cgrt__config_parse(&eager_cfg, eager_ini, "<bench eager>", &diag);
-  cgrt__diag_free(&diag);
+  if (tool_eager_config(&cfg, &eager_cfg) != EXIT_VALID) {
+    cgrt__config_free(&cfg);
+    return EXIT_UNUSABLE;
+  }
 
   int64_t *buckets = NULL;
   size_t nb = 0;
@@ -518,8 +507,8 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   char impl[256];
   snprintf(impl, sizeof(impl), "%s", v->impl);
   shown.impl = impl;
-  int status = EXIT_UNUSABLE;
-  rc = w->create(o, max_rows, &ws, err, sizeof(err));
+  status = EXIT_UNUSABLE;
+  int rc = w->create(o, max_rows, &ws, err, sizeof(err));
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", err);
     goto out;

@@ -193,32 +193,22 @@ int bench_train(const struct bench_opts *o) {
   static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
                                     "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
   struct cgrt_config cfg = {0}, eager_cfg = {0};
-  struct cgrt_diag diag = {0};
-  int rc = o->conf ? cgrt__config_load(&cfg, o->conf, &diag)
-                   : cgrt__config_parse(&cfg, default_conf, "<bench default>", &diag);
-  for (size_t i = 0; i < diag.count; i++)
-    fprintf(stderr, "%s: %s\n", diag.msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
-            diag.msgs[i].text);
-  cgrt__diag_free(&diag);
-  if (rc != 0) {
-    cgrt__config_free(&cfg);
-    return rc == CGRT_E_IO ? EXIT_UNUSABLE : EXIT_INVALID;
-  }
+  int status = tool_load_config(o->conf, default_conf, "<bench default>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
   cfg.view.driver = CGRT_DRIVER_CUDA;
   struct cgrt_config_view v = cfg.view;
-  char impl[128], eager_ini[256], err[512];
+  char impl[128], err[512];
   snprintf(impl, sizeof(impl), "%s", v.impl);
-  snprintf(eager_ini, sizeof(eager_ini),
-           "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\ndevice = %d\nbind_cpu = %s\n"
-           "log = warn\n",
-           v.device, v.bind_cpu ? "auto" : "off");
-  cgrt__config_parse(&eager_cfg, eager_ini, "<bench eager>", &diag);
-  cgrt__diag_free(&diag);
+  if (tool_eager_config(&cfg, &eager_cfg) != EXIT_VALID) {
+    cgrt__config_free(&cfg);
+    return EXIT_UNUSABLE;
+  }
   cudaSetDevice(v.device);
   struct cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, v.device);
 
-  int status = EXIT_UNUSABLE;
+  status = EXIT_UNUSABLE;
   cgrtk_train *tb = NULL, *te = NULL;
   cgrt_runtime *rb = NULL, *re = NULL;
   struct train_host hb, he;

@@ -197,15 +197,9 @@ int cmd_bench(int argc, char **argv) {
     return EXIT_UNUSABLE;
   }
   struct cgrt_config cfg = {0};
-  struct cgrt_diag diag = {0};
-  int rc = o.conf ? cgrt__config_load(&cfg, o.conf, &diag)
-                  : cgrt__config_parse(&cfg, cgrt__default_config, "<default>", &diag);
-  for (size_t i = 0; i < diag.count; i++)
-    fprintf(stderr, "%s: %s\n", diag.msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
-            diag.msgs[i].text);
-  cgrt__diag_free(&diag);
-  int status = rc != 0 ? (rc == CGRT_E_IO ? EXIT_UNUSABLE : EXIT_INVALID)
-                       : bench_dispatch(&cfg, calls, o.json);
+  int status = tool_load_config(o.conf, cgrt__default_config, "<default>", &cfg, 0);
+  if (status == EXIT_VALID)
+    status = bench_dispatch(&cfg, calls, o.json);
   cgrt__config_free(&cfg);
   return status;
 }

@@ -61,18 +61,12 @@ int cmd_buckets(int argc, char **argv) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (a[0] != '-') {
-      struct cgrt_diag diag = {0};
       cgrt__config_free(&cfg);
       memset(&cfg, 0, sizeof(cfg));
-      int rc = cgrt__config_load(&cfg, a, &diag);
-      for (size_t k = 0; k < diag.count; k++)
-        fprintf(stderr, "%s: %s\n", diag.msgs[k].level == CGRT_LOG_ERROR ? "error" : "warning",
-                diag.msgs[k].text);
-      cgrt__diag_free(&diag);
-      if (rc != 0) {
-        status = rc == CGRT_E_IO ? EXIT_UNUSABLE : EXIT_INVALID;
+      status = tool_load_config(a, NULL, NULL, &cfg, 0);
+      if (status != EXIT_VALID)
         goto out;
-      }
+      status = EXIT_UNUSABLE;
       max = cfg.view.max_tokens;
       graphs = cfg.view.num_graphs;
       tp = cfg.view.tp_size;

@@ -197,9 +197,7 @@ int cmd_check(int argc, char **argv) {
   struct cgrt_config cfg = {0};
   struct cgrt_diag diag = {0};
   int rc = cgrt__config_load(&cfg, path, &diag);
-  for (size_t i = 0; i < diag.count; i++)
-    fprintf(stderr, "%s: %s\n", diag.msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
-            diag.msgs[i].text);
+  tool_print_diag(&diag);
   int status;
   if (rc == CGRT_E_IO || rc == CGRT_E_NOMEM) {
     status = EXIT_UNUSABLE;
