@@ -64,4 +64,18 @@ int bench_cp(const struct bench_opts *o);
 /* The median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);
 
+/* One step of something timed: `timed` is 0 during warm-up. Returns 0 or an error. */
+struct bench_stepper {
+  int (*step)(void *arg, int timed);
+  void *arg;
+  void *stream; /* cudaStream_t the steps run on; events are recorded there between steps */
+};
+
+/*
+ * Runs o->warmup untimed steps, then o->steps steps with a CUDA event between consecutive ones;
+ * *us is the median interval. The step's time on the device whether the host or the device is
+ * the bottleneck.
+ */
+int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o, double *us);
+
 #endif

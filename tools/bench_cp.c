@@ -121,40 +121,32 @@ static int load_config(const struct cp_bench *b, int rank, int eager, struct cgr
   return 0;
 }
 
-/* Runs `warmup` then `steps` steps at cp size cp cycling through the patterns; *us gets the
- * median interval between CUDA events recorded on the runtime's stream between steps. */
+/* Steps at one cp size, cycling through the length patterns. */
+struct cp_stepper {
+  struct cp_host *h;
+  const struct cp_bench *b;
+  int cp;
+  uint64_t i;
+};
+
+static int cp_step(void *arg, int timed) {
+  (void)timed;
+  struct cp_stepper *st = arg;
+  const struct cp_pattern *p = &st->b->pat[st->i % CP_PATTERNS];
+  int rc = cp_host_step(st->h, st->i, p->len, p->n, st->cp, NULL);
+  st->i++;
+  return rc;
+}
+
+/* Runs `warmup` then `steps` steps at cp size cp; *us gets the median step time. */
 static int run_steps(struct cp_host *h, const struct cp_bench *b, int cp, int warmup, int steps,
                      double *us) {
-  cudaStream_t s = (cudaStream_t)cgrt_stream(h->rt);
-  cudaEvent_t *ev = calloc((size_t)steps + 1, sizeof(*ev));
-  double *dt = calloc((size_t)steps, sizeof(*dt));
-  int rc = ev && dt ? 0 : CGRT_E_NOMEM, made = 0;
-  for (; rc == 0 && made <= steps; made++)
-    if (cudaEventCreate(&ev[made]) != cudaSuccess)
-      rc = CGRT_E_DEVICE;
-  for (int i = 0; rc == 0 && i < warmup + steps; i++) {
-    const struct cp_pattern *p = &b->pat[i % CP_PATTERNS];
-    if (i >= warmup && cudaEventRecord(ev[i - warmup], s) != cudaSuccess)
-      rc = CGRT_E_DEVICE;
-    if (rc == 0)
-      rc = cp_host_step(h, (uint64_t)i, p->len, p->n, cp, NULL);
-  }
-  if (rc == 0 && (cudaEventRecord(ev[steps], s) != cudaSuccess ||
-                  cudaEventSynchronize(ev[steps]) != cudaSuccess))
-    rc = CGRT_E_DEVICE;
-  for (int i = 0; rc == 0 && i < steps; i++) {
-    float ms = 0;
-    cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
-    dt[i] = ms * 1e3;
-  }
-  if (rc == 0)
-    *us = bench_median(dt, steps);
-  for (int i = 0; i < made && ev; i++)
-    if (ev[i])
-      cudaEventDestroy(ev[i]);
-  free(ev);
-  free(dt);
-  return rc;
+  struct cp_stepper st = {h, b, cp, 0};
+  struct bench_stepper bs = {cp_step, &st, cgrt_stream(h->rt)};
+  struct bench_opts o = *b->o;
+  o.warmup = warmup;
+  o.steps = steps;
+  return bench_time_steps(&bs, &o, us);
 }
 
 /* One check step per pattern on both runtimes; 1 if every output is bitwise equal. */

@@ -125,58 +125,85 @@ static int hm_open(struct host_model *hm, const struct bench_workload *w, void *
   return rc;
 }
 
-/* Runs warm-up then timed steps of `tokens` real tokens (desc.tokens = step_tokens). */
-static int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
-                      const struct bench_opts *o, struct measure *m) {
-  void *stream = cgrt_stream(hm->rt);
-  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
-  cgrt_step_desc d = {.struct_size = sizeof(d),
-                      .phase = CGRT_PHASE_INFER,
-                      .tokens = step_tokens,
-                      .buffers = &stat,
-                      .num_buffers = 1,
-                      .prepare = hm_prepare,
-                      .body = hm_body,
-                      .user = hm};
-  cgrt_step_report rep = {.struct_size = sizeof(rep)};
-  hm->tokens = tokens;
-  int rc = 0;
-  for (int i = 0; i < o->warmup && rc == 0; i++)
-    rc = cgrt_step(hm->rt, &d, &rep);
+int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o, double *us) {
+  cudaStream_t s = (cudaStream_t)st->stream;
   cudaEvent_t *ev = calloc((size_t)o->steps + 1, sizeof(*ev));
   double *dt = calloc((size_t)o->steps, sizeof(*dt));
-  for (int i = 0; i <= o->steps; i++)
+  int rc = ev && dt ? 0 : CGRT_E_NOMEM;
+  for (int i = 0; rc == 0 && i <= o->steps; i++)
     cudaEventCreate(&ev[i]);
-  uint64_t host_ns = 0;
-  hm->prepare_ns = 0;
+  for (int i = 0; i < o->warmup && rc == 0; i++)
+    rc = st->step(st->arg, 0);
   for (int i = 0; i < o->steps && rc == 0; i++) {
-    cudaEventRecord(ev[i], (cudaStream_t)stream);
-    rc = cgrt_step(hm->rt, &d, &rep);
-    host_ns += rep.host_ns;
+    cudaEventRecord(ev[i], s);
+    rc = st->step(st->arg, 1);
   }
-  cudaEventRecord(ev[o->steps], (cudaStream_t)stream);
-  if (rc == 0 && cudaEventSynchronize(ev[o->steps]) != cudaSuccess)
-    rc = CGRT_E_DEVICE;
+  if (rc == 0) {
+    cudaEventRecord(ev[o->steps], s);
+    if (cudaEventSynchronize(ev[o->steps]) != cudaSuccess)
+      rc = CGRT_E_DEVICE;
+  }
   for (int i = 0; i < o->steps && rc == 0; i++) {
     float ms = 0;
     cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
     dt[i] = ms * 1e3;
   }
-  if (rc == 0) {
-    m->step_us = bench_median(dt, o->steps);
-    m->host_us = (double)host_ns / 1e3 / o->steps;
-    m->prepare_us = (double)hm->prepare_ns / 1e3 / o->steps;
-    m->padded = rep.padded_tokens;
-    m->mode = rep.mode;
-    m->calls = rep.calls_eager + rep.calls_captured + rep.calls_replayed;
-  } else {
-    fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(hm->rt));
-  }
-  for (int i = 0; i <= o->steps; i++)
+  if (rc == 0)
+    *us = bench_median(dt, o->steps);
+  for (int i = 0; ev && dt && i <= o->steps; i++)
     cudaEventDestroy(ev[i]);
   free(ev);
   free(dt);
   return rc;
+}
+
+/* One cgrt step of a host model; timed steps add to the host-time sums. */
+struct hm_stepper {
+  struct host_model *hm;
+  cgrt_step_desc desc;
+  cgrt_step_report rep;
+  uint64_t host_ns;
+};
+
+static int hm_step(void *arg, int timed) {
+  struct hm_stepper *st = arg;
+  uint64_t prepared = st->hm->prepare_ns;
+  int rc = cgrt_step(st->hm->rt, &st->desc, &st->rep);
+  if (timed)
+    st->host_ns += st->rep.host_ns;
+  else /* warm-up preparation does not count */
+    st->hm->prepare_ns = prepared;
+  return rc;
+}
+
+/* Runs warm-up then timed steps of `tokens` real tokens (desc.tokens = step_tokens). */
+static int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
+                      const struct bench_opts *o, struct measure *m) {
+  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
+  struct hm_stepper st = {.hm = hm,
+                          .desc = {.struct_size = sizeof(cgrt_step_desc),
+                                   .phase = CGRT_PHASE_INFER,
+                                   .tokens = step_tokens,
+                                   .buffers = &stat,
+                                   .num_buffers = 1,
+                                   .prepare = hm_prepare,
+                                   .body = hm_body,
+                                   .user = hm},
+                          .rep = {.struct_size = sizeof(cgrt_step_report)}};
+  struct bench_stepper bs = {hm_step, &st, cgrt_stream(hm->rt)};
+  hm->tokens = tokens;
+  hm->prepare_ns = 0;
+  int rc = bench_time_steps(&bs, o, &m->step_us);
+  if (rc != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(hm->rt));
+    return rc;
+  }
+  m->host_us = (double)st.host_ns / 1e3 / o->steps;
+  m->prepare_us = (double)hm->prepare_ns / 1e3 / o->steps;
+  m->padded = st.rep.padded_tokens;
+  m->mode = st.rep.mode;
+  m->calls = st.rep.calls_eager + st.rep.calls_captured + st.rep.calls_replayed;
+  return 0;
 }
 
 /* ---------------------------------------------------------------- the raw-graph floors */
@@ -226,42 +253,35 @@ static void floor_free(struct floor *f) {
   memset(f, 0, sizeof(*f));
 }
 
-/* Times the floor: stage eagerly (as prepare does), then the raw graph(s). */
+/* One step of the floor: stage eagerly (as prepare does), then the raw graph(s). */
+struct floor_stepper {
+  struct floor *f;
+  const struct bench_workload *w;
+  void *ws;
+  cudaStream_t s;
+  int64_t tokens;
+  int per_module;
+};
+
+static int floor_step(void *arg, int timed) {
+  (void)timed;
+  struct floor_stepper *st = arg;
+  struct floor *f = st->f;
+  int rc = st->w->stage(st->ws, st->tokens, f->rows, st->s);
+  if (st->per_module)
+    for (int m = 0; m < f->n && rc == 0; m++)
+      rc = cudaGraphLaunch(f->each[m], st->s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
+  else if (rc == 0)
+    rc = cudaGraphLaunch(f->whole, st->s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
+  return rc;
+}
+
 static int floor_measure(struct floor *f, const struct bench_workload *w, void *ws, cudaStream_t s,
                          int64_t tokens, int per_module, const struct bench_opts *o,
                          double *step_us) {
-  int total = o->warmup + o->steps;
-  cudaEvent_t *ev = calloc((size_t)o->steps + 1, sizeof(*ev));
-  double *dt = calloc((size_t)o->steps, sizeof(*dt));
-  for (int i = 0; i <= o->steps; i++)
-    cudaEventCreate(&ev[i]);
-  int rc = 0;
-  for (int i = 0; i < total && rc == 0; i++) {
-    int timed = i - o->warmup;
-    if (timed >= 0)
-      cudaEventRecord(ev[timed], s);
-    rc = w->stage(ws, tokens, f->rows, s);
-    if (per_module)
-      for (int m = 0; m < f->n && rc == 0; m++)
-        rc = cudaGraphLaunch(f->each[m], s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
-    else if (rc == 0)
-      rc = cudaGraphLaunch(f->whole, s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
-  }
-  cudaEventRecord(ev[o->steps], s);
-  if (rc == 0 && cudaEventSynchronize(ev[o->steps]) != cudaSuccess)
-    rc = CGRT_E_DEVICE;
-  for (int i = 0; i < o->steps && rc == 0; i++) {
-    float ms = 0;
-    cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
-    dt[i] = ms * 1e3;
-  }
-  if (rc == 0)
-    *step_us = bench_median(dt, o->steps);
-  for (int i = 0; i <= o->steps; i++)
-    cudaEventDestroy(ev[i]);
-  free(ev);
-  free(dt);
-  return rc;
+  struct floor_stepper st = {f, w, ws, s, tokens, per_module};
+  struct bench_stepper bs = {floor_step, &st, s};
+  return bench_time_steps(&bs, o, step_us);
 }
 
 /* ---------------------------------------------------------------- host dispatch cost */

@@ -91,43 +91,8 @@ static void floor_free(struct train_floor *f) {
           cudaGraphExecDestroy(f->call[dir][mb][i]);
 }
 
-/* Median step time (us) of `steps` steps after `warmup`, between events on `s`. */
-struct stepper {
-  int (*step)(void *arg);
-  void *arg;
-  cudaStream_t s;
-};
-
-static int time_steps(struct stepper *st, const struct bench_opts *o, double *us) {
-  cudaEvent_t *ev = calloc((size_t)o->steps + 1, sizeof(*ev));
-  double *dt = calloc((size_t)o->steps, sizeof(*dt));
-  int rc = 0;
-  for (int i = 0; i <= o->steps; i++)
-    cudaEventCreate(&ev[i]);
-  for (int i = 0; i < o->warmup && rc == 0; i++)
-    rc = st->step(st->arg);
-  for (int i = 0; i < o->steps && rc == 0; i++) {
-    cudaEventRecord(ev[i], st->s);
-    rc = st->step(st->arg);
-  }
-  cudaEventRecord(ev[o->steps], st->s);
-  if (rc == 0 && cudaEventSynchronize(ev[o->steps]) != cudaSuccess)
-    rc = CGRT_E_DEVICE;
-  for (int i = 0; i < o->steps && rc == 0; i++) {
-    float ms = 0;
-    cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
-    dt[i] = ms * 1e3;
-  }
-  if (rc == 0)
-    *us = bench_median(dt, o->steps);
-  for (int i = 0; i <= o->steps; i++)
-    cudaEventDestroy(ev[i]);
-  free(ev);
-  free(dt);
-  return rc;
-}
-
-static int host_step(void *arg) {
+static int host_step(void *arg, int timed) {
+  (void)timed;
   return train_host_step(arg, NULL);
 }
 
@@ -136,7 +101,8 @@ struct floor_step {
   int per_call;
 };
 
-static int floor_step(void *arg) {
+static int floor_step(void *arg, int timed) {
+  (void)timed;
   struct floor_step *fs = arg;
   int rc = cgrtk_train_stage(fs->f->t, 0, fs->f->s);
   if (rc == 0)
@@ -158,8 +124,8 @@ static int train_create(const struct cgrt_config_view *v, cgrtk_train **t, char 
 
 /* Runs warm-up and timed steps of a runtime over its own workload. */
 static int run_host(struct train_host *h, const struct bench_opts *o, double *us) {
-  struct stepper st = {host_step, h, (cudaStream_t)cgrt_stream(h->rt)};
-  return time_steps(&st, o, us);
+  struct bench_stepper st = {host_step, h, cgrt_stream(h->rt)};
+  return bench_time_steps(&st, o, us);
 }
 
 static int same_state(struct train_host *a, struct train_host *b) {
@@ -255,8 +221,8 @@ int bench_train(const struct bench_opts *o) {
     goto out;
   }
   struct floor_step fw = {&fl, 0}, fc = {&fl, 1};
-  struct stepper sw = {floor_step, &fw, fl.s}, sc = {floor_step, &fc, fl.s};
-  if (time_steps(&sw, o, &whole_us) != 0 || time_steps(&sc, o, &scoped_us) != 0) {
+  struct bench_stepper sw = {floor_step, &fw, fl.s}, sc = {floor_step, &fc, fl.s};
+  if (bench_time_steps(&sw, o, &whole_us) != 0 || bench_time_steps(&sc, o, &scoped_us) != 0) {
     fprintf(stderr, "cgrt bench: timing the raw-graph floor failed\n");
     goto out;
   }
