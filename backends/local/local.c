@@ -8,7 +8,10 @@
  * them (prepare pads up to it); scope `layer` graphs each module call per bucket, scope `block`
  * the whole body per bucket; a step above the largest bucket runs eagerly. With
  * `[inference] capture = eager` every bucket is captured, largest first, at the first step after
- * warm-up.
+ * warm-up. With `[inference] buckets = adaptive` the core plans the bucket set from the traffic
+ * (host->buckets_observe); when it adopts a new set, the graphs of buckets no longer in it are
+ * retired from the cache, and new buckets are captured lazily at their first use, or, with
+ * `capture = eager`, one bucket per step, so no step waits for more than one bucket's capture.
  *
  * The mechanism (warm-up counts, capture, LRU bound, rebind policy, stats) is the core's graph
  * cache; this file is the policy.
@@ -27,6 +30,11 @@ struct local_state {
   int eager_body; /* a step above the largest bucket: every call runs directly */
   int64_t infer_steps;
   int eager_capture_done;
+  int adaptive; /* [inference] buckets = adaptive */
+  int64_t *set; /* adaptive: the bucket set the cache's graphs were built for */
+  size_t nset;
+  int64_t *pending; /* adaptive, capture = eager: new buckets still to capture, largest last */
+  size_t npending;
 };
 
 static double ms_since(const struct timespec *t0) {
@@ -124,12 +132,118 @@ static int capture_all_buckets(struct local_state *s, struct cgrt_step_frame *f)
   return rc;
 }
 
+/* ---------------------------------------------------------------- adaptive buckets */
+
+static int in_set(const int64_t *set, size_t n, int64_t v) {
+  for (size_t i = 0; i < n; i++)
+    if (set[i] == v)
+      return 1;
+  return 0;
+}
+
+/* A graph of an inference bucket: block scope keys the body by it, layer scope each call. */
+static int graph_of_bucket(void *arg, const struct cgrt_graph_key *key) {
+  int64_t bucket = *(const int64_t *)arg;
+  if (key->phase != CGRT_PHASE_INFER)
+    return 0;
+  return key->module == CGRT_KEY_BODY ? key->shape == (uint64_t)bucket
+                                      : key->extra == (uint64_t)bucket;
+}
+
+/* Copies the core's bucket set into s->set (and sizes s->pending to hold it). */
+static int remember_set(struct local_state *s) {
+  const int64_t *sizes;
+  size_t n;
+  s->h->buckets(s->h, &sizes, &n);
+  int64_t *set = malloc((n ? n : 1) * sizeof(*set));
+  int64_t *pending = malloc((n ? n : 1) * sizeof(*pending));
+  if (!set || !pending) {
+    free(set);
+    free(pending);
+    return s->h->set_error(s->h, CGRT_E_NOMEM, "local: out of memory following adaptive buckets");
+  }
+  memcpy(set, sizes, n * sizeof(*set));
+  /* pending buckets that are still in the set stay pending */
+  size_t np = 0;
+  for (size_t i = 0; i < s->npending; i++)
+    if (in_set(sizes, n, s->pending[i]))
+      pending[np++] = s->pending[i];
+  free(s->set);
+  free(s->pending);
+  s->set = set;
+  s->nset = n;
+  s->pending = pending;
+  s->npending = np;
+  return 0;
+}
+
+/*
+ * The core adopted a new bucket set: the graphs of buckets that left it are retired (executables
+ * destroyed, warm-up forgotten), and under capture = eager the buckets that joined it are queued
+ * for capture, one per step, largest first.
+ */
+static int follow_new_set(struct local_state *s) {
+  const struct cgrt_host_api *h = s->h;
+  size_t retired = 0, dropped, n;
+  const int64_t *sizes;
+  h->buckets(h, &sizes, &n);
+  for (size_t i = 0; i < s->nset; i++) {
+    if (in_set(sizes, n, s->set[i]))
+      continue;
+    int rc = h->cache_retire(h, s->cache, graph_of_bucket, &s->set[i], &dropped);
+    if (rc != 0)
+      return rc;
+    retired += dropped;
+  }
+  int64_t *old = s->set;
+  size_t nold = s->nset;
+  s->set = NULL;
+  int rc = remember_set(s);
+  if (rc == 0 && s->cfg->capture == CGRT_CAPTURE_EAGER && s->eager_capture_done)
+    for (size_t i = 0; i < s->nset; i++) /* ascending: the largest is popped first */
+      if (!in_set(old, nold, s->set[i]) && !in_set(s->pending, s->npending, s->set[i]))
+        s->pending[s->npending++] = s->set[i];
+  free(old);
+  h->log(h, CGRT_LOG_DEBUG,
+         "local: bucket set changed: %zu executables retired, %zu buckets to "
+         "capture",
+         retired, s->npending);
+  return rc;
+}
+
+/* capture = eager after a set change: warms and captures one queued bucket before the step. */
+static int capture_pending(struct local_state *s, struct cgrt_step_frame *f) {
+  int64_t bucket = s->pending[--s->npending];
+  int64_t own = f->ctx->padded_tokens, tokens = f->ctx->tokens;
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  f->ctx->padded_tokens = bucket;
+  f->ctx->tokens = tokens < bucket ? tokens : bucket;
+  int rc = 0;
+  for (int pass = 0; rc == 0 && pass <= s->cfg->warmup_steps; pass++)
+    rc = run_pass(s, f);
+  f->ctx->padded_tokens = own;
+  f->ctx->tokens = tokens;
+  if (rc == 0)
+    s->h->log(s->h, CGRT_LOG_INFO, "adaptive buckets: bucket %lld captured in %.1f ms",
+              (long long)bucket, ms_since(&t0));
+  return rc;
+}
+
 static int local_step(void *state, struct cgrt_step_frame *f) {
   struct local_state *s = state;
   const struct cgrt_host_api *h = s->h;
   cgrt_ctx *ctx = f->ctx;
   int rc = 0;
   if (ctx->phase == CGRT_PHASE_INFER) {
+    if (s->adaptive) {
+      int changed = 0;
+      rc = h->buckets_observe(h, ctx->tokens, &changed);
+      if (rc == 0 && changed)
+        rc = follow_new_set(s);
+      if (rc != 0)
+        return rc;
+    }
     int64_t bucket;
     if (h->bucket_for_tokens(h, ctx->tokens, &bucket) != 0) {
       /* Above the largest bucket: no graph holds it, the step runs eagerly. */
@@ -149,6 +263,8 @@ static int local_step(void *state, struct cgrt_step_frame *f) {
         s->infer_steps >= s->cfg->warmup_steps) {
       s->eager_capture_done = 1;
       rc = capture_all_buckets(s, f);
+    } else if (s->npending > 0) {
+      rc = capture_pending(s, f);
     }
     s->infer_steps++;
   }
@@ -170,9 +286,18 @@ static int local_init(const struct cgrt_host_api *h, const struct cgrt_config_vi
   }
   s->h = h;
   s->cfg = cfg;
+  s->adaptive = cfg->buckets == CGRT_BUCKETS_ADAPTIVE;
+  if (s->adaptive && !CGRT_HOST_HAS(h, buckets_observe)) {
+    snprintf(err, errlen, "buckets = adaptive needs a core with host API minor 1 or later");
+    free(s);
+    return CGRT_E_CONFIG;
+  }
   int rc = h->cache_create(h, cfg->max_graphs, cfg->rebind, &s->cache);
+  if (rc == 0 && s->adaptive)
+    rc = remember_set(s);
   if (rc != 0) {
     snprintf(err, errlen, "%s", h->last_error(h));
+    h->cache_destroy(h, s->cache);
     free(s);
     return rc;
   }
@@ -183,6 +308,8 @@ static int local_init(const struct cgrt_host_api *h, const struct cgrt_config_vi
 static void local_fini(void *state) {
   struct local_state *s = state;
   s->h->cache_destroy(s->h, s->cache);
+  free(s->set);
+  free(s->pending);
   free(s);
 }
 
@@ -191,6 +318,7 @@ static int local_release(void *state) {
   s->h->cache_clear(s->h, s->cache);
   s->infer_steps = 0;
   s->eager_capture_done = 0;
+  s->npending = 0;
   return 0;
 }
 
@@ -228,6 +356,16 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
            "%s; steps above %lld tokens run eagerly",
            c->max_graphs, rebind[c->rebind], (long long)(count ? sizes[count - 1] : 0));
   emit(user, line);
+  if (s->adaptive) {
+    snprintf(line, sizeof(line),
+             "buckets = adaptive: the set above is the start; every %d inference steps the %d "
+             "buckets with the least padding for the traffic seen (half-life %d steps) replace it "
+             "when they pad at least %g%% less; retired buckets' graphs are freed, new ones "
+             "captured %s",
+             c->adapt_interval, c->num_graphs, c->adapt_halflife, c->adapt_min_gain * 100.0,
+             c->capture == CGRT_CAPTURE_EAGER ? "one per step" : "at first use");
+    emit(user, line);
+  }
   return 0;
 }
 
@@ -235,7 +373,8 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
     .name = "local",
-    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS,
+    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS |
+            CGRT_CAP_ADAPTIVE_BUCKETS,
     .init = local_init,
     .fini = local_fini,
     .step = local_step,

@@ -90,7 +90,8 @@ int cgrt__buckets_build(cgrt_bucket_dist dist, int64_t max_tokens, int num_graph
   int64_t *sizes = NULL;
   size_t n = 0;
   switch (dist) {
-  case CGRT_BUCKETS_EXPONENTIAL: {
+  case CGRT_BUCKETS_EXPONENTIAL:
+  case CGRT_BUCKETS_ADAPTIVE: /* starts from the exponential set */ {
     int64_t tmp[66];
     n = exponential(max_tokens, num_graphs, tp_size, tmp);
     if (!(sizes = malloc(n * sizeof(*sizes))))

@@ -21,6 +21,7 @@
  * - linear: step = ceil(max_tokens / num_graphs) rounded up to a multiple of tp_size; the sizes
  *   step, 2 step, ... below max_tokens, then max_tokens.
  * - list: `list` (list_len entries) sorted ascending, duplicates dropped.
+ * - adaptive: the exponential set, which the traffic then reshapes (bucket_plan.h).
  * Errors (CGRT_E_INVAL, with a sentence in err naming the option; *out NULL, *count 0):
  * max_tokens < 1, num_graphs < 1, tp_size < 1, max_tokens < tp_size (checked for every
  * distribution, as the configuration rules do), an empty list or a value < 1 in it.

@@ -294,6 +294,9 @@ void cgrt__config_defaults(struct cgrt_config *cfg) {
   v->bucket_list = NULL;
   v->bucket_list_len = 0;
   v->capture = CGRT_CAPTURE_LAZY;
+  v->adapt_interval = 500;
+  v->adapt_halflife = 2000;
+  v->adapt_min_gain = 0.05;
   v->cp_sizes = one;
   v->num_cp_sizes = 1;
   v->max_packed_tokens = 8192;

@@ -22,6 +22,7 @@ enum cfg_type {
   CFG_BOOL,     /* true/false/on/off/yes/no/1/0, written as names[0] or names[1] */
   CFG_SIZES64,  /* positive int64 list, sorted, repeats dropped with a warning */
   CFG_CP_SIZES, /* positive int list, no repeats, sorted */
+  CFG_PERCENT,  /* a percentage from 0 to 100 ("5" or "5%"), stored as a fraction (double) */
 };
 
 /* The known keys, in DESIGN.md order (the order cgrt__config_print writes them). */
@@ -40,6 +41,9 @@ enum cfg_key_id {
   K_TP_SIZE,
   K_LIST,
   K_CAPTURE,
+  K_ADAPT_INTERVAL,
+  K_ADAPT_HALFLIFE,
+  K_ADAPT_MIN_GAIN,
   K_CP_SIZES,
   K_MAX_PACKED_TOKENS,
   K_MAX_SEQUENCES,

@@ -26,7 +26,7 @@ _Static_assert(sizeof(cgrt_moe_capacity) == sizeof(int), "enum size");
 static const char *const scope_names[] = {"none", "layer", "block"};
 static const char *const capture_mode_names[] = {"global", "thread_local", "relaxed"};
 static const char *const rebind_names[] = {"update", "copy", "recapture", "error"};
-static const char *const bucket_names[] = {"exponential", "linear", "list"};
+static const char *const bucket_names[] = {"exponential", "linear", "list", "adaptive"};
 static const char *const capture_names[] = {"lazy", "eager"};
 static const char *const over_capacity_names[] = {"error", "eager"};
 static const char *const driver_names[] = {"cuda", "host"};
@@ -58,6 +58,10 @@ const struct cfg_key cgrt__cfg_keys[K_COUNT] = {
     [K_TP_SIZE] = {"inference", "tp_size", CFG_INT, FIELD(tp_size), NULL, 0},
     [K_LIST] = {"inference", "list", CFG_SIZES64, 0, NULL, 0},
     [K_CAPTURE] = {"inference", "capture", CFG_ENUM, FIELD(capture), NAMES(capture_names)},
+    [K_ADAPT_INTERVAL] = {"inference", "adapt_interval", CFG_INT, FIELD(adapt_interval), NULL, 0},
+    [K_ADAPT_HALFLIFE] = {"inference", "adapt_halflife", CFG_INT, FIELD(adapt_halflife), NULL, 0},
+    [K_ADAPT_MIN_GAIN] = {"inference", "adapt_min_gain", CFG_PERCENT, FIELD(adapt_min_gain), NULL,
+                          0},
     [K_CP_SIZES] = {"dynamic_cp", "cp_sizes", CFG_CP_SIZES, 0, NULL, 0},
     [K_MAX_PACKED_TOKENS] = {"dynamic_cp", "max_packed_tokens", CFG_INT64, FIELD(max_packed_tokens),
                              NULL, 0},

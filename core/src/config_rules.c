@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bucket_plan.h"
 #include "config_impl.h"
 
 /* Describes key `id` for a message: "nan_check = on (default)" or "nan_check = off (line 5)". */
@@ -195,6 +196,27 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
          "[inference] buckets = list needs the bucket sizes in [inference] list (e.g. list = 1 2 4 "
          "8), but list is %s",
          cgrt__cfg_key_line(cfg, K_LIST) ? "empty" : "not given");
+  /* -- adaptive buckets -- */
+  int adaptive = v->buckets == CGRT_BUCKETS_ADAPTIVE;
+  describe(cfg, K_BUCKETS, d2, sizeof(d2));
+  if (adaptive && builtin && !local)
+    rule(cfg, diag, &errors, K_BUCKETS, K_IMPL,
+         "[inference] %s only works with impl = local, whose graphs are per token bucket; impl = "
+         "%s does not graph per bucket; use buckets = exponential, linear or list, or impl = local",
+         d2, impl);
+  at_least_one(cfg, diag, &errors, K_ADAPT_INTERVAL, v->adapt_interval,
+               "steps between two plans of the bucket set");
+  at_least_one(cfg, diag, &errors, K_ADAPT_HALFLIFE, v->adapt_halflife,
+               "steps after which a step's weight in the traffic histogram has halved");
+  if (adaptive && v->tp_size >= 1 && v->max_tokens >= v->tp_size &&
+      ((uint64_t)v->max_tokens + (uint64_t)v->tp_size - 1) / (uint64_t)v->tp_size >
+          CGRT_ADAPT_MAX_SLOTS) {
+    describe(cfg, K_MAX_TOKENS, d3, sizeof(d3));
+    rule(cfg, diag, &errors, K_MAX_TOKENS, K_BUCKETS,
+         "[inference] buckets = adaptive keeps one counter per multiple of tp_size up to "
+         "max_tokens, and %s allows at most %u of them; lower max_tokens or raise tp_size",
+         d3, (unsigned)CGRT_ADAPT_MAX_SLOTS);
+  }
   if (strcmp(impl, "dynamic_cp") == 0 && v->num_cp_sizes == 0) {
     describe(cfg, K_CP_SIZES, d2, sizeof(d2));
     rule(cfg, diag, &errors, K_CP_SIZES, K_IMPL,

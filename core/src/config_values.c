@@ -108,6 +108,38 @@ static int parse_count(const char *text, int64_t max, int64_t *out, char *why, s
   return 0;
 }
 
+/* "5", "5%", "2.5 %": a percentage from 0 to 100 (no exponent, no sign, nothing after the %). */
+static int parse_percent(const char *text, double *out) {
+  const char *s = text;
+  int digits = 0, dot = 0;
+  for (; *s && (isdigit((unsigned char)*s) || (*s == '.' && !dot)); s++) {
+    if (*s == '.')
+      dot = 1;
+    else
+      digits++;
+  }
+  if (!digits)
+    return -1;
+  const char *end = s;
+  while (*s == ' ')
+    s++;
+  if (*s == '%')
+    s++;
+  if (*s)
+    return -1;
+  char num[64];
+  size_t len = (size_t)(end - text);
+  if (len >= sizeof(num))
+    return -1;
+  memcpy(num, text, len);
+  num[len] = '\0';
+  double v = strtod(num, NULL);
+  if (!(v >= 0 && v <= 100))
+    return -1;
+  *out = v;
+  return 0;
+}
+
 int cgrt__cfg_parse_bool(const char *text) {
   static const char *const yes[] = {"true", "on", "yes", "1"};
   static const char *const no[] = {"false", "off", "no", "0"};
@@ -387,6 +419,18 @@ int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char 
       *(int64_t *)field = v;
     return 0;
   }
+  case CFG_PERCENT: {
+    double pct;
+    if (parse_percent(text, &pct) != 0) {
+      say(why, whylen, "expected a percentage from 0 to 100, such as 5%% or 2.5%%");
+      return CGRT_E_CONFIG;
+    }
+    snprintf(buf, sizeof(buf), "%g%%", pct);
+    if (!(*norm = strdup(buf)))
+      return CGRT_E_NOMEM;
+    *(double *)field = pct / 100.0;
+    return 0;
+  }
   case CFG_BOOL: {
     int b = cgrt__cfg_parse_bool(text);
     if (b < 0) {
@@ -448,6 +492,10 @@ char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id) {
     break;
   case CFG_INT64:
     snprintf(num, sizeof(num), "%" PRId64, *(const int64_t *)field);
+    sb_add(&out, num);
+    break;
+  case CFG_PERCENT:
+    snprintf(num, sizeof(num), "%g%%", *(const double *)field * 100.0);
     sb_add(&out, num);
     break;
   case CFG_ENUM:

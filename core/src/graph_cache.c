@@ -474,6 +474,24 @@ static void c_clear(const struct cgrt_host_api *h, struct cgrt_graph_cache *c) {
     entry_remove(c, c->oldest);
 }
 
+static int c_retire(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                    int (*match)(void *arg, const struct cgrt_graph_key *key), void *arg,
+                    size_t *dropped) {
+  if (dropped)
+    *dropped = 0;
+  if (!c || !match)
+    return h->set_error(h, CGRT_E_INVAL, "cache_retire: cache and match must be non-NULL");
+  for (struct entry *e = c->oldest, *newer; e; e = newer) {
+    newer = e->newer;
+    if (!match(arg, &e->key))
+      continue;
+    if (e->exec && dropped)
+      (*dropped)++;
+    entry_remove(c, e);
+  }
+  return 0;
+}
+
 static void c_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache *c) {
   if (!c)
     return;
@@ -601,4 +619,5 @@ void cgrt__graph_cache_api(struct cgrt_host_api *h) {
   h->cache_clear = c_clear;
   h->cache_run = c_run;
   h->cache_has = c_has;
+  h->cache_retire = c_retire;
 }

@@ -428,4 +428,5 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->bucket_for_tokens = h_bucket_for_tokens;
   cgrt__graph_cache_api(h);
   cgrt__thd_api(h);
+  cgrt__adaptive_api(h);
 }

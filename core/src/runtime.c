@@ -113,6 +113,9 @@ static int open_runtime(cgrt_runtime *rt) {
   rc = cgrt__backend_open(&rt->lib, v->impl, rt->cfg.backend_path, err, sizeof(err));
   if (rc != 0)
     return cgrt__fail(rt, rc, "%s", err);
+  rc = cgrt__adaptive_open(rt);
+  if (rc != 0)
+    return rc;
 
   rt->dev.drv = cgrt__driver_for(v->driver);
   rt->dev.device = v->device;
@@ -244,6 +247,7 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   }
   free(rt->modules);
   free(rt->buckets);
+  cgrt__adaptive_close(rt);
   cgrt__config_free(&rt->cfg);
   free(rt);
   return first;
@@ -465,6 +469,8 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
   rt->stats.steps_by_mode[ctx.mode < CGRT_MODE_COUNT ? ctx.mode : CGRT_MODE_EAGER]++;
   if (ctx.padded_tokens > ctx.tokens)
     rt->stats.padded_tokens += (uint64_t)(ctx.padded_tokens - ctx.tokens);
+  if (desc->phase == CGRT_PHASE_INFER)
+    rt->stats.real_tokens += (uint64_t)desc->tokens;
   rt->step_index++;
   if (report) {
     size_t n = report->struct_size < sizeof(rep) ? report->struct_size : sizeof(rep);
@@ -589,6 +595,9 @@ CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
   if (!rt || !out || out->struct_size < STATS_MIN)
     return CGRT_E_INVAL;
   cgrt_stats s = rt->stats;
+  s.num_buckets = (uint32_t)rt->num_buckets;
+  for (size_t i = 0; i < rt->num_buckets && i < CGRT_STATS_MAX_BUCKETS; i++)
+    s.buckets[i] = rt->buckets[i];
   uint64_t used = 0, reserved = 0;
   if (rt->dev.drv->graph_mem(&rt->dev, &used, &reserved) == 0) {
     s.graph_mem_used = used;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "cgrt/backend.h"
+#include "bucket_plan.h"
 #include "comm.h"
 #include "config.h"
 #include "driver.h"
@@ -51,6 +52,7 @@ struct cgrt_runtime {
 
   int64_t *buckets; /* [inference] token buckets, ascending */
   size_t num_buckets;
+  struct cgrt_bucket_adapt *adapt; /* buckets = adaptive: the traffic histogram, else NULL */
 
   cgrt_stats stats;
   cgrt_log_fn log_fn;
@@ -105,6 +107,14 @@ int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn l
 void cgrt__host_api_init(cgrt_runtime *rt);
 void cgrt__graph_cache_api(struct cgrt_host_api *h);
 void cgrt__thd_api(struct cgrt_host_api *h);
+void cgrt__adaptive_api(struct cgrt_host_api *h);
+
+/*
+ * buckets = adaptive: checks that the loaded backend follows adaptive buckets and sets up the
+ * traffic histogram (rt->adapt); nothing for other distributions. Close frees it.
+ */
+int cgrt__adaptive_open(cgrt_runtime *rt);
+void cgrt__adaptive_close(cgrt_runtime *rt);
 
 /*
  * Records fn(arg) on stream into a new graph (*graph), counting the capture and its time. On

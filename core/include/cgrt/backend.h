@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    0
+#define CGRT_HOST_API_MINOR    1
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -51,6 +51,8 @@ extern "C" {
 #define CGRT_CAP_GRAPHS     (1u << 3) /* builds graphs (otherwise: eager only) */
 #define CGRT_CAP_MULTI_GPU  (1u << 4) /* designed for several ranks */
 #define CGRT_CAP_NEEDS_COMM (1u << 5) /* needs the host's world communicator */
+/* follows the token buckets when [inference] buckets = adaptive changes them (buckets_observe) */
+#define CGRT_CAP_ADAPTIVE_BUCKETS (1u << 6)
 
 /* Values of the enumerated options, shared by the core's parser and backends. */
 typedef enum cgrt_inference_scope {
@@ -72,7 +74,8 @@ typedef enum cgrt_rebind {
 typedef enum cgrt_bucket_dist {
   CGRT_BUCKETS_EXPONENTIAL = 0,
   CGRT_BUCKETS_LINEAR = 1,
-  CGRT_BUCKETS_LIST = 2
+  CGRT_BUCKETS_LIST = 2,
+  CGRT_BUCKETS_ADAPTIVE = 3 /* start exponential, then follow the traffic (buckets_observe) */
 } cgrt_bucket_dist;
 typedef enum cgrt_capture_time { CGRT_CAPTURE_LAZY = 0, CGRT_CAPTURE_EAGER = 1 } cgrt_capture_time;
 typedef enum cgrt_over_capacity {
@@ -146,6 +149,10 @@ struct cgrt_config_view {
    * never reads during init() is refused as unknown after init().
    */
   const char *(*get)(const struct cgrt_config_view *view, const char *section, const char *key);
+  /* -- appended in host API minor 1: [inference] buckets = adaptive -- */
+  int adapt_interval;    /* steps between two plans of the bucket set; >= 1 */
+  int adapt_halflife;    /* steps after which a step's weight in the histogram has halved */
+  double adapt_min_gain; /* fraction of the padded tokens a new set must save to be adopted */
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */
@@ -407,6 +414,29 @@ struct cgrt_host_api {
                    const int32_t *seqlens, int num_sequences, int slot, struct cgrt_thd_slot *out);
   /* Marks the slot as read by the work enqueued so far: it is reused only after that work. */
   int (*thd_release)(const struct cgrt_host_api *h, struct cgrt_thd_ring *ring, int slot);
+
+  /* -- appended in minor 1 (check with CGRT_HOST_HAS) -- */
+  /*
+   * Adaptive token buckets ([inference] buckets = adaptive; a backend that calls this declares
+   * CGRT_CAP_ADAPTIVE_BUCKETS). Records an inference step of `tokens` real tokens in the core's
+   * traffic histogram (exponential decay, adapt_halflife steps) and, every adapt_interval steps,
+   * computes the num_graphs buckets that minimize the expected padded tokens (the largest always
+   * max_tokens). When that saves at least adapt_min_gain of the current padding, the core adopts
+   * the new set, logs the old and new sets and the expected gain, counts a bucket change and sets
+   * *changed to 1: buckets() and bucket_for_tokens() answer with the new set from then on, and the
+   * backend retires the graphs of buckets no longer in it (cache_retire). Call it once per
+   * inference step, before choosing the step's bucket. Without adaptive buckets it records
+   * nothing and sets *changed to 0.
+   */
+  int (*buckets_observe)(const struct cgrt_host_api *h, int64_t tokens, int *changed);
+  /*
+   * Forgets every entry of `cache` whose key `match(arg, key)` accepts (nonzero): executables
+   * destroyed (their graph memory returned to the driver), private buffers freed, warm-up counts
+   * dropped. *dropped (may be NULL) is the number of executables destroyed. Not inside a capture.
+   */
+  int (*cache_retire)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
+                      int (*match)(void *arg, const struct cgrt_graph_key *key), void *arg,
+                      size_t *dropped);
 };
 
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */

@@ -221,6 +221,9 @@ typedef struct cgrt_step_report {
   uint64_t host_ns;        /* host time spent inside cgrt_step() */
 } cgrt_step_report;
 
+/* Buckets listed in cgrt_stats.buckets; a longer set is counted in num_buckets. */
+#define CGRT_STATS_MAX_BUCKETS 64
+
 /* Counters of a runtime since it opened (or since the last cgrt_release_graphs() for gauges). */
 typedef struct cgrt_stats {
   size_t struct_size;
@@ -240,6 +243,13 @@ typedef struct cgrt_stats {
   uint64_t instantiate_ns;     /* host time spent instantiating and updating */
   uint64_t graph_mem_used;     /* bytes of graph memory in use (driver's figure) */
   uint64_t graph_mem_reserved; /* bytes of graph memory reserved (driver's figure) */
+  /* -- appended in 0.2: token buckets -- */
+  uint64_t real_tokens;    /* real tokens of inference steps, summed; the padded share of the
+                              work is padded_tokens / (padded_tokens + real_tokens) */
+  uint64_t bucket_changes; /* bucket sets adopted by [inference] buckets = adaptive */
+  uint32_t num_buckets;    /* token buckets in force now */
+  int64_t buckets[CGRT_STATS_MAX_BUCKETS]; /* the smallest min(num_buckets, 64) of them,
+                                              ascending */
 } cgrt_stats;
 
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
