@@ -211,10 +211,19 @@ static int follow_new_set(struct local_state *s) {
   return rc;
 }
 
-/* capture = eager after a set change: warms and captures one queued bucket before the step. */
+/*
+ * capture = eager after a set change: warms and captures one queued bucket before the step: the
+ * step's own bucket if it is queued (so the step replays it), else the largest queued one.
+ */
 static int capture_pending(struct local_state *s, struct cgrt_step_frame *f) {
-  int64_t bucket = s->pending[--s->npending];
   int64_t own = f->ctx->padded_tokens, tokens = f->ctx->tokens;
+  for (size_t i = 0; i + 1 < s->npending; i++)
+    if (s->pending[i] == own) {
+      memmove(&s->pending[i], &s->pending[i + 1], (s->npending - 1 - i) * sizeof(*s->pending));
+      s->pending[s->npending - 1] = own;
+      break;
+    }
+  int64_t bucket = s->pending[--s->npending];
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   f->ctx->padded_tokens = bucket;
