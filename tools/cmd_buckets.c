@@ -1,16 +1,19 @@
 /*
  * cmd_buckets.c - `cgrt buckets`: the inference token buckets for given options (from a config
  * file's [inference] section, then the command-line options), largest first, as Megatron-LM
- * prints them.
+ * prints them. With --histogram FILE: the offline planner, the K buckets that pad the file's
+ * traffic least, against the exponential and linear sets of the same K.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bucket_plan.h"
 #include "buckets.h"
 #include "config.h"
 #include "tool.h"
+#include "traffic.h"
 
 #define MAX_LIST 1024
 
@@ -45,7 +48,118 @@ static int parse_list(const char *s, int64_t *list, size_t *n) {
 
 static void usage(void) {
   fprintf(stderr, "usage: cgrt buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
-                  "                    [--dist exponential|linear|list] [--list 'A B ...']\n");
+                  "                    [--dist exponential|linear|list] [--list 'A B ...']\n"
+                  "       cgrt buckets --histogram TRAFFIC --num-graphs K [--tp T] "
+                  "[--max-tokens N]\n");
+}
+
+/* The traffic as a histogram of needed bucket sizes (ascending, merged), malloc'ed arrays. */
+static int histogram_of(const struct traffic *t, int64_t tp, int64_t max, int64_t **sizes,
+                        double **steps, double **tokens, size_t *n) {
+  size_t cnt = t->n;
+  int64_t *need = malloc(cnt * sizeof(*need));
+  *sizes = malloc(cnt * sizeof(**sizes));
+  *steps = malloc(cnt * sizeof(**steps));
+  *tokens = malloc(cnt * sizeof(**tokens));
+  int rc = need && *sizes && *steps && *tokens ? 0 : -1;
+  for (size_t i = 0; rc == 0 && i < cnt; i++)
+    need[i] = cgrt__bucket_need(t->tokens[i], tp, max);
+  /* each entry merged into the ascending list of distinct sizes (binary search, insertion) */
+  *n = 0;
+  if (rc == 0) {
+    for (size_t i = 0; i < cnt; i++) {
+      size_t lo = 0, hi = *n;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if ((*sizes)[mid] < need[i])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      if (lo == *n || (*sizes)[lo] != need[i]) {
+        memmove(&(*sizes)[lo + 1], &(*sizes)[lo], (*n - lo) * sizeof(**sizes));
+        memmove(&(*steps)[lo + 1], &(*steps)[lo], (*n - lo) * sizeof(**steps));
+        memmove(&(*tokens)[lo + 1], &(*tokens)[lo], (*n - lo) * sizeof(**tokens));
+        (*sizes)[lo] = need[i];
+        (*steps)[lo] = 0;
+        (*tokens)[lo] = 0;
+        (*n)++;
+      }
+      (*steps)[lo] += (double)t->steps[i];
+      (*tokens)[lo] += (double)t->steps[i] * (double)t->tokens[i];
+    }
+  }
+  free(need);
+  return rc;
+}
+
+static void print_set_row(const char *name, const int64_t *set, size_t n, double padded,
+                          double real) {
+  char text[1024];
+  size_t off = 0;
+  text[0] = '\0';
+  for (size_t i = n; i-- > 0 && off < sizeof(text) - 24;)
+    off += (size_t)snprintf(text + off, sizeof(text) - off, "%s%lld", off ? " " : "",
+                            (long long)set[i]);
+  printf("%-12s %14.0f %12.2f%%  %s\n", name, padded,
+         padded + real > 0 ? 100.0 * padded / (padded + real) : 0.0, text);
+}
+
+/*
+ * --histogram: the optimal set for the file's traffic and the padded-token share (padding over
+ * all tokens processed) of it, of the exponential set and of the linear set with the same K.
+ */
+static int plan_histogram(const char *path, int64_t k, int64_t tp, int64_t max, int max_given) {
+  if (k < 1 || tp < 1 || (max_given && max < tp)) {
+    fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be at least 1, --max-tokens at "
+                    "least --tp\n");
+    return EXIT_INVALID;
+  }
+  struct traffic t;
+  char err[1024];
+  if (traffic_load(path, max_given ? max : 0, &t, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt buckets: %s\n", err);
+    return EXIT_INVALID;
+  }
+  if (!max_given) /* the largest count seen, as a bucket size */
+    max = t.largest % tp ? t.largest + (tp - t.largest % tp) : t.largest;
+  int64_t *sizes = NULL, *opt = NULL, *expo = NULL, *lin = NULL;
+  double *steps = NULL, *tokens = NULL;
+  size_t n = 0, nopt = 0, nexpo = 0, nlin = 0;
+  int status = EXIT_UNUSABLE;
+  double padded_opt = 0;
+  if (histogram_of(&t, tp, max, &sizes, &steps, &tokens, &n) != 0 ||
+      !(opt = malloc((size_t)k * sizeof(*opt))))
+    goto out;
+  struct cgrt_histogram h = {sizes, steps, tokens, n};
+  if (cgrt__buckets_optimal(&h, max, (int)k, opt, &nopt, &padded_opt) != 0 ||
+      cgrt__buckets_build(CGRT_BUCKETS_EXPONENTIAL, max, (int)k, (int)tp, NULL, 0, &expo, &nexpo,
+                          err, sizeof(err)) != 0 ||
+      cgrt__buckets_build(CGRT_BUCKETS_LINEAR, max, (int)k, (int)tp, NULL, 0, &lin, &nlin, err,
+                          sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt buckets: planning failed\n");
+    goto out;
+  }
+  printf("traffic %s: %llu steps, %.0f real tokens, %zu distinct bucket sizes needed; "
+         "K = %lld, tp = %lld, max_tokens = %lld%s\n",
+         path, (unsigned long long)t.total_steps, t.total_tokens, n, (long long)k, (long long)tp,
+         (long long)max, max_given ? "" : " (the largest count in the file)");
+  printf("%-12s %14s %13s  %s\n", "set", "padded_tokens", "padded_share",
+         "buckets (largest first)");
+  print_set_row("optimal", opt, nopt, padded_opt, t.total_tokens);
+  print_set_row("exponential", expo, nexpo, cgrt__buckets_padded(&h, expo, nexpo, NULL),
+                t.total_tokens);
+  print_set_row("linear", lin, nlin, cgrt__buckets_padded(&h, lin, nlin, NULL), t.total_tokens);
+  status = 0;
+out:
+  free(sizes);
+  free(steps);
+  free(tokens);
+  free(opt);
+  free(expo);
+  free(lin);
+  traffic_free(&t);
+  return status;
 }
 
 int cmd_buckets(int argc, char **argv) {
@@ -54,7 +168,8 @@ int cmd_buckets(int argc, char **argv) {
   int status = EXIT_UNUSABLE;
   int64_t list[MAX_LIST];
   size_t list_len = 0;
-  int have_list = 0, dist_given = 0;
+  int have_list = 0, dist_given = 0, max_given = 0;
+  const char *histogram = NULL;
   int64_t max = cfg.view.max_tokens, graphs = cfg.view.num_graphs, tp = cfg.view.tp_size;
   cgrt_bucket_dist dist = cfg.view.buckets;
   for (int i = 1; i < argc; i++) {
@@ -71,6 +186,7 @@ int cmd_buckets(int argc, char **argv) {
       graphs = cfg.view.num_graphs;
       tp = cfg.view.tp_size;
       dist = cfg.view.buckets;
+      max_given = 1;
       continue;
     }
     if (!val) {
@@ -78,8 +194,14 @@ int cmd_buckets(int argc, char **argv) {
       goto out;
     }
     i++;
-    if (strcmp(a, "--max-tokens") == 0 && parse_i64(a, val, &max) == 0)
+    if (strcmp(a, "--max-tokens") == 0 && parse_i64(a, val, &max) == 0) {
+      max_given = 1;
       continue;
+    }
+    if (strcmp(a, "--histogram") == 0) {
+      histogram = val;
+      continue;
+    }
     if (strcmp(a, "--num-graphs") == 0 && parse_i64(a, val, &graphs) == 0)
       continue;
     if (strcmp(a, "--tp") == 0 && parse_i64(a, val, &tp) == 0)
@@ -103,6 +225,14 @@ int cmd_buckets(int argc, char **argv) {
       continue;
     }
     usage();
+    goto out;
+  }
+  if (histogram) {
+    if (graphs > 1000000 || tp > 1000000) {
+      fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be below one million\n");
+      goto out;
+    }
+    status = plan_histogram(histogram, graphs, tp, max, max_given);
     goto out;
   }
   if (have_list && !dist_given)
