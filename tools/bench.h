@@ -23,8 +23,9 @@ struct bench_opts {
   int warmup; /* untimed steps before */
   int chain_kernels;
   int json;
-  int ranks;     /* cp workload: processes, one per GPU; 0: the largest cp size */
-  int timeout_s; /* cp workload: the ranks' time limit; 0: 600 s */
+  int ranks;           /* cp workload: processes, one per GPU; 0: the largest cp size */
+  int timeout_s;       /* cp workload: the ranks' time limit; 0: 600 s */
+  const char *traffic; /* decode: replay this token-count file (bench_traffic.c) */
 };
 
 /*
@@ -53,6 +54,12 @@ extern const struct bench_workload bench_chain;
 
 /* Runs the GPU bench of workload `w` (inference steps over token counts); the exit code. */
 int bench_gpu(const struct bench_workload *w, const struct bench_opts *o);
+
+/*
+ * Replays the token counts of o->traffic through workload `w` under eager, the configured backend
+ * and the other bucket distribution (bench_traffic.c); the exit code.
+ */
+int bench_traffic(const struct bench_workload *w, const struct bench_opts *o);
 
 /* Runs the training bench (train workload, kernels/train_host.c); the exit code. */
 int bench_train(const struct bench_opts *o);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_host.h"
 #include "buckets.h"
 #include "config.h"
 #include "runtime.h"
@@ -25,24 +26,6 @@
 #include <cuda_runtime_api.h>
 
 #define MIB (1024.0 * 1024.0)
-
-/* One runtime driving the workload: what a host application holds. */
-struct host_model {
-  cgrt_runtime *rt;
-  const struct bench_workload *w;
-  void *ws;
-  int num_modules;
-  cgrt_module *mods[BENCH_MAX_MODULES];
-  struct module_ref {
-    struct host_model *hm;
-    int index;
-  } refs[BENCH_MAX_MODULES];
-  int64_t tokens; /* the step's real token count; prepare pads to ctx->padded_tokens */
-  uint64_t prepare_ns;
-  void *buf;
-  size_t row_bytes;
-  int64_t max_rows;
-};
 
 struct measure {
   double step_us;    /* median interval between steps */
@@ -94,8 +77,8 @@ static int hm_body(const cgrt_ctx *ctx, void *user) {
   return 0;
 }
 
-static int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws,
-                   int64_t max_rows, struct cgrt_config *cfg) {
+int bench_hm_open(struct host_model *hm, const struct bench_workload *w, void *ws, int64_t max_rows,
+                  struct cgrt_config *cfg) {
   memset(hm, 0, sizeof(*hm));
   hm->w = w;
   hm->ws = ws;
@@ -204,6 +187,23 @@ static int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens
   m->mode = st.rep.mode;
   m->calls = st.rep.calls_eager + st.rep.calls_captured + st.rep.calls_replayed;
   return 0;
+}
+
+int bench_hm_step(struct host_model *hm, int64_t tokens, cgrt_step_report *rep) {
+  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
+  cgrt_step_desc d = {.struct_size = sizeof(d),
+                      .phase = CGRT_PHASE_INFER,
+                      .tokens = tokens,
+                      .buffers = &stat,
+                      .num_buffers = 1,
+                      .prepare = hm_prepare,
+                      .body = hm_body,
+                      .user = hm};
+  hm->tokens = tokens;
+  int rc = cgrt_step(hm->rt, &d, rep);
+  if (rc != 0)
+    fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(hm->rt));
+  return rc;
 }
 
 /* ---------------------------------------------------------------- the raw-graph floors */
@@ -355,8 +355,8 @@ static unsigned char *read_output(struct host_model *hm, int64_t rows, size_t *b
 }
 
 /* Eager at the padded size, as the check's reference: the same kernels with the same arguments. */
-static int bitwise_equal(struct host_model *backend, struct host_model *eager, int64_t tokens,
-                         int64_t padded, const struct bench_opts *o) {
+int bench_bitwise_equal(struct host_model *backend, struct host_model *eager, int64_t tokens,
+                        int64_t padded, const struct bench_opts *o) {
   size_t nb = 0, ne = 0;
   unsigned char *b = read_output(backend, padded, &nb);
   struct bench_opts one = *o;
@@ -534,8 +534,8 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     goto out;
   }
   w->describe(ws, what, sizeof(what));
-  if (hm_open(&eager, w, ws, max_rows, &eager_cfg) != 0 ||
-      hm_open(&backend, w, ws, max_rows, &cfg) != 0)
+  if (bench_hm_open(&eager, w, ws, max_rows, &eager_cfg) != 0 ||
+      bench_hm_open(&backend, w, ws, max_rows, &cfg) != 0)
     goto out;
   cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking);
 
@@ -555,7 +555,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     r->capture_ms = (double)(s1.capture_ns - s0.capture_ns) / 1e6;
     r->instantiate_ms = (double)(s1.instantiate_ns - s0.instantiate_ns) / 1e6;
     r->graphs = s1.instantiations - s0.instantiations;
-    r->bitwise = bitwise_equal(&backend, &eager, r->tokens, r->bucket, o);
+    r->bitwise = bench_bitwise_equal(&backend, &eager, r->tokens, r->bucket, o);
     if (floor_build(&fl, w, ws, fs, r->bucket) != 0 ||
         floor_measure(&fl, w, ws, fs, r->tokens, 0, o, &r->floor_whole_us) != 0 ||
         floor_measure(&fl, w, ws, fs, r->tokens, 1, o, &r->floor_each_us) != 0) {

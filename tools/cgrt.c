@@ -18,9 +18,14 @@ static void usage(FILE *out) {
       "  buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
       "          [--dist exponential|linear|list] [--list 'A B ...']\n"
       "                            the inference token buckets, largest first\n"
+      "  buckets --histogram FILE --num-graphs K [--tp T] [--max-tokens N]\n"
+      "                            the K buckets that pad FILE's traffic least, against the\n"
+      "                            exponential and linear sets\n"
       "  bench [FILE] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST'] [--steps N]\n"
-      "        [--json]            a workload under the configured backend against eager\n"
-      "                            and the raw-graph floor (decode, chain: GPU)\n"
+      "        [--traffic FILE] [--json]\n"
+      "                            a workload under the configured backend against eager\n"
+      "                            and the raw-graph floor (decode, chain: GPU); --traffic:\n"
+      "                            replay a file of token counts through decode\n"
       "  version                   print the version\n");
 }
 

@@ -119,7 +119,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
           "                  [--steps N] [--warmup N] [--kernels N] [--calls N] [--ranks N]\n"
-          "                  [--timeout S] [--json]\n");
+          "                  [--timeout S] [--traffic FILE] [--json]\n");
 }
 
 /* Parses a space- or comma-separated list of positive token counts. */
@@ -165,6 +165,8 @@ int cmd_bench(int argc, char **argv) {
       o.ranks = atoi(argv[++i]);
     else if (strcmp(a, "--timeout") == 0 && val)
       o.timeout_s = atoi(argv[++i]);
+    else if (strcmp(a, "--traffic") == 0 && val)
+      o.traffic = argv[++i];
     else if (a[0] != '-' && !o.conf)
       o.conf = a;
     else {
@@ -183,6 +185,13 @@ int cmd_bench(int argc, char **argv) {
     fprintf(stderr, "cgrt bench: --tokens wants positive integers, at most %d\n", BENCH_MAX_TOKENS);
     return EXIT_UNUSABLE;
   }
+  if (o.traffic && strcmp(o.workload, "decode") != 0) {
+    fprintf(stderr, "cgrt bench: --traffic replays token counts through the decode workload; "
+                    "use --workload decode\n");
+    return EXIT_UNUSABLE;
+  }
+  if (o.traffic)
+    return bench_traffic(&bench_decode, &o);
   if (strcmp(o.workload, "decode") == 0)
     return bench_gpu(&bench_decode, &o);
   if (is_chain)
