@@ -68,6 +68,9 @@ int bench_train(const struct bench_opts *o);
  * each (ranks.c); the exit code. */
 int bench_cp(const struct bench_opts *o);
 
+/* 0 if a CUDA device is there; else says why not on stdout and returns EXIT_UNUSABLE. */
+int bench_no_device(void);
+
 /* The median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);
 

@@ -108,6 +108,29 @@ int bench_hm_open(struct host_model *hm, const struct bench_workload *w, void *w
   return rc;
 }
 
+/* An inference step of the host model: `tokens` real tokens, the static buffer declared. */
+static cgrt_step_desc hm_desc(struct host_model *hm, int64_t tokens) {
+  hm->stat = (cgrt_buffer){hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
+  return (cgrt_step_desc){.struct_size = sizeof(cgrt_step_desc),
+                          .phase = CGRT_PHASE_INFER,
+                          .tokens = tokens,
+                          .buffers = &hm->stat,
+                          .num_buffers = 1,
+                          .prepare = hm_prepare,
+                          .body = hm_body,
+                          .user = hm};
+}
+
+int bench_no_device(void) {
+  int n = 0;
+  cudaError_t ce = cudaGetDeviceCount(&n);
+  if (ce == cudaSuccess && n > 0)
+    return 0;
+  printf("cgrt bench: no CUDA device: %s\n",
+         ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+  return EXIT_UNUSABLE;
+}
+
 int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o, double *us) {
   cudaStream_t s = (cudaStream_t)st->stream;
   cudaEvent_t *ev = calloc((size_t)o->steps + 1, sizeof(*ev));
@@ -162,17 +185,8 @@ static int hm_step(void *arg, int timed) {
 /* Runs warm-up then timed steps of `tokens` real tokens (desc.tokens = step_tokens). */
 static int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
                       const struct bench_opts *o, struct measure *m) {
-  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
-  struct hm_stepper st = {.hm = hm,
-                          .desc = {.struct_size = sizeof(cgrt_step_desc),
-                                   .phase = CGRT_PHASE_INFER,
-                                   .tokens = step_tokens,
-                                   .buffers = &stat,
-                                   .num_buffers = 1,
-                                   .prepare = hm_prepare,
-                                   .body = hm_body,
-                                   .user = hm},
-                          .rep = {.struct_size = sizeof(cgrt_step_report)}};
+  struct hm_stepper st = {
+      .hm = hm, .desc = hm_desc(hm, step_tokens), .rep = {.struct_size = sizeof(cgrt_step_report)}};
   struct bench_stepper bs = {hm_step, &st, cgrt_stream(hm->rt)};
   hm->tokens = tokens;
   hm->prepare_ns = 0;
@@ -190,15 +204,7 @@ static int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens
 }
 
 int bench_hm_step(struct host_model *hm, int64_t tokens, cgrt_step_report *rep) {
-  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
-  cgrt_step_desc d = {.struct_size = sizeof(d),
-                      .phase = CGRT_PHASE_INFER,
-                      .tokens = tokens,
-                      .buffers = &stat,
-                      .num_buffers = 1,
-                      .prepare = hm_prepare,
-                      .body = hm_body,
-                      .user = hm};
+  cgrt_step_desc d = hm_desc(hm, tokens);
   hm->tokens = tokens;
   int rc = cgrt_step(hm->rt, &d, rep);
   if (rc != 0)
@@ -292,15 +298,7 @@ static int floor_measure(struct floor *f, const struct bench_workload *w, void *
  */
 static int hm_dispatch(struct host_model *hm, int64_t tokens, int n, double *us) {
   void *stream = cgrt_stream(hm->rt);
-  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
-  cgrt_step_desc d = {.struct_size = sizeof(d),
-                      .phase = CGRT_PHASE_INFER,
-                      .tokens = tokens,
-                      .buffers = &stat,
-                      .num_buffers = 1,
-                      .prepare = hm_prepare,
-                      .body = hm_body,
-                      .user = hm};
+  cgrt_step_desc d = hm_desc(hm, tokens);
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   double *t = calloc((size_t)n, sizeof(*t));
   int rc = 0;
@@ -478,13 +476,8 @@ static int memory_pass(struct host_model *hm, const int64_t *buckets, size_t nb,
 }
 
 int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
-  int n = 0;
-  cudaError_t ce = cudaGetDeviceCount(&n);
-  if (ce != cudaSuccess || n == 0) {
-    printf("cgrt bench: no CUDA device: %s\n",
-           ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+  if (bench_no_device())
     return EXIT_UNUSABLE;
-  }
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
                                     "log = warn\n";
   struct cgrt_config cfg = {0}, eager_cfg = {0};

@@ -28,6 +28,7 @@ struct host_model {
   void *buf;
   size_t row_bytes;
   int64_t max_rows;
+  cgrt_buffer stat; /* the static buffer the steps declare */
 };
 
 /* Opens a runtime from cfg (taking it over) and registers the workload's modules. */

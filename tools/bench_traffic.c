@@ -189,13 +189,8 @@ static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_di
 }
 
 int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
-  int ndev = 0;
-  cudaError_t ce = cudaGetDeviceCount(&ndev);
-  if (ce != cudaSuccess || ndev == 0) {
-    printf("cgrt bench: no CUDA device: %s\n",
-           ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+  if (bench_no_device())
     return EXIT_UNUSABLE;
-  }
   struct cgrt_config cfg = {0}, alt = {0}, eager_cfg = {0};
   struct traffic t = {0};
   struct host_model hm[3] = {{0}}, check_eager = {0};

@@ -149,13 +149,8 @@ static int same_state(struct train_host *a, struct train_host *b) {
 }
 
 int bench_train(const struct bench_opts *o) {
-  int ndev = 0;
-  cudaError_t ce = cudaGetDeviceCount(&ndev);
-  if (ce != cudaSuccess || ndev == 0) {
-    printf("cgrt bench: no CUDA device: %s\n",
-           ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+  if (bench_no_device())
     return EXIT_UNUSABLE;
-  }
   static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
                                     "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
   struct cgrt_config cfg = {0}, eager_cfg = {0};
