@@ -319,7 +319,7 @@ static void queue_launch(struct host_stream *s, const struct node_list *l) {
   for (size_t i = 0; i < l->n; i++) {
     struct node n = l->v[i];
     if (n.type == NODE_ALLOC || n.type == NODE_FREE)
-      continue; /* mapped at upload or launch: nothing to run */
+      continue; /* nothing to run: the memory was mapped at upload or launch */
     if (n.type == NODE_EVENT) {
       n.event->refs++;
       n.seq = ++n.event->records;
@@ -328,6 +328,14 @@ static void queue_launch(struct host_stream *s, const struct node_list *l) {
     }
     queue_put(s, &n);
   }
+  /* The graph's memory outlives the launch's work even if the executable goes first, as in
+     CUDA: a node after the launch holds each allocation until it has run. */
+  for (size_t i = 0; i < l->n; i++)
+    if (l->v[i].type == NODE_ALLOC) {
+      struct node hold = {.type = NODE_FREE, .block = l->v[i].block};
+      hold.block->refs++;
+      queue_put(s, &hold);
+    }
 }
 
 static void node_run(const struct node *n) {
@@ -745,7 +753,7 @@ static int host_exec_launch(struct cgrt_dev *dev, void *exec, void *stream) {
                           "launches (cudaErrorStreamCaptureUnsupported); the capture is "
                           "invalidated: capture the work itself, or launch outside the capture");
   }
-  if (queue_reserve(s, x->nodes.n))
+  if (queue_reserve(s, 2 * x->nodes.n))
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "exec_launch: out of host memory queueing work");
   exec_map(x);
   queue_launch(s, &x->nodes);
