@@ -68,8 +68,17 @@ int bench_train(const struct bench_opts *o);
  * each (ranks.c); the exit code. */
 int bench_cp(const struct bench_opts *o);
 
-/* 0 if a CUDA device is there; else says why not on stdout and returns EXIT_UNUSABLE. */
-int bench_no_device(void);
+/* 0 if a CUDA device is there; else `cmd` says why not on stdout and EXIT_UNUSABLE is returned. */
+int bench_no_device(const char *cmd);
+
+/*
+ * `cgrt plan`: builds every graph the configuration would build for the workload (the budget
+ * set aside, so the figures are unconstrained), then calls report with the runtime, its graphs
+ * live, a description of the workload and the configured memory_budget (0: none). The exit code.
+ */
+typedef int (*plan_report_fn)(cgrt_runtime *rt, const char *what, uint64_t budget, void *user);
+int plan_decode(const char *conf, plan_report_fn report, void *user);
+int plan_train(const char *conf, plan_report_fn report, void *user);
 
 /* The median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);

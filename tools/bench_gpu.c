@@ -121,12 +121,12 @@ static cgrt_step_desc hm_desc(struct host_model *hm, int64_t tokens) {
                           .user = hm};
 }
 
-int bench_no_device(void) {
+int bench_no_device(const char *cmd) {
   int n = 0;
   cudaError_t ce = cudaGetDeviceCount(&n);
   if (ce == cudaSuccess && n > 0)
     return 0;
-  printf("cgrt bench: no CUDA device: %s\n",
+  printf("%s: no CUDA device: %s\n", cmd,
          ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
   return EXIT_UNUSABLE;
 }
@@ -379,6 +379,7 @@ struct row {
   double floor_whole_us, floor_each_us;
   double capture_ms, instantiate_ms;
   uint64_t graphs;
+  uint64_t graph_bytes, graph_nodes; /* the live graphs' after this row (cgrt_stats) */
   int bitwise;
 };
 
@@ -404,11 +405,12 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
       printf("%s{\"tokens\":%lld,\"bucket\":%lld,\"eager_us\":%.2f,\"backend_us\":%.2f,"
              "\"speedup\":%.3f,\"floor_block_us\":%.2f,\"floor_layer_us\":%.2f,"
              "\"vs_floor\":%.4f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,\"graphs\":%llu,"
-             "\"bitwise\":%s}",
+             "\"graph_bytes\":%llu,\"graph_nodes\":%llu,\"bitwise\":%s}",
              i ? "," : "", (long long)r->tokens, (long long)r->bucket, r->eager.step_us,
              r->backend.step_us, r->eager.step_us / r->backend.step_us, r->floor_whole_us,
              r->floor_each_us, r->backend.step_us / (block ? r->floor_whole_us : r->floor_each_us),
              r->capture_ms, r->instantiate_ms, (unsigned long long)r->graphs,
+             (unsigned long long)r->graph_bytes, (unsigned long long)r->graph_nodes,
              r->bitwise ? "true" : "false");
     }
     printf("]}\n");
@@ -419,16 +421,18 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
   printf("median of %d steps after %d warm-up; floor = same work as raw graphs (block: one per "
          "step, layer: one per module)\n",
          o->steps, o->warmup);
-  printf("%6s %6s %10s %10s %8s %11s %11s %9s %10s %9s %6s %8s\n", "tokens", "bucket", "eager_us",
-         "cgrt_us", "speedup", "floor_blk", "floor_lay", "vs_floor", "capture_ms", "inst_ms",
-         "graphs", "bitwise");
+  printf("%6s %6s %10s %10s %8s %11s %11s %9s %10s %9s %6s %9s %7s %8s\n", "tokens", "bucket",
+         "eager_us", "cgrt_us", "speedup", "floor_blk", "floor_lay", "vs_floor", "capture_ms",
+         "inst_ms", "graphs", "graph_MiB", "nodes", "bitwise");
   for (int i = 0; i < n; i++) {
     struct row *r = &rows[i];
     double fl = block ? r->floor_whole_us : r->floor_each_us;
-    printf("%6lld %6lld %10.1f %10.1f %7.2fx %11.1f %11.1f %8.3fx %10.2f %9.2f %6llu %8s\n",
+    printf("%6lld %6lld %10.1f %10.1f %7.2fx %11.1f %11.1f %8.3fx %10.2f %9.2f %6llu %9.1f %7llu "
+           "%8s\n",
            (long long)r->tokens, (long long)r->bucket, r->eager.step_us, r->backend.step_us,
            r->eager.step_us / r->backend.step_us, r->floor_whole_us, r->floor_each_us,
            r->backend.step_us / fl, r->capture_ms, r->instantiate_ms, (unsigned long long)r->graphs,
+           (double)r->graph_bytes / MIB, (unsigned long long)r->graph_nodes,
            r->bitwise ? "equal" : "DIFFER");
   }
   printf("replay dispatch: %.3f us of host time per replayed graph (%s) above cudaGraphLaunch "
@@ -476,7 +480,7 @@ static int memory_pass(struct host_model *hm, const int64_t *buckets, size_t nb,
 }
 
 int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
-  if (bench_no_device())
+  if (bench_no_device("cgrt bench"))
     return EXIT_UNUSABLE;
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
                                     "log = warn\n";
@@ -548,6 +552,8 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     r->capture_ms = (double)(s1.capture_ns - s0.capture_ns) / 1e6;
     r->instantiate_ms = (double)(s1.instantiate_ns - s0.instantiate_ns) / 1e6;
     r->graphs = s1.instantiations - s0.instantiations;
+    r->graph_bytes = s1.graph_bytes;
+    r->graph_nodes = s1.graph_nodes;
     r->bitwise = bench_bitwise_equal(&backend, &eager, r->tokens, r->bucket, o);
     if (floor_build(&fl, w, ws, fs, r->bucket) != 0 ||
         floor_measure(&fl, w, ws, fs, r->tokens, 0, o, &r->floor_whole_us) != 0 ||
@@ -597,12 +603,70 @@ out:
   return status;
 }
 
+int plan_decode(const char *conf, plan_report_fn report, void *user) {
+  if (bench_no_device("cgrt plan"))
+    return EXIT_UNUSABLE;
+  static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
+                                    "log = warn\n";
+  struct cgrt_config cfg = {0};
+  int status = tool_load_config(conf, default_conf, "<plan default: local>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  cfg.view.driver = CGRT_DRIVER_CUDA;
+  uint64_t budget = cfg.view.memory_budget;
+  cfg.view.memory_budget = 0; /* every graph, unconstrained: the budget is judged against them */
+  const struct cgrt_config_view *v = &cfg.view;
+  int64_t *buckets = NULL;
+  size_t nb = 0;
+  char err[512], what[256] = "";
+  struct bench_opts o = {.workload = "decode", .steps = 1, .warmup = v->warmup_steps + 1};
+  void *ws = NULL;
+  struct host_model hm = {0};
+  if (cgrt__buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
+                          v->bucket_list_len, &buckets, &nb, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", err);
+    cgrt__config_free(&cfg);
+    return EXIT_INVALID;
+  }
+  status = EXIT_UNUSABLE;
+  int64_t max_rows = nb ? buckets[nb - 1] : 1;
+  cudaSetDevice(v->device);
+  if (bench_decode.create(&o, max_rows, &ws, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", err);
+    goto out;
+  }
+  bench_decode.describe(ws, what, sizeof(what));
+  if (bench_hm_open(&hm, &bench_decode, ws, max_rows, &cfg) != 0)
+    goto out;
+  /* Largest first, as [inference] capture = eager does: warm-up steps, then the capture. */
+  struct measure m;
+  for (size_t i = nb; i-- > 0;)
+    if (hm_measure(&hm, buckets[i], buckets[i], &o, &m) != 0)
+      goto out;
+  status = report(hm.rt, what, budget, user);
+out:
+  cgrt_close(hm.rt);
+  if (ws)
+    bench_decode.destroy(ws);
+  free(buckets);
+  cgrt__config_free(&cfg);
+  return status;
+}
+
 #else /* no CUDA */
 
 int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   (void)w;
   (void)o;
   printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
+  return EXIT_UNUSABLE;
+}
+
+int plan_decode(const char *conf, plan_report_fn report, void *user) {
+  (void)conf;
+  (void)report;
+  (void)user;
+  printf("cgrt plan: no CUDA device: cgrt was built without CUDA support\n");
   return EXIT_UNUSABLE;
 }
 

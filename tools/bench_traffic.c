@@ -189,7 +189,7 @@ static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_di
 }
 
 int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
-  if (bench_no_device())
+  if (bench_no_device("cgrt bench"))
     return EXIT_UNUSABLE;
   struct cgrt_config cfg = {0}, alt = {0}, eager_cfg = {0};
   struct traffic t = {0};

@@ -149,7 +149,7 @@ static int same_state(struct train_host *a, struct train_host *b) {
 }
 
 int bench_train(const struct bench_opts *o) {
-  if (bench_no_device())
+  if (bench_no_device("cgrt bench"))
     return EXIT_UNUSABLE;
   static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
                                     "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
@@ -233,10 +233,12 @@ int bench_train(const struct bench_opts *o) {
     printf("{\"workload\":\"train\",\"backend\":\"%s\",\"modules\":\"%s\",\"device\":\"%s\","
            "\"eager_us\":%.1f,\"backend_us\":%.1f,\"speedup\":%.3f,\"floor_whole_us\":%.1f,"
            "\"floor_scoped_us\":%.1f,\"vs_floor\":%.4f,\"capture_ms\":%.3f,"
-           "\"instantiate_ms\":%.3f,\"graphs\":%llu,\"graph_mem_mib\":%.1f,\"bitwise\":%s}\n",
+           "\"instantiate_ms\":%.3f,\"graphs\":%llu,\"graph_mem_mib\":%.1f,"
+           "\"graph_bytes\":%llu,\"graph_nodes\":%llu,\"bitwise\":%s}\n",
            impl, modules, prop.name, eager_us, backend_us, eager_us / backend_us, whole_us,
            scoped_us, vs, (double)st.capture_ns / 1e6, (double)st.instantiate_ns / 1e6,
            (unsigned long long)st.live_graphs, (double)st.graph_mem_reserved / (1 << 20),
+           (unsigned long long)st.graph_bytes, (unsigned long long)st.graph_nodes,
            bitwise ? "true" : "false");
   } else {
     printf("cgrt bench: workload train (%d layers x %d microbatches of %d tokens, d %d, %d "
@@ -246,13 +248,15 @@ int bench_train(const struct bench_opts *o) {
     printf("median of %d steps; floor: %s\n", o->steps,
            whole ? "the whole body as one raw graph"
                  : "one raw graph per call of a scoped module, the rest eager");
-    printf("%10s %10s %8s %12s %12s %9s %10s %9s %6s %10s %8s\n", "eager_us", "cgrt_us", "speedup",
-           "floor_whole", "floor_scoped", "vs_floor", "capture_ms", "inst_ms", "graphs",
-           "graph_MiB", "bitwise");
-    printf("%10.1f %10.1f %7.2fx %12.1f %12.1f %8.3fx %10.2f %9.2f %6llu %10.1f %8s\n", eager_us,
-           backend_us, eager_us / backend_us, whole_us, scoped_us, vs, (double)st.capture_ns / 1e6,
-           (double)st.instantiate_ns / 1e6, (unsigned long long)st.live_graphs,
-           (double)st.graph_mem_reserved / (1 << 20), bitwise ? "equal" : "DIFFER");
+    printf("%10s %10s %8s %12s %12s %9s %10s %9s %6s %10s %10s %7s %8s\n", "eager_us", "cgrt_us",
+           "speedup", "floor_whole", "floor_scoped", "vs_floor", "capture_ms", "inst_ms", "graphs",
+           "graph_MiB", "pool_MiB", "nodes", "bitwise");
+    printf("%10.1f %10.1f %7.2fx %12.1f %12.1f %8.3fx %10.2f %9.2f %6llu %10.1f %10.1f %7llu %8s\n",
+           eager_us, backend_us, eager_us / backend_us, whole_us, scoped_us, vs,
+           (double)st.capture_ns / 1e6, (double)st.instantiate_ns / 1e6,
+           (unsigned long long)st.live_graphs, (double)st.graph_bytes / (1 << 20),
+           (double)st.graph_mem_reserved / (1 << 20), (unsigned long long)st.graph_nodes,
+           bitwise ? "equal" : "DIFFER");
   }
   status = bitwise ? 0 : EXIT_INVALID;
 out:
@@ -266,11 +270,67 @@ out:
   return status;
 }
 
+int plan_train(const char *conf, plan_report_fn report, void *user) {
+  if (bench_no_device("cgrt plan"))
+    return EXIT_UNUSABLE;
+  static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
+                                    "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
+  struct cgrt_config cfg = {0};
+  int status = tool_load_config(conf, default_conf, "<plan default>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  cfg.view.driver = CGRT_DRIVER_CUDA;
+  uint64_t budget = cfg.view.memory_budget;
+  cfg.view.memory_budget = 0; /* every graph, unconstrained */
+  struct cgrt_config_view v = cfg.view;
+  char err[512], what[256];
+  cgrtk_train *t = NULL;
+  cgrt_runtime *rt = NULL;
+  struct train_host h;
+  status = EXIT_UNUSABLE;
+  cudaSetDevice(v.device);
+  if (train_create(&v, &t, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", err);
+    goto out;
+  }
+  if (cgrt__open_config(&rt, &cfg, NULL, NULL) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", cgrt_last_error(NULL));
+    goto out;
+  }
+  if (train_host_open(&h, t, rt) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", cgrt_last_error(rt));
+    goto out;
+  }
+  /* Warm-up steps, the capture step, and one more for keys first seen late. */
+  for (int i = 0; i < v.warmup_steps + 2; i++)
+    if (train_host_step(&h, NULL) != 0) {
+      fprintf(stderr, "cgrt plan: %s\n", cgrt_last_error(rt));
+      goto out;
+    }
+  const struct cgrtk_train_cfg *tc = cgrtk_train_config(t);
+  snprintf(what, sizeof(what), "%d layers x %d microbatches of %d tokens, d %d, %d experts, fp32",
+           tc->layers, tc->microbatches, tc->tokens, tc->d_model, tc->experts);
+  status = report(rt, what, budget, user);
+out:
+  cgrt_close(rt);
+  cgrtk_train_destroy(t);
+  cgrt__config_free(&cfg);
+  return status;
+}
+
 #else
 
 int bench_train(const struct bench_opts *o) {
   (void)o;
   printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
+  return EXIT_UNUSABLE;
+}
+
+int plan_train(const char *conf, plan_report_fn report, void *user) {
+  (void)conf;
+  (void)report;
+  (void)user;
+  printf("cgrt plan: no CUDA device: cgrt was built without CUDA support\n");
   return EXIT_UNUSABLE;
 }
 

@@ -132,6 +132,12 @@ static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void 
     cgrt__dev_fail(&rt->dev, CGRT_E_DEVICE, "instantiation failed (injected fault)");
     return dev_rc(rt, CGRT_E_DEVICE);
   }
+  if (injected(&rt->faults.instantiate_nomem)) {
+    *exec = NULL;
+    cgrt__dev_fail(&rt->dev, CGRT_E_NOMEM,
+                   "instantiation ran out of device memory (injected fault)");
+    return dev_rc(rt, CGRT_E_NOMEM);
+  }
   uint64_t t0 = cgrt__now_ns();
   int rc = DRV(rt)->graph_instantiate(DEV(rt), graph, exec);
   rt->stats.instantiate_ns += cgrt__now_ns() - t0;
@@ -284,6 +290,17 @@ int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const c
   rt->stats.fallbacks++;
   if (rt->rep)
     rt->rep->fallbacks++;
+  if (code == CGRT_E_NOMEM) {
+    /* Out of memory: say where graph memory stands, so the budget can be set from the line. */
+    char mem[512];
+    cgrt__mem_describe(rt, mem, sizeof(mem));
+    cgrt__fail(rt, code,
+               "capture of %s failed, running it eagerly: %s (%s; set [cuda_graph] "
+               "memory_budget below the memory left for graphs)",
+               what, why, mem);
+    cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
+    return code;
+  }
   cgrt__fail(rt, code, "capture of %s failed, running it eagerly: %s", what, why);
   cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
   return code;
@@ -294,10 +311,22 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   cgrt_runtime *rt = CGRT_RT(h);
   char why[sizeof(rt->err)];
   void *graph = NULL;
+  struct cgrt__mem_probe before, after;
+  size_t nodes = 0;
+  uint64_t alloc_bytes = 0;
   *exec = NULL;
+  rt->mem.build_valid = 0;
+  /* Memory is read around the whole build: a graph's pool memory is mapped at upload. */
+  cgrt__mem_probe(rt, &before);
+  uint64_t t0 = cgrt__now_ns();
   int rc = cgrt__record(rt, stream, fn, arg, why, sizeof(why), &graph);
   if (rc != 0)
     return cgrt__capture_fallback(rt, rc, what, why);
+  uint64_t t1 = cgrt__now_ns();
+  if (DRV(rt)->graph_node_count(DEV(rt), graph, &nodes) != 0)
+    nodes = 0;
+  if (DRV(rt)->graph_alloc_bytes(DEV(rt), graph, &alloc_bytes) != 0)
+    alloc_bytes = 0;
   rc = h_graph_instantiate(h, graph, exec);
   DRV(rt)->graph_destroy(DEV(rt), graph);
   if (rc != 0)
@@ -309,6 +338,9 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
     *exec = NULL;
     return cgrt__capture_fallback(rt, rc, what, why);
   }
+  uint64_t t2 = cgrt__now_ns();
+  cgrt__mem_probe(rt, &after);
+  cgrt__mem_build_done(rt, &before, &after, nodes, alloc_bytes, t1 - t0, t2 - t1);
   cgrt__log(rt, CGRT_LOG_DEBUG, "captured %s", what);
   return 0;
 }

@@ -577,18 +577,7 @@ CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
 }
 
 CGRT_API int cgrt_release_graphs(cgrt_runtime *rt) {
-  if (!rt)
-    return CGRT_E_INVAL;
-  if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_release_graphs: not allowed inside a step");
-  int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
-  if (rc != 0)
-    cgrt__fail(rt, rc, "cgrt_release_graphs: %s", rt->dev.err);
-  if (CGRT_BACKEND_HAS(rt->lib.vt, release)) {
-    int brc = rt->lib.vt->release(rt->be_state);
-    rc = rc ? rc : brc;
-  }
-  return rc;
+  return cgrt_release_graphs_ex(rt, NULL); /* graph_mem.c */
 }
 
 CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
@@ -603,6 +592,15 @@ CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
     s.graph_mem_used = used;
     s.graph_mem_reserved = reserved;
   }
+  s.graph_pool_bytes = rt->mem.pool;
+  s.graph_exec_bytes = rt->mem.exec;
+  s.graph_bytes = rt->mem.pool + rt->mem.exec;
+  s.graph_pool_idle = rt->mem.idle;
+  s.graph_bytes_peak = rt->mem.peak;
+  s.graph_nodes = rt->mem.nodes;
+  s.memory_budget = rt->cfg.view.memory_budget;
+  s.budget_eager = rt->mem.budget_eager;
+  s.budget_evictions = rt->mem.budget_evictions;
   if (CGRT_BACKEND_HAS(rt->lib.vt, stats)) {
     int rc = rt->lib.vt->stats(rt->be_state, &s);
     if (rc != 0)

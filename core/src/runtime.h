@@ -11,6 +11,7 @@
 #include "comm.h"
 #include "config.h"
 #include "driver.h"
+#include "graph_mem.h"
 #include "loader.h"
 
 struct cgrt_module {
@@ -34,6 +35,7 @@ struct cgrt_faults {
   int update;       /* the next in-place update is refused (CGRT_E_UPDATE) */
   int mem_alloc;    /* the next device allocation fails (CGRT_E_NOMEM: out of device memory) */
   int launch;       /* the next graph launch fails (CGRT_E_DEVICE) */
+  int instantiate_nomem; /* the next instantiation runs out of device memory (CGRT_E_NOMEM) */
 };
 
 struct cgrt_runtime {
@@ -74,6 +76,9 @@ struct cgrt_runtime {
 
   struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
   struct cgrt_faults faults;
+
+  struct cgrt__graph_mem mem;      /* graph memory ledger (graph_mem.c) */
+  struct cgrt_graph_cache *caches; /* every cache the backend created, for listings */
 };
 
 /* The runtime that lent the host API table h. */

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    1
+#define CGRT_HOST_API_MINOR    2
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -153,6 +153,9 @@ struct cgrt_config_view {
   int adapt_interval;    /* steps between two plans of the bucket set; >= 1 */
   int adapt_halflife;    /* steps after which a step's weight in the histogram has halved */
   double adapt_min_gain; /* fraction of the padded tokens a new set must save to be adopted */
+  /* -- appended in host API minor 2 -- */
+  uint64_t memory_budget; /* [cuda_graph] memory_budget in bytes; 0: no budget. The graph cache
+                             keeps its live graphs' memory under it (LRU eviction, else eager) */
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */

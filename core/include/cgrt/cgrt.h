@@ -250,6 +250,19 @@ typedef struct cgrt_stats {
   uint32_t num_buckets;    /* token buckets in force now */
   int64_t buckets[CGRT_STATS_MAX_BUCKETS]; /* the smallest min(num_buckets, 64) of them,
                                               ascending */
+  /* -- appended in 0.3: graph memory (cgrt_graph_list() has the figures per graph) -- */
+  uint64_t graph_bytes;      /* device memory of the live graphs: graph_pool_bytes +
+                                graph_exec_bytes, the sum of their cgrt_graph_info.bytes */
+  uint64_t graph_pool_bytes; /* graph memory pool charged to the live graphs */
+  uint64_t graph_exec_bytes; /* the live executables' own device memory */
+  uint64_t graph_pool_idle;  /* pool memory the driver still reserves for graphs that are gone
+                                (given back by cgrt_release_graphs or the budget's trims) */
+  uint64_t graph_bytes_peak; /* the highest graph_bytes + graph_pool_idle so far */
+  uint64_t graph_nodes;      /* nodes of the live graphs */
+  uint64_t memory_budget;    /* [cuda_graph] memory_budget in bytes; 0: no budget */
+  uint64_t budget_eager;     /* calls (or bodies) run eagerly because their graph did not fit */
+  uint64_t budget_evictions; /* executables evicted to make room under the budget (they are
+                                counted in evictions too) */
 } cgrt_stats;
 
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
@@ -368,10 +381,77 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
 CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm);
 
 /*
- * Waits for the stream, then frees every graph and executable the backend holds; later steps
+ * Waits for the stream, then frees every graph and executable the backend holds and gives the
+ * graph memory no graph uses any more back to the device (cudaDeviceGraphMemTrim); later steps
  * warm up and capture again. Call it before destroying NCCL communicators graphs refer to.
  */
 CGRT_API int cgrt_release_graphs(cgrt_runtime *rt);
+
+/* What cgrt_release_graphs_ex() freed. */
+typedef struct cgrt_release_report {
+  size_t struct_size;
+  uint64_t graphs;               /* executables freed */
+  uint64_t bytes;                /* their bytes (cgrt_graph_info.bytes summed) */
+  uint64_t nodes;                /* their nodes */
+  uint64_t pool_reserved_before; /* the driver's reserved graph memory before the release */
+  uint64_t pool_reserved_after;  /* and after it, once trimmed */
+} cgrt_release_report;
+
+/*
+ * cgrt_release_graphs(), telling what was freed in *report (may be NULL; set its struct_size).
+ * The pool figures are the driver's, device-wide.
+ * Errors: CGRT_E_INVAL, CGRT_E_STATE (inside a step), CGRT_E_DEVICE.
+ */
+CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *report);
+
+/* One live graph, as cgrt_graph_list() shows it. Owned by cgrt, valid during the callback. */
+typedef struct cgrt_graph_info {
+  size_t struct_size; /* how much of this struct the library fills: check before reading
+                         fields newer than your header's */
+  const char *name;   /* "layer3.attn fwd, infer, key 64", for tables */
+  const char *module; /* the module's name, or NULL for a graph of a whole step body */
+  cgrt_direction dir; /* of a module call */
+  int microbatch;     /* microbatch slot */
+  cgrt_phase phase;
+  uint64_t shape;           /* the call's key (args->key) or the step's token bucket */
+  uint64_t extra;           /* backend-defined: a bucket, a cp size... */
+  uint64_t bytes;           /* pool_bytes + exec_bytes: the device memory charged to it */
+  uint64_t pool_bytes;      /* growth of the driver's reserved graph memory (the pool) when it
+                               was captured, instantiated and uploaded, plus pool memory it
+                               shares with graphs freed since */
+  uint64_t pool_used_bytes; /* growth of the pool's used figure then */
+  uint64_t exec_bytes;      /* the executable's own device memory: the drop of free device
+                               memory over instantiate and upload beyond the pool's growth */
+  uint64_t alloc_bytes;     /* its stream-ordered allocations summed: its need if it shared no
+                               pool memory (graphs launched on one stream share it) */
+  uint64_t nodes;           /* nodes of the graph */
+  uint64_t capture_ns;      /* host time of its capture */
+  uint64_t instantiate_ns;  /* host time of its instantiation and upload */
+  uint64_t last_use;        /* index of the last step that captured or replayed it */
+  uint64_t replays;         /* replays since its capture */
+} cgrt_graph_info;
+
+/* Receives one graph; return 0 to go on, nonzero to stop the listing (returned by it). */
+typedef int (*cgrt_graph_fn)(void *user, const cgrt_graph_info *graph);
+
+/*
+ * Calls fn once per live executable of the runtime (every cache of its backend), in no set
+ * order. The figures are measured when the graph is built (see cgrt_graph_info); their sums are
+ * in cgrt_stats (graph_bytes...). Not inside a step. Returns 0, fn's first nonzero value, or
+ * CGRT_E_INVAL / CGRT_E_STATE.
+ */
+CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user);
+
+/*
+ * Stream-ordered device memory for a callback's temporaries: cudaMallocAsync / cudaFreeAsync on
+ * ctx->stream on the cuda driver. Allocated and freed inside a captured call, the memory belongs
+ * to the graph (the driver maps it from its graph memory pool and shares it between graphs
+ * launched on one stream) and is accounted per graph. The host driver models the same with host
+ * memory. Free it on the same ctx's stream, in the same callback when it is captured.
+ * Errors: CGRT_E_INVAL, CGRT_E_NOMEM, CGRT_E_DEVICE.
+ */
+CGRT_API int cgrt_alloc_async(const cgrt_ctx *ctx, size_t bytes, void **ptr);
+CGRT_API int cgrt_free_async(const cgrt_ctx *ctx, void *ptr);
 
 /* Copies the runtime's counters into *out (set out->struct_size first). */
 CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out);
