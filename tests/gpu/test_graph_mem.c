@@ -24,9 +24,11 @@
 
 #include "cgrt/cgrt.h"
 
-#define MODS    2
-#define UNIT    (256u << 10) /* temporary bytes per token: bucket 128 takes 32 MiB */
-#define OUT     16           /* bytes each module writes */
+#define MODS 2
+/* temporary bytes per token: bucket 128 takes 512 MiB, so that half the unconstrained pool holds
+   several buckets whatever granularity the driver reserves graph memory in */
+#define UNIT    (4u << 20)
+#define OUT     16 /* bytes each module writes */
 #define BUCKETS "1 2 4 8 16 32 64 128"
 
 static const int64_t buckets[] = {1, 2, 4, 8, 16, 32, 64, 128};
