@@ -16,9 +16,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "buckets.h"
-#include "config.h"
-#include "runtime.h"
 #include "tool.h"
 
 #ifdef CGRT_HAVE_CUDA
@@ -65,11 +62,11 @@ double bench_median(double *v, int n) {
 
 static int hm_prepare(const cgrt_ctx *ctx, void *user) {
   struct host_model *hm = user;
-  uint64_t t0 = cgrt__now_ns();
+  uint64_t t0 = cgrt_tool_now_ns();
   /* The real tokens: the host's count, or fewer when cgrt prepares a smaller bucket. */
   int64_t tokens = hm->tokens < ctx->tokens ? hm->tokens : ctx->tokens;
   int rc = hm->w->stage(hm->ws, tokens, ctx->padded_tokens, ctx->stream);
-  hm->prepare_ns += cgrt__now_ns() - t0;
+  hm->prepare_ns += cgrt_tool_now_ns() - t0;
   return rc;
 }
 
@@ -94,14 +91,15 @@ static int hm_body(const cgrt_ctx *ctx, void *user) {
   return 0;
 }
 
+/* cfg is consumed. */
 static int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws,
-                   int64_t max_rows, struct cgrt_config *cfg) {
+                   int64_t max_rows, cgrt_tool_config *cfg) {
   memset(hm, 0, sizeof(*hm));
   hm->w = w;
   hm->ws = ws;
   hm->max_rows = max_rows;
   hm->buf = w->buffer(ws, &hm->row_bytes);
-  int rc = cgrt__open_config(&hm->rt, cfg, NULL, NULL);
+  int rc = cgrt_tool_open(&hm->rt, cfg, NULL, NULL);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
     return rc;
@@ -324,13 +322,13 @@ static int floor_dispatch(struct floor *f, cudaStream_t s, int per_module, int n
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) {
     cudaStreamSynchronize(s);
-    uint64_t t0 = cgrt__now_ns();
+    uint64_t t0 = cgrt_tool_now_ns();
     if (per_module)
       for (int m = 0; m < f->n && rc == 0; m++)
         rc = cudaGraphLaunch(f->each[m], s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
     else
       rc = cudaGraphLaunch(f->whole, s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
-    t[i] = (double)(cgrt__now_ns() - t0) / 1e3;
+    t[i] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
   }
   cudaStreamSynchronize(s);
   if (rc == 0)
@@ -466,7 +464,7 @@ static int memory_pass(struct host_model *hm, const int64_t *buckets, size_t nb,
   for (size_t i = nb; i-- > 0;) {
     if (buckets[i] > hm->max_rows)
       continue;
-    few.warmup = hm->rt->cfg.view.warmup_steps + 1;
+    few.warmup = cgrt_tool_view(hm->rt)->warmup_steps + 1;
     int rc = hm_measure(hm, buckets[i], buckets[i], &few, &m);
     if (rc != 0)
       return rc;
@@ -487,26 +485,26 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   }
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
                                     "log = warn\n";
-  struct cgrt_config cfg = {0}, eager_cfg = {0};
+  cgrt_tool_config *cfg = NULL, *eager_cfg = NULL;
   int status = tool_load_config(o->conf, default_conf, "<bench default: local>", &cfg, 0);
   if (status != EXIT_VALID)
     return status;
-  cfg.view.driver = CGRT_DRIVER_CUDA;
-  int device = cfg.view.device;
-  if (tool_eager_config(&cfg, &eager_cfg) != EXIT_VALID) {
-    cgrt__config_free(&cfg);
+  cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
+  const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  int device = v->device;
+  if (tool_eager_config(v, &eager_cfg) != EXIT_VALID) {
+    cgrt_tool_config_free(cfg);
     return EXIT_UNUSABLE;
   }
 
   int64_t *buckets = NULL;
   size_t nb = 0;
   char err[512];
-  const struct cgrt_config_view *v = &cfg.view;
-  if (cgrt__buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
-                          v->bucket_list_len, &buckets, &nb, err, sizeof(err)) != 0) {
+  if (cgrt_tool_buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
+                              v->bucket_list_len, &buckets, &nb, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt bench: %s\n", err);
-    cgrt__config_free(&cfg);
-    cgrt__config_free(&eager_cfg);
+    cgrt_tool_config_free(cfg);
+    cgrt_tool_config_free(eager_cfg);
     return EXIT_INVALID;
   }
   int64_t max_rows = nb ? buckets[nb - 1] : 1;
@@ -523,10 +521,12 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   struct floor fl = {0};
   cudaStream_t fs = NULL;
   char what[256] = "";
-  struct cgrt_config_view shown = cfg.view;
+  /* The view goes with the configuration when the runtime opens: what the table shows, kept. */
+  struct cgrt_config_view shown = *v;
   char impl[256];
   snprintf(impl, sizeof(impl), "%s", v->impl);
   shown.impl = impl;
+  v = NULL;
   status = EXIT_UNUSABLE;
   int rc = w->create(o, max_rows, &ws, err, sizeof(err));
   if (rc != 0) {
@@ -534,8 +534,15 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     goto out;
   }
   w->describe(ws, what, sizeof(what));
-  if (hm_open(&eager, w, ws, max_rows, &eager_cfg) != 0 ||
-      hm_open(&backend, w, ws, max_rows, &cfg) != 0)
+  cgrt_tool_config *bcfg = cfg;
+  cfg = NULL; /* consumed below, opened or not */
+  int orc = hm_open(&eager, w, ws, max_rows, eager_cfg);
+  eager_cfg = NULL;
+  if (orc == 0)
+    orc = hm_open(&backend, w, ws, max_rows, bcfg);
+  else
+    cgrt_tool_config_free(bcfg);
+  if (orc != 0)
     goto out;
   cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking);
 
@@ -598,9 +605,9 @@ out:
   cgrt_close(eager.rt);
   if (ws)
     w->destroy(ws);
-  free(buckets);
-  cgrt__config_free(&cfg);
-  cgrt__config_free(&eager_cfg);
+  cgrt_tool_free(buckets);
+  cgrt_tool_config_free(cfg);
+  cgrt_tool_config_free(eager_cfg);
   return status;
 }
 

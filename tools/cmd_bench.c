@@ -15,8 +15,6 @@
 #include <string.h>
 
 #include "cgrt/cgrt.h"
-#include "config.h"
-#include "runtime.h"
 #include "bench.h"
 #include "tool.h"
 
@@ -45,16 +43,16 @@ static cgrt_module_fn volatile direct_fn = noop_module;
 static int dispatch_body(const cgrt_ctx *ctx, void *user) {
   struct dispatch *d = user;
   cgrt_args a = {.struct_size = sizeof(a), .key = 1};
-  uint64_t t0 = cgrt__now_ns();
+  uint64_t t0 = cgrt_tool_now_ns();
   for (long i = 0; i < d->calls; i++) {
     int rc = cgrt_forward(d->rt, d->m, ctx, &a);
     if (rc)
       return rc;
   }
-  uint64_t t1 = cgrt__now_ns();
+  uint64_t t1 = cgrt_tool_now_ns();
   for (long i = 0; i < d->calls; i++)
     direct_fn(ctx, &a, d);
-  uint64_t t2 = cgrt__now_ns();
+  uint64_t t2 = cgrt_tool_now_ns();
   d->ns_cgrt[d->rep] = (double)(t1 - t0) / (double)d->calls;
   d->ns_direct[d->rep] = (double)(t2 - t1) / (double)d->calls;
   return 0;
@@ -70,12 +68,14 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
-static int bench_dispatch(struct cgrt_config *cfg, long calls, int json) {
+/* cfg is consumed. */
+static int bench_dispatch(cgrt_tool_config *cfg, long calls, int json) {
   struct dispatch d = {.calls = calls};
-  cfg->view.driver = CGRT_DRIVER_HOST;
-  cfg->view.bind_cpu = 0;
-  cfg->view.log_level = CGRT_LOG_WARN;
-  int rc = cgrt__open_config(&d.rt, cfg, NULL, NULL);
+  struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  v->driver = CGRT_DRIVER_HOST;
+  v->bind_cpu = 0;
+  v->log_level = CGRT_LOG_WARN;
+  int rc = cgrt_tool_open(&d.rt, cfg, NULL, NULL);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
     return EXIT_UNUSABLE;
@@ -196,10 +196,9 @@ int cmd_bench(int argc, char **argv) {
             o.workload);
     return EXIT_UNUSABLE;
   }
-  struct cgrt_config cfg = {0};
-  int status = tool_load_config(o.conf, cgrt__default_config, "<default>", &cfg, 0);
+  cgrt_tool_config *cfg = NULL;
+  int status = tool_load_config(o.conf, cgrt_tool_default_config(), "<default>", &cfg, 0);
   if (status == EXIT_VALID)
-    status = bench_dispatch(&cfg, calls, o.json);
-  cgrt__config_free(&cfg);
+    status = bench_dispatch(cfg, calls, o.json);
   return status;
 }

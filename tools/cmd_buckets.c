@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buckets.h"
-#include "config.h"
 #include "tool.h"
 
 #define MAX_LIST 1024
@@ -49,28 +47,32 @@ static void usage(void) {
 }
 
 int cmd_buckets(int argc, char **argv) {
-  struct cgrt_config cfg = {0};
-  cgrt__config_defaults(&cfg);
-  int status = EXIT_UNUSABLE;
+  cgrt_tool_config *cfg = NULL;
+  int status = tool_load_config(NULL, "", "<defaults>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  status = EXIT_UNUSABLE;
   int64_t list[MAX_LIST];
   size_t list_len = 0;
   int have_list = 0, dist_given = 0;
-  int64_t max = cfg.view.max_tokens, graphs = cfg.view.num_graphs, tp = cfg.view.tp_size;
-  cgrt_bucket_dist dist = cfg.view.buckets;
+  int64_t max = v->max_tokens, graphs = v->num_graphs, tp = v->tp_size;
+  cgrt_bucket_dist dist = v->buckets;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (a[0] != '-') {
-      cgrt__config_free(&cfg);
-      memset(&cfg, 0, sizeof(cfg));
+      cgrt_tool_config_free(cfg);
+      cfg = NULL;
       status = tool_load_config(a, NULL, NULL, &cfg, 0);
       if (status != EXIT_VALID)
         goto out;
       status = EXIT_UNUSABLE;
-      max = cfg.view.max_tokens;
-      graphs = cfg.view.num_graphs;
-      tp = cfg.view.tp_size;
-      dist = cfg.view.buckets;
+      v = cgrt_tool_config_view(cfg);
+      max = v->max_tokens;
+      graphs = v->num_graphs;
+      tp = v->tp_size;
+      dist = v->buckets;
       continue;
     }
     if (!val) {
@@ -107,8 +109,8 @@ int cmd_buckets(int argc, char **argv) {
   }
   if (have_list && !dist_given)
     dist = CGRT_BUCKETS_LIST; /* --list alone means a list */
-  const int64_t *lp = have_list ? list : cfg.view.bucket_list;
-  size_t ln = have_list ? list_len : cfg.view.bucket_list_len;
+  const int64_t *lp = have_list ? list : v->bucket_list;
+  size_t ln = have_list ? list_len : v->bucket_list_len;
   if (graphs > 1000000 || tp > 1000000 || graphs < -1000000 || tp < -1000000) {
     fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be below one million\n");
     goto out;
@@ -116,17 +118,17 @@ int cmd_buckets(int argc, char **argv) {
   int64_t *sizes = NULL;
   size_t n = 0;
   char err[512];
-  if (cgrt__buckets_build(dist, max, (int)graphs, (int)tp, lp, ln, &sizes, &n, err, sizeof(err)) !=
-      0) {
+  if (cgrt_tool_buckets_build(dist, max, (int)graphs, (int)tp, lp, ln, &sizes, &n, err,
+                              sizeof(err)) != 0) {
     fprintf(stderr, "cgrt buckets: %s\n", err);
     status = EXIT_INVALID;
     goto out;
   }
   for (size_t i = n; i-- > 0;)
     printf("%lld%s", (long long)sizes[i], i ? " " : "\n");
-  free(sizes);
+  cgrt_tool_free(sizes);
   status = 0;
 out:
-  cgrt__config_free(&cfg);
+  cgrt_tool_config_free(cfg);
   return status;
 }
