@@ -19,46 +19,9 @@
 #include "tool.h"
 
 #ifdef CGRT_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "bench_gpu.h"
 
 #define MIB (1024.0 * 1024.0)
-
-/* One runtime driving the workload: what a host application holds. */
-struct host_model {
-  cgrt_runtime *rt;
-  const struct bench_workload *w;
-  void *ws;
-  int num_modules;
-  cgrt_module *mods[BENCH_MAX_MODULES];
-  struct module_ref {
-    struct host_model *hm;
-    int index;
-  } refs[BENCH_MAX_MODULES];
-  int64_t tokens; /* the step's real token count; prepare pads to ctx->padded_tokens */
-  uint64_t prepare_ns;
-  void *buf;
-  size_t row_bytes;
-  int64_t max_rows;
-};
-
-struct measure {
-  double step_us;    /* median interval between steps */
-  double host_us;    /* mean host time in cgrt_step */
-  double prepare_us; /* mean host time in prepare */
-  int64_t padded;    /* the bucket the steps ran at */
-  cgrt_mode mode;    /* the last step's mode */
-  uint32_t calls;    /* module calls of the last step */
-};
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-double bench_median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static int hm_prepare(const cgrt_ctx *ctx, void *user) {
   struct host_model *hm = user;
@@ -91,9 +54,8 @@ static int hm_body(const cgrt_ctx *ctx, void *user) {
   return 0;
 }
 
-/* cfg is consumed. */
-static int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws,
-                   int64_t max_rows, cgrt_tool_config *cfg) {
+int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws, int64_t max_rows,
+            cgrt_tool_config *cfg) {
   memset(hm, 0, sizeof(*hm));
   hm->w = w;
   hm->ws = ws;
@@ -123,98 +85,67 @@ static int hm_open(struct host_model *hm, const struct bench_workload *w, void *
   return rc;
 }
 
-int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o, double *us) {
-  cudaStream_t s = (cudaStream_t)st->stream;
-  cudaEvent_t *ev = calloc((size_t)o->steps + 1, sizeof(*ev));
-  double *dt = calloc((size_t)o->steps, sizeof(*dt));
-  int rc = ev && dt ? 0 : CGRT_E_NOMEM;
-  for (int i = 0; rc == 0 && i <= o->steps; i++)
-    cudaEventCreate(&ev[i]);
-  for (int i = 0; i < o->warmup && rc == 0; i++)
-    rc = st->step(st->arg, 0);
-  for (int i = 0; i < o->steps && rc == 0; i++) {
-    cudaEventRecord(ev[i], s);
-    rc = st->step(st->arg, 1);
-  }
-  if (rc == 0) {
-    cudaEventRecord(ev[o->steps], s);
-    if (cudaEventSynchronize(ev[o->steps]) != cudaSuccess)
-      rc = CGRT_E_DEVICE;
-  }
-  for (int i = 0; i < o->steps && rc == 0; i++) {
-    float ms = 0;
-    cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
-    dt[i] = ms * 1e3;
-  }
-  if (rc == 0)
-    *us = bench_median(dt, o->steps);
-  for (int i = 0; ev && dt && i <= o->steps; i++)
-    cudaEventDestroy(ev[i]);
-  free(ev);
-  free(dt);
-  return rc;
-}
-
-/* One cgrt step of a host model; timed steps add to the host-time sums. */
-struct hm_stepper {
-  struct host_model *hm;
-  cgrt_step_desc desc;
-  cgrt_step_report rep;
-  uint64_t host_ns;
-};
-
-static int hm_step(void *arg, int timed) {
+int hm_step(void *arg, int timed) {
   struct hm_stepper *st = arg;
   uint64_t prepared = st->hm->prepare_ns;
   int rc = cgrt_step(st->hm->rt, &st->desc, &st->rep);
-  if (timed)
+  if (timed) {
     st->host_ns += st->rep.host_ns;
-  else /* warm-up preparation does not count */
+    st->timed++;
+  } else { /* warm-up preparation does not count */
     st->hm->prepare_ns = prepared;
+  }
   return rc;
 }
 
-/* Runs warm-up then timed steps of `tokens` real tokens (desc.tokens = step_tokens). */
-static int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
-                      const struct bench_opts *o, struct measure *m) {
-  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
-  struct hm_stepper st = {.hm = hm,
-                          .desc = {.struct_size = sizeof(cgrt_step_desc),
-                                   .phase = CGRT_PHASE_INFER,
-                                   .tokens = step_tokens,
-                                   .buffers = &stat,
-                                   .num_buffers = 1,
-                                   .prepare = hm_prepare,
-                                   .body = hm_body,
-                                   .user = hm},
-                          .rep = {.struct_size = sizeof(cgrt_step_report)}};
-  struct bench_stepper bs = {hm_step, &st, cgrt_stream(hm->rt)};
+void hm_stepper_init(struct hm_stepper *st, struct host_model *hm, int64_t tokens,
+                     int64_t step_tokens) {
+  memset(st, 0, sizeof(*st));
+  st->hm = hm;
+  st->stat = (cgrt_buffer){hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
+  st->desc = (cgrt_step_desc){.struct_size = sizeof(cgrt_step_desc),
+                              .phase = CGRT_PHASE_INFER,
+                              .tokens = step_tokens,
+                              .buffers = &st->stat,
+                              .num_buffers = 1,
+                              .prepare = hm_prepare,
+                              .body = hm_body,
+                              .user = hm};
+  st->rep.struct_size = sizeof(cgrt_step_report);
+  st->bs = (struct bench_stepper){hm_step, st, cgrt_stream(hm->rt)};
   hm->tokens = tokens;
   hm->prepare_ns = 0;
-  int rc = bench_time_steps(&bs, o, &m->step_us);
+}
+
+void hm_stepper_result(const struct hm_stepper *st, double step_us, struct measure *m) {
+  const double n = st->timed > 0 ? (double)st->timed : 1.0;
+  m->step_us = step_us;
+  m->host_us = (double)st->host_ns / 1e3 / n;
+  m->prepare_us = (double)st->hm->prepare_ns / 1e3 / n;
+  m->padded = st->rep.padded_tokens;
+  m->mode = st->rep.mode;
+  m->calls = st->rep.calls_eager + st->rep.calls_captured + st->rep.calls_replayed;
+}
+
+int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
+               const struct bench_opts *o, struct measure *m) {
+  struct hm_stepper st;
+  hm_stepper_init(&st, hm, tokens, step_tokens);
+  double us = 0;
+  int rc = bench_time_steps(&st.bs, o, &us);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(hm->rt));
     return rc;
   }
-  m->host_us = (double)st.host_ns / 1e3 / o->steps;
-  m->prepare_us = (double)hm->prepare_ns / 1e3 / o->steps;
-  m->padded = st.rep.padded_tokens;
-  m->mode = st.rep.mode;
-  m->calls = st.rep.calls_eager + st.rep.calls_captured + st.rep.calls_replayed;
+  hm_stepper_result(&st, us, m);
   return 0;
 }
 
 /* ---------------------------------------------------------------- the raw-graph floors */
 
-struct floor {
-  cudaGraphExec_t whole;                   /* every module in one graph */
-  cudaGraphExec_t each[BENCH_MAX_MODULES]; /* one graph per module */
-  int n;
-  int64_t rows;
-};
-
 static int floor_capture(const struct bench_workload *w, void *ws, cudaStream_t s, int first,
-                         int last, int64_t rows, cudaGraphExec_t *exec) {
+                         int last, int64_t rows, cudaGraphExec_t *exec, floor_graph_fn fn,
+                         void *user, int per_module) {
   cudaGraph_t g = NULL;
   if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
     return CGRT_E_DEVICE;
@@ -225,24 +156,26 @@ static int floor_capture(const struct bench_workload *w, void *ws, cudaStream_t 
   if (rc != 0 || e != cudaSuccess)
     return CGRT_E_CAPTURE;
   e = cudaGraphInstantiateWithFlags(exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+  if (fn && e == cudaSuccess)
+    fn(user, per_module, g, *exec);
   cudaGraphDestroy(g);
   if (e == cudaSuccess) /* as cgrt does after instantiating */
     e = cudaGraphUpload(*exec, s);
   return e == cudaSuccess ? 0 : CGRT_E_DEVICE;
 }
 
-static int floor_build(struct floor *f, const struct bench_workload *w, void *ws, cudaStream_t s,
-                       int64_t rows) {
+int floor_build(struct floor *f, const struct bench_workload *w, void *ws, cudaStream_t s,
+                int64_t rows, floor_graph_fn fn, void *user) {
   memset(f, 0, sizeof(*f));
   f->n = w->num_modules(ws);
   f->rows = rows;
-  int rc = floor_capture(w, ws, s, 0, f->n - 1, rows, &f->whole);
+  int rc = floor_capture(w, ws, s, 0, f->n - 1, rows, &f->whole, fn, user, 0);
   for (int i = 0; i < f->n && rc == 0; i++)
-    rc = floor_capture(w, ws, s, i, i, rows, &f->each[i]);
+    rc = floor_capture(w, ws, s, i, i, rows, &f->each[i], fn, user, 1);
   return rc;
 }
 
-static void floor_free(struct floor *f) {
+void floor_free(struct floor *f) {
   if (f->whole)
     cudaGraphExecDestroy(f->whole);
   for (int i = 0; i < f->n; i++)
@@ -251,17 +184,7 @@ static void floor_free(struct floor *f) {
   memset(f, 0, sizeof(*f));
 }
 
-/* One step of the floor: stage eagerly (as prepare does), then the raw graph(s). */
-struct floor_stepper {
-  struct floor *f;
-  const struct bench_workload *w;
-  void *ws;
-  cudaStream_t s;
-  int64_t tokens;
-  int per_module;
-};
-
-static int floor_step(void *arg, int timed) {
+int floor_step(void *arg, int timed) {
   (void)timed;
   struct floor_stepper *st = arg;
   struct floor *f = st->f;
@@ -272,14 +195,6 @@ static int floor_step(void *arg, int timed) {
   else if (rc == 0)
     rc = cudaGraphLaunch(f->whole, st->s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
   return rc;
-}
-
-static int floor_measure(struct floor *f, const struct bench_workload *w, void *ws, cudaStream_t s,
-                         int64_t tokens, int per_module, const struct bench_opts *o,
-                         double *step_us) {
-  struct floor_stepper st = {f, w, ws, s, tokens, per_module};
-  struct bench_stepper bs = {floor_step, &st, s};
-  return bench_time_steps(&bs, o, step_us);
 }
 
 /* ---------------------------------------------------------------- host dispatch cost */
@@ -352,15 +267,22 @@ static unsigned char *read_output(struct host_model *hm, int64_t rows, size_t *b
   return out;
 }
 
-/* Eager at the padded size, as the check's reference: the same kernels with the same arguments. */
+/*
+ * One more backend step (the floors share the workload's buffers and ran last), its output
+ * against eager at the padded size, the check's reference: the same kernels with the same
+ * arguments.
+ */
 static int bitwise_equal(struct host_model *backend, struct host_model *eager, int64_t tokens,
                          int64_t padded, const struct bench_opts *o) {
   size_t nb = 0, ne = 0;
-  unsigned char *b = read_output(backend, padded, &nb);
   struct bench_opts one = *o;
   one.warmup = 0;
+  one.warmup_ms = 0;
   one.steps = 1;
   struct measure m;
+  if (hm_measure(backend, tokens, tokens, &one, &m) != 0)
+    return 0;
+  unsigned char *b = read_output(backend, padded, &nb);
   int ok = 0;
   if (b && hm_measure(eager, tokens, padded, &one, &m) == 0) {
     unsigned char *e = read_output(eager, padded, &ne);
@@ -416,9 +338,10 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
   }
   printf("cgrt bench: workload %s (%s), backend %s (scope %s), %s\n", o->workload, what, v->impl,
          scope_of(v), device);
-  printf("median of %d steps after %d warm-up; floor = same work as raw graphs (block: one per "
+  printf("median of %d steps after %d warm-up steps and %d ms; cgrt and both floors timed in "
+         "turn in %d blocks (same GPU conditions); floor = same work as raw graphs (block: one per "
          "step, layer: one per module)\n",
-         o->steps, o->warmup);
+         o->steps, o->warmup, o->warmup_ms, o->blocks);
   printf("%6s %6s %10s %10s %8s %11s %11s %9s %10s %9s %6s %8s\n", "tokens", "bucket", "eager_us",
          "cgrt_us", "speedup", "floor_blk", "floor_lay", "vs_floor", "capture_ms", "inst_ms",
          "graphs", "bitwise");
@@ -459,6 +382,7 @@ static int memory_pass(struct host_model *hm, const int64_t *buckets, size_t nb,
   cudaDeviceGraphMemTrim(device);
   struct bench_opts few = *o;
   few.steps = 1;
+  few.warmup_ms = 0;
   struct measure m;
   *one = 0;
   for (size_t i = nb; i-- > 0;) {
@@ -472,6 +396,51 @@ static int memory_pass(struct host_model *hm, const int64_t *buckets, size_t nb,
       *one = (double)reserved_graph_mem(device);
   }
   *all = (double)reserved_graph_mem(device);
+  return 0;
+}
+
+/*
+ * The figures of one row: eager alone first (its long, mostly idle GPU time must not precede the
+ * others alone), then the backend and both floors interleaved in blocks (bench_time_blocks), so
+ * that they run under the same GPU conditions, then the bitwise check. The floors are built at
+ * the bucket one backend step reports; fl holds them afterwards (for the dispatch figures).
+ */
+static int measure_row(struct host_model *backend, struct host_model *eager, struct floor *fl,
+                       cudaStream_t fs, struct row *r, const struct bench_opts *o) {
+  if (hm_measure(eager, r->tokens, r->tokens, o, &r->eager) != 0)
+    return -1;
+  cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
+  cgrt_stats_get(backend->rt, &s0);
+  struct bench_opts one = *o;
+  one.warmup = 0;
+  one.warmup_ms = 0;
+  one.steps = 1;
+  struct measure probe;
+  if (hm_measure(backend, r->tokens, r->tokens, &one, &probe) != 0)
+    return -1;
+  r->bucket = probe.padded;
+  if (floor_build(fl, backend->w, backend->ws, fs, r->bucket, NULL, NULL) != 0) {
+    fprintf(stderr, "cgrt bench: capturing the raw-graph floor failed\n");
+    return -1;
+  }
+  struct hm_stepper hs;
+  hm_stepper_init(&hs, backend, r->tokens, r->tokens);
+  struct floor_stepper whole = {fl, backend->w, backend->ws, fs, r->tokens, 0};
+  struct floor_stepper each = {fl, backend->w, backend->ws, fs, r->tokens, 1};
+  struct bench_stepper st[3] = {hs.bs, {floor_step, &whole, fs}, {floor_step, &each, fs}};
+  double us[3] = {0};
+  if (bench_time_blocks(st, 3, o, us) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(backend->rt));
+    return -1;
+  }
+  hm_stepper_result(&hs, us[0], &r->backend);
+  r->floor_whole_us = us[1];
+  r->floor_each_us = us[2];
+  cgrt_stats_get(backend->rt, &s1);
+  r->capture_ms = (double)(s1.capture_ns - s0.capture_ns) / 1e6;
+  r->instantiate_ms = (double)(s1.instantiate_ns - s0.instantiate_ns) / 1e6;
+  r->graphs = s1.instantiations - s0.instantiations;
+  r->bitwise = bitwise_equal(backend, eager, r->tokens, r->bucket, o);
   return 0;
 }
 
@@ -552,23 +521,8 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     struct row *r = &rows[i];
     memset(r, 0, sizeof(*r));
     r->tokens = o->tokens[i];
-    cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
-    cgrt_stats_get(backend.rt, &s0);
-    if (hm_measure(&backend, r->tokens, r->tokens, o, &r->backend) != 0 ||
-        hm_measure(&eager, r->tokens, r->tokens, o, &r->eager) != 0)
+    if (measure_row(&backend, &eager, &fl, fs, r, o) != 0)
       goto out;
-    cgrt_stats_get(backend.rt, &s1);
-    r->bucket = r->backend.padded;
-    r->capture_ms = (double)(s1.capture_ns - s0.capture_ns) / 1e6;
-    r->instantiate_ms = (double)(s1.instantiate_ns - s0.instantiate_ns) / 1e6;
-    r->graphs = s1.instantiations - s0.instantiations;
-    r->bitwise = bitwise_equal(&backend, &eager, r->tokens, r->bucket, o);
-    if (floor_build(&fl, w, ws, fs, r->bucket) != 0 ||
-        floor_measure(&fl, w, ws, fs, r->tokens, 0, o, &r->floor_whole_us) != 0 ||
-        floor_measure(&fl, w, ws, fs, r->tokens, 1, o, &r->floor_each_us) != 0) {
-      fprintf(stderr, "cgrt bench: capturing the raw-graph floor failed\n");
-      goto out;
-    }
     /*
      * Host cost of a replayed step above the same graphs launched by hand, per graph: one per
      * module call in layer scope, one per step in block scope.

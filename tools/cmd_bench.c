@@ -118,8 +118,9 @@ static int bench_dispatch(cgrt_tool_config *cfg, long calls, int json) {
 static void usage(void) {
   fprintf(stderr,
           "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
-          "                  [--steps N] [--warmup N] [--kernels N] [--calls N] [--ranks N]\n"
-          "                  [--timeout S] [--json]\n");
+          "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
+          "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
+          "                  [--explain]\n");
 }
 
 /* Parses a space- or comma-separated list of positive token counts. */
@@ -142,7 +143,12 @@ static int parse_tokens(const char *s, struct bench_opts *o) {
 }
 
 int cmd_bench(int argc, char **argv) {
-  struct bench_opts o = {.workload = "decode", .steps = 200, .warmup = 20, .chain_kernels = 64};
+  struct bench_opts o = {.workload = "decode",
+                         .steps = 200,
+                         .warmup = 20,
+                         .warmup_ms = 100,
+                         .blocks = 5,
+                         .chain_kernels = 64};
   long calls = 2000000;
   const char *tokens = NULL;
   for (int i = 1; i < argc; i++) {
@@ -157,6 +163,14 @@ int cmd_bench(int argc, char **argv) {
       o.steps = atoi(argv[++i]);
     else if (strcmp(a, "--warmup") == 0 && val)
       o.warmup = atoi(argv[++i]);
+    else if (strcmp(a, "--warmup-ms") == 0 && val)
+      o.warmup_ms = atoi(argv[++i]);
+    else if (strcmp(a, "--blocks") == 0 && val)
+      o.blocks = atoi(argv[++i]);
+    else if (strcmp(a, "--explain") == 0)
+      o.explain = 1;
+    else if (strcmp(a, "--plot") == 0 && val)
+      o.plot = argv[++i];
     else if (strcmp(a, "--kernels") == 0 && val)
       o.chain_kernels = atoi(argv[++i]);
     else if (strcmp(a, "--calls") == 0 && val)
@@ -172,17 +186,26 @@ int cmd_bench(int argc, char **argv) {
       return EXIT_UNUSABLE;
     }
   }
-  if (o.steps < 1 || o.warmup < 0 || o.chain_kernels < 1 || calls < 1 || o.ranks < 0 ||
-      o.timeout_s < 0) {
-    fprintf(stderr, "cgrt bench: --steps, --kernels, --calls, --ranks and --timeout must be "
-                    "positive\n");
+  if (o.steps < 1 || o.warmup < 0 || o.warmup_ms < 0 || o.blocks < 1 || o.chain_kernels < 1 ||
+      calls < 1 || o.ranks < 0 || o.timeout_s < 0) {
+    fprintf(stderr, "cgrt bench: --steps, --blocks, --kernels, --calls, --ranks, --timeout, "
+                    "--warmup and --warmup-ms must be positive\n");
     return EXIT_UNUSABLE;
   }
+  int gpu_rows = strcmp(o.workload, "decode") == 0 || strcmp(o.workload, "chain") == 0;
+  if ((o.explain || o.plot) && !gpu_rows) {
+    fprintf(stderr, "cgrt bench: --explain and --plot are for --workload decode or chain\n");
+    return EXIT_UNUSABLE;
+  }
+  if (!gpu_rows)
+    o.warmup_ms = 0; /* cp: every rank must run the same number of steps */
   int is_chain = strcmp(o.workload, "chain") == 0;
   if (parse_tokens(tokens ? tokens : is_chain ? "1" : "1 3 8 37 64", &o) != 0) {
     fprintf(stderr, "cgrt bench: --tokens wants positive integers, at most %d\n", BENCH_MAX_TOKENS);
     return EXIT_UNUSABLE;
   }
+  if (o.explain)
+    return bench_explain(is_chain ? &bench_chain : &bench_decode, &o);
   if (strcmp(o.workload, "decode") == 0)
     return bench_gpu(&bench_decode, &o);
   if (is_chain)
