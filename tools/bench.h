@@ -50,6 +50,9 @@ struct bench_workload {
   size_t (*read)(void *state, int64_t rows, void *dst, size_t len, void *stream);
   /* The device buffer the modules work on, declared to cgrt as each call's buffer. */
   void *(*buffer)(void *state, size_t *bytes_per_row);
+  /* Optional (NULL: no limit shown): the bytes a step of `rows` rows must read from device
+   * memory at least (for decode: every weight and the KV cache), for the bandwidth limit. */
+  double (*step_bytes)(void *state, int64_t rows);
 };
 
 extern const struct bench_workload bench_decode;

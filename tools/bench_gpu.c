@@ -302,6 +302,8 @@ struct row {
   double capture_ms, instantiate_ms;
   uint64_t graphs;
   int bitwise;
+  double read_bytes; /* what a step must read at least (0: the workload does not say) */
+  double limit_us;   /* read_bytes at the measured copy bandwidth */
 };
 
 static const char *scope_of(const struct cgrt_config_view *v) {
@@ -313,25 +315,29 @@ static const char *scope_of(const struct cgrt_config_view *v) {
 static void print_table(const struct bench_opts *o, const struct cgrt_config_view *v,
                         const char *what, const char *device, struct row *rows, int n,
                         double dispatch_us, double raw_launch_us, double mem_all, double mem_one,
-                        uint64_t graphs) {
+                        uint64_t graphs, double copy_bw) {
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"scope\":\"%s\",\"device\":\"%s\","
            "\"dispatch_us_per_call\":%.3f,\"raw_launch_us\":%.3f,\"graph_mem_all_mib\":%.1f,"
-           "\"graph_mem_largest_mib\":%.1f,\"graphs\":%llu,\"rows\":[",
+           "\"graph_mem_largest_mib\":%.1f,\"graphs\":%llu,\"copy_gb_per_s\":%.1f,\"rows\":[",
            o->workload, v->impl, scope_of(v), device, dispatch_us, raw_launch_us, mem_all / MIB,
-           mem_one / MIB, (unsigned long long)graphs);
+           mem_one / MIB, (unsigned long long)graphs, copy_bw / 1e9);
     for (int i = 0; i < n; i++) {
       struct row *r = &rows[i];
       printf("%s{\"tokens\":%lld,\"bucket\":%lld,\"eager_us\":%.2f,\"backend_us\":%.2f,"
              "\"speedup\":%.3f,\"floor_block_us\":%.2f,\"floor_layer_us\":%.2f,"
              "\"vs_floor\":%.4f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,\"graphs\":%llu,"
-             "\"bitwise\":%s}",
+             "\"bitwise\":%s",
              i ? "," : "", (long long)r->tokens, (long long)r->bucket, r->eager.step_us,
              r->backend.step_us, r->eager.step_us / r->backend.step_us, r->floor_whole_us,
              r->floor_each_us, r->backend.step_us / (block ? r->floor_whole_us : r->floor_each_us),
              r->capture_ms, r->instantiate_ms, (unsigned long long)r->graphs,
              r->bitwise ? "true" : "false");
+      if (r->limit_us > 0)
+        printf(",\"read_bytes\":%.0f,\"limit_us\":%.2f,\"x_limit\":%.3f", r->read_bytes,
+               r->limit_us, r->backend.step_us / r->limit_us);
+      printf("}");
     }
     printf("]}\n");
     return;
@@ -342,17 +348,28 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
          "turn in %d blocks (same GPU conditions); floor = same work as raw graphs (block: one per "
          "step, layer: one per module)\n",
          o->steps, o->warmup, o->warmup_ms, o->blocks);
-  printf("%6s %6s %10s %10s %8s %11s %11s %9s %10s %9s %6s %8s\n", "tokens", "bucket", "eager_us",
+  const int limit = n > 0 && rows[0].limit_us > 0;
+  if (limit)
+    printf("limit = the bytes a step must read (read_MiB) at the copy bandwidth measured at start "
+           "(%.1f GB/s, a device-to-device copy: bytes read + written / time); x_limit = "
+           "cgrt_us / limit_us\n",
+           copy_bw / 1e9);
+  printf("%6s %6s %10s %10s %8s %11s %11s %9s %10s %9s %6s %8s", "tokens", "bucket", "eager_us",
          "cgrt_us", "speedup", "floor_blk", "floor_lay", "vs_floor", "capture_ms", "inst_ms",
          "graphs", "bitwise");
+  printf(limit ? " %9s %9s %8s\n" : "\n", "read_MiB", "limit_us", "x_limit");
   for (int i = 0; i < n; i++) {
     struct row *r = &rows[i];
     double fl = block ? r->floor_whole_us : r->floor_each_us;
-    printf("%6lld %6lld %10.1f %10.1f %7.2fx %11.1f %11.1f %8.3fx %10.2f %9.2f %6llu %8s\n",
+    printf("%6lld %6lld %10.1f %10.1f %7.2fx %11.1f %11.1f %8.3fx %10.2f %9.2f %6llu %8s",
            (long long)r->tokens, (long long)r->bucket, r->eager.step_us, r->backend.step_us,
            r->eager.step_us / r->backend.step_us, r->floor_whole_us, r->floor_each_us,
            r->backend.step_us / fl, r->capture_ms, r->instantiate_ms, (unsigned long long)r->graphs,
            r->bitwise ? "equal" : "DIFFER");
+    if (limit)
+      printf(" %9.1f %9.1f %7.2fx", r->read_bytes / MIB, r->limit_us,
+             r->backend.step_us / r->limit_us);
+    printf("\n");
   }
   printf("replay dispatch: %.3f us of host time per replayed graph (%s) above cudaGraphLaunch "
          "(raw launch %.3f us)\n",
@@ -397,6 +414,46 @@ static int memory_pass(struct host_model *hm, const int64_t *buckets, size_t nb,
   }
   *all = (double)reserved_graph_mem(device);
   return 0;
+}
+
+/*
+ * The device's copy bandwidth: a device-to-device cudaMemcpyAsync of 256 MiB (far above L2), the
+ * best of 10 after one untimed, counted as bytes read plus bytes written per second: the memory
+ * throughput a step that reads its weights streams at, at best. 0 if it could not be measured.
+ */
+static double copy_bandwidth(void) {
+  const size_t bytes = (size_t)256 << 20;
+  void *a = NULL, *b = NULL;
+  cudaStream_t s = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  double best = 0;
+  if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+      cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
+      cudaMemsetAsync(a, 1, bytes, s) == cudaSuccess) {
+    for (int i = 0; i <= 10; i++) {
+      float ms = 0;
+      cudaEventRecord(e0, s);
+      cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s);
+      cudaEventRecord(e1, s);
+      if (cudaEventSynchronize(e1) != cudaSuccess ||
+          cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+        break;
+      double bw = 2.0 * (double)bytes / (ms * 1e-3);
+      if (i > 0 && ms > 0 && bw > best)
+        best = bw;
+    }
+  }
+  (void)cudaGetLastError();
+  if (e0)
+    cudaEventDestroy(e0);
+  if (e1)
+    cudaEventDestroy(e1);
+  if (s)
+    cudaStreamDestroy(s);
+  cudaFree(a);
+  cudaFree(b);
+  return best;
 }
 
 /*
@@ -514,6 +571,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   if (orc != 0)
     goto out;
   cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking);
+  const double copy_bw = w->step_bytes ? copy_bandwidth() : 0;
 
   double dispatch_sum = 0, launch_sum = 0;
   int dispatch_n = 0;
@@ -523,6 +581,10 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     r->tokens = o->tokens[i];
     if (measure_row(&backend, &eager, &fl, fs, r, o) != 0)
       goto out;
+    if (w->step_bytes && copy_bw > 0) {
+      r->read_bytes = w->step_bytes(ws, r->bucket);
+      r->limit_us = r->read_bytes / copy_bw * 1e6;
+    }
     /*
      * Host cost of a replayed step above the same graphs launched by hand, per graph: one per
      * module call in layer scope, one per step in block scope.
@@ -549,7 +611,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   cgrt_stats_get(backend.rt, &st);
   print_table(o, &shown, what, prop.name, rows, o->num_tokens,
               dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? launch_sum / dispatch_n : 0,
-              mem_all, mem_one, st.live_graphs);
+              mem_all, mem_one, st.live_graphs, copy_bw);
   status = 0;
 out:
   floor_free(&fl);
