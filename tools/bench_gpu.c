@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "bench_plot.h"
 #include "tool.h"
 
 #ifdef CGRT_HAVE_CUDA
@@ -383,6 +384,38 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
            mem_all / MIB);
 }
 
+/* --plot: step time per token count, eager, cgrt, the floor of cgrt's scope and the limit. */
+static int plot_rows(const struct bench_opts *o, const struct cgrt_config_view *v, const char *what,
+                     const char *device, const struct row *rows, int n) {
+  double x[BENCH_MAX_TOKENS], ye[BENCH_MAX_TOKENS], yc[BENCH_MAX_TOKENS], yf[BENCH_MAX_TOKENS],
+      yl[BENCH_MAX_TOKENS];
+  const int block = strcmp(scope_of(v), "block") == 0;
+  for (int i = 0; i < n; i++) {
+    x[i] = (double)rows[i].tokens;
+    ye[i] = rows[i].eager.step_us;
+    yc[i] = rows[i].backend.step_us;
+    yf[i] = block ? rows[i].floor_whole_us : rows[i].floor_each_us;
+    yl[i] = rows[i].limit_us; /* 0 when the workload gives no bytes: left out */
+  }
+  char title[1200], floor_name[64], err[512];
+  snprintf(title, sizeof(title), "%s (%s): %s, scope %s, %s", o->workload, what, v->impl,
+           scope_of(v), device);
+  snprintf(floor_name, sizeof(floor_name), "floor (%s)",
+           block ? "one graph per step" : "one graph per module");
+  const struct plot_series s[4] = {{"eager", "#d62728", ye, 0},
+                                   {"cgrt", "#1f77b4", yc, 0},
+                                   {floor_name, "#2ca02c", yf, 1},
+                                   {"limit (bytes / copy bandwidth)", "#7f7f7f", yl, 1}};
+  if (bench_plot_svg(o->plot, title, "tokens per step", "step time (us)", x, n, s, 4, err,
+                     sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", err);
+    return -1;
+  }
+  if (!o->json)
+    printf("plot: %s\n", o->plot);
+  return 0;
+}
+
 static uint64_t reserved_graph_mem(int device) {
   size_t v = 0;
   cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrReservedMemCurrent, &v);
@@ -612,7 +645,9 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   print_table(o, &shown, what, prop.name, rows, o->num_tokens,
               dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? launch_sum / dispatch_n : 0,
               mem_all, mem_one, st.live_graphs, copy_bw);
-  status = 0;
+  status = o->plot && plot_rows(o, &shown, what, prop.name, rows, o->num_tokens) != 0
+               ? EXIT_UNUSABLE
+               : 0;
 out:
   floor_free(&fl);
   if (fs)
