@@ -27,8 +27,9 @@ struct bench_opts {
   const char *plot; /* decode, chain: an SVG chart of the rows to this file, or NULL */
   int chain_kernels;
   int json;
-  int ranks;     /* cp workload: processes, one per GPU; 0: the largest cp size */
-  int timeout_s; /* cp workload: the ranks' time limit; 0: 600 s */
+  int ranks;            /* cp workload: processes, one per GPU; 0: the largest cp size */
+  const char *cp_shape; /* cp workload: "launch" (NULL: the default) or "compute" */
+  int timeout_s;        /* cp workload: the ranks' time limit; 0: 600 s */
 };
 
 /*

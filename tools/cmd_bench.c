@@ -120,7 +120,7 @@ static void usage(void) {
           "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
           "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
           "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
-          "                  [--explain]\n");
+          "                  [--explain] [--cp-shape launch|compute]\n");
 }
 
 /* Parses a space- or comma-separated list of positive token counts. */
@@ -169,6 +169,8 @@ int cmd_bench(int argc, char **argv) {
       o.blocks = atoi(argv[++i]);
     else if (strcmp(a, "--explain") == 0)
       o.explain = 1;
+    else if (strcmp(a, "--cp-shape") == 0 && val)
+      o.cp_shape = argv[++i];
     else if (strcmp(a, "--plot") == 0 && val)
       o.plot = argv[++i];
     else if (strcmp(a, "--kernels") == 0 && val)
