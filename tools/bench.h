@@ -19,13 +19,18 @@ struct bench_opts {
   const char *workload;
   int64_t tokens[BENCH_MAX_TOKENS];
   int num_tokens;
-  int steps;  /* timed steps per measurement (median reported) */
-  int warmup; /* untimed steps before */
+  int steps;        /* timed steps per measurement (median reported) */
+  int warmup;       /* untimed steps before */
+  int warmup_ms;    /* ... and at least this much time of them (decode, chain; 0: none) */
+  int blocks;       /* decode, chain: cgrt and the floors timed in turn, in this many blocks */
+  int explain;      /* decode, chain: --explain (bench_explain.c) instead of the table */
+  const char *plot; /* decode, chain: an SVG chart of the rows to this file, or NULL */
   int chain_kernels;
   int json;
-  int ranks;           /* cp workload: processes, one per GPU; 0: the largest cp size */
-  int timeout_s;       /* cp workload: the ranks' time limit; 0: 600 s */
-  const char *traffic; /* decode: replay this token-count file (bench_traffic.c) */
+  int ranks;            /* cp workload: processes, one per GPU; 0: the largest cp size */
+  const char *cp_shape; /* cp workload: "launch" (NULL: the default) or "compute" */
+  int timeout_s;        /* cp workload: the ranks' time limit; 0: 600 s */
+  const char *traffic;  /* decode: replay this token-count file (bench_traffic.c) */
 };
 
 /*
@@ -47,6 +52,9 @@ struct bench_workload {
   size_t (*read)(void *state, int64_t rows, void *dst, size_t len, void *stream);
   /* The device buffer the modules work on, declared to cgrt as each call's buffer. */
   void *(*buffer)(void *state, size_t *bytes_per_row);
+  /* Optional (NULL: no limit shown): the bytes a step of `rows` rows must read from device
+   * memory at least (for decode: every weight and the KV cache), for the bandwidth limit. */
+  double (*step_bytes)(void *state, int64_t rows);
 };
 
 extern const struct bench_workload bench_decode;
@@ -60,6 +68,12 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o);
  * and the other bucket distribution (bench_traffic.c); the exit code.
  */
 int bench_traffic(const struct bench_workload *w, const struct bench_opts *o);
+
+/*
+ * `--explain`: what distinguishes cgrt's graphs from the raw floor's and what decides their step
+ * times, for workload `w` at the first token count (bench_explain.c); the exit code.
+ */
+int bench_explain(const struct bench_workload *w, const struct bench_opts *o);
 
 /* Runs the training bench (train workload, kernels/train_host.c); the exit code. */
 int bench_train(const struct bench_opts *o);
@@ -91,10 +105,21 @@ struct bench_stepper {
 };
 
 /*
- * Runs o->warmup untimed steps, then o->steps steps with a CUDA event between consecutive ones;
- * *us is the median interval. The step's time on the device whether the host or the device is
- * the bottleneck.
+ * Runs o->warmup untimed steps (and more until o->warmup_ms have passed), then o->steps steps
+ * with a CUDA event between consecutive ones; *us is the median interval. The step's time on the
+ * device whether the host or the device is the bottleneck. (bench_time.c)
  */
 int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o, double *us);
+
+/*
+ * The same for n steppers that share the GPU's conditions: each warms up (as above) with the
+ * device idle between them, then o->steps timed steps of each are taken in o->blocks blocks,
+ * stepper after stepper within a block, each block after the device went idle and a few untimed
+ * steps refilled the queue. us[v] is stepper v's median interval. So no measurement sees only
+ * the GPU state (clocks, queues) another one left: the order of measurement cannot decide a
+ * ratio between them.
+ */
+int bench_time_blocks(const struct bench_stepper *st, int n, const struct bench_opts *o,
+                      double *us);
 
 #endif

@@ -16,14 +16,11 @@
 #include <string.h>
 
 #include "bench.h"
-#include "bench_host.h"
-#include "config.h"
-#include "runtime.h"
 #include "tool.h"
 #include "traffic.h"
 
 #ifdef CGRT_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "bench_gpu.h"
 
 #define SAMPLES 48
 
@@ -65,7 +62,7 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct t
   cudaEventCreate(&end);
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   struct cursor c = cursor_start(t);
-  uint64_t half = t->total_steps / 2, t0 = cgrt__now_ns();
+  uint64_t half = t->total_steps / 2, t0 = cgrt_tool_now_ns();
   int rc = 0;
   for (uint64_t i = 0; i < t->total_steps && rc == 0; i++) {
     if (i == half)
@@ -75,7 +72,7 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct t
   cudaEventRecord(end, s);
   if (rc == 0 && cudaEventSynchronize(end) != cudaSuccess)
     rc = CGRT_E_DEVICE;
-  r->wall_ms = (double)(cgrt__now_ns() - t0) / 1e6;
+  r->wall_ms = (double)(cgrt_tool_now_ns() - t0) / 1e6;
   float ms = 0;
   if (rc == 0)
     cudaEventElapsedTime(&ms, mid, end);
@@ -176,22 +173,28 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
 
 /* Loads the configuration under test, or a variant of it with another bucket distribution. */
 static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_dist dist,
-                        struct cgrt_config *cfg) {
+                        cgrt_tool_config **cfg) {
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
                                     "log = warn\n";
-  int status = tool_load_config(o->conf, default_conf, "<bench default: local>", cfg, 1);
+  int status = tool_load_config(o->conf, default_conf, "<bench default: local>", cfg, set_dist);
   if (status != EXIT_VALID)
     return status;
-  cfg->view.driver = CGRT_DRIVER_CUDA;
+  struct cgrt_config_view *v = cgrt_tool_config_view(*cfg);
+  v->driver = CGRT_DRIVER_CUDA;
   if (set_dist)
-    cfg->view.buckets = dist;
+    v->buckets = dist;
   return EXIT_VALID;
+}
+
+static const char *dist_name(cgrt_bucket_dist d) {
+  static const char *const names[] = {"exponential", "linear", "list", "adaptive"};
+  return (unsigned)d < sizeof(names) / sizeof(names[0]) ? names[d] : "?";
 }
 
 int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   if (bench_no_device("cgrt bench"))
     return EXIT_UNUSABLE;
-  struct cgrt_config cfg = {0}, alt = {0}, eager_cfg = {0};
+  cgrt_tool_config *cfg = NULL, *alt = NULL, *eager_cfg = NULL, *check_cfg = NULL;
   struct traffic t = {0};
   struct host_model hm[3] = {{0}}, check_eager = {0};
   struct traffic_run runs[3];
@@ -202,7 +205,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   if (status != EXIT_VALID)
     return status;
   status = EXIT_INVALID;
-  const struct cgrt_config_view *v = &cfg.view;
+  const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   char impl[128];
   snprintf(impl, sizeof(impl), "%s", v->impl);
   int local = strcmp(impl, "local") == 0;
@@ -211,15 +214,15 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   cgrt_bucket_dist alt_dist =
       v->buckets == CGRT_BUCKETS_EXPONENTIAL ? CGRT_BUCKETS_ADAPTIVE : CGRT_BUCKETS_EXPONENTIAL;
   snprintf(runs[0].label, sizeof(runs[0].label), "eager");
-  snprintf(runs[1].label, sizeof(runs[1].label), "%s %s", impl, cgrt__bucket_dist_name(v->buckets));
-  snprintf(runs[2].label, sizeof(runs[2].label), "%s %s", impl, cgrt__bucket_dist_name(alt_dist));
+  snprintf(runs[1].label, sizeof(runs[1].label), "%s %s", impl, dist_name(v->buckets));
+  snprintf(runs[2].label, sizeof(runs[2].label), "%s %s", impl, dist_name(alt_dist));
   runs[1].graphed = runs[2].graphed = strcmp(impl, "none") != 0;
   if (traffic_load(o->traffic, v->max_tokens, &t, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt bench: %s\n", err);
     goto out;
   }
   status = EXIT_UNUSABLE;
-  if (tool_eager_config(&cfg, &eager_cfg) != EXIT_VALID ||
+  if (tool_eager_config(v, &eager_cfg) != EXIT_VALID ||
       (have_alt && load_variant(o, 1, alt_dist, &alt) != EXIT_VALID))
     goto out;
   int device = v->device;
@@ -233,9 +236,11 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   }
   w->describe(ws, what, sizeof(what));
   /* the eager reference of the checks keeps a configuration of its own */
-  struct cgrt_config check_cfg = {0};
-  if (tool_eager_config(&cfg, &check_cfg) != EXIT_VALID ||
-      bench_hm_open(&check_eager, w, ws, max_rows, &check_cfg) != 0)
+  if (tool_eager_config(v, &check_cfg) != EXIT_VALID)
+    goto out;
+  int orc = hm_open(&check_eager, w, ws, max_rows, check_cfg);
+  check_cfg = NULL; /* consumed */
+  if (orc != 0)
     goto out;
   /* warm the device (kernels loaded, clocks up) before the first timed run */
   struct traffic_run warm = {0};
@@ -244,11 +249,13 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   head.total_steps = t.steps[0] < 64 ? (uint64_t)t.steps[0] : 64;
   if (replay_timed(&check_eager, &head, &warm) != 0)
     goto out;
-  struct cgrt_config *cfgs[3] = {&eager_cfg, &cfg, &alt};
+  cgrt_tool_config **cfgs[3] = {&eager_cfg, &cfg, &alt};
   int n = have_alt ? 3 : 2;
+  v = NULL; /* the view goes with its configuration */
   for (int i = 0; i < n; i++) {
-    if (bench_hm_open(&hm[i], w, ws, max_rows, cfgs[i]) != 0 ||
-        replay_timed(&hm[i], &t, &runs[i]) != 0)
+    orc = hm_open(&hm[i], w, ws, max_rows, *cfgs[i]);
+    *cfgs[i] = NULL; /* consumed */
+    if (orc != 0 || replay_timed(&hm[i], &t, &runs[i]) != 0)
       goto out;
     if (runs[i].graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, &runs[i]) != 0)
       goto out;
@@ -265,9 +272,10 @@ out:
   if (ws)
     w->destroy(ws);
   traffic_free(&t);
-  cgrt__config_free(&cfg);
-  cgrt__config_free(&alt);
-  cgrt__config_free(&eager_cfg);
+  cgrt_tool_config_free(cfg);
+  cgrt_tool_config_free(alt);
+  cgrt_tool_config_free(eager_cfg);
+  cgrt_tool_config_free(check_cfg);
   return status;
 }
 

@@ -11,8 +11,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "config.h"
-#include "runtime.h"
 #include "tool.h"
 
 #ifdef CGRT_HAVE_CUDA
@@ -153,16 +151,17 @@ int bench_train(const struct bench_opts *o) {
     return EXIT_UNUSABLE;
   static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
                                     "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
-  struct cgrt_config cfg = {0}, eager_cfg = {0};
+  cgrt_tool_config *cfg = NULL, *eager_cfg = NULL;
   int status = tool_load_config(o->conf, default_conf, "<bench default>", &cfg, 0);
   if (status != EXIT_VALID)
     return status;
-  cfg.view.driver = CGRT_DRIVER_CUDA;
-  struct cgrt_config_view v = cfg.view;
+  cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
+  struct cgrt_config_view v = *cgrt_tool_config_view(cfg);
   char impl[128], err[512];
   snprintf(impl, sizeof(impl), "%s", v.impl);
-  if (tool_eager_config(&cfg, &eager_cfg) != EXIT_VALID) {
-    cgrt__config_free(&cfg);
+  v.impl = impl; /* the view's own string goes with the configuration */
+  if (tool_eager_config(&v, &eager_cfg) != EXIT_VALID) {
+    cgrt_tool_config_free(cfg);
     return EXIT_UNUSABLE;
   }
   cudaSetDevice(v.device);
@@ -180,8 +179,14 @@ int bench_train(const struct bench_opts *o) {
     fprintf(stderr, "cgrt bench: %s\n", err);
     goto out;
   }
-  if (cgrt__open_config(&rb, &cfg, NULL, NULL) != 0 ||
-      cgrt__open_config(&re, &eager_cfg, NULL, NULL) != 0) {
+  int orc = cgrt_tool_open(&rb, cfg, NULL, NULL);
+  cfg = NULL; /* consumed */
+  if (orc == 0)
+    orc = cgrt_tool_open(&re, eager_cfg, NULL, NULL);
+  else
+    cgrt_tool_config_free(eager_cfg);
+  eager_cfg = NULL;
+  if (orc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
     goto out;
   }
@@ -265,8 +270,8 @@ out:
   cgrt_close(re);
   cgrtk_train_destroy(tb);
   cgrtk_train_destroy(te);
-  cgrt__config_free(&cfg);
-  cgrt__config_free(&eager_cfg);
+  cgrt_tool_config_free(cfg);
+  cgrt_tool_config_free(eager_cfg);
   return status;
 }
 
@@ -275,14 +280,15 @@ int plan_train(const char *conf, plan_report_fn report, void *user) {
     return EXIT_UNUSABLE;
   static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
                                     "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
-  struct cgrt_config cfg = {0};
+  cgrt_tool_config *cfg = NULL;
   int status = tool_load_config(conf, default_conf, "<plan default>", &cfg, 0);
   if (status != EXIT_VALID)
     return status;
-  cfg.view.driver = CGRT_DRIVER_CUDA;
-  uint64_t budget = cfg.view.memory_budget;
-  cfg.view.memory_budget = 0; /* every graph, unconstrained */
-  struct cgrt_config_view v = cfg.view;
+  struct cgrt_config_view *cv = cgrt_tool_config_view(cfg);
+  cv->driver = CGRT_DRIVER_CUDA;
+  uint64_t budget = cv->memory_budget;
+  cv->memory_budget = 0; /* every graph, unconstrained */
+  struct cgrt_config_view v = *cv;
   char err[512], what[256];
   cgrtk_train *t = NULL;
   cgrt_runtime *rt = NULL;
@@ -293,7 +299,9 @@ int plan_train(const char *conf, plan_report_fn report, void *user) {
     fprintf(stderr, "cgrt plan: %s\n", err);
     goto out;
   }
-  if (cgrt__open_config(&rt, &cfg, NULL, NULL) != 0) {
+  int orc = cgrt_tool_open(&rt, cfg, NULL, NULL);
+  cfg = NULL; /* consumed */
+  if (orc != 0) {
     fprintf(stderr, "cgrt plan: %s\n", cgrt_last_error(NULL));
     goto out;
   }
@@ -314,7 +322,7 @@ int plan_train(const char *conf, plan_report_fn report, void *user) {
 out:
   cgrt_close(rt);
   cgrtk_train_destroy(t);
-  cgrt__config_free(&cfg);
+  cgrt_tool_config_free(cfg);
   return status;
 }
 

@@ -9,9 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bucket_plan.h"
-#include "buckets.h"
-#include "config.h"
 #include "tool.h"
 #include "traffic.h"
 
@@ -63,7 +60,7 @@ static int histogram_of(const struct traffic *t, int64_t tp, int64_t max, int64_
   *tokens = malloc(cnt * sizeof(**tokens));
   int rc = need && *sizes && *steps && *tokens ? 0 : -1;
   for (size_t i = 0; rc == 0 && i < cnt; i++)
-    need[i] = cgrt__bucket_need(t->tokens[i], tp, max);
+    need[i] = cgrt_tool_bucket_need(t->tokens[i], tp, max);
   /* each entry merged into the ascending list of distinct sizes (binary search, insertion) */
   *n = 0;
   if (rc == 0) {
@@ -131,12 +128,12 @@ static int plan_histogram(const char *path, int64_t k, int64_t tp, int64_t max, 
   if (histogram_of(&t, tp, max, &sizes, &steps, &tokens, &n) != 0 ||
       !(opt = malloc((size_t)k * sizeof(*opt))))
     goto out;
-  struct cgrt_histogram h = {sizes, steps, tokens, n};
-  if (cgrt__buckets_optimal(&h, max, (int)k, opt, &nopt, &padded_opt) != 0 ||
-      cgrt__buckets_build(CGRT_BUCKETS_EXPONENTIAL, max, (int)k, (int)tp, NULL, 0, &expo, &nexpo,
-                          err, sizeof(err)) != 0 ||
-      cgrt__buckets_build(CGRT_BUCKETS_LINEAR, max, (int)k, (int)tp, NULL, 0, &lin, &nlin, err,
-                          sizeof(err)) != 0) {
+  if (cgrt_tool_buckets_optimal(sizes, steps, tokens, n, max, (int)k, opt, &nopt, &padded_opt) !=
+          0 ||
+      cgrt_tool_buckets_build(CGRT_BUCKETS_EXPONENTIAL, max, (int)k, (int)tp, NULL, 0, &expo,
+                              &nexpo, err, sizeof(err)) != 0 ||
+      cgrt_tool_buckets_build(CGRT_BUCKETS_LINEAR, max, (int)k, (int)tp, NULL, 0, &lin, &nlin, err,
+                              sizeof(err)) != 0) {
     fprintf(stderr, "cgrt buckets: planning failed\n");
     goto out;
   }
@@ -147,45 +144,50 @@ static int plan_histogram(const char *path, int64_t k, int64_t tp, int64_t max, 
   printf("%-12s %14s %13s  %s\n", "set", "padded_tokens", "padded_share",
          "buckets (largest first)");
   print_set_row("optimal", opt, nopt, padded_opt, t.total_tokens);
-  print_set_row("exponential", expo, nexpo, cgrt__buckets_padded(&h, expo, nexpo, NULL),
+  print_set_row("exponential", expo, nexpo,
+                cgrt_tool_buckets_padded(sizes, steps, tokens, n, expo, nexpo), t.total_tokens);
+  print_set_row("linear", lin, nlin, cgrt_tool_buckets_padded(sizes, steps, tokens, n, lin, nlin),
                 t.total_tokens);
-  print_set_row("linear", lin, nlin, cgrt__buckets_padded(&h, lin, nlin, NULL), t.total_tokens);
   status = 0;
 out:
   free(sizes);
   free(steps);
   free(tokens);
   free(opt);
-  free(expo);
-  free(lin);
+  cgrt_tool_free(expo);
+  cgrt_tool_free(lin);
   traffic_free(&t);
   return status;
 }
 
 int cmd_buckets(int argc, char **argv) {
-  struct cgrt_config cfg = {0};
-  cgrt__config_defaults(&cfg);
-  int status = EXIT_UNUSABLE;
+  cgrt_tool_config *cfg = NULL;
+  int status = tool_load_config(NULL, "", "<defaults>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  status = EXIT_UNUSABLE;
   int64_t list[MAX_LIST];
   size_t list_len = 0;
   int have_list = 0, dist_given = 0, max_given = 0;
   const char *histogram = NULL;
-  int64_t max = cfg.view.max_tokens, graphs = cfg.view.num_graphs, tp = cfg.view.tp_size;
-  cgrt_bucket_dist dist = cfg.view.buckets;
+  int64_t max = v->max_tokens, graphs = v->num_graphs, tp = v->tp_size;
+  cgrt_bucket_dist dist = v->buckets;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (a[0] != '-') {
-      cgrt__config_free(&cfg);
-      memset(&cfg, 0, sizeof(cfg));
+      cgrt_tool_config_free(cfg);
+      cfg = NULL;
       status = tool_load_config(a, NULL, NULL, &cfg, 0);
       if (status != EXIT_VALID)
         goto out;
       status = EXIT_UNUSABLE;
-      max = cfg.view.max_tokens;
-      graphs = cfg.view.num_graphs;
-      tp = cfg.view.tp_size;
-      dist = cfg.view.buckets;
+      v = cgrt_tool_config_view(cfg);
+      max = v->max_tokens;
+      graphs = v->num_graphs;
+      tp = v->tp_size;
+      dist = v->buckets;
       max_given = 1;
       continue;
     }
@@ -237,8 +239,8 @@ int cmd_buckets(int argc, char **argv) {
   }
   if (have_list && !dist_given)
     dist = CGRT_BUCKETS_LIST; /* --list alone means a list */
-  const int64_t *lp = have_list ? list : cfg.view.bucket_list;
-  size_t ln = have_list ? list_len : cfg.view.bucket_list_len;
+  const int64_t *lp = have_list ? list : v->bucket_list;
+  size_t ln = have_list ? list_len : v->bucket_list_len;
   if (graphs > 1000000 || tp > 1000000 || graphs < -1000000 || tp < -1000000) {
     fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be below one million\n");
     goto out;
@@ -246,17 +248,17 @@ int cmd_buckets(int argc, char **argv) {
   int64_t *sizes = NULL;
   size_t n = 0;
   char err[512];
-  if (cgrt__buckets_build(dist, max, (int)graphs, (int)tp, lp, ln, &sizes, &n, err, sizeof(err)) !=
-      0) {
+  if (cgrt_tool_buckets_build(dist, max, (int)graphs, (int)tp, lp, ln, &sizes, &n, err,
+                              sizeof(err)) != 0) {
     fprintf(stderr, "cgrt buckets: %s\n", err);
     status = EXIT_INVALID;
     goto out;
   }
   for (size_t i = n; i-- > 0;)
     printf("%lld%s", (long long)sizes[i], i ? " " : "\n");
-  free(sizes);
+  cgrt_tool_free(sizes);
   status = 0;
 out:
-  cgrt__config_free(&cfg);
+  cgrt_tool_config_free(cfg);
   return status;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "buckets.h"
+#include "cgrt/tool.h"
 #include "runtime.h"
 
 #define DEV(rt) (&(rt)->dev)
@@ -147,6 +148,7 @@ static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void 
   rt->stats.live_graphs++;
   if (rt->rep)
     rt->rep->graphs_built++;
+  cgrt__watch(rt, CGRT_TOOL_GRAPH_INSTANTIATED, graph, *exec, NULL);
   return 0;
 }
 
@@ -163,16 +165,20 @@ static int h_exec_update(const struct cgrt_host_api *h, void *exec, void *graph)
                ? cgrt__dev_fail(DEV(rt), CGRT_E_UPDATE, "update refused (injected fault)")
                : DRV(rt)->exec_update(DEV(rt), exec, graph);
   rt->stats.instantiate_ns += cgrt__now_ns() - t0;
-  if (rc == 0)
+  if (rc == 0) {
     rt->stats.updates++;
-  else if (rc == CGRT_E_UPDATE)
+    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPDATED, graph, exec, NULL);
+  } else if (rc == CGRT_E_UPDATE)
     rt->stats.update_refusals++;
   return dev_rc(rt, rc);
 }
 
 static int h_exec_upload(const struct cgrt_host_api *h, void *exec, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
-  return dev_rc(rt, DRV(rt)->exec_upload(DEV(rt), exec, stream));
+  int rc = DRV(rt)->exec_upload(DEV(rt), exec, stream);
+  if (rc == 0)
+    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPLOADED, NULL, exec, stream);
+  return dev_rc(rt, rc);
 }
 
 static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream) {
@@ -180,7 +186,10 @@ static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream
   if (injected(&rt->faults.launch))
     return dev_rc(rt,
                   cgrt__dev_fail(DEV(rt), CGRT_E_DEVICE, "graph launch failed (injected fault)"));
-  return dev_rc(rt, DRV(rt)->exec_launch(DEV(rt), exec, stream));
+  int rc = DRV(rt)->exec_launch(DEV(rt), exec, stream);
+  if (rc == 0)
+    cgrt__watch(rt, CGRT_TOOL_GRAPH_LAUNCHED, NULL, exec, stream);
+  return dev_rc(rt, rc);
 }
 
 static void h_exec_destroy(const struct cgrt_host_api *h, void *exec) {
@@ -332,6 +341,8 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   if (rc != 0)
     return cgrt__capture_fallback(rt, rc, what, rt->dev.err);
   rc = DRV(rt)->exec_upload(DEV(rt), *exec, stream);
+  if (rc == 0)
+    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPLOADED, NULL, *exec, stream);
   if (rc != 0) {
     snprintf(why, sizeof(why), "%s", rt->dev.err);
     h_exec_destroy(h, *exec);

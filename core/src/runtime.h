@@ -14,6 +14,8 @@
 #include "graph_mem.h"
 #include "loader.h"
 
+struct cgrt_tool_graph_event; /* cgrt/tool.h */
+
 struct cgrt_module {
   struct cgrt_module_info info; /* what backends see; info.name points at `name` (first member:
                                    the module is found from its info) */
@@ -79,6 +81,9 @@ struct cgrt_runtime {
 
   struct cgrt__graph_mem mem;      /* graph memory ledger (graph_mem.c) */
   struct cgrt_graph_cache *caches; /* every cache the backend created, for listings */
+  /* cgrt_tool_watch_graphs (cgrt/tool.h): told of every instantiate, upload, launch, update. */
+  void (*watch_fn)(void *user, const struct cgrt_tool_graph_event *ev);
+  void *watch_user;
 };
 
 /* The runtime that lent the host API table h. */
@@ -131,6 +136,9 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
 
 /* Counts and logs a capture that failed; the caller runs the work eagerly. Returns code. */
 int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why);
+
+/* Tells the graph watcher, if any, of a driver operation (op: a cgrt_tool_graph_op). */
+void cgrt__watch(cgrt_runtime *rt, int op, void *graph, void *exec, void *stream);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t cgrt__now_ns(void);
