@@ -238,28 +238,20 @@ static int similar(const struct cgrt_graph_key *a, const struct cgrt_graph_key *
 /*
  * Bytes a new executable for e should take: e's last build; else the largest alike graph built
  * for a shape no larger (shape and extra are token buckets or the host's sizes, and a graph's
- * temporaries grow with them); else the smallest alike graph; else nothing known (0). The
- * largest alike graph regardless of shape would be no estimate when the buckets' temporaries
- * scale: one large bucket over the budget would send every smaller one eager for good. Whatever
- * the estimate, the budget is checked again with the measured size after the build.
+ * temporaries grow with them); else nothing is known (0): the build is tried and the budget
+ * checked with its measured size. The largest alike graph of any shape is no estimate when the
+ * buckets' temporaries scale: one large bucket over the budget would send every other bucket
+ * eager for good (seen on the H200 with buckets of 4 to 512 MiB).
  */
 static uint64_t expected_bytes(const struct cgrt_graph_cache *c, const struct entry *e) {
   if (e->has_rec)
     return e->rec.built_bytes;
-  uint64_t below = 0, smallest = UINT64_MAX;
-  int have_below = 0;
-  for (const struct entry *o = c->oldest; o; o = o->newer) {
-    if (!o->has_rec || !similar(&o->key, &e->key))
-      continue;
-    if (o->rec.built_bytes < smallest)
-      smallest = o->rec.built_bytes;
-    if (o->key.shape <= e->key.shape && o->key.extra <= e->key.extra &&
-        (!have_below || o->rec.built_bytes > below)) {
+  uint64_t below = 0;
+  for (const struct entry *o = c->oldest; o; o = o->newer)
+    if (o->has_rec && similar(&o->key, &e->key) && o->key.shape <= e->key.shape &&
+        o->key.extra <= e->key.extra && o->rec.built_bytes > below)
       below = o->rec.built_bytes;
-      have_below = 1;
-    }
-  }
-  return have_below ? below : smallest == UINT64_MAX ? 0 : smallest;
+  return below;
 }
 
 /*

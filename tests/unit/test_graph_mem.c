@@ -410,9 +410,10 @@ static void test_budget_smaller_than_one_graph(void **state) {
   assert_int_equal(s.fallbacks, 0);
   assert_true(s.budget_eager > 500);
   assert_int_equal(s.memory_budget, 16 << 10);
-  /* Each module's first key is captured once, to learn its size; the other keys of the module
-     expect as much (the largest alike graph) and run eagerly without trying. */
-  assert_int_equal(s.captures, 2);
+  /* A key is captured once at most, to learn its size: then, or when an alike graph built for
+     no more tokens is already over the budget, it runs eagerly without trying (2 modules x 4
+     buckets). The first keys are always tried. */
+  assert_true(s.captures >= 2 && s.captures <= 2 * 4);
   assert_int_equal(s.calls_by_mode[CGRT_MODE_REPLAY], 0);
   assert_non_null(strstr(f->log, "does not fit under [cuda_graph] memory_budget"));
 }
