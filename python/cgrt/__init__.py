@@ -200,7 +200,7 @@ class Args:
     with different keys never share a graph), `microbatch`, and the buffers it reads and writes.
     Build one and reuse it while the call's buffers stay the same."""
 
-    __slots__ = ("key", "microbatch", "buffers", "_c", "_arr")
+    __slots__ = ("key", "microbatch", "buffers", "_c", "_arr", "_ref")
 
     def __init__(self, key: int = 0, microbatch: int = 0, buffers: Sequence = ()):
         self.key = int(key)
@@ -214,6 +214,7 @@ class Args:
         c.buffers = ctypes.cast(self._arr, ctypes.POINTER(_lib.CBuffer)) if self.buffers else None
         c.num_buffers = len(self.buffers)
         self._c = c
+        self._ref = ctypes.pointer(c)
 
 
 def _view_buffers(ptr, n):
@@ -741,7 +742,7 @@ class Runtime:
             args = Args(**kw)
         elif kw:
             raise TypeError("give either an Args or key=/microbatch=/buffers=, not both")
-        rc = fn(self._handle(), module.handle, ctx._ptr, ctypes.byref(args._c))
+        rc = fn(self._handle(), module.handle, ctx._ptr, args._ref)
         if rc != 0:
             self._raise_for(rc)
 

@@ -113,6 +113,8 @@ def pool_api():
 def _tensors(x):
     if isinstance(x, torch.Tensor):
         return (x,)
+    if type(x) is tuple and len(x) == 1 and isinstance(x[0], torch.Tensor):
+        return x  # the common call: one input tensor
     if isinstance(x, (tuple, list)):
         return tuple(t for t in x if isinstance(t, torch.Tensor))
     return ()
@@ -124,6 +126,7 @@ def _tensor_buffer(t, access, name):
     return Buffer(t.data_ptr(), max(t.numel() * t.element_size(), 1), access, name)
 
 
+_MISSING = object()
 _LIMIT_VARIANTS = 64  # static outputs kept per (call shape), one per input address set
 
 
@@ -186,9 +189,10 @@ class TorchModule:
     # -- args
 
     def _args_for(self, direction, tensors, extra, microbatch, key):
-        sig = (direction, microbatch, key) + tuple(
-            (t.data_ptr(), t.shape, t.dtype) for t in tensors
-        )
+        """The cgrt.Args of a call with these tensors, and their addresses (cached by signature:
+        the same tensors at the same addresses reuse one Args)."""
+        ptrs = tuple(t.data_ptr() for t in tensors)
+        sig = (direction, microbatch, key, ptrs) + tuple((t.shape, t.dtype) for t in tensors)
         if extra:
             sig += tuple(t.data_ptr() for t in extra)
         a = self._args.get(sig)
@@ -203,7 +207,14 @@ class TorchModule:
             if len(self._args) > 256:
                 self._args.clear()
             self._args[sig] = a
-        return a
+        return a, ptrs
+
+    def _run(self, fn, ctx, args):
+        """cgrt_forward/cgrt_backward without the generic wrapper's checks (the hot path)."""
+        rt = self.rt
+        rc = fn(rt._handle(), self.handle.handle, ctx._ptr, args._ref)
+        if rc != 0:
+            rt._raise_for(rc)
 
     def _check_addresses(self, call, args):
         for i, p in enumerate(call.ptrs):
@@ -225,8 +236,8 @@ class TorchModule:
             variants.pop(next(iter(variants)))
 
     def _static_get(self, skey, ptrs, what):
-        v = self._static.get(skey, {}).get(ptrs)
-        if v is None:
+        v = self._static.get(skey, {}).get(ptrs, _MISSING)
+        if v is _MISSING:
             raise Error(
                 Status.STATE,
                 f"module '{self.name}' {what}: cgrt replayed a graph of this call, but cgrt.torch "
@@ -241,15 +252,15 @@ class TorchModule:
         rt = self.rt
         tensors = _tensors(inputs)
         extra = self.params if self.declare_params else ()
-        args = self._args_for(0, tensors, extra, microbatch, key)
-        ptrs = tuple(t.data_ptr() for t in tensors)
+        args, ptrs = self._args_for(0, tensors, extra, microbatch, key)
         call = _Call(inputs, ptrs)
         self._call = call
         try:
-            rt.forward(self.handle, ctx, args)
+            self._run(rt._lib.cgrt_forward, ctx, args)
         finally:
             self._call = None
-        skey = (0, ctx.phase, ctx.padded_tokens, args.key, microbatch)
+        c = ctx._live()
+        skey = (0, c.phase, c.padded_tokens, args.key, microbatch)
         grad = torch.is_grad_enabled() and bool(self.params)
         if call.ran:
             out = call.result
@@ -304,16 +315,17 @@ class TorchModule:
                 )
         tensors = _tensors(grad_outputs)
         extra = [p.grad for p in self.params]
-        args = self._args_for(1, tensors, extra, microbatch, key)
-        ptrs = tuple(t.data_ptr() for t in tensors) + tuple(g.data_ptr() for g in extra)
+        args, ptrs = self._args_for(1, tensors, extra, microbatch, key)
+        ptrs += tuple(g.data_ptr() for g in extra)
         call = _Call(grad_outputs, ptrs)
         call.rec = rec
         self._call = call
         try:
-            self.rt.backward(self.handle, ctx, args)
+            self._run(self.rt._lib.cgrt_backward, ctx, args)
         finally:
             self._call = None
-        skey = (1, ctx.phase, ctx.padded_tokens, args.key, microbatch)
+        c = ctx._live()
+        skey = (1, c.phase, c.padded_tokens, args.key, microbatch)
         if call.ran:
             if call.captured and not self.rt._in_body_capture:
                 self._static_put(skey, ptrs, call.grads)
