@@ -239,7 +239,8 @@ def _training(impl):
                 h = sx
                 for m in mods:
                     h = m(ctx, h)
-                gy.copy_((h - st) * scale)  # d(loss)/dh of loss = mean((h - t)^2), in place
+                with torch.no_grad():  # d(loss)/dh of loss = mean((h - t)^2), in place
+                    gy.copy_((h - st) * scale)
                 g = gy
                 for m in reversed(mods):
                     g = m.backward(ctx, g)
@@ -253,7 +254,7 @@ def _training(impl):
             for p in ref.parameters():
                 p.grad.zero_()
             y_ref = ref(x)
-            torch.autograd.backward(y_ref, (y_ref - t) * scale)
+            torch.autograd.backward(y_ref, (y_ref.detach() - t) * scale)
             assert torch.equal(y, y_ref), f"step {step}: output"
             for (name, p), q in zip(model.named_parameters(), ref.parameters()):
                 assert torch.equal(p.grad, q.grad), f"step {step}: grad of {name}"
