@@ -105,20 +105,60 @@ static int h_stream_sync(const struct cgrt_host_api *h, void *stream) {
   return dev_rc(rt, DRV(rt)->stream_sync(DEV(rt), stream));
 }
 
-/* Captures a backend begins by hand are counted, so a step can tell if one was left open. */
+/* ---------------------------------------------------------------- the host's capture hooks */
+
+int cgrt__hook_begin(cgrt_runtime *rt, void *stream) {
+  if (!rt->hook_begin && !rt->hook_end)
+    return 0;
+  if (rt->hook_begin) {
+    int rc = rt->hook_begin(rt->hook_user, stream);
+    if (rc != 0)
+      return rc;
+  }
+  rt->hook_depth++;
+  return 0;
+}
+
+int cgrt__hook_end(cgrt_runtime *rt, void *stream) {
+  if (rt->hook_depth == 0)
+    return 0;
+  rt->hook_depth--;
+  return rt->hook_end ? rt->hook_end(rt->hook_user, stream) : 0;
+}
+
+/*
+ * Captures a backend begins by hand are counted, so a step can tell if one was left open; the
+ * host's hooks bracket them like the helpers' own.
+ */
 static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
+  int hrc = cgrt__hook_begin(rt, stream);
+  if (hrc != 0)
+    return cgrt__fail(rt, CGRT_E_CALLBACK,
+                      "the host's capture begin hook returned %d and refused the capture", hrc);
   int rc = DRV(rt)->capture_begin(DEV(rt), stream);
   if (rc == 0)
     rt->open_captures++;
+  else
+    (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
   return dev_rc(rt, rc);
 }
 
 static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **graph) {
   cgrt_runtime *rt = CGRT_RT(h);
-  if (rt->open_captures > 0)
+  int owed = rt->open_captures > 0;
+  if (owed)
     rt->open_captures--;
-  return dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
+  int rc = dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
+  int hrc = owed ? cgrt__hook_end(rt, stream) : 0;
+  if (rc == 0 && hrc != 0) {
+    DRV(rt)->graph_destroy(DEV(rt), *graph);
+    *graph = NULL;
+    return cgrt__fail(rt, CGRT_E_CALLBACK,
+                      "the host's capture end hook returned %d; the recorded graph was discarded",
+                      hrc);
+  }
+  return rc;
 }
 
 static int h_capturing(const struct cgrt_host_api *h, void *stream, int *active) {
@@ -262,9 +302,15 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   const struct cgrt_driver *drv = DRV(rt);
   *graph = NULL;
   uint64_t t0 = cgrt__now_ns();
-  int rc = drv->capture_begin(DEV(rt), stream);
+  int rc = cgrt__hook_begin(rt, stream);
+  if (rc != 0) {
+    snprintf(why, whylen, "the host's capture begin hook returned %d and refused the capture", rc);
+    return CGRT_E_CALLBACK;
+  }
+  rc = drv->capture_begin(DEV(rt), stream);
   if (rc != 0) {
     snprintf(why, whylen, "%s", rt->dev.err);
+    (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
     return rc;
   }
   rt->err[0] = '\0';
@@ -275,6 +321,7 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
   snprintf(why, whylen, "%s", rt->err);
   int end_rc = drv->capture_end(DEV(rt), stream, graph);
+  int hook_rc = cgrt__hook_end(rt, stream);
   rt->stats.capture_ns += cgrt__now_ns() - t0;
   if (work_rc != 0) {
     if (*graph)
@@ -290,6 +337,13 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
              "stream-ordered memory inside the captured work invalidates the capture)",
              rt->dev.err);
     return CGRT_E_CAPTURE;
+  }
+  if (hook_rc != 0) {
+    drv->graph_destroy(DEV(rt), *graph);
+    *graph = NULL;
+    snprintf(why, whylen,
+             "the host's capture end hook returned %d; the recorded graph was discarded", hook_rc);
+    return CGRT_E_CALLBACK;
   }
   rt->stats.captures++;
   return 0;

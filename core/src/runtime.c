@@ -267,6 +267,19 @@ CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user) {
   return 0;
 }
 
+CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgrt_capture_fn end,
+                                    void *user) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE,
+                      "cgrt_set_capture_hooks: not allowed inside a step (a capture may be open)");
+  rt->hook_begin = begin;
+  rt->hook_end = end;
+  rt->hook_user = user;
+  return 0;
+}
+
 CGRT_API void *cgrt_stream(cgrt_runtime *rt) {
   return rt ? rt->stream : NULL;
 }
@@ -399,12 +412,19 @@ static int close_stray_capture(cgrt_runtime *rt) {
     return 0;
   rt->open_captures = 0;
   int active = 0;
-  if (rt->dev.drv->capture_status(&rt->dev, rt->stream, &active) != 0 || !active)
+  if (rt->dev.drv->capture_status(&rt->dev, rt->stream, &active) != 0)
+    active = 0;
+  if (active) {
+    void *graph = NULL;
+    rt->dev.drv->capture_end(&rt->dev, rt->stream, &graph);
+    if (graph)
+      rt->dev.drv->graph_destroy(&rt->dev, graph);
+  }
+  /* Whatever the stream's state, the host hears the end of every capture it heard begin. */
+  while (rt->hook_depth > 0)
+    (void)cgrt__hook_end(rt, rt->stream);
+  if (!active)
     return 0;
-  void *graph = NULL;
-  rt->dev.drv->capture_end(&rt->dev, rt->stream, &graph);
-  if (graph)
-    rt->dev.drv->graph_destroy(&rt->dev, graph);
   cgrt__fail(rt, CGRT_E_CAPTURE,
              "backend '%s' returned from step %llu with the stream still capturing; the capture "
              "was ended and discarded (a bug in the backend)",

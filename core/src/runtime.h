@@ -76,6 +76,12 @@ struct cgrt_runtime {
   cgrt_step_report *rep; /* its report */
   uint64_t step_index;
 
+  /* cgrt_set_capture_hooks: called around every capture; hook_depth counts begins owed an end. */
+  cgrt_capture_fn hook_begin;
+  cgrt_capture_fn hook_end;
+  void *hook_user;
+  int hook_depth;
+
   struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
   struct cgrt_faults faults;
 
@@ -133,6 +139,14 @@ void cgrt__adaptive_close(cgrt_runtime *rt);
  */
 int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, char *why,
                  size_t whylen, void **graph);
+
+/*
+ * The host's capture hooks (cgrt_set_capture_hooks) around a capture of stream. hook_begin
+ * returns the hook's nonzero result when it refuses the capture (nothing is owed then);
+ * hook_end calls the end hook once for each begin that was accepted, and returns its result.
+ */
+int cgrt__hook_begin(cgrt_runtime *rt, void *stream);
+int cgrt__hook_end(cgrt_runtime *rt, void *stream);
 
 /* Counts and logs a capture that failed; the caller runs the work eagerly. Returns code. */
 int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why);

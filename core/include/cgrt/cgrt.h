@@ -456,6 +456,33 @@ CGRT_API int cgrt_free_async(const cgrt_ctx *ctx, void *ptr);
 /* Copies the runtime's counters into *out (set out->struct_size first). */
 CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out);
 
+/*
+ * Capture notifications, for a host whose allocator must know when cgrt records work into a
+ * graph. PyTorch's caching allocator is the example: while a stream is captured, the memory that
+ * captured work allocates must come from a private pool and stay reserved for the graph, never be
+ * handed to other work; the host tells its allocator so in `begin` and stops in `end`.
+ *
+ * cgrt calls `begin(user, stream)` immediately before it begins a stream capture
+ * (cudaStreamBeginCapture) and `end(user, stream)` immediately after the capture has ended
+ * (cudaStreamEndCapture), whether it succeeded, failed or was invalidated, before the graph is
+ * instantiated. `stream` is the stream being captured (cudaStream_t on the cuda driver, the
+ * runtime's stream). Both run on the thread that drives the runtime, which is the capturing
+ * thread, inside cgrt_step(). Every capture the core makes is bracketed (a module call, a whole
+ * body, a capture a backend begins by hand); pairs never nest, and every `begin` that returned 0
+ * is followed by exactly one `end` within the same step (also when cgrt closes a capture a buggy
+ * backend left open).
+ *
+ * `begin` returning nonzero refuses the capture: none is begun, `end` is not called for it, and
+ * the work runs eagerly, as after any failed capture (counted in `fallbacks`, the reason logged).
+ * `end` returning nonzero discards the graph just recorded; the work runs eagerly likewise.
+ * The hooks must not call cgrt and must not synchronize the stream. Either may be NULL; both NULL
+ * removes them. `user` is passed back untouched.
+ * Errors: CGRT_E_INVAL (rt NULL), CGRT_E_STATE (inside a step).
+ */
+typedef int (*cgrt_capture_fn)(void *user, void *stream);
+CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgrt_capture_fn end,
+                                    void *user);
+
 /* Short names of enum values ("train", "capture", "moe_router"...). Static; "?" if unknown. */
 CGRT_API const char *cgrt_phase_name(cgrt_phase phase);
 CGRT_API const char *cgrt_mode_name(cgrt_mode mode);
