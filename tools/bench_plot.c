@@ -106,8 +106,8 @@ int bench_plot_svg(const char *path, const char *title, const char *xlabel, cons
           "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
           "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
           W, H, W, H);
-  fprintf(f, "<text x=\"%.1f\" y=\"24\" text-anchor=\"middle\" font-size=\"14\">",
-          (LEFT + W - RIGHT) / 2);
+  /* left-aligned: a long title centred over the plot would run off the left edge */
+  fprintf(f, "<text x=\"12\" y=\"24\" font-size=\"14\">");
   put_text(f, title);
   fprintf(f, "</text>\n");
   /* Grid and y ticks. */
