@@ -23,6 +23,7 @@ enum cfg_type {
   CFG_SIZES64,  /* positive int64 list, sorted, repeats dropped with a warning */
   CFG_CP_SIZES, /* positive int list, no repeats, sorted */
   CFG_PERCENT,  /* a percentage from 0 to 100 ("5" or "5%"), stored as a fraction (double) */
+  CFG_VERIFY,   /* off | first | every:N, into view.verify and view.verify_every */
 };
 
 /* The known keys, in DESIGN.md order (the order cgrt__config_print writes them). */
@@ -35,6 +36,9 @@ enum cfg_key_id {
   K_REBIND,
   K_MAX_GRAPHS,
   K_BACKEND_PATH,
+  K_VERIFY,
+  K_VERIFY_TOLERANCE,
+  K_VERIFY_ACTION,
   K_BUCKETS,
   K_MAX_TOKENS,
   K_NUM_GRAPHS,
@@ -53,6 +57,7 @@ enum cfg_key_id {
   K_DRIVER,
   K_BIND_CPU,
   K_LOG,
+  K_DIAGNOSE,
   K_NAN_CHECK,
   K_RECOMPUTE,
   K_MOE_EXPERTS,

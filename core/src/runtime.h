@@ -74,6 +74,7 @@ struct cgrt_runtime {
 
   struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
   struct cgrt_faults faults;
+  struct cgrt_diag_state *diag; /* diagnose: the recording and the findings (diagnose.c) */
 };
 
 /* The runtime that lent the host API table h. */
@@ -119,10 +120,11 @@ void cgrt__adaptive_close(cgrt_runtime *rt);
 /*
  * Records fn(arg) on stream into a new graph (*graph), counting the capture and its time. On
  * failure the capture is ended (the stream is never left capturing), *graph is NULL, `why` says
- * what happened and the error is returned; nothing is counted as a fallback yet.
+ * what happened (with the call that broke the capture, when diagnose found it) and the error is
+ * returned; nothing is counted as a fallback yet. `what` names the work for diagnose's findings.
  */
-int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, char *why,
-                 size_t whylen, void **graph);
+int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
+                 char *why, size_t whylen, void **graph);
 
 /* Counts and logs a capture that failed; the caller runs the work eagerly. Returns code. */
 int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why);
