@@ -61,6 +61,12 @@ int bench_train(const struct bench_opts *o);
  * each (ranks.c); the exit code. */
 int bench_cp(const struct bench_opts *o);
 
+/*
+ * What verify and diagnose found in rt: text lines (only when there is something to say), or
+ * with json the fields ,"verifications":..,"findings":[...] to close an object with.
+ */
+void bench_print_checks(cgrt_runtime *rt, int json);
+
 /* The median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);
 

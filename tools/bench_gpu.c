@@ -393,7 +393,7 @@ static const char *scope_of(const struct cgrt_config_view *v) {
 static void print_table(const struct bench_opts *o, const struct cgrt_config_view *v,
                         const char *what, const char *device, struct row *rows, int n,
                         double dispatch_us, double raw_launch_us, double mem_all, double mem_one,
-                        uint64_t graphs) {
+                        uint64_t graphs, cgrt_runtime *rt) {
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"scope\":\"%s\",\"device\":\"%s\","
@@ -413,7 +413,9 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
              r->capture_ms, r->instantiate_ms, (unsigned long long)r->graphs,
              r->bitwise ? "true" : "false");
     }
-    printf("]}\n");
+    printf("]");
+    bench_print_checks(rt, 1);
+    printf("}\n");
     return;
   }
   printf("cgrt bench: workload %s (%s), backend %s (scope %s), %s\n", o->workload, what, v->impl,
@@ -443,6 +445,7 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
   else
     printf("graph memory: %.1f MiB reserved (the largest bucket alone reserved none)\n",
            mem_all / MIB);
+  bench_print_checks(rt, 0);
 }
 
 static uint64_t reserved_graph_mem(int device) {
@@ -588,7 +591,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   cgrt_stats_get(backend.rt, &st);
   print_table(o, &shown, what, prop.name, rows, o->num_tokens,
               dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? launch_sum / dispatch_n : 0,
-              mem_all, mem_one, st.live_graphs);
+              mem_all, mem_one, st.live_graphs, backend.rt);
   status = 0;
 out:
   floor_free(&fl);
