@@ -60,8 +60,6 @@ static int is_device_api(const char *name) {
          (name[0] == 'c' && name[1] == 'u' && isupper((unsigned char)name[2]));
 }
 
-__thread const void *cgrt__host_frame;
-
 struct frames {
   void *ip[64];
   uintptr_t cfa[64];
@@ -78,10 +76,10 @@ static _Unwind_Reason_Code collect(struct _Unwind_Context *ctx, void *arg) {
   return _URC_NO_REASON;
 }
 
-void cgrt__diag_caller(char *buf, size_t len) {
+void cgrt__diag_caller(const void *host_frame, char *buf, size_t len) {
   buf[0] = '\0';
   /* Only frames inside the host callback now running: none if cgrt itself made the call. */
-  uintptr_t boundary = (uintptr_t)cgrt__host_frame;
+  uintptr_t boundary = (uintptr_t)host_frame;
   if (!boundary)
     return;
   struct frames fr;
@@ -146,7 +144,7 @@ static void dev_note(struct cgrt_dev *dev, cgrt_finding_kind kind, int refused, 
   snprintf(c->result_name, sizeof(c->result_name), "%s",
            result == 0 ? "success" : cgrt_strerror(result));
   snprintf(c->detail, sizeof(c->detail), "%s", detail ? detail : "");
-  cgrt__diag_caller(c->caller, sizeof(c->caller));
+  cgrt__diag_caller(rt->host_frame, c->caller, sizeof(c->caller));
 }
 
 void cgrt__diagnose_open(cgrt_runtime *rt) {
@@ -279,7 +277,7 @@ void cgrt__diagnose_begin(cgrt_runtime *rt) {
   if (rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON || rt->dev.drv != &cgrt__driver_cuda)
     return;
   char err[512];
-  if (cgrt__cupti_start(&d->rec, err, sizeof(err)) == 0) {
+  if (cgrt__cupti_start(&d->rec, &rt->host_frame, err, sizeof(err)) == 0) {
     d->cupti = 1;
     if (!d->cupti_used++)
       cgrt__cupti_acquire();
@@ -308,7 +306,7 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
   memset(&d->rec, 0, sizeof(d->rec));
   if (rt->dev.drv->capture_begin(&rt->dev, stream) != 0)
     goto out;
-  if (cgrt__cupti_start(&d->rec, err, sizeof(err)) != 0) {
+  if (cgrt__cupti_start(&d->rec, &rt->host_frame, err, sizeof(err)) != 0) {
     if (!d->cupti_warned) {
       d->cupti_warned = 1;
       cgrt__log(rt, CGRT_LOG_WARN,

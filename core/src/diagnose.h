@@ -55,19 +55,12 @@ struct cgrt_diag_rec {
 struct cgrt_diag_call *cgrt__diag_rec_add(struct cgrt_diag_rec *rec);
 
 /*
- * The frame of the core function that is running a host callback now (a module, the body,
- * prepare), or NULL while cgrt's own code runs: calls made below it were made by the host.
- * Set around every callback (hostapi.c) and cleared while the host calls back into cgrt.
- */
-extern __thread const void *cgrt__host_frame;
-
-/*
  * The function that made the device call being recorded, from a backtrace of the calling thread:
- * the first frame below cgrt__host_frame outside libcgrt, CUDA's libraries and CUPTI, as
- * "symbol+0xoff (object)" or "object+0xoff" when the symbol is not exported; "" if the call was
- * made by cgrt itself, or no frame qualifies.
+ * the first frame below `boundary` (the runtime's host_frame) outside libcgrt, CUDA's libraries and
+ * CUPTI, as "symbol+0xoff (object)" or "object+0xoff" when the symbol is not exported; "" if the
+ * call was made by cgrt itself, or no frame qualifies.
  */
-void cgrt__diag_caller(char *buf, size_t len);
+void cgrt__diag_caller(const void *boundary, char *buf, size_t len);
 
 /* Sets up diagnose for an opened runtime (the driver's note hook); close frees the findings. */
 void cgrt__diagnose_open(struct cgrt_runtime *rt);
@@ -85,8 +78,12 @@ void cgrt__diagnose_end(struct cgrt_runtime *rt, const char *what, int failed, v
                         int (*again)(void *arg), void *arg, char *why_more, size_t len);
 
 /* CUPTI recorder (diagnose_cupti.c, or a stand-in when cgrt was built without CUPTI headers). */
-/* Starts recording this thread's CUDA calls into rec; 0, or an error with the reason in err. */
-int cgrt__cupti_start(struct cgrt_diag_rec *rec, char *err, size_t len);
+/*
+ * Starts recording this thread's CUDA calls into rec, naming callers below *host_frame (the
+ * runtime's field, read at each call); 0, or an error with the reason in err.
+ */
+int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame, char *err,
+                      size_t len);
 /* Stops recording on this thread. */
 void cgrt__cupti_stop(void);
 /* After the capture: classifies the recorded copies and names the results. */

@@ -40,6 +40,7 @@ static int users;     /* runtimes that use the subscription (acquire, release) *
 static int recording; /* recordings running: domains are enabled while > 0 */
 
 static __thread struct cgrt_diag_rec *tls_rec;
+static __thread const void *const *tls_host_frame;
 static __thread int tls_depth; /* runtime API calls in progress on this thread */
 
 /* ---------------------------------------------------------------- loading */
@@ -217,7 +218,7 @@ static void note_runtime(struct cgrt_diag_rec *rec, CUpti_CallbackId cbid,
   c->copy_kind = copy_kind;
   snprintf(c->call, sizeof(c->call), "%s", name);
   snprintf(c->detail, sizeof(c->detail), "%s", detail);
-  cgrt__diag_caller(c->caller, sizeof(c->caller));
+  cgrt__diag_caller(*tls_host_frame, c->caller, sizeof(c->caller));
 }
 
 static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb) {
@@ -250,7 +251,7 @@ static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb)
   c->refused = refused;
   c->result = r;
   snprintf(c->call, sizeof(c->call), "%s", name);
-  cgrt__diag_caller(c->caller, sizeof(c->caller));
+  cgrt__diag_caller(*tls_host_frame, c->caller, sizeof(c->caller));
 }
 
 static void CUPTIAPI on_call(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -285,7 +286,8 @@ static int set_domains(uint32_t on) {
   return (int)r;
 }
 
-int cgrt__cupti_start(struct cgrt_diag_rec *rec, char *err, size_t len) {
+int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame, char *err,
+                      size_t len) {
   pthread_mutex_lock(&lock);
   int rc = load(err, len);
   if (rc == 0 && !subscriber) {
@@ -309,6 +311,7 @@ int cgrt__cupti_start(struct cgrt_diag_rec *rec, char *err, size_t len) {
   if (rc == 0) {
     recording++;
     tls_rec = rec;
+    tls_host_frame = host_frame;
     tls_depth = 0;
   }
   pthread_mutex_unlock(&lock);

@@ -6,8 +6,10 @@
 
 #include "diagnose.h"
 
-int cgrt__cupti_start(struct cgrt_diag_rec *rec, char *err, size_t len) {
+int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame, char *err,
+                      size_t len) {
   (void)rec;
+  (void)host_frame;
   snprintf(err, len,
            "cgrt was built without CUPTI's headers (cupti.h); rebuild with the CUDA toolkit's "
            "CUPTI installed to record the calls made while capturing");

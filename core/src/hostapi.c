@@ -58,10 +58,10 @@ static int h_run_prepare(const struct cgrt_host_api *h, struct cgrt_step_frame *
   cgrt_runtime *rt = CGRT_RT(h);
   if (!f->desc->prepare)
     return 0;
-  const void *outer = cgrt__host_frame;
-  cgrt__host_frame = __builtin_frame_address(0);
+  const void *outer = rt->host_frame;
+  rt->host_frame = __builtin_frame_address(0);
   int rc = f->desc->prepare(f->ctx, f->desc->user);
-  cgrt__host_frame = outer;
+  rt->host_frame = outer;
   if (rc != 0)
     return cgrt__fail(rt, CGRT_E_CALLBACK, "the prepare callback of step %llu returned %d",
                       (unsigned long long)f->ctx->step, rc);
@@ -72,10 +72,10 @@ static int h_run_body(const struct cgrt_host_api *h, struct cgrt_step_frame *f) 
   cgrt_runtime *rt = CGRT_RT(h);
   rt->in_body = 1;
   rt->body_error = 0;
-  const void *outer = cgrt__host_frame;
-  cgrt__host_frame = __builtin_frame_address(0);
+  const void *outer = rt->host_frame;
+  rt->host_frame = __builtin_frame_address(0);
   int rc = f->desc->body(f->ctx, f->desc->user);
-  cgrt__host_frame = outer;
+  rt->host_frame = outer;
   rt->in_body = 0;
   if (rc == 0)
     return 0;
@@ -91,10 +91,10 @@ static int h_run_module(const struct cgrt_host_api *h, struct cgrt_call *c) {
   struct cgrt_module *m = rt->modules[c->module->id];
   cgrt_module_fn fn = c->dir == CGRT_BACKWARD ? m->backward : m->forward;
   c->ctx->microbatch = c->args->microbatch;
-  const void *outer = cgrt__host_frame;
-  cgrt__host_frame = __builtin_frame_address(0);
+  const void *outer = rt->host_frame;
+  rt->host_frame = __builtin_frame_address(0);
   int rc = fn(c->ctx, c->args, m->user);
-  cgrt__host_frame = outer;
+  rt->host_frame = outer;
   if (rc != 0)
     return cgrt__fail(
         rt, CGRT_E_CALLBACK, "module '%s' %s returned %d (step %llu, microbatch %d, %s)", m->name,

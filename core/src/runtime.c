@@ -536,10 +536,10 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
                            .in_body_graph = rt->in_body_graph};
   rt->in_call = 1;
   /* The backend's work is cgrt's own until it runs the module's callback (diagnose's caller). */
-  const void *host_frame = cgrt__host_frame;
-  cgrt__host_frame = NULL;
+  const void *host_frame = rt->host_frame;
+  rt->host_frame = NULL;
   rc = rt->lib.vt->call(rt->be_state, &call);
-  cgrt__host_frame = host_frame;
+  rt->host_frame = host_frame;
   rt->in_call = 0;
   count_call(rt, c_ctx->mode);
   c_ctx->mode = body_mode;

@@ -75,6 +75,12 @@ struct cgrt_runtime {
   struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
   struct cgrt_faults faults;
   struct cgrt_diag_state *diag; /* diagnose: the recording and the findings (diagnose.c) */
+  /*
+   * The frame of the core function running a host callback now (a module, the body, prepare),
+   * NULL while cgrt's own code runs: device calls made below it were made by the host (diagnose
+   * names the caller from there). Set around every callback, cleared during module calls.
+   */
+  const void *host_frame;
 };
 
 /* The runtime that lent the host API table h. */
