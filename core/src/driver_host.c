@@ -42,6 +42,12 @@
  *   count as complete. Destroying a capturing stream ends the capture and discards it. close
  *   destroys the streams still open.
  * - struct cgrt_host_faults (driver.h) makes chosen operations fail once, for failure tests.
+ * - CGRT_LEGACY_STREAM ((void *)1, as cudaStreamLegacy) is the dev's legacy default stream: work
+ *   can be queued there (it runs when that stream is synchronized) but it is never captured.
+ * - Diagnose: while a capture runs, each rule that refuses a call, and each call that is captured
+ *   but suspicious (a mem_alloc or mem_free in relaxed mode, a copy from or to memory that did not
+ *   come from mem_alloc, i.e. "pageable" host memory, or from it to host memory, work on the
+ *   legacy stream), is reported through dev->note, if the core set it.
  *
  * All state hangs off the dev instance, none is global: many runtimes live in one process. One
  * thread drives a dev. Host functions must not call the driver (as with cudaLaunchHostFunc); a
