@@ -41,7 +41,9 @@ struct bench_workload {
   void (*module)(void *state, int i, char *name, size_t len, cgrt_kind *kind);
   /* Stages the input of a step: rows [0, tokens) real, [tokens, rows) padding. */
   int (*stage)(void *state, int64_t tokens, int64_t rows, void *stream);
-  int (*run)(void *state, int module, int64_t rows, void *stream);
+  /* `buffer`: the device buffer to work on (a module's args->buffers[0], which is a private copy
+     under rebind = copy or verify's eager run), or NULL for the workload's own. */
+  int (*run)(void *state, int module, int64_t rows, void *buffer, void *stream);
   /* The output of `rows` rows, copied to host memory (at most len bytes); bytes copied. */
   size_t (*read)(void *state, int64_t rows, void *dst, size_t len, void *stream);
   /* The device buffer the modules work on, declared to cgrt as each call's buffer. */

@@ -74,14 +74,17 @@ static int hm_prepare(const cgrt_ctx *ctx, void *user) {
 }
 
 static int hm_module(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
-  (void)args;
   struct module_ref *r = user;
-  return r->hm->w->run(r->hm->ws, r->index, ctx->padded_tokens, ctx->stream);
+  /* The declared buffer's address: a private copy under rebind = copy and verify's eager run. */
+  return r->hm->w->run(r->hm->ws, r->index, ctx->padded_tokens, args->buffers[0].ptr, ctx->stream);
 }
 
 static int hm_body(const cgrt_ctx *ctx, void *user) {
   struct host_model *hm = user;
-  cgrt_buffer b = {hm->buf, (size_t)ctx->padded_tokens * hm->row_bytes, CGRT_INOUT, "hidden"};
+  /* The step's static buffer as the body must address it: a private copy when a whole-body
+     graph runs on copies (rebind = copy, verify's eager run). */
+  void *hidden = ctx->num_buffers ? ctx->buffers[0].ptr : hm->buf;
+  cgrt_buffer b = {hidden, (size_t)ctx->padded_tokens * hm->row_bytes, CGRT_INOUT, "hidden"};
   cgrt_args a = {.struct_size = sizeof(a),
                  .key = (uint64_t)ctx->padded_tokens,
                  .buffers = &b,
@@ -222,7 +225,7 @@ static int floor_capture(const struct bench_workload *w, void *ws, cudaStream_t 
     return CGRT_E_DEVICE;
   int rc = 0;
   for (int i = first; i <= last && rc == 0; i++)
-    rc = w->run(ws, i, rows, s);
+    rc = w->run(ws, i, rows, NULL, s);
   cudaError_t e = cudaStreamEndCapture(s, &g);
   if (rc != 0 || e != cudaSuccess)
     return CGRT_E_CAPTURE;
