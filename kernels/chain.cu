@@ -6,7 +6,7 @@
 namespace {
 
 __global__ void chain_step(float *buf) {
-  buf[0] = buf[0] * 0.5f + 1.0f;
+  buf[0] = buf[0] + 1.0f;
 }
 
 } // namespace

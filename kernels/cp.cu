@@ -53,6 +53,14 @@ extern "C" void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->seed = 1;
 }
 
+extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
+  cgrtk_cp_default_cfg(cfg);
+  cfg->layers = 16;
+  cfg->d_model = 64;
+  cfg->heads = 1;
+  cfg->ffn = 128;
+}
+
 static int check_cfg(const struct cgrtk_cp_cfg *c, int64_t max_rows, char *err, size_t errlen) {
   const char *why = NULL;
   if (c->layers < 1)

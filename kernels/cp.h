@@ -76,6 +76,14 @@ typedef struct cgrtk_cp cgrtk_cp;
 void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg);
 
 /*
+ * Fill *cfg with the launch-bound shape `cgrt bench --workload cp` measures by default: 16
+ * layers, d_model 64 (one head), ffn 128, seed 1. Each kernel then has a few microseconds of
+ * work at short packed batches (a few hundred tokens), less than the host needs to launch it,
+ * so an eager step is bound by launches, which is what a graph bank per cp size removes.
+ */
+void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg);
+
+/*
  * Create a workload on the current device: allocate (cudaMalloc) and initialize every weight,
  * the hidden buffer [max_rows_per_rank, d] (zeroed), the K/V buffer [max_packed_tokens, 2d] and
  * the workload's own THD metadata arrays; raise the device's default memory pool release

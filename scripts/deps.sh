@@ -1,10 +1,11 @@
 #!/bin/sh
-# Installs the Debian packages cgrt builds and tests with (skips those already installed).
+# Installs the Debian packages cgrt builds and tests with (skips those already installed); python3
+# and python3-pytest run the Python package's tests (python/).
 # The CUDA Toolkit and NCCL are optional: when /usr/local/cuda (or nvcc on PATH) is present the
 # cuda driver and the GPU tests are built too; without it the GPU tests report why they skip.
 set -eu
 pkgs="build-essential cmake ninja-build pkg-config libinih-dev libcmocka-dev libhwloc-dev clang-format
-  clang libclang-rt-dev"
+  clang libclang-rt-dev python3 python3-pytest"
 missing=""
 for p in $pkgs; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

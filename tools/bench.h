@@ -19,12 +19,18 @@ struct bench_opts {
   const char *workload;
   int64_t tokens[BENCH_MAX_TOKENS];
   int num_tokens;
-  int steps;  /* timed steps per measurement (median reported) */
-  int warmup; /* untimed steps before */
+  int steps;        /* timed steps per measurement (median reported) */
+  int warmup;       /* untimed steps before */
+  int warmup_ms;    /* ... and at least this much time of them (decode, chain; 0: none) */
+  int blocks;       /* decode, chain: cgrt and the floors timed in turn, in this many blocks */
+  int explain;      /* decode, chain: --explain (bench_explain.c) instead of the table */
+  const char *plot; /* decode, chain: an SVG chart of the rows to this file, or NULL */
   int chain_kernels;
   int json;
-  int ranks;     /* cp workload: processes, one per GPU; 0: the largest cp size */
-  int timeout_s; /* cp workload: the ranks' time limit; 0: 600 s */
+  int ranks;            /* cp workload: processes, one per GPU; 0: the largest cp size */
+  const char *cp_shape; /* cp workload: "launch" (NULL: the default) or "compute" */
+  int timeout_s;        /* cp workload: the ranks' time limit; 0: 600 s */
+  const char *traffic;  /* decode: replay this token-count file (bench_traffic.c) */
 };
 
 /*
@@ -48,6 +54,9 @@ struct bench_workload {
   size_t (*read)(void *state, int64_t rows, void *dst, size_t len, void *stream);
   /* The device buffer the modules work on, declared to cgrt as each call's buffer. */
   void *(*buffer)(void *state, size_t *bytes_per_row);
+  /* Optional (NULL: no limit shown): the bytes a step of `rows` rows must read from device
+   * memory at least (for decode: every weight and the KV cache), for the bandwidth limit. */
+  double (*step_bytes)(void *state, int64_t rows);
 };
 
 extern const struct bench_workload bench_decode;
@@ -56,12 +65,36 @@ extern const struct bench_workload bench_chain;
 /* Runs the GPU bench of workload `w` (inference steps over token counts); the exit code. */
 int bench_gpu(const struct bench_workload *w, const struct bench_opts *o);
 
+/*
+ * Replays the token counts of o->traffic through workload `w` under eager, the configured backend
+ * and the other bucket distribution (bench_traffic.c); the exit code.
+ */
+int bench_traffic(const struct bench_workload *w, const struct bench_opts *o);
+
+/*
+ * `--explain`: what distinguishes cgrt's graphs from the raw floor's and what decides their step
+ * times, for workload `w` at the first token count (bench_explain.c); the exit code.
+ */
+int bench_explain(const struct bench_workload *w, const struct bench_opts *o);
+
 /* Runs the training bench (train workload, kernels/train_host.c); the exit code. */
 int bench_train(const struct bench_opts *o);
 
 /* Runs the context-parallel bench (cp workload, kernels/cp_host.c) on o->ranks GPUs, one process
  * each (ranks.c); the exit code. */
 int bench_cp(const struct bench_opts *o);
+
+/* 0 if a CUDA device is there; else `cmd` says why not on stdout and EXIT_UNUSABLE is returned. */
+int bench_no_device(const char *cmd);
+
+/*
+ * `cgrt plan`: builds every graph the configuration would build for the workload (the budget
+ * set aside, so the figures are unconstrained), then calls report with the runtime, its graphs
+ * live, a description of the workload and the configured memory_budget (0: none). The exit code.
+ */
+typedef int (*plan_report_fn)(cgrt_runtime *rt, const char *what, uint64_t budget, void *user);
+int plan_decode(const char *conf, plan_report_fn report, void *user);
+int plan_train(const char *conf, plan_report_fn report, void *user);
 
 /*
  * What verify and diagnose found in rt: text lines (only when there is something to say), or
@@ -80,10 +113,21 @@ struct bench_stepper {
 };
 
 /*
- * Runs o->warmup untimed steps, then o->steps steps with a CUDA event between consecutive ones;
- * *us is the median interval. The step's time on the device whether the host or the device is
- * the bottleneck.
+ * Runs o->warmup untimed steps (and more until o->warmup_ms have passed), then o->steps steps
+ * with a CUDA event between consecutive ones; *us is the median interval. The step's time on the
+ * device whether the host or the device is the bottleneck. (bench_time.c)
  */
 int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o, double *us);
+
+/*
+ * The same for n steppers that share the GPU's conditions: each warms up (as above) with the
+ * device idle between them, then o->steps timed steps of each are taken in o->blocks blocks,
+ * stepper after stepper within a block, each block after the device went idle and a few untimed
+ * steps refilled the queue. us[v] is stepper v's median interval. So no measurement sees only
+ * the GPU state (clocks, queues) another one left: the order of measurement cannot decide a
+ * ratio between them.
+ */
+int bench_time_blocks(const struct bench_stepper *st, int n, const struct bench_opts *o,
+                      double *us);
 
 #endif

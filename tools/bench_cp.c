@@ -20,17 +20,29 @@
 #include <string.h>
 
 #include "bench.h"
-#include "config.h"
 #include "ranks.h"
-#include "runtime.h"
 #include "tool.h"
+
+#if defined(CGRT_HAVE_CUDA) && defined(CGRT_HAVE_NCCL)
+#include "cp.h"
+#endif
 
 #define CP_PATTERNS     4
 #define CP_PATTERN_SEQS 64 /* sequences of a pattern, at most */
 #define CP_MAX_SIZES    16
 
-/* Without CONF: dynamic_cp at cp 1 and 2 over 4096-token packed batches. */
-static const char cp_default_conf[] = "[cuda_graph]\nimpl = dynamic_cp\nmodules = attn mlp\n"
+/*
+ * Without CONF: dynamic_cp at cp 1 and 2. The launch shape (the default, --cp-shape launch) packs
+ * short batches (128 tokens) through 16 narrow layers (cgrtk_cp_launch_bound_cfg): eager is bound
+ * by its launches there, which is what a graph bank per cp size removes. The compute shape
+ * (--cp-shape compute) is the workload's default (4 layers, d 512) over 4096-token batches:
+ * bound by the GPU, where graphs gain nothing.
+ */
+static const char cp_launch_conf[] = "[cuda_graph]\nimpl = dynamic_cp\nmodules = attn mlp\n"
+                                     "warmup_steps = 3\n[dynamic_cp]\ncp_sizes = 1 2\n"
+                                     "max_packed_tokens = 128\nmax_sequences = 16\n"
+                                     "[runtime]\ndriver = cuda\nlog = warn\n";
+static const char cp_compute_conf[] = "[cuda_graph]\nimpl = dynamic_cp\nmodules = attn mlp\n"
                                       "warmup_steps = 3\n[dynamic_cp]\ncp_sizes = 1 2\n"
                                       "max_packed_tokens = 4096\nmax_sequences = 32\n"
                                       "[runtime]\ndriver = cuda\nlog = warn\n";
@@ -101,24 +113,29 @@ static void make_patterns(struct cp_pattern *p, int64_t max_tokens, int max_sequ
 
 #include "cp_host.h"
 
+/* The workload's shape (*wc) and the configuration used without CONF, for o->cp_shape. */
+static const char *cp_shape(const struct bench_opts *o, struct cgrtk_cp_cfg *wc) {
+  if (o->cp_shape && strcmp(o->cp_shape, "compute") == 0) {
+    cgrtk_cp_default_cfg(wc);
+    return cp_compute_conf;
+  }
+  cgrtk_cp_launch_bound_cfg(wc);
+  return cp_launch_conf;
+}
+
 /* Loads CONF (or the default) for rank `rank`: the cuda driver on GPU `rank`, only the cp sizes
  * that divide the world, and for the eager reference warmup_steps = 1000000. */
-static int load_config(const struct cp_bench *b, int rank, int eager, struct cgrt_config *cfg) {
+static int load_config(const struct cp_bench *b, int rank, int eager, cgrt_tool_config **cfg) {
   /* Quiet: the parent printed the messages. */
-  if (tool_load_config(b->o->conf, cp_default_conf, "<bench cp default>", cfg, 1) != EXIT_VALID)
+  struct cgrtk_cp_cfg wc;
+  if (tool_load_config(b->o->conf, cp_shape(b->o, &wc), "<bench cp default>", cfg, 1) != EXIT_VALID)
     return CGRT_E_CONFIG;
-  cfg->view.driver = CGRT_DRIVER_CUDA;
-  cfg->view.device = rank;
-  if (cfg->cp_sizes) { /* NULL: the default, cp 1 alone */
-    size_t n = 0;
-    for (size_t i = 0; i < cfg->view.num_cp_sizes; i++)
-      if (b->nranks % cfg->cp_sizes[i] == 0)
-        cfg->cp_sizes[n++] = cfg->cp_sizes[i];
-    cfg->view.num_cp_sizes = n;
-  }
+  struct cgrt_config_view *v = cgrt_tool_config_view(*cfg);
+  v->driver = CGRT_DRIVER_CUDA;
+  v->device = rank;
   if (eager)
-    cfg->view.warmup_steps = 1000000;
-  return 0;
+    v->warmup_steps = 1000000;
+  return cgrt_tool_config_set_cp_sizes(*cfg, b->cps, (size_t)b->ncps);
 }
 
 /* Steps at one cp size, cycling through the length patterns. */
@@ -176,7 +193,7 @@ static int check_steps(struct cp_host *hg, struct cp_host *he, const struct cp_b
 static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len, void *arg) {
   struct cp_bench *b = arg;
   static struct cp_host hg, he; /* large: off the stack */
-  struct cgrt_config cg = {0}, ce = {0};
+  cgrt_tool_config *cg = NULL, *ce = NULL;
   cgrt_runtime *rg = NULL, *re = NULL;
   cgrtk_cp *wg = NULL, *we = NULL;
   void *world = NULL;
@@ -196,11 +213,12 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, rank) == cudaSuccess)
       snprintf(b->sh->device, sizeof(b->sh->device), "%s", prop.name);
-    snprintf(b->sh->impl, sizeof(b->sh->impl), "%s", cg.view.impl);
+    snprintf(b->sh->impl, sizeof(b->sh->impl), "%s", cgrt_tool_config_view(cg)->impl);
   }
   struct cgrtk_cp_cfg wc;
-  cgrtk_cp_default_cfg(&wc);
-  const int64_t max_rows = cg.view.max_packed_tokens; /* cp 1 holds the whole padded batch */
+  cp_shape(b->o, &wc);
+  /* cp 1 holds the whole padded batch */
+  const int64_t max_rows = cgrt_tool_config_view(cg)->max_packed_tokens;
   if (cgrtk_cp_create(&wg, &wc, max_rows, err, sizeof(err)) != 0 ||
       cgrtk_cp_create(&we, &wc, max_rows, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt bench: rank %d: %s\n", rank, err);
@@ -209,9 +227,13 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
   const size_t cap = (size_t)max_rows * (size_t)wc.d_model;
   og = malloc(cap * sizeof(float));
   oe = malloc(cap * sizeof(float));
-  rc = cgrt__open_config(&rg, &cg, NULL, NULL);
+  rc = cgrt_tool_open(&rg, cg, NULL, NULL);
+  cg = NULL; /* consumed */
   if (rc == 0)
-    rc = cgrt__open_config(&re, &ce, NULL, NULL);
+    rc = cgrt_tool_open(&re, ce, NULL, NULL);
+  else
+    cgrt_tool_config_free(ce);
+  ce = NULL;
   if (rc != 0 || !og || !oe) {
     fprintf(stderr, "cgrt bench: rank %d: %s\n", rank,
             rc ? cgrt_last_error(NULL) : "out of host memory");
@@ -255,8 +277,8 @@ out:
     cgrt_release_graphs(re);
   cgrt_close(rg);
   cgrt_close(re);
-  cgrt__config_free(&cg);
-  cgrt__config_free(&ce);
+  cgrt_tool_config_free(cg);
+  cgrt_tool_config_free(ce);
   cgrtk_cp_destroy(wg);
   cgrtk_cp_destroy(we);
   free(og);
@@ -272,7 +294,7 @@ out:
 static int print_results(const struct cp_bench *b, const struct cgrt_config_view *v) {
   const struct cp_shared *sh = b->sh;
   struct cgrtk_cp_cfg wc;
-  cgrtk_cp_default_cfg(&wc);
+  cp_shape(b->o, &wc);
   char modules[128] = "";
   for (int k = 0, n = 0; k < CGRT_KIND_COUNT; k++)
     if (v->modules & CGRT_KIND_BIT(k))
@@ -332,11 +354,16 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
 }
 
 int bench_cp(const struct bench_opts *o) {
-  struct cgrt_config cfg = {0};
-  int status = tool_load_config(o->conf, cp_default_conf, "<bench cp default>", &cfg, 0);
+  cgrt_tool_config *cfg = NULL;
+  struct cgrtk_cp_cfg wc;
+  if (o->cp_shape && strcmp(o->cp_shape, "launch") != 0 && strcmp(o->cp_shape, "compute") != 0) {
+    fprintf(stderr, "cgrt bench: --cp-shape '%s': expected launch or compute\n", o->cp_shape);
+    return EXIT_UNUSABLE;
+  }
+  int status = tool_load_config(o->conf, cp_shape(o, &wc), "<bench cp default>", &cfg, 0);
   if (status != EXIT_VALID)
     return status;
-  const struct cgrt_config_view *v = &cfg.view;
+  const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   struct cp_bench b = {.o = o};
   b.nranks = o->ranks > 0 ? o->ranks : v->cp_sizes[v->num_cp_sizes - 1];
   char skipped[128] = "";
@@ -378,7 +405,7 @@ int bench_cp(const struct bench_opts *o) {
     fprintf(stderr, "cgrt bench: %s\n", err);
   cgrt_ranks_shared_free(b.sh, sizeof(struct cp_shared));
 out:
-  cgrt__config_free(&cfg);
+  cgrt_tool_config_free(cfg);
   return status;
 }
 
@@ -387,7 +414,8 @@ out:
 int bench_cp(const struct bench_opts *o) {
   (void)o;
   (void)make_patterns;
-  (void)cp_default_conf;
+  (void)cp_launch_conf;
+  (void)cp_compute_conf;
 #ifdef CGRT_HAVE_CUDA
   printf("cgrt bench: no CUDA device: cgrt was built without NCCL (the cp workload needs it)\n");
 #else

@@ -16,60 +16,21 @@
 #include <string.h>
 
 #include "bench.h"
-#include "buckets.h"
-#include "config.h"
-#include "runtime.h"
+#include "bench_plot.h"
 #include "tool.h"
 
 #ifdef CGRT_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "bench_gpu.h"
 
 #define MIB (1024.0 * 1024.0)
 
-/* One runtime driving the workload: what a host application holds. */
-struct host_model {
-  cgrt_runtime *rt;
-  const struct bench_workload *w;
-  void *ws;
-  int num_modules;
-  cgrt_module *mods[BENCH_MAX_MODULES];
-  struct module_ref {
-    struct host_model *hm;
-    int index;
-  } refs[BENCH_MAX_MODULES];
-  int64_t tokens; /* the step's real token count; prepare pads to ctx->padded_tokens */
-  uint64_t prepare_ns;
-  void *buf;
-  size_t row_bytes;
-  int64_t max_rows;
-};
-
-struct measure {
-  double step_us;    /* median interval between steps */
-  double host_us;    /* mean host time in cgrt_step */
-  double prepare_us; /* mean host time in prepare */
-  int64_t padded;    /* the bucket the steps ran at */
-  cgrt_mode mode;    /* the last step's mode */
-  uint32_t calls;    /* module calls of the last step */
-};
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-double bench_median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static int hm_prepare(const cgrt_ctx *ctx, void *user) {
   struct host_model *hm = user;
-  uint64_t t0 = cgrt__now_ns();
+  uint64_t t0 = cgrt_tool_now_ns();
   /* The real tokens: the host's count, or fewer when cgrt prepares a smaller bucket. */
   int64_t tokens = hm->tokens < ctx->tokens ? hm->tokens : ctx->tokens;
   int rc = hm->w->stage(hm->ws, tokens, ctx->padded_tokens, ctx->stream);
-  hm->prepare_ns += cgrt__now_ns() - t0;
+  hm->prepare_ns += cgrt_tool_now_ns() - t0;
   return rc;
 }
 
@@ -97,14 +58,14 @@ static int hm_body(const cgrt_ctx *ctx, void *user) {
   return 0;
 }
 
-static int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws,
-                   int64_t max_rows, struct cgrt_config *cfg) {
+int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws, int64_t max_rows,
+            cgrt_tool_config *cfg) {
   memset(hm, 0, sizeof(*hm));
   hm->w = w;
   hm->ws = ws;
   hm->max_rows = max_rows;
   hm->buf = w->buffer(ws, &hm->row_bytes);
-  int rc = cgrt__open_config(&hm->rt, cfg, NULL, NULL);
+  int rc = cgrt_tool_open(&hm->rt, cfg, NULL, NULL);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
     return rc;
@@ -128,98 +89,87 @@ static int hm_open(struct host_model *hm, const struct bench_workload *w, void *
   return rc;
 }
 
-int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o, double *us) {
-  cudaStream_t s = (cudaStream_t)st->stream;
-  cudaEvent_t *ev = calloc((size_t)o->steps + 1, sizeof(*ev));
-  double *dt = calloc((size_t)o->steps, sizeof(*dt));
-  int rc = ev && dt ? 0 : CGRT_E_NOMEM;
-  for (int i = 0; rc == 0 && i <= o->steps; i++)
-    cudaEventCreate(&ev[i]);
-  for (int i = 0; i < o->warmup && rc == 0; i++)
-    rc = st->step(st->arg, 0);
-  for (int i = 0; i < o->steps && rc == 0; i++) {
-    cudaEventRecord(ev[i], s);
-    rc = st->step(st->arg, 1);
-  }
-  if (rc == 0) {
-    cudaEventRecord(ev[o->steps], s);
-    if (cudaEventSynchronize(ev[o->steps]) != cudaSuccess)
-      rc = CGRT_E_DEVICE;
-  }
-  for (int i = 0; i < o->steps && rc == 0; i++) {
-    float ms = 0;
-    cudaEventElapsedTime(&ms, ev[i], ev[i + 1]);
-    dt[i] = ms * 1e3;
-  }
-  if (rc == 0)
-    *us = bench_median(dt, o->steps);
-  for (int i = 0; ev && dt && i <= o->steps; i++)
-    cudaEventDestroy(ev[i]);
-  free(ev);
-  free(dt);
-  return rc;
-}
-
-/* One cgrt step of a host model; timed steps add to the host-time sums. */
-struct hm_stepper {
-  struct host_model *hm;
-  cgrt_step_desc desc;
-  cgrt_step_report rep;
-  uint64_t host_ns;
-};
-
-static int hm_step(void *arg, int timed) {
+int hm_step(void *arg, int timed) {
   struct hm_stepper *st = arg;
   uint64_t prepared = st->hm->prepare_ns;
   int rc = cgrt_step(st->hm->rt, &st->desc, &st->rep);
-  if (timed)
+  if (timed) {
     st->host_ns += st->rep.host_ns;
-  else /* warm-up preparation does not count */
+    st->timed++;
+  } else { /* warm-up preparation does not count */
     st->hm->prepare_ns = prepared;
+  }
   return rc;
 }
 
-/* Runs warm-up then timed steps of `tokens` real tokens (desc.tokens = step_tokens). */
-static int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
-                      const struct bench_opts *o, struct measure *m) {
-  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
-  struct hm_stepper st = {.hm = hm,
-                          .desc = {.struct_size = sizeof(cgrt_step_desc),
-                                   .phase = CGRT_PHASE_INFER,
-                                   .tokens = step_tokens,
-                                   .buffers = &stat,
-                                   .num_buffers = 1,
-                                   .prepare = hm_prepare,
-                                   .body = hm_body,
-                                   .user = hm},
-                          .rep = {.struct_size = sizeof(cgrt_step_report)}};
-  struct bench_stepper bs = {hm_step, &st, cgrt_stream(hm->rt)};
+void hm_stepper_init(struct hm_stepper *st, struct host_model *hm, int64_t tokens,
+                     int64_t step_tokens) {
+  memset(st, 0, sizeof(*st));
+  st->hm = hm;
+  st->stat = (cgrt_buffer){hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
+  st->desc = (cgrt_step_desc){.struct_size = sizeof(cgrt_step_desc),
+                              .phase = CGRT_PHASE_INFER,
+                              .tokens = step_tokens,
+                              .buffers = &st->stat,
+                              .num_buffers = 1,
+                              .prepare = hm_prepare,
+                              .body = hm_body,
+                              .user = hm};
+  st->rep.struct_size = sizeof(cgrt_step_report);
+  st->bs = (struct bench_stepper){hm_step, st, cgrt_stream(hm->rt)};
   hm->tokens = tokens;
   hm->prepare_ns = 0;
-  int rc = bench_time_steps(&bs, o, &m->step_us);
+}
+
+void hm_stepper_result(const struct hm_stepper *st, double step_us, struct measure *m) {
+  const double n = st->timed > 0 ? (double)st->timed : 1.0;
+  m->step_us = step_us;
+  m->host_us = (double)st->host_ns / 1e3 / n;
+  m->prepare_us = (double)st->hm->prepare_ns / 1e3 / n;
+  m->padded = st->rep.padded_tokens;
+  m->mode = st->rep.mode;
+  m->calls = st->rep.calls_eager + st->rep.calls_captured + st->rep.calls_replayed;
+}
+
+int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
+               const struct bench_opts *o, struct measure *m) {
+  struct hm_stepper st;
+  hm_stepper_init(&st, hm, tokens, step_tokens);
+  double us = 0;
+  int rc = bench_time_steps(&st.bs, o, &us);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(hm->rt));
     return rc;
   }
-  m->host_us = (double)st.host_ns / 1e3 / o->steps;
-  m->prepare_us = (double)hm->prepare_ns / 1e3 / o->steps;
-  m->padded = st.rep.padded_tokens;
-  m->mode = st.rep.mode;
-  m->calls = st.rep.calls_eager + st.rep.calls_captured + st.rep.calls_replayed;
+  hm_stepper_result(&st, us, m);
   return 0;
+}
+
+int bench_hm_step(struct host_model *hm, int64_t tokens, cgrt_step_report *rep) {
+  struct hm_stepper st;
+  hm_stepper_init(&st, hm, tokens, tokens);
+  int rc = hm_step(&st, 0);
+  *rep = st.rep;
+  if (rc != 0)
+    fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(hm->rt));
+  return rc;
+}
+
+int bench_no_device(const char *cmd) {
+  int n = 0;
+  cudaError_t ce = cudaGetDeviceCount(&n);
+  if (ce == cudaSuccess && n > 0)
+    return 0;
+  printf("%s: no CUDA device: %s\n", cmd,
+         ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+  return EXIT_UNUSABLE;
 }
 
 /* ---------------------------------------------------------------- the raw-graph floors */
 
-struct floor {
-  cudaGraphExec_t whole;                   /* every module in one graph */
-  cudaGraphExec_t each[BENCH_MAX_MODULES]; /* one graph per module */
-  int n;
-  int64_t rows;
-};
-
 static int floor_capture(const struct bench_workload *w, void *ws, cudaStream_t s, int first,
-                         int last, int64_t rows, cudaGraphExec_t *exec) {
+                         int last, int64_t rows, cudaGraphExec_t *exec, floor_graph_fn fn,
+                         void *user, int per_module) {
   cudaGraph_t g = NULL;
   if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
     return CGRT_E_DEVICE;
@@ -230,24 +180,26 @@ static int floor_capture(const struct bench_workload *w, void *ws, cudaStream_t 
   if (rc != 0 || e != cudaSuccess)
     return CGRT_E_CAPTURE;
   e = cudaGraphInstantiateWithFlags(exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+  if (fn && e == cudaSuccess)
+    fn(user, per_module, g, *exec);
   cudaGraphDestroy(g);
   if (e == cudaSuccess) /* as cgrt does after instantiating */
     e = cudaGraphUpload(*exec, s);
   return e == cudaSuccess ? 0 : CGRT_E_DEVICE;
 }
 
-static int floor_build(struct floor *f, const struct bench_workload *w, void *ws, cudaStream_t s,
-                       int64_t rows) {
+int floor_build(struct floor *f, const struct bench_workload *w, void *ws, cudaStream_t s,
+                int64_t rows, floor_graph_fn fn, void *user) {
   memset(f, 0, sizeof(*f));
   f->n = w->num_modules(ws);
   f->rows = rows;
-  int rc = floor_capture(w, ws, s, 0, f->n - 1, rows, &f->whole);
+  int rc = floor_capture(w, ws, s, 0, f->n - 1, rows, &f->whole, fn, user, 0);
   for (int i = 0; i < f->n && rc == 0; i++)
-    rc = floor_capture(w, ws, s, i, i, rows, &f->each[i]);
+    rc = floor_capture(w, ws, s, i, i, rows, &f->each[i], fn, user, 1);
   return rc;
 }
 
-static void floor_free(struct floor *f) {
+void floor_free(struct floor *f) {
   if (f->whole)
     cudaGraphExecDestroy(f->whole);
   for (int i = 0; i < f->n; i++)
@@ -256,17 +208,7 @@ static void floor_free(struct floor *f) {
   memset(f, 0, sizeof(*f));
 }
 
-/* One step of the floor: stage eagerly (as prepare does), then the raw graph(s). */
-struct floor_stepper {
-  struct floor *f;
-  const struct bench_workload *w;
-  void *ws;
-  cudaStream_t s;
-  int64_t tokens;
-  int per_module;
-};
-
-static int floor_step(void *arg, int timed) {
+int floor_step(void *arg, int timed) {
   (void)timed;
   struct floor_stepper *st = arg;
   struct floor *f = st->f;
@@ -279,14 +221,6 @@ static int floor_step(void *arg, int timed) {
   return rc;
 }
 
-static int floor_measure(struct floor *f, const struct bench_workload *w, void *ws, cudaStream_t s,
-                         int64_t tokens, int per_module, const struct bench_opts *o,
-                         double *step_us) {
-  struct floor_stepper st = {f, w, ws, s, tokens, per_module};
-  struct bench_stepper bs = {floor_step, &st, s};
-  return bench_time_steps(&bs, o, step_us);
-}
-
 /* ---------------------------------------------------------------- host dispatch cost */
 
 /*
@@ -295,24 +229,15 @@ static int floor_measure(struct floor *f, const struct bench_workload *w, void *
  */
 static int hm_dispatch(struct host_model *hm, int64_t tokens, int n, double *us) {
   void *stream = cgrt_stream(hm->rt);
-  cgrt_buffer stat = {hm->buf, (size_t)hm->max_rows * hm->row_bytes, CGRT_INOUT, "hidden"};
-  cgrt_step_desc d = {.struct_size = sizeof(d),
-                      .phase = CGRT_PHASE_INFER,
-                      .tokens = tokens,
-                      .buffers = &stat,
-                      .num_buffers = 1,
-                      .prepare = hm_prepare,
-                      .body = hm_body,
-                      .user = hm};
-  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  struct hm_stepper st;
+  hm_stepper_init(&st, hm, tokens, tokens);
   double *t = calloc((size_t)n, sizeof(*t));
   int rc = 0;
-  hm->tokens = tokens;
   for (int i = 0; i < n && rc == 0; i++) {
     cudaStreamSynchronize((cudaStream_t)stream);
     hm->prepare_ns = 0;
-    rc = cgrt_step(hm->rt, &d, &rep);
-    t[i] = (double)(rep.host_ns - hm->prepare_ns) / 1e3;
+    rc = cgrt_step(hm->rt, &st.desc, &st.rep);
+    t[i] = (double)(st.rep.host_ns - hm->prepare_ns) / 1e3;
   }
   cudaStreamSynchronize((cudaStream_t)stream);
   if (rc == 0)
@@ -327,13 +252,13 @@ static int floor_dispatch(struct floor *f, cudaStream_t s, int per_module, int n
   int rc = 0;
   for (int i = 0; i < n && rc == 0; i++) {
     cudaStreamSynchronize(s);
-    uint64_t t0 = cgrt__now_ns();
+    uint64_t t0 = cgrt_tool_now_ns();
     if (per_module)
       for (int m = 0; m < f->n && rc == 0; m++)
         rc = cudaGraphLaunch(f->each[m], s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
     else
       rc = cudaGraphLaunch(f->whole, s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
-    t[i] = (double)(cgrt__now_ns() - t0) / 1e3;
+    t[i] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
   }
   cudaStreamSynchronize(s);
   if (rc == 0)
@@ -357,15 +282,32 @@ static unsigned char *read_output(struct host_model *hm, int64_t rows, size_t *b
   return out;
 }
 
-/* Eager at the padded size, as the check's reference: the same kernels with the same arguments. */
+/*
+ * One more backend step (the floors share the workload's buffers and ran last), its output
+ * against eager at the padded size, the check's reference: the same kernels with the same
+ * arguments.
+ */
 static int bitwise_equal(struct host_model *backend, struct host_model *eager, int64_t tokens,
                          int64_t padded, const struct bench_opts *o) {
-  size_t nb = 0, ne = 0;
-  unsigned char *b = read_output(backend, padded, &nb);
   struct bench_opts one = *o;
   one.warmup = 0;
+  one.warmup_ms = 0;
   one.steps = 1;
   struct measure m;
+  if (hm_measure(backend, tokens, tokens, &one, &m) != 0)
+    return 0;
+  return bench_bitwise_equal(backend, eager, tokens, padded, o);
+}
+
+int bench_bitwise_equal(struct host_model *backend, struct host_model *eager, int64_t tokens,
+                        int64_t padded, const struct bench_opts *o) {
+  size_t nb = 0, ne = 0;
+  struct bench_opts one = *o;
+  one.warmup = 0;
+  one.warmup_ms = 0;
+  one.steps = 1;
+  struct measure m;
+  unsigned char *b = read_output(backend, padded, &nb);
   int ok = 0;
   if (b && hm_measure(eager, tokens, padded, &one, &m) == 0) {
     unsigned char *e = read_output(eager, padded, &ne);
@@ -384,7 +326,10 @@ struct row {
   double floor_whole_us, floor_each_us;
   double capture_ms, instantiate_ms;
   uint64_t graphs;
+  uint64_t graph_bytes, graph_nodes; /* the live graphs' after this row (cgrt_stats) */
   int bitwise;
+  double read_bytes; /* what a step must read at least (0: the workload does not say) */
+  double limit_us;   /* read_bytes at the measured copy bandwidth */
 };
 
 static const char *scope_of(const struct cgrt_config_view *v) {
@@ -396,25 +341,30 @@ static const char *scope_of(const struct cgrt_config_view *v) {
 static void print_table(const struct bench_opts *o, const struct cgrt_config_view *v,
                         const char *what, const char *device, struct row *rows, int n,
                         double dispatch_us, double raw_launch_us, double mem_all, double mem_one,
-                        uint64_t graphs, cgrt_runtime *rt) {
+                        uint64_t graphs, double copy_bw, cgrt_runtime *rt) {
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"scope\":\"%s\",\"device\":\"%s\","
            "\"dispatch_us_per_call\":%.3f,\"raw_launch_us\":%.3f,\"graph_mem_all_mib\":%.1f,"
-           "\"graph_mem_largest_mib\":%.1f,\"graphs\":%llu,\"rows\":[",
+           "\"graph_mem_largest_mib\":%.1f,\"graphs\":%llu,\"copy_gb_per_s\":%.1f,\"rows\":[",
            o->workload, v->impl, scope_of(v), device, dispatch_us, raw_launch_us, mem_all / MIB,
-           mem_one / MIB, (unsigned long long)graphs);
+           mem_one / MIB, (unsigned long long)graphs, copy_bw / 1e9);
     for (int i = 0; i < n; i++) {
       struct row *r = &rows[i];
       printf("%s{\"tokens\":%lld,\"bucket\":%lld,\"eager_us\":%.2f,\"backend_us\":%.2f,"
              "\"speedup\":%.3f,\"floor_block_us\":%.2f,\"floor_layer_us\":%.2f,"
              "\"vs_floor\":%.4f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,\"graphs\":%llu,"
-             "\"bitwise\":%s}",
+             "\"graph_bytes\":%llu,\"graph_nodes\":%llu,\"bitwise\":%s",
              i ? "," : "", (long long)r->tokens, (long long)r->bucket, r->eager.step_us,
              r->backend.step_us, r->eager.step_us / r->backend.step_us, r->floor_whole_us,
              r->floor_each_us, r->backend.step_us / (block ? r->floor_whole_us : r->floor_each_us),
              r->capture_ms, r->instantiate_ms, (unsigned long long)r->graphs,
+             (unsigned long long)r->graph_bytes, (unsigned long long)r->graph_nodes,
              r->bitwise ? "true" : "false");
+      if (r->limit_us > 0)
+        printf(",\"read_bytes\":%.0f,\"limit_us\":%.2f,\"x_limit\":%.3f", r->read_bytes,
+               r->limit_us, r->backend.step_us / r->limit_us);
+      printf("}");
     }
     printf("]");
     bench_print_checks(rt, 1);
@@ -423,20 +373,34 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
   }
   printf("cgrt bench: workload %s (%s), backend %s (scope %s), %s\n", o->workload, what, v->impl,
          scope_of(v), device);
-  printf("median of %d steps after %d warm-up; floor = same work as raw graphs (block: one per "
+  printf("median of %d steps after %d warm-up steps and %d ms; cgrt and both floors timed in "
+         "turn in %d blocks (same GPU conditions); floor = same work as raw graphs (block: one per "
          "step, layer: one per module)\n",
-         o->steps, o->warmup);
-  printf("%6s %6s %10s %10s %8s %11s %11s %9s %10s %9s %6s %8s\n", "tokens", "bucket", "eager_us",
-         "cgrt_us", "speedup", "floor_blk", "floor_lay", "vs_floor", "capture_ms", "inst_ms",
-         "graphs", "bitwise");
+         o->steps, o->warmup, o->warmup_ms, o->blocks);
+  const int limit = n > 0 && rows[0].limit_us > 0;
+  if (limit)
+    printf("limit = the bytes a step must read (read_MiB) at the copy bandwidth measured at start "
+           "(%.1f GB/s, a device-to-device copy: bytes read + written / time); x_limit = "
+           "cgrt_us / limit_us\n",
+           copy_bw / 1e9);
+  printf("%6s %6s %10s %10s %8s %11s %11s %9s %10s %9s %6s %9s %7s %8s", "tokens", "bucket",
+         "eager_us", "cgrt_us", "speedup", "floor_blk", "floor_lay", "vs_floor", "capture_ms",
+         "inst_ms", "graphs", "graph_MiB", "nodes", "bitwise");
+  printf(limit ? " %9s %9s %8s\n" : "\n", "read_MiB", "limit_us", "x_limit");
   for (int i = 0; i < n; i++) {
     struct row *r = &rows[i];
     double fl = block ? r->floor_whole_us : r->floor_each_us;
-    printf("%6lld %6lld %10.1f %10.1f %7.2fx %11.1f %11.1f %8.3fx %10.2f %9.2f %6llu %8s\n",
+    printf("%6lld %6lld %10.1f %10.1f %7.2fx %11.1f %11.1f %8.3fx %10.2f %9.2f %6llu %9.1f %7llu "
+           "%8s",
            (long long)r->tokens, (long long)r->bucket, r->eager.step_us, r->backend.step_us,
            r->eager.step_us / r->backend.step_us, r->floor_whole_us, r->floor_each_us,
            r->backend.step_us / fl, r->capture_ms, r->instantiate_ms, (unsigned long long)r->graphs,
+           (double)r->graph_bytes / MIB, (unsigned long long)r->graph_nodes,
            r->bitwise ? "equal" : "DIFFER");
+    if (limit)
+      printf(" %9.1f %9.1f %7.2fx", r->read_bytes / MIB, r->limit_us,
+             r->backend.step_us / r->limit_us);
+    printf("\n");
   }
   printf("replay dispatch: %.3f us of host time per replayed graph (%s) above cudaGraphLaunch "
          "(raw launch %.3f us)\n",
@@ -449,6 +413,38 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
     printf("graph memory: %.1f MiB reserved (the largest bucket alone reserved none)\n",
            mem_all / MIB);
   bench_print_checks(rt, 0);
+}
+
+/* --plot: step time per token count, eager, cgrt, the floor of cgrt's scope and the limit. */
+static int plot_rows(const struct bench_opts *o, const struct cgrt_config_view *v, const char *what,
+                     const char *device, const struct row *rows, int n) {
+  double x[BENCH_MAX_TOKENS], ye[BENCH_MAX_TOKENS], yc[BENCH_MAX_TOKENS], yf[BENCH_MAX_TOKENS],
+      yl[BENCH_MAX_TOKENS];
+  const int block = strcmp(scope_of(v), "block") == 0;
+  for (int i = 0; i < n; i++) {
+    x[i] = (double)rows[i].tokens;
+    ye[i] = rows[i].eager.step_us;
+    yc[i] = rows[i].backend.step_us;
+    yf[i] = block ? rows[i].floor_whole_us : rows[i].floor_each_us;
+    yl[i] = rows[i].limit_us; /* 0 when the workload gives no bytes: left out */
+  }
+  char title[1200], floor_name[64], err[512];
+  snprintf(title, sizeof(title), "%s (%s): %s, scope %s, %s", o->workload, what, v->impl,
+           scope_of(v), device);
+  snprintf(floor_name, sizeof(floor_name), "floor (%s)",
+           block ? "one graph per step" : "one graph per module");
+  const struct plot_series s[4] = {{"eager", "#d62728", ye, 0},
+                                   {"cgrt", "#1f77b4", yc, 0},
+                                   {floor_name, "#2ca02c", yf, 1},
+                                   {"limit (bytes / copy bandwidth)", "#7f7f7f", yl, 1}};
+  if (bench_plot_svg(o->plot, title, "tokens per step", "step time (us)", x, n, s, 4, err,
+                     sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", err);
+    return -1;
+  }
+  if (!o->json)
+    printf("plot: %s\n", o->plot);
+  return 0;
 }
 
 static uint64_t reserved_graph_mem(int device) {
@@ -467,12 +463,13 @@ static int memory_pass(struct host_model *hm, const int64_t *buckets, size_t nb,
   cudaDeviceGraphMemTrim(device);
   struct bench_opts few = *o;
   few.steps = 1;
+  few.warmup_ms = 0;
   struct measure m;
   *one = 0;
   for (size_t i = nb; i-- > 0;) {
     if (buckets[i] > hm->max_rows)
       continue;
-    few.warmup = hm->rt->cfg.view.warmup_steps + 1;
+    few.warmup = cgrt_tool_view(hm->rt)->warmup_steps + 1;
     int rc = hm_measure(hm, buckets[i], buckets[i], &few, &m);
     if (rc != 0)
       return rc;
@@ -483,36 +480,118 @@ static int memory_pass(struct host_model *hm, const int64_t *buckets, size_t nb,
   return 0;
 }
 
-int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
-  int n = 0;
-  cudaError_t ce = cudaGetDeviceCount(&n);
-  if (ce != cudaSuccess || n == 0) {
-    printf("cgrt bench: no CUDA device: %s\n",
-           ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
-    return EXIT_UNUSABLE;
+/*
+ * The device's copy bandwidth: a device-to-device cudaMemcpyAsync of 256 MiB (far above L2), the
+ * best of 10 after one untimed, counted as bytes read plus bytes written per second: the memory
+ * throughput a step that reads its weights streams at, at best. 0 if it could not be measured.
+ */
+static double copy_bandwidth(void) {
+  const size_t bytes = (size_t)256 << 20;
+  void *a = NULL, *b = NULL;
+  cudaStream_t s = NULL;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  double best = 0;
+  if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
+      cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess &&
+      cudaMemsetAsync(a, 1, bytes, s) == cudaSuccess) {
+    for (int i = 0; i <= 10; i++) {
+      float ms = 0;
+      cudaEventRecord(e0, s);
+      cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s);
+      cudaEventRecord(e1, s);
+      if (cudaEventSynchronize(e1) != cudaSuccess ||
+          cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+        break;
+      double bw = 2.0 * (double)bytes / (ms * 1e-3);
+      if (i > 0 && ms > 0 && bw > best)
+        best = bw;
+    }
   }
+  (void)cudaGetLastError();
+  if (e0)
+    cudaEventDestroy(e0);
+  if (e1)
+    cudaEventDestroy(e1);
+  if (s)
+    cudaStreamDestroy(s);
+  cudaFree(a);
+  cudaFree(b);
+  return best;
+}
+
+/*
+ * The figures of one row: eager alone first (its long, mostly idle GPU time must not precede the
+ * others alone), then the backend and both floors interleaved in blocks (bench_time_blocks), so
+ * that they run under the same GPU conditions, then the bitwise check. The floors are built at
+ * the bucket one backend step reports; fl holds them afterwards (for the dispatch figures).
+ */
+static int measure_row(struct host_model *backend, struct host_model *eager, struct floor *fl,
+                       cudaStream_t fs, struct row *r, const struct bench_opts *o) {
+  if (hm_measure(eager, r->tokens, r->tokens, o, &r->eager) != 0)
+    return -1;
+  cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
+  cgrt_stats_get(backend->rt, &s0);
+  struct bench_opts one = *o;
+  one.warmup = 0;
+  one.warmup_ms = 0;
+  one.steps = 1;
+  struct measure probe;
+  if (hm_measure(backend, r->tokens, r->tokens, &one, &probe) != 0)
+    return -1;
+  r->bucket = probe.padded;
+  if (floor_build(fl, backend->w, backend->ws, fs, r->bucket, NULL, NULL) != 0) {
+    fprintf(stderr, "cgrt bench: capturing the raw-graph floor failed\n");
+    return -1;
+  }
+  struct hm_stepper hs;
+  hm_stepper_init(&hs, backend, r->tokens, r->tokens);
+  struct floor_stepper whole = {fl, backend->w, backend->ws, fs, r->tokens, 0};
+  struct floor_stepper each = {fl, backend->w, backend->ws, fs, r->tokens, 1};
+  struct bench_stepper st[3] = {hs.bs, {floor_step, &whole, fs}, {floor_step, &each, fs}};
+  double us[3] = {0};
+  if (bench_time_blocks(st, 3, o, us) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(backend->rt));
+    return -1;
+  }
+  hm_stepper_result(&hs, us[0], &r->backend);
+  r->floor_whole_us = us[1];
+  r->floor_each_us = us[2];
+  cgrt_stats_get(backend->rt, &s1);
+  r->capture_ms = (double)(s1.capture_ns - s0.capture_ns) / 1e6;
+  r->instantiate_ms = (double)(s1.instantiate_ns - s0.instantiate_ns) / 1e6;
+  r->graphs = s1.instantiations - s0.instantiations;
+  r->graph_bytes = s1.graph_bytes;
+  r->graph_nodes = s1.graph_nodes;
+  r->bitwise = bitwise_equal(backend, eager, r->tokens, r->bucket, o);
+  return 0;
+}
+
+int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
+  if (bench_no_device("cgrt bench"))
+    return EXIT_UNUSABLE;
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
                                     "log = warn\n";
-  struct cgrt_config cfg = {0}, eager_cfg = {0};
+  cgrt_tool_config *cfg = NULL, *eager_cfg = NULL;
   int status = tool_load_config(o->conf, default_conf, "<bench default: local>", &cfg, 0);
   if (status != EXIT_VALID)
     return status;
-  cfg.view.driver = CGRT_DRIVER_CUDA;
-  int device = cfg.view.device;
-  if (tool_eager_config(&cfg, &eager_cfg) != EXIT_VALID) {
-    cgrt__config_free(&cfg);
+  cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
+  const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  int device = v->device;
+  if (tool_eager_config(v, &eager_cfg) != EXIT_VALID) {
+    cgrt_tool_config_free(cfg);
     return EXIT_UNUSABLE;
   }
 
   int64_t *buckets = NULL;
   size_t nb = 0;
   char err[512];
-  const struct cgrt_config_view *v = &cfg.view;
-  if (cgrt__buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
-                          v->bucket_list_len, &buckets, &nb, err, sizeof(err)) != 0) {
+  if (cgrt_tool_buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
+                              v->bucket_list_len, &buckets, &nb, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt bench: %s\n", err);
-    cgrt__config_free(&cfg);
-    cgrt__config_free(&eager_cfg);
+    cgrt_tool_config_free(cfg);
+    cgrt_tool_config_free(eager_cfg);
     return EXIT_INVALID;
   }
   int64_t max_rows = nb ? buckets[nb - 1] : 1;
@@ -529,10 +608,12 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   struct floor fl = {0};
   cudaStream_t fs = NULL;
   char what[256] = "";
-  struct cgrt_config_view shown = cfg.view;
+  /* The view goes with the configuration when the runtime opens: what the table shows, kept. */
+  struct cgrt_config_view shown = *v;
   char impl[256];
   snprintf(impl, sizeof(impl), "%s", v->impl);
   shown.impl = impl;
+  v = NULL;
   status = EXIT_UNUSABLE;
   int rc = w->create(o, max_rows, &ws, err, sizeof(err));
   if (rc != 0) {
@@ -540,10 +621,18 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     goto out;
   }
   w->describe(ws, what, sizeof(what));
-  if (hm_open(&eager, w, ws, max_rows, &eager_cfg) != 0 ||
-      hm_open(&backend, w, ws, max_rows, &cfg) != 0)
+  cgrt_tool_config *bcfg = cfg;
+  cfg = NULL; /* consumed below, opened or not */
+  int orc = hm_open(&eager, w, ws, max_rows, eager_cfg);
+  eager_cfg = NULL;
+  if (orc == 0)
+    orc = hm_open(&backend, w, ws, max_rows, bcfg);
+  else
+    cgrt_tool_config_free(bcfg);
+  if (orc != 0)
     goto out;
   cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking);
+  const double copy_bw = w->step_bytes ? copy_bandwidth() : 0;
 
   double dispatch_sum = 0, launch_sum = 0;
   int dispatch_n = 0;
@@ -551,22 +640,11 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     struct row *r = &rows[i];
     memset(r, 0, sizeof(*r));
     r->tokens = o->tokens[i];
-    cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
-    cgrt_stats_get(backend.rt, &s0);
-    if (hm_measure(&backend, r->tokens, r->tokens, o, &r->backend) != 0 ||
-        hm_measure(&eager, r->tokens, r->tokens, o, &r->eager) != 0)
+    if (measure_row(&backend, &eager, &fl, fs, r, o) != 0)
       goto out;
-    cgrt_stats_get(backend.rt, &s1);
-    r->bucket = r->backend.padded;
-    r->capture_ms = (double)(s1.capture_ns - s0.capture_ns) / 1e6;
-    r->instantiate_ms = (double)(s1.instantiate_ns - s0.instantiate_ns) / 1e6;
-    r->graphs = s1.instantiations - s0.instantiations;
-    r->bitwise = bitwise_equal(&backend, &eager, r->tokens, r->bucket, o);
-    if (floor_build(&fl, w, ws, fs, r->bucket) != 0 ||
-        floor_measure(&fl, w, ws, fs, r->tokens, 0, o, &r->floor_whole_us) != 0 ||
-        floor_measure(&fl, w, ws, fs, r->tokens, 1, o, &r->floor_each_us) != 0) {
-      fprintf(stderr, "cgrt bench: capturing the raw-graph floor failed\n");
-      goto out;
+    if (w->step_bytes && copy_bw > 0) {
+      r->read_bytes = w->step_bytes(ws, r->bucket);
+      r->limit_us = r->read_bytes / copy_bw * 1e6;
     }
     /*
      * Host cost of a replayed step above the same graphs launched by hand, per graph: one per
@@ -594,8 +672,10 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   cgrt_stats_get(backend.rt, &st);
   print_table(o, &shown, what, prop.name, rows, o->num_tokens,
               dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? launch_sum / dispatch_n : 0,
-              mem_all, mem_one, st.live_graphs, backend.rt);
-  status = 0;
+              mem_all, mem_one, st.live_graphs, copy_bw, backend.rt);
+  status = o->plot && plot_rows(o, &shown, what, prop.name, rows, o->num_tokens) != 0
+               ? EXIT_UNUSABLE
+               : 0;
 out:
   floor_free(&fl);
   if (fs)
@@ -604,9 +684,62 @@ out:
   cgrt_close(eager.rt);
   if (ws)
     w->destroy(ws);
-  free(buckets);
-  cgrt__config_free(&cfg);
-  cgrt__config_free(&eager_cfg);
+  cgrt_tool_free(buckets);
+  cgrt_tool_config_free(cfg);
+  cgrt_tool_config_free(eager_cfg);
+  return status;
+}
+
+int plan_decode(const char *conf, plan_report_fn report, void *user) {
+  if (bench_no_device("cgrt plan"))
+    return EXIT_UNUSABLE;
+  static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
+                                    "log = warn\n";
+  cgrt_tool_config *cfg = NULL;
+  int status = tool_load_config(conf, default_conf, "<plan default: local>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  v->driver = CGRT_DRIVER_CUDA;
+  uint64_t budget = v->memory_budget;
+  v->memory_budget = 0; /* every graph, unconstrained: the budget is judged against them */
+  int64_t *buckets = NULL;
+  size_t nb = 0;
+  char err[512], what[256] = "";
+  struct bench_opts o = {.workload = "decode", .steps = 1, .warmup = v->warmup_steps + 1};
+  void *ws = NULL;
+  struct host_model hm = {0};
+  int device = v->device;
+  if (cgrt_tool_buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
+                              v->bucket_list_len, &buckets, &nb, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", err);
+    cgrt_tool_config_free(cfg);
+    return EXIT_INVALID;
+  }
+  status = EXIT_UNUSABLE;
+  int64_t max_rows = nb ? buckets[nb - 1] : 1;
+  cudaSetDevice(device);
+  if (bench_decode.create(&o, max_rows, &ws, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", err);
+    goto out;
+  }
+  bench_decode.describe(ws, what, sizeof(what));
+  int orc = hm_open(&hm, &bench_decode, ws, max_rows, cfg);
+  cfg = NULL; /* consumed */
+  if (orc != 0)
+    goto out;
+  /* Largest first, as [inference] capture = eager does: warm-up steps, then the capture. */
+  struct measure m;
+  for (size_t i = nb; i-- > 0;)
+    if (hm_measure(&hm, buckets[i], buckets[i], &o, &m) != 0)
+      goto out;
+  status = report(hm.rt, what, budget, user);
+out:
+  cgrt_close(hm.rt);
+  if (ws)
+    bench_decode.destroy(ws);
+  cgrt_tool_free(buckets);
+  cgrt_tool_config_free(cfg);
   return status;
 }
 
@@ -616,6 +749,14 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   (void)w;
   (void)o;
   printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
+  return EXIT_UNUSABLE;
+}
+
+int plan_decode(const char *conf, plan_report_fn report, void *user) {
+  (void)conf;
+  (void)report;
+  (void)user;
+  printf("cgrt plan: no CUDA device: cgrt was built without CUDA support\n");
   return EXIT_UNUSABLE;
 }
 

@@ -11,8 +11,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "config.h"
-#include "runtime.h"
 #include "tool.h"
 
 #ifdef CGRT_HAVE_CUDA
@@ -149,25 +147,21 @@ static int same_state(struct train_host *a, struct train_host *b) {
 }
 
 int bench_train(const struct bench_opts *o) {
-  int ndev = 0;
-  cudaError_t ce = cudaGetDeviceCount(&ndev);
-  if (ce != cudaSuccess || ndev == 0) {
-    printf("cgrt bench: no CUDA device: %s\n",
-           ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+  if (bench_no_device("cgrt bench"))
     return EXIT_UNUSABLE;
-  }
   static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
                                     "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
-  struct cgrt_config cfg = {0}, eager_cfg = {0};
+  cgrt_tool_config *cfg = NULL, *eager_cfg = NULL;
   int status = tool_load_config(o->conf, default_conf, "<bench default>", &cfg, 0);
   if (status != EXIT_VALID)
     return status;
-  cfg.view.driver = CGRT_DRIVER_CUDA;
-  struct cgrt_config_view v = cfg.view;
+  cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
+  struct cgrt_config_view v = *cgrt_tool_config_view(cfg);
   char impl[128], err[512];
   snprintf(impl, sizeof(impl), "%s", v.impl);
-  if (tool_eager_config(&cfg, &eager_cfg) != EXIT_VALID) {
-    cgrt__config_free(&cfg);
+  v.impl = impl; /* the view's own string goes with the configuration */
+  if (tool_eager_config(&v, &eager_cfg) != EXIT_VALID) {
+    cgrt_tool_config_free(cfg);
     return EXIT_UNUSABLE;
   }
   cudaSetDevice(v.device);
@@ -185,8 +179,14 @@ int bench_train(const struct bench_opts *o) {
     fprintf(stderr, "cgrt bench: %s\n", err);
     goto out;
   }
-  if (cgrt__open_config(&rb, &cfg, NULL, NULL) != 0 ||
-      cgrt__open_config(&re, &eager_cfg, NULL, NULL) != 0) {
+  int orc = cgrt_tool_open(&rb, cfg, NULL, NULL);
+  cfg = NULL; /* consumed */
+  if (orc == 0)
+    orc = cgrt_tool_open(&re, eager_cfg, NULL, NULL);
+  else
+    cgrt_tool_config_free(eager_cfg);
+  eager_cfg = NULL;
+  if (orc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
     goto out;
   }
@@ -238,10 +238,12 @@ int bench_train(const struct bench_opts *o) {
     printf("{\"workload\":\"train\",\"backend\":\"%s\",\"modules\":\"%s\",\"device\":\"%s\","
            "\"eager_us\":%.1f,\"backend_us\":%.1f,\"speedup\":%.3f,\"floor_whole_us\":%.1f,"
            "\"floor_scoped_us\":%.1f,\"vs_floor\":%.4f,\"capture_ms\":%.3f,"
-           "\"instantiate_ms\":%.3f,\"graphs\":%llu,\"graph_mem_mib\":%.1f,\"bitwise\":%s",
+           "\"instantiate_ms\":%.3f,\"graphs\":%llu,\"graph_mem_mib\":%.1f,"
+           "\"graph_bytes\":%llu,\"graph_nodes\":%llu,\"bitwise\":%s",
            impl, modules, prop.name, eager_us, backend_us, eager_us / backend_us, whole_us,
            scoped_us, vs, (double)st.capture_ns / 1e6, (double)st.instantiate_ns / 1e6,
            (unsigned long long)st.live_graphs, (double)st.graph_mem_reserved / (1 << 20),
+           (unsigned long long)st.graph_bytes, (unsigned long long)st.graph_nodes,
            bitwise ? "true" : "false");
     bench_print_checks(rb, 1);
     printf("}\n");
@@ -253,13 +255,15 @@ int bench_train(const struct bench_opts *o) {
     printf("median of %d steps; floor: %s\n", o->steps,
            whole ? "the whole body as one raw graph"
                  : "one raw graph per call of a scoped module, the rest eager");
-    printf("%10s %10s %8s %12s %12s %9s %10s %9s %6s %10s %8s\n", "eager_us", "cgrt_us", "speedup",
-           "floor_whole", "floor_scoped", "vs_floor", "capture_ms", "inst_ms", "graphs",
-           "graph_MiB", "bitwise");
-    printf("%10.1f %10.1f %7.2fx %12.1f %12.1f %8.3fx %10.2f %9.2f %6llu %10.1f %8s\n", eager_us,
-           backend_us, eager_us / backend_us, whole_us, scoped_us, vs, (double)st.capture_ns / 1e6,
-           (double)st.instantiate_ns / 1e6, (unsigned long long)st.live_graphs,
-           (double)st.graph_mem_reserved / (1 << 20), bitwise ? "equal" : "DIFFER");
+    printf("%10s %10s %8s %12s %12s %9s %10s %9s %6s %10s %10s %7s %8s\n", "eager_us", "cgrt_us",
+           "speedup", "floor_whole", "floor_scoped", "vs_floor", "capture_ms", "inst_ms", "graphs",
+           "graph_MiB", "pool_MiB", "nodes", "bitwise");
+    printf("%10.1f %10.1f %7.2fx %12.1f %12.1f %8.3fx %10.2f %9.2f %6llu %10.1f %10.1f %7llu %8s\n",
+           eager_us, backend_us, eager_us / backend_us, whole_us, scoped_us, vs,
+           (double)st.capture_ns / 1e6, (double)st.instantiate_ns / 1e6,
+           (unsigned long long)st.live_graphs, (double)st.graph_bytes / (1 << 20),
+           (double)st.graph_mem_reserved / (1 << 20), (unsigned long long)st.graph_nodes,
+           bitwise ? "equal" : "DIFFER");
     bench_print_checks(rb, 0);
   }
   status = bitwise ? 0 : EXIT_INVALID;
@@ -269,8 +273,59 @@ out:
   cgrt_close(re);
   cgrtk_train_destroy(tb);
   cgrtk_train_destroy(te);
-  cgrt__config_free(&cfg);
-  cgrt__config_free(&eager_cfg);
+  cgrt_tool_config_free(cfg);
+  cgrt_tool_config_free(eager_cfg);
+  return status;
+}
+
+int plan_train(const char *conf, plan_report_fn report, void *user) {
+  if (bench_no_device("cgrt plan"))
+    return EXIT_UNUSABLE;
+  static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
+                                    "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
+  cgrt_tool_config *cfg = NULL;
+  int status = tool_load_config(conf, default_conf, "<plan default>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  struct cgrt_config_view *cv = cgrt_tool_config_view(cfg);
+  cv->driver = CGRT_DRIVER_CUDA;
+  uint64_t budget = cv->memory_budget;
+  cv->memory_budget = 0; /* every graph, unconstrained */
+  struct cgrt_config_view v = *cv;
+  char err[512], what[256];
+  cgrtk_train *t = NULL;
+  cgrt_runtime *rt = NULL;
+  struct train_host h;
+  status = EXIT_UNUSABLE;
+  cudaSetDevice(v.device);
+  if (train_create(&v, &t, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", err);
+    goto out;
+  }
+  int orc = cgrt_tool_open(&rt, cfg, NULL, NULL);
+  cfg = NULL; /* consumed */
+  if (orc != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", cgrt_last_error(NULL));
+    goto out;
+  }
+  if (train_host_open(&h, t, rt) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", cgrt_last_error(rt));
+    goto out;
+  }
+  /* Warm-up steps, the capture step, and one more for keys first seen late. */
+  for (int i = 0; i < v.warmup_steps + 2; i++)
+    if (train_host_step(&h, NULL) != 0) {
+      fprintf(stderr, "cgrt plan: %s\n", cgrt_last_error(rt));
+      goto out;
+    }
+  const struct cgrtk_train_cfg *tc = cgrtk_train_config(t);
+  snprintf(what, sizeof(what), "%d layers x %d microbatches of %d tokens, d %d, %d experts, fp32",
+           tc->layers, tc->microbatches, tc->tokens, tc->d_model, tc->experts);
+  status = report(rt, what, budget, user);
+out:
+  cgrt_close(rt);
+  cgrtk_train_destroy(t);
+  cgrt_tool_config_free(cfg);
   return status;
 }
 
@@ -279,6 +334,14 @@ out:
 int bench_train(const struct bench_opts *o) {
   (void)o;
   printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
+  return EXIT_UNUSABLE;
+}
+
+int plan_train(const char *conf, plan_report_fn report, void *user) {
+  (void)conf;
+  (void)report;
+  (void)user;
+  printf("cgrt plan: no CUDA device: cgrt was built without CUDA support\n");
   return EXIT_UNUSABLE;
 }
 

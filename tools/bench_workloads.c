@@ -76,6 +76,17 @@ static void *decode_buffer(void *state, size_t *row_bytes) {
   return cgrtk_decode_hidden(state);
 }
 
+/* Every layer's weights and norm gains and its K and V cache, bf16: what any step reads at least,
+ * whatever its row count (the rows' own activations are not counted: a lower bound). */
+static double decode_step_bytes(void *state, int64_t rows) {
+  (void)rows;
+  const struct cgrtk_decode_cfg *c = cgrtk_decode_config(state);
+  uint64_t numel = 0;
+  for (int t = 0; t < CGRTK_DECODE_T_COUNT; t++)
+    numel += cgrtk_decode_tensor_numel(c, t);
+  return (double)numel * (double)c->layers * 2.0; /* bf16 */
+}
+
 const struct bench_workload bench_decode = {
     .name = "decode",
     .create = decode_create,
@@ -87,6 +98,7 @@ const struct bench_workload bench_decode = {
     .run = decode_run,
     .read = decode_read,
     .buffer = decode_buffer,
+    .step_bytes = decode_step_bytes,
 };
 
 /* ---------------------------------------------------------------- chain */

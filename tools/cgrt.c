@@ -1,4 +1,5 @@
-/* cgrt.c - the `cgrt` command: inspect the installation, check configs, print buckets, bench. */
+/* cgrt.c - the `cgrt` command: inspect the installation, check configs, print buckets, bench,
+ * plan graph memory. */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,9 +19,17 @@ static void usage(FILE *out) {
       "  buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
       "          [--dist exponential|linear|list] [--list 'A B ...']\n"
       "                            the inference token buckets, largest first\n"
+      "  buckets --histogram FILE --num-graphs K [--tp T] [--max-tokens N]\n"
+      "                            the K buckets that pad FILE's traffic least, against the\n"
+      "                            exponential and linear sets\n"
       "  bench [FILE] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST'] [--steps N]\n"
-      "        [--json]            a workload under the configured backend against eager\n"
-      "                            and the raw-graph floor (decode, chain: GPU)\n"
+      "        [--traffic FILE] [--json]\n"
+      "                            a workload under the configured backend against eager\n"
+      "                            and the raw-graph floor (decode, chain: GPU); --traffic:\n"
+      "                            replay a file of token counts through decode\n"
+      "  plan FILE [--workload decode|train] [--json]\n"
+      "                            capture every graph the config would build (GPU) and\n"
+      "                            print each one's memory, nodes and build time\n"
       "  version                   print the version\n");
 }
 
@@ -38,6 +47,8 @@ int main(int argc, char **argv) {
     return cmd_buckets(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0)
     return cmd_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "plan") == 0)
+    return cmd_plan(argc - 1, argv + 1);
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
     printf("cgrt %s\n", cgrt_version());
     return 0;

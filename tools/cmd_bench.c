@@ -15,8 +15,6 @@
 #include <string.h>
 
 #include "cgrt/cgrt.h"
-#include "config.h"
-#include "runtime.h"
 #include "bench.h"
 #include "tool.h"
 
@@ -45,16 +43,16 @@ static cgrt_module_fn volatile direct_fn = noop_module;
 static int dispatch_body(const cgrt_ctx *ctx, void *user) {
   struct dispatch *d = user;
   cgrt_args a = {.struct_size = sizeof(a), .key = 1};
-  uint64_t t0 = cgrt__now_ns();
+  uint64_t t0 = cgrt_tool_now_ns();
   for (long i = 0; i < d->calls; i++) {
     int rc = cgrt_forward(d->rt, d->m, ctx, &a);
     if (rc)
       return rc;
   }
-  uint64_t t1 = cgrt__now_ns();
+  uint64_t t1 = cgrt_tool_now_ns();
   for (long i = 0; i < d->calls; i++)
     direct_fn(ctx, &a, d);
-  uint64_t t2 = cgrt__now_ns();
+  uint64_t t2 = cgrt_tool_now_ns();
   d->ns_cgrt[d->rep] = (double)(t1 - t0) / (double)d->calls;
   d->ns_direct[d->rep] = (double)(t2 - t1) / (double)d->calls;
   return 0;
@@ -70,12 +68,14 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
-static int bench_dispatch(struct cgrt_config *cfg, long calls, int json) {
+/* cfg is consumed. */
+static int bench_dispatch(cgrt_tool_config *cfg, long calls, int json) {
   struct dispatch d = {.calls = calls};
-  cfg->view.driver = CGRT_DRIVER_HOST;
-  cfg->view.bind_cpu = 0;
-  cfg->view.log_level = CGRT_LOG_WARN;
-  int rc = cgrt__open_config(&d.rt, cfg, NULL, NULL);
+  struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  v->driver = CGRT_DRIVER_HOST;
+  v->bind_cpu = 0;
+  v->log_level = CGRT_LOG_WARN;
+  int rc = cgrt_tool_open(&d.rt, cfg, NULL, NULL);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
     return EXIT_UNUSABLE;
@@ -118,8 +118,9 @@ static int bench_dispatch(struct cgrt_config *cfg, long calls, int json) {
 static void usage(void) {
   fprintf(stderr,
           "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
-          "                  [--steps N] [--warmup N] [--kernels N] [--calls N] [--ranks N]\n"
-          "                  [--timeout S] [--json]\n");
+          "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
+          "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
+          "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n");
 }
 
 /* Parses a space- or comma-separated list of positive token counts. */
@@ -142,7 +143,12 @@ static int parse_tokens(const char *s, struct bench_opts *o) {
 }
 
 int cmd_bench(int argc, char **argv) {
-  struct bench_opts o = {.workload = "decode", .steps = 200, .warmup = 20, .chain_kernels = 64};
+  struct bench_opts o = {.workload = "decode",
+                         .steps = 200,
+                         .warmup = 20,
+                         .warmup_ms = 100,
+                         .blocks = 5,
+                         .chain_kernels = 64};
   long calls = 2000000;
   const char *tokens = NULL;
   for (int i = 1; i < argc; i++) {
@@ -157,6 +163,16 @@ int cmd_bench(int argc, char **argv) {
       o.steps = atoi(argv[++i]);
     else if (strcmp(a, "--warmup") == 0 && val)
       o.warmup = atoi(argv[++i]);
+    else if (strcmp(a, "--warmup-ms") == 0 && val)
+      o.warmup_ms = atoi(argv[++i]);
+    else if (strcmp(a, "--blocks") == 0 && val)
+      o.blocks = atoi(argv[++i]);
+    else if (strcmp(a, "--explain") == 0)
+      o.explain = 1;
+    else if (strcmp(a, "--cp-shape") == 0 && val)
+      o.cp_shape = argv[++i];
+    else if (strcmp(a, "--plot") == 0 && val)
+      o.plot = argv[++i];
     else if (strcmp(a, "--kernels") == 0 && val)
       o.chain_kernels = atoi(argv[++i]);
     else if (strcmp(a, "--calls") == 0 && val)
@@ -165,6 +181,8 @@ int cmd_bench(int argc, char **argv) {
       o.ranks = atoi(argv[++i]);
     else if (strcmp(a, "--timeout") == 0 && val)
       o.timeout_s = atoi(argv[++i]);
+    else if (strcmp(a, "--traffic") == 0 && val)
+      o.traffic = argv[++i];
     else if (a[0] != '-' && !o.conf)
       o.conf = a;
     else {
@@ -172,17 +190,33 @@ int cmd_bench(int argc, char **argv) {
       return EXIT_UNUSABLE;
     }
   }
-  if (o.steps < 1 || o.warmup < 0 || o.chain_kernels < 1 || calls < 1 || o.ranks < 0 ||
-      o.timeout_s < 0) {
-    fprintf(stderr, "cgrt bench: --steps, --kernels, --calls, --ranks and --timeout must be "
-                    "positive\n");
+  if (o.steps < 1 || o.warmup < 0 || o.warmup_ms < 0 || o.blocks < 1 || o.chain_kernels < 1 ||
+      calls < 1 || o.ranks < 0 || o.timeout_s < 0) {
+    fprintf(stderr, "cgrt bench: --steps, --blocks, --kernels, --calls, --ranks, --timeout, "
+                    "--warmup and --warmup-ms must be positive\n");
     return EXIT_UNUSABLE;
   }
+  int gpu_rows = strcmp(o.workload, "decode") == 0 || strcmp(o.workload, "chain") == 0;
+  if ((o.explain || o.plot) && !gpu_rows) {
+    fprintf(stderr, "cgrt bench: --explain and --plot are for --workload decode or chain\n");
+    return EXIT_UNUSABLE;
+  }
+  if (!gpu_rows)
+    o.warmup_ms = 0; /* cp: every rank must run the same number of steps */
   int is_chain = strcmp(o.workload, "chain") == 0;
   if (parse_tokens(tokens ? tokens : is_chain ? "1" : "1 3 8 37 64", &o) != 0) {
     fprintf(stderr, "cgrt bench: --tokens wants positive integers, at most %d\n", BENCH_MAX_TOKENS);
     return EXIT_UNUSABLE;
   }
+  if (o.traffic && strcmp(o.workload, "decode") != 0) {
+    fprintf(stderr, "cgrt bench: --traffic replays token counts through the decode workload; "
+                    "use --workload decode\n");
+    return EXIT_UNUSABLE;
+  }
+  if (o.traffic)
+    return bench_traffic(&bench_decode, &o);
+  if (o.explain)
+    return bench_explain(is_chain ? &bench_chain : &bench_decode, &o);
   if (strcmp(o.workload, "decode") == 0)
     return bench_gpu(&bench_decode, &o);
   if (is_chain)
@@ -196,10 +230,9 @@ int cmd_bench(int argc, char **argv) {
             o.workload);
     return EXIT_UNUSABLE;
   }
-  struct cgrt_config cfg = {0};
-  int status = tool_load_config(o.conf, cgrt__default_config, "<default>", &cfg, 0);
+  cgrt_tool_config *cfg = NULL;
+  int status = tool_load_config(o.conf, cgrt_tool_default_config(), "<default>", &cfg, 0);
   if (status == EXIT_VALID)
-    status = bench_dispatch(&cfg, calls, o.json);
-  cgrt__config_free(&cfg);
+    status = bench_dispatch(cfg, calls, o.json);
   return status;
 }

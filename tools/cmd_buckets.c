@@ -1,16 +1,16 @@
 /*
  * cmd_buckets.c - `cgrt buckets`: the inference token buckets for given options (from a config
  * file's [inference] section, then the command-line options), largest first, as Megatron-LM
- * prints them.
+ * prints them. With --histogram FILE: the offline planner, the K buckets that pad the file's
+ * traffic least, against the exponential and linear sets of the same K.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "buckets.h"
-#include "config.h"
 #include "tool.h"
+#include "traffic.h"
 
 #define MAX_LIST 1024
 
@@ -45,32 +45,150 @@ static int parse_list(const char *s, int64_t *list, size_t *n) {
 
 static void usage(void) {
   fprintf(stderr, "usage: cgrt buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
-                  "                    [--dist exponential|linear|list] [--list 'A B ...']\n");
+                  "                    [--dist exponential|linear|list] [--list 'A B ...']\n"
+                  "       cgrt buckets --histogram TRAFFIC --num-graphs K [--tp T] "
+                  "[--max-tokens N]\n");
+}
+
+/* The traffic as a histogram of needed bucket sizes (ascending, merged), malloc'ed arrays. */
+static int histogram_of(const struct traffic *t, int64_t tp, int64_t max, int64_t **sizes,
+                        double **steps, double **tokens, size_t *n) {
+  size_t cnt = t->n;
+  int64_t *need = malloc(cnt * sizeof(*need));
+  *sizes = malloc(cnt * sizeof(**sizes));
+  *steps = malloc(cnt * sizeof(**steps));
+  *tokens = malloc(cnt * sizeof(**tokens));
+  int rc = need && *sizes && *steps && *tokens ? 0 : -1;
+  for (size_t i = 0; rc == 0 && i < cnt; i++)
+    need[i] = cgrt_tool_bucket_need(t->tokens[i], tp, max);
+  /* each entry merged into the ascending list of distinct sizes (binary search, insertion) */
+  *n = 0;
+  if (rc == 0) {
+    for (size_t i = 0; i < cnt; i++) {
+      size_t lo = 0, hi = *n;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if ((*sizes)[mid] < need[i])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      if (lo == *n || (*sizes)[lo] != need[i]) {
+        memmove(&(*sizes)[lo + 1], &(*sizes)[lo], (*n - lo) * sizeof(**sizes));
+        memmove(&(*steps)[lo + 1], &(*steps)[lo], (*n - lo) * sizeof(**steps));
+        memmove(&(*tokens)[lo + 1], &(*tokens)[lo], (*n - lo) * sizeof(**tokens));
+        (*sizes)[lo] = need[i];
+        (*steps)[lo] = 0;
+        (*tokens)[lo] = 0;
+        (*n)++;
+      }
+      (*steps)[lo] += (double)t->steps[i];
+      (*tokens)[lo] += (double)t->steps[i] * (double)t->tokens[i];
+    }
+  }
+  free(need);
+  return rc;
+}
+
+static void print_set_row(const char *name, const int64_t *set, size_t n, double padded,
+                          double real) {
+  char text[1024];
+  size_t off = 0;
+  text[0] = '\0';
+  for (size_t i = n; i-- > 0 && off < sizeof(text) - 24;)
+    off += (size_t)snprintf(text + off, sizeof(text) - off, "%s%lld", off ? " " : "",
+                            (long long)set[i]);
+  printf("%-12s %14.0f %12.2f%%  %s\n", name, padded,
+         padded + real > 0 ? 100.0 * padded / (padded + real) : 0.0, text);
+}
+
+/*
+ * --histogram: the optimal set for the file's traffic and the padded-token share (padding over
+ * all tokens processed) of it, of the exponential set and of the linear set with the same K.
+ */
+static int plan_histogram(const char *path, int64_t k, int64_t tp, int64_t max, int max_given) {
+  if (k < 1 || tp < 1 || (max_given && max < tp)) {
+    fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be at least 1, --max-tokens at "
+                    "least --tp\n");
+    return EXIT_INVALID;
+  }
+  struct traffic t;
+  char err[1024];
+  if (traffic_load(path, max_given ? max : 0, &t, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt buckets: %s\n", err);
+    return EXIT_INVALID;
+  }
+  if (!max_given) /* the largest count seen, as a bucket size */
+    max = t.largest % tp ? t.largest + (tp - t.largest % tp) : t.largest;
+  int64_t *sizes = NULL, *opt = NULL, *expo = NULL, *lin = NULL;
+  double *steps = NULL, *tokens = NULL;
+  size_t n = 0, nopt = 0, nexpo = 0, nlin = 0;
+  int status = EXIT_UNUSABLE;
+  double padded_opt = 0;
+  if (histogram_of(&t, tp, max, &sizes, &steps, &tokens, &n) != 0 ||
+      !(opt = malloc((size_t)k * sizeof(*opt))))
+    goto out;
+  if (cgrt_tool_buckets_optimal(sizes, steps, tokens, n, max, (int)k, opt, &nopt, &padded_opt) !=
+          0 ||
+      cgrt_tool_buckets_build(CGRT_BUCKETS_EXPONENTIAL, max, (int)k, (int)tp, NULL, 0, &expo,
+                              &nexpo, err, sizeof(err)) != 0 ||
+      cgrt_tool_buckets_build(CGRT_BUCKETS_LINEAR, max, (int)k, (int)tp, NULL, 0, &lin, &nlin, err,
+                              sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt buckets: planning failed\n");
+    goto out;
+  }
+  printf("traffic %s: %llu steps, %.0f real tokens, %zu distinct bucket sizes needed; "
+         "K = %lld, tp = %lld, max_tokens = %lld%s\n",
+         path, (unsigned long long)t.total_steps, t.total_tokens, n, (long long)k, (long long)tp,
+         (long long)max, max_given ? "" : " (the largest count in the file)");
+  printf("%-12s %14s %13s  %s\n", "set", "padded_tokens", "padded_share",
+         "buckets (largest first)");
+  print_set_row("optimal", opt, nopt, padded_opt, t.total_tokens);
+  print_set_row("exponential", expo, nexpo,
+                cgrt_tool_buckets_padded(sizes, steps, tokens, n, expo, nexpo), t.total_tokens);
+  print_set_row("linear", lin, nlin, cgrt_tool_buckets_padded(sizes, steps, tokens, n, lin, nlin),
+                t.total_tokens);
+  status = 0;
+out:
+  free(sizes);
+  free(steps);
+  free(tokens);
+  free(opt);
+  cgrt_tool_free(expo);
+  cgrt_tool_free(lin);
+  traffic_free(&t);
+  return status;
 }
 
 int cmd_buckets(int argc, char **argv) {
-  struct cgrt_config cfg = {0};
-  cgrt__config_defaults(&cfg);
-  int status = EXIT_UNUSABLE;
+  cgrt_tool_config *cfg = NULL;
+  int status = tool_load_config(NULL, "", "<defaults>", &cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  status = EXIT_UNUSABLE;
   int64_t list[MAX_LIST];
   size_t list_len = 0;
-  int have_list = 0, dist_given = 0;
-  int64_t max = cfg.view.max_tokens, graphs = cfg.view.num_graphs, tp = cfg.view.tp_size;
-  cgrt_bucket_dist dist = cfg.view.buckets;
+  int have_list = 0, dist_given = 0, max_given = 0;
+  const char *histogram = NULL;
+  int64_t max = v->max_tokens, graphs = v->num_graphs, tp = v->tp_size;
+  cgrt_bucket_dist dist = v->buckets;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (a[0] != '-') {
-      cgrt__config_free(&cfg);
-      memset(&cfg, 0, sizeof(cfg));
+      cgrt_tool_config_free(cfg);
+      cfg = NULL;
       status = tool_load_config(a, NULL, NULL, &cfg, 0);
       if (status != EXIT_VALID)
         goto out;
       status = EXIT_UNUSABLE;
-      max = cfg.view.max_tokens;
-      graphs = cfg.view.num_graphs;
-      tp = cfg.view.tp_size;
-      dist = cfg.view.buckets;
+      v = cgrt_tool_config_view(cfg);
+      max = v->max_tokens;
+      graphs = v->num_graphs;
+      tp = v->tp_size;
+      dist = v->buckets;
+      max_given = 1;
       continue;
     }
     if (!val) {
@@ -78,8 +196,14 @@ int cmd_buckets(int argc, char **argv) {
       goto out;
     }
     i++;
-    if (strcmp(a, "--max-tokens") == 0 && parse_i64(a, val, &max) == 0)
+    if (strcmp(a, "--max-tokens") == 0 && parse_i64(a, val, &max) == 0) {
+      max_given = 1;
       continue;
+    }
+    if (strcmp(a, "--histogram") == 0) {
+      histogram = val;
+      continue;
+    }
     if (strcmp(a, "--num-graphs") == 0 && parse_i64(a, val, &graphs) == 0)
       continue;
     if (strcmp(a, "--tp") == 0 && parse_i64(a, val, &tp) == 0)
@@ -105,10 +229,18 @@ int cmd_buckets(int argc, char **argv) {
     usage();
     goto out;
   }
+  if (histogram) {
+    if (graphs > 1000000 || tp > 1000000) {
+      fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be below one million\n");
+      goto out;
+    }
+    status = plan_histogram(histogram, graphs, tp, max, max_given);
+    goto out;
+  }
   if (have_list && !dist_given)
     dist = CGRT_BUCKETS_LIST; /* --list alone means a list */
-  const int64_t *lp = have_list ? list : cfg.view.bucket_list;
-  size_t ln = have_list ? list_len : cfg.view.bucket_list_len;
+  const int64_t *lp = have_list ? list : v->bucket_list;
+  size_t ln = have_list ? list_len : v->bucket_list_len;
   if (graphs > 1000000 || tp > 1000000 || graphs < -1000000 || tp < -1000000) {
     fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be below one million\n");
     goto out;
@@ -116,17 +248,17 @@ int cmd_buckets(int argc, char **argv) {
   int64_t *sizes = NULL;
   size_t n = 0;
   char err[512];
-  if (cgrt__buckets_build(dist, max, (int)graphs, (int)tp, lp, ln, &sizes, &n, err, sizeof(err)) !=
-      0) {
+  if (cgrt_tool_buckets_build(dist, max, (int)graphs, (int)tp, lp, ln, &sizes, &n, err,
+                              sizeof(err)) != 0) {
     fprintf(stderr, "cgrt buckets: %s\n", err);
     status = EXIT_INVALID;
     goto out;
   }
   for (size_t i = n; i-- > 0;)
     printf("%lld%s", (long long)sizes[i], i ? " " : "\n");
-  free(sizes);
+  cgrt_tool_free(sizes);
   status = 0;
 out:
-  cgrt__config_free(&cfg);
+  cgrt_tool_config_free(cfg);
   return status;
 }

@@ -5,11 +5,10 @@
  * Exit: 0 valid, 1 invalid, 2 unusable (unreadable file, backend that cannot be loaded).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cgrt/cgrt.h"
-#include "config.h"
-#include "runtime.h"
 #include "tool.h"
 
 #define SIM_LAYERS 2
@@ -79,8 +78,8 @@ static int sim_register(struct sim_model *s, uint32_t kinds) {
 }
 
 static int sim_steps(struct sim_model *s, cgrt_phase phase, int64_t tokens, int count) {
-  const struct cgrt_config_view *v = &s->rt->cfg.view;
-  int by_cp = (s->rt->lib.vt->caps & CGRT_CAP_NEEDS_COMM) && v->num_cp_sizes > 0;
+  const struct cgrt_config_view *v = cgrt_tool_view(s->rt);
+  int by_cp = (cgrt_tool_backend(s->rt, NULL)->caps & CGRT_CAP_NEEDS_COMM) && v->num_cp_sizes > 0;
   for (int i = 0; i < count; i++) {
     /* A backend with cp banks sees every cp size in turn. */
     cgrt_step_desc d = {.struct_size = sizeof(d),
@@ -127,22 +126,33 @@ static int exit_for(int rc) {
                                                                                   : EXIT_UNUSABLE;
 }
 
-/* Loads the backend on the host driver, prints its plan, runs the synthetic model. */
-static int dry_run(struct cgrt_config *cfg) {
-  cfg->view.driver = CGRT_DRIVER_HOST;
-  cfg->view.bind_cpu = 0;
-  cfg->view.log_level = CGRT_LOG_WARN;
-  uint32_t kinds = sim_kinds(&cfg->view);
+/* Loads the backend on the host driver, prints its plan, runs the synthetic model (cfg is
+ * consumed). */
+static int dry_run(cgrt_tool_config *cfg) {
+  struct cgrt_config_view *cv = cgrt_tool_config_view(cfg);
+  cv->driver = CGRT_DRIVER_HOST;
+  cv->bind_cpu = 0;
+  cv->log_level = CGRT_LOG_WARN;
+  uint32_t kinds = sim_kinds(cv);
   struct sim_model s = {0};
-  int rc = cgrt__open_config(&s.rt, cfg, log_to_stderr, NULL);
+  int rc = cgrt_tool_open(&s.rt, cfg, log_to_stderr, NULL);
   if (rc != 0)
     return exit_for(rc); /* the log sink has printed why */
-  const struct cgrt_config_view *v = &s.rt->cfg.view;
-  const struct cgrt_backend_v1 *vt = s.rt->lib.vt;
-  printf("\nplan: backend %s (%s), dry run on the host driver\n", vt->name, s.rt->lib.path);
-  if (CGRT_BACKEND_HAS(vt, describe))
-    vt->describe(s.rt->be_state, emit_line, NULL);
-  else
+  const struct cgrt_config_view *v = cgrt_tool_view(s.rt);
+  const char *path = NULL;
+  const struct cgrt_backend_v1 *vt = cgrt_tool_backend(s.rt, &path);
+  /* A copy: adaptive buckets may change while the synthetic steps run. */
+  const int64_t *sizes = NULL;
+  size_t num_buckets = 0;
+  cgrt_tool_buckets(s.rt, &sizes, &num_buckets);
+  int64_t *buckets = malloc((num_buckets ? num_buckets : 1) * sizeof(*buckets));
+  if (!buckets) {
+    cgrt_close(s.rt);
+    return EXIT_UNUSABLE;
+  }
+  memcpy(buckets, sizes, num_buckets * sizeof(*buckets));
+  printf("\nplan: backend %s (%s), dry run on the host driver\n", vt->name, path);
+  if (cgrt_tool_describe(s.rt, emit_line, NULL) != 0)
     printf("  (the backend does not describe its plan)\n");
   rc = sim_register(&s, kinds);
   if (rc == 0) /* the host driver's stand-in communicators, for backends that use them */
@@ -161,11 +171,11 @@ static int dry_run(struct cgrt_config *cfg) {
   }
   if (rc == 0 && (vt->caps & CGRT_CAP_INFERENCE)) {
     cgrt_stats_get(s.rt, &before);
-    for (size_t i = s.rt->num_buckets; rc == 0 && i-- > 0;)
-      rc = sim_steps(&s, CGRT_PHASE_INFER, s.rt->buckets[i], v->warmup_steps + 2);
+    for (size_t i = num_buckets; rc == 0 && i-- > 0;)
+      rc = sim_steps(&s, CGRT_PHASE_INFER, buckets[i], v->warmup_steps + 2);
     if (rc == 0) {
       char what[64];
-      snprintf(what, sizeof(what), "infer (%zu token buckets)", s.rt->num_buckets);
+      snprintf(what, sizeof(what), "infer (%zu token buckets)", num_buckets);
       print_sim(what, s.rt, &before);
     }
   }
@@ -173,6 +183,7 @@ static int dry_run(struct cgrt_config *cfg) {
     rc = cgrt_release_graphs(s.rt);
   if (rc != 0)
     fprintf(stderr, "error: dry run: %s\n", cgrt_last_error(s.rt));
+  free(buckets);
   cgrt_close(s.rt);
   return rc == 0 ? EXIT_VALID : exit_for(rc);
 }
@@ -194,22 +205,25 @@ int cmd_check(int argc, char **argv) {
     fprintf(stderr, "usage: cgrt check FILE [--dry-run]\n");
     return EXIT_UNUSABLE;
   }
-  struct cgrt_config cfg = {0};
-  struct cgrt_diag diag = {0};
-  int rc = cgrt__config_load(&cfg, path, &diag);
-  tool_print_diag(&diag);
+  cgrt_tool_config *cfg = NULL;
+  struct tool_msgs msgs = {0};
+  int rc = cgrt_tool_config_read(&cfg, path, NULL, NULL, tool_print_msg, &msgs);
   int status;
   if (rc == CGRT_E_IO || rc == CGRT_E_NOMEM) {
     status = EXIT_UNUSABLE;
   } else if (rc != 0) {
-    fprintf(stderr, "%s: invalid (%d errors, %d warnings)\n", path, diag.errors, diag.warnings);
+    fprintf(stderr, "%s: invalid (%d errors, %d warnings)\n", path, msgs.errors, msgs.warnings);
     status = EXIT_INVALID;
   } else {
-    cgrt__config_print(&cfg, stdout);
-    fprintf(stderr, "%s: valid (%d warnings)\n", path, diag.warnings);
-    status = dry ? dry_run(&cfg) : EXIT_VALID;
+    cgrt_tool_config_print(cfg, stdout);
+    fprintf(stderr, "%s: valid (%d warnings)\n", path, msgs.warnings);
+    if (dry) {
+      status = dry_run(cfg); /* consumes cfg */
+      cfg = NULL;
+    } else {
+      status = EXIT_VALID;
+    }
   }
-  cgrt__diag_free(&diag);
-  cgrt__config_free(&cfg);
+  cgrt_tool_config_free(cfg);
   return status;
 }

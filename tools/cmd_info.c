@@ -6,9 +6,7 @@
 #include <string.h>
 
 #include "cgrt/backend.h"
-#include "loader.h"
 #include "tool.h"
-#include "topology.h"
 
 #ifdef CGRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -78,7 +76,7 @@ static void print_devices(void) {
       continue;
     }
     char cores[512], err[256];
-    if (cgrt__cores_near_gpu(d, cores, sizeof(cores), err, sizeof(err)) != 0)
+    if (cgrt_tool_cores_near_gpu(d, cores, sizeof(cores), err, sizeof(err)) != 0)
       snprintf(cores, sizeof(cores), "unknown (%.200s)", err);
     printf("  GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB, PCI %04x:%02x:%02x.0\n", d, p.name, p.major,
            p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1u << 30), p.pciDomainID,
@@ -134,7 +132,7 @@ static void print_backends_in(const char *dir) {
       printf("    %-22s unusable: %s\n", names[i], why ? why : "dlopen failed");
       continue;
     }
-    if (cgrt__backend_check(dl, path, &vt, err, sizeof(err)) != 0) {
+    if (cgrt_tool_backend_check(dl, path, &vt, err, sizeof(err)) != 0) {
       printf("    %-22s unusable: %s\n", names[i], err);
     } else {
       printf("    %-22s ABI %u (table %u bytes), caps: ", vt->name, vt->abi_major, vt->struct_size);
@@ -145,7 +143,7 @@ static void print_backends_in(const char *dir) {
   }
   if (!found)
     printf("    (no backends)\n");
-  cgrt__free_strings(names, n);
+  cgrt_tool_free_strings(names, n);
 }
 
 int cmd_info(int argc, char **argv) {
@@ -158,13 +156,13 @@ int cmd_info(int argc, char **argv) {
   print_devices();
   char **dirs = NULL;
   size_t n = 0;
-  if (cgrt__backend_search_dirs(NULL, &dirs, &n) != 0) {
+  if (cgrt_tool_backend_search_dirs(&dirs, &n) != 0) {
     fprintf(stderr, "cgrt info: out of memory\n");
     return EXIT_UNUSABLE;
   }
   printf("backends (search path: [cuda_graph] backend_path, CGRT_BACKEND_PATH, then):\n");
   for (size_t i = 0; i < n; i++)
     print_backends_in(dirs[i]);
-  cgrt__free_strings(dirs, n);
+  cgrt_tool_free_strings(dirs, n);
   return 0;
 }

@@ -1,33 +1,29 @@
 /* tool_config.c - loading a configuration for a subcommand, with its messages on stderr. */
 #include <stdio.h>
 
-#include "config.h"
 #include "tool.h"
 
-void tool_print_diag(const struct cgrt_diag *diag) {
-  for (size_t i = 0; i < diag->count; i++)
-    fprintf(stderr, "%s: %s\n", diag->msgs[i].level == CGRT_LOG_ERROR ? "error" : "warning",
-            diag->msgs[i].text);
+void tool_print_msg(void *user, cgrt_log_level level, const char *text) {
+  struct tool_msgs *m = user;
+  int error = level == CGRT_LOG_ERROR;
+  if (m)
+    error ? m->errors++ : m->warnings++;
+  fprintf(stderr, "%s: %s\n", error ? "error" : "warning", text);
 }
 
-int tool_load_config(const char *path, const char *text, const char *name, struct cgrt_config *cfg,
+int tool_load_config(const char *path, const char *text, const char *name, cgrt_tool_config **cfg,
                      int quiet) {
-  struct cgrt_diag diag = {0};
-  int rc = path ? cgrt__config_load(cfg, path, &diag) : cgrt__config_parse(cfg, text, name, &diag);
-  if (!quiet)
-    tool_print_diag(&diag);
-  cgrt__diag_free(&diag);
+  int rc = cgrt_tool_config_read(cfg, path, text, name, quiet ? NULL : tool_print_msg, NULL);
   if (rc == 0)
     return EXIT_VALID;
-  cgrt__config_free(cfg);
   return rc == CGRT_E_IO || rc == CGRT_E_NOMEM ? EXIT_UNUSABLE : EXIT_INVALID;
 }
 
-int tool_eager_config(const struct cgrt_config *cfg, struct cgrt_config *eager) {
+int tool_eager_config(const struct cgrt_config_view *v, cgrt_tool_config **eager) {
   char ini[256];
   snprintf(ini, sizeof(ini),
            "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\ndevice = %d\nbind_cpu = %s\n"
            "log = warn\n",
-           cfg->view.device, cfg->view.bind_cpu ? "auto" : "off");
+           v->device, v->bind_cpu ? "auto" : "off");
   return tool_load_config(NULL, ini, "<bench eager>", eager, 0);
 }

@@ -23,6 +23,7 @@ enum cfg_type {
   CFG_SIZES64,  /* positive int64 list, sorted, repeats dropped with a warning */
   CFG_CP_SIZES, /* positive int list, no repeats, sorted */
   CFG_PERCENT,  /* a percentage from 0 to 100 ("5" or "5%"), stored as a fraction (double) */
+  CFG_SIZE,     /* `off` (0) or a whole number of KiB, MiB or GiB, stored as bytes (uint64_t) */
   CFG_VERIFY,   /* off | first | every:N, into view.verify and view.verify_every */
 };
 
@@ -35,6 +36,7 @@ enum cfg_key_id {
   K_CAPTURE_MODE,
   K_REBIND,
   K_MAX_GRAPHS,
+  K_MEMORY_BUDGET,
   K_BACKEND_PATH,
   K_VERIFY,
   K_VERIFY_TOLERANCE,

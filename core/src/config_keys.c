@@ -57,6 +57,7 @@ const struct cfg_key cgrt__cfg_keys[K_COUNT] = {
                         NAMES(capture_mode_names)},
     [K_REBIND] = {"cuda_graph", "rebind", CFG_ENUM, FIELD(rebind), NAMES(rebind_names)},
     [K_MAX_GRAPHS] = {"cuda_graph", "max_graphs", CFG_INT, FIELD(max_graphs), NULL, 0},
+    [K_MEMORY_BUDGET] = {"cuda_graph", "memory_budget", CFG_SIZE, FIELD(memory_budget), NULL, 0},
     [K_BACKEND_PATH] = {"cuda_graph", "backend_path", CFG_PATH, 0, NULL, 0},
     [K_VERIFY] = {"cuda_graph", "verify", CFG_VERIFY, FIELD(verify), NULL, 0},
     [K_VERIFY_TOLERANCE] = {"cuda_graph", "verify_tolerance", CFG_INT, FIELD(verify_tolerance),

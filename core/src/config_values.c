@@ -108,6 +108,79 @@ static int parse_count(const char *text, int64_t max, int64_t *out, char *why, s
   return 0;
 }
 
+/* Units of a CFG_SIZE, largest first (the normalized text uses the largest exact one). */
+static const struct {
+  const char *name;
+  unsigned shift;
+} size_units[] = {{"GiB", 30}, {"MiB", 20}, {"KiB", 10}};
+
+/*
+ * "512 MiB", "2GiB", "64 kib", "off": a size in bytes (off: 0). The unit is required: a bare
+ * number would be a guess between bytes and megabytes. At least 1 KiB, at most 2^63 bytes.
+ */
+static int parse_size(const char *text, uint64_t *out, char *why, size_t whylen) {
+  static const char *expect = "expected off, or a whole number followed by KiB, MiB or GiB "
+                              "(e.g. 512 MiB or 40 GiB)";
+  if (strcasecmp(text, "off") == 0) {
+    *out = 0;
+    return 0;
+  }
+  const char *s = text;
+  uint64_t v = 0;
+  if (!isdigit((unsigned char)*s)) {
+    say(why, whylen, "%s", expect);
+    return -1;
+  }
+  for (; isdigit((unsigned char)*s); s++) {
+    if (v > (UINT64_MAX - 9) / 10) {
+      say(why, whylen, "too large: %s", expect);
+      return -1;
+    }
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  while (*s == ' ' || *s == '\t')
+    s++;
+  for (size_t i = 0; i < sizeof(size_units) / sizeof(size_units[0]); i++)
+    if (strcasecmp(s, size_units[i].name) == 0) {
+      if (v == 0) {
+        say(why, whylen,
+            "a budget of 0 keeps every graph out: write off to have no budget, or "
+            "a size of at least 1 KiB");
+        return -1;
+      }
+      if (v > (UINT64_MAX >> 1) >> size_units[i].shift) {
+        say(why, whylen, "too large: %s", expect);
+        return -1;
+      }
+      *out = v << size_units[i].shift;
+      return 0;
+    }
+  if (!*s)
+    say(why, whylen, "'%s' has no unit: %s", text, expect);
+  else if (strcasecmp(s, "KB") == 0 || strcasecmp(s, "MB") == 0 || strcasecmp(s, "GB") == 0 ||
+           strcasecmp(s, "K") == 0 || strcasecmp(s, "M") == 0 || strcasecmp(s, "G") == 0 ||
+           strcasecmp(s, "B") == 0)
+    say(why, whylen, "unit '%s' is not accepted: %s (binary units: 1 MiB = 1048576 bytes)", s,
+        expect);
+  else
+    say(why, whylen, "%s", expect);
+  return -1;
+}
+
+/* The normalized text of a size: off, or the largest unit that divides it exactly. */
+static void size_text(uint64_t v, char *buf, size_t len) {
+  if (v == 0) {
+    snprintf(buf, len, "off");
+    return;
+  }
+  for (size_t i = 0; i < sizeof(size_units) / sizeof(size_units[0]); i++)
+    if (v % (1ull << size_units[i].shift) == 0) {
+      snprintf(buf, len, "%" PRIu64 " %s", v >> size_units[i].shift, size_units[i].name);
+      return;
+    }
+  snprintf(buf, len, "%" PRIu64 " KiB", (v + 1023) >> 10);
+}
+
 /* "5", "5%", "2.5 %": a percentage from 0 to 100 (no exponent, no sign, nothing after the %). */
 static int parse_percent(const char *text, double *out) {
   const char *s = text;
@@ -467,6 +540,16 @@ int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char 
     *(double *)field = pct / 100.0;
     return 0;
   }
+  case CFG_SIZE: {
+    uint64_t v;
+    if (parse_size(text, &v, why, whylen) != 0)
+      return CGRT_E_CONFIG;
+    size_text(v, buf, sizeof(buf));
+    if (!(*norm = strdup(buf)))
+      return CGRT_E_NOMEM;
+    *(uint64_t *)field = v;
+    return 0;
+  }
   case CFG_BOOL: {
     int b = cgrt__cfg_parse_bool(text);
     if (b < 0) {
@@ -532,6 +615,10 @@ char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id) {
     break;
   case CFG_PERCENT:
     snprintf(num, sizeof(num), "%g%%", *(const double *)field * 100.0);
+    sb_add(&out, num);
+    break;
+  case CFG_SIZE:
+    size_text(*(const uint64_t *)field, num, sizeof(num));
     sb_add(&out, num);
     break;
   case CFG_ENUM:

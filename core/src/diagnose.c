@@ -304,8 +304,13 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
   snprintf(saved, sizeof(saved), "%s", rt->err);
   snprintf(saved_dev, sizeof(saved_dev), "%s", rt->dev.err);
   memset(&d->rec, 0, sizeof(d->rec));
-  if (rt->dev.drv->capture_begin(&rt->dev, stream) != 0)
+  /* The host's capture hooks bracket this capture too (its allocator must know). */
+  if (cgrt__hook_begin(rt, stream) != 0)
     goto out;
+  if (rt->dev.drv->capture_begin(&rt->dev, stream) != 0) {
+    (void)cgrt__hook_end(rt, stream);
+    goto out;
+  }
   if (cgrt__cupti_start(&d->rec, &rt->host_frame, err, sizeof(err)) != 0) {
     if (!d->cupti_warned) {
       d->cupti_warned = 1;
@@ -322,6 +327,7 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
     cgrt__cupti_stop();
   void *graph = NULL;
   rt->dev.drv->capture_end(&rt->dev, stream, &graph);
+  (void)cgrt__hook_end(rt, stream);
   if (graph)
     rt->dev.drv->graph_destroy(&rt->dev, graph);
 out:

@@ -101,6 +101,18 @@ struct cgrt_driver {
   int (*mem_info)(struct cgrt_dev *dev, size_t *free_bytes, size_t *total_bytes);
   /* Graph memory (stream-ordered allocations owned by graphs), current and reserved bytes. */
   int (*graph_mem)(struct cgrt_dev *dev, uint64_t *used, uint64_t *reserved);
+
+  /*
+   * Stream-ordered memory (cudaMallocAsync / cudaFreeAsync). Inside a capture the allocation
+   * becomes an allocation node of the graph: its address is fixed at capture, its memory comes
+   * from the device's graph memory pool when the executable is uploaded or first launched.
+   */
+  int (*mem_alloc_async)(struct cgrt_dev *dev, void *stream, size_t bytes, void **ptr);
+  int (*mem_free_async)(struct cgrt_dev *dev, void *stream, void *ptr);
+  /* Sum of the sizes of a graph's allocation nodes (what it needs if it shares nothing). */
+  int (*graph_alloc_bytes)(struct cgrt_dev *dev, void *graph, uint64_t *bytes);
+  /* Returns graph-pool memory no executable uses to the device (cudaDeviceGraphMemTrim). */
+  int (*graph_mem_trim)(struct cgrt_dev *dev);
 };
 
 extern const struct cgrt_driver cgrt__driver_host;

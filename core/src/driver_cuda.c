@@ -26,6 +26,7 @@
 #include "driver.h"
 
 #include <cuda_runtime_api.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The cgrt code of a CUDA error. */
@@ -420,6 +421,54 @@ static int cuda_graph_mem(struct cgrt_dev *dev, uint64_t *used, uint64_t *reserv
   return 0;
 }
 
+static int cuda_mem_alloc_async(struct cgrt_dev *dev, void *stream, size_t bytes, void **ptr) {
+  *ptr = NULL;
+  cudaError_t e = cudaMallocAsync(ptr, bytes, (cudaStream_t)stream);
+  if (e == cudaSuccess)
+    return 0;
+  *ptr = NULL;
+  return cuda_fail(dev, e, "cudaMallocAsync", NULL);
+}
+
+static int cuda_mem_free_async(struct cgrt_dev *dev, void *stream, void *ptr) {
+  if (!ptr)
+    return 0;
+  cudaError_t e = cudaFreeAsync(ptr, (cudaStream_t)stream);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaFreeAsync", NULL);
+}
+
+static int cuda_graph_alloc_bytes(struct cgrt_dev *dev, void *graph, uint64_t *bytes) {
+  *bytes = 0;
+  size_t n = 0;
+  cudaError_t e = cudaGraphGetNodes((cudaGraph_t)graph, NULL, &n);
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaGraphGetNodes", NULL);
+  if (n == 0)
+    return 0;
+  cudaGraphNode_t *nodes = malloc(n * sizeof(*nodes));
+  if (!nodes)
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "graph_alloc_bytes: out of host memory");
+  e = cudaGraphGetNodes((cudaGraph_t)graph, nodes, &n);
+  for (size_t i = 0; e == cudaSuccess && i < n; i++) {
+    enum cudaGraphNodeType type;
+    e = cudaGraphNodeGetType(nodes[i], &type);
+    if (e == cudaSuccess && type == cudaGraphNodeTypeMemAlloc) {
+      struct cudaMemAllocNodeParams params;
+      memset(&params, 0, sizeof(params));
+      e = cudaGraphMemAllocNodeGetParams(nodes[i], &params);
+      if (e == cudaSuccess)
+        *bytes += params.bytesize;
+    }
+  }
+  free(nodes);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "reading a graph's allocation nodes", NULL);
+}
+
+static int cuda_graph_mem_trim(struct cgrt_dev *dev) {
+  cudaError_t e = cudaDeviceGraphMemTrim(dev->device);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaDeviceGraphMemTrim", NULL);
+}
+
 const struct cgrt_driver cgrt__driver_cuda = {
     .name = "cuda",
     .open = cuda_open,
@@ -448,4 +497,8 @@ const struct cgrt_driver cgrt__driver_cuda = {
     .mem_free = cuda_mem_free,
     .mem_info = cuda_mem_info,
     .graph_mem = cuda_graph_mem,
+    .mem_alloc_async = cuda_mem_alloc_async,
+    .mem_free_async = cuda_mem_free_async,
+    .graph_alloc_bytes = cuda_graph_alloc_bytes,
+    .graph_mem_trim = cuda_graph_mem_trim,
 };

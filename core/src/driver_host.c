@@ -36,8 +36,19 @@
  *   host nodes call the same functions (stricter than CUDA, which also swaps a host node's
  *   function); otherwise it refuses with CGRT_E_UPDATE, names the first difference and leaves the
  *   executable unchanged.
- * - Device memory is host memory, zeroed (calloc) so that tests are deterministic. graph_mem is
- *   always 0: graphs own no memory here.
+ * - Device memory is host memory, zeroed (calloc) so that tests are deterministic.
+ * - Graph memory is modelled as CUDA manages it (graph_mem.c accounts for it per graph on both
+ *   drivers): mem_alloc_async inside a capture records an allocation node (its address, fixed
+ *   for the graph's life, is valid at once), mem_free_async of it a free node. An executable's
+ *   allocations are mapped from the device's graph pool when it is first uploaded or launched.
+ *   Allocations freed inside their own graph can share physical memory with those of every other
+ *   executable (they never run at the same time on a stream), so they need the largest such
+ *   footprint once; allocations a graph never frees cannot be shared. `used` is the sum of the
+ *   unshared footprints plus the largest shared one over mapped executables; `reserved` only
+ *   grows, to cover `used`, until graph_mem_trim gives back what no executable uses. Each
+ *   executable also owns HOST_EXEC_NODE_BYTES of device memory per node, from instantiate to
+ *   destroy. mem_info reports the physical memory size as the device's total and that total less
+ *   the graph pool and the executables' own memory as free, so it moves only with graphs.
  * - Destroying a stream with pending work runs none of it and frees it; events recorded there
  *   count as complete. Destroying a capturing stream ends the capture and discards it. close
  *   destroys the streams still open.
@@ -61,8 +72,12 @@
 #include <string.h>
 #include <unistd.h>
 
-enum node_type { NODE_HOST, NODE_MEMCPY, NODE_EVENT };
-static const char *const node_type_names[] = {"host function", "memcpy", "event record"};
+enum node_type { NODE_HOST, NODE_MEMCPY, NODE_EVENT, NODE_ALLOC, NODE_FREE };
+static const char *const node_type_names[] = {"host function", "memcpy", "event record",
+                                              "memory allocation", "memory free"};
+
+/* Device memory an executable owns per node (kernel parameters, launch state), modelled. */
+#define HOST_EXEC_NODE_BYTES 256
 
 /* Handle tags: a handle of the wrong kind, or of another dev, is refused instead of misused. */
 enum {
@@ -73,6 +88,14 @@ enum {
 };
 
 struct host_event;
+
+/* A stream-ordered allocation: of a graph (held by its nodes) or eager (held by the dev). */
+struct host_block {
+  int refs;
+  size_t bytes;
+  void *ptr;
+  struct host_block *next; /* eager blocks: the dev's list */
+};
 
 struct node_list {
   struct node *v;
@@ -89,6 +112,7 @@ struct node {
   size_t bytes;
   struct host_event *event; /* NODE_EVENT, holding a reference */
   uint64_t seq;             /* NODE_EVENT on a queue: which record of `event` this is */
+  struct host_block *block; /* NODE_ALLOC, NODE_FREE: holding a reference */
 };
 
 struct host_alloc {
@@ -99,17 +123,26 @@ struct host_alloc {
 struct host_dev {
   struct cgrt_host_faults faults;
   struct host_stream *streams; /* every live stream, for the capture rules that span streams */
-  struct host_stream *legacy;  /* CGRT_LEGACY_STREAM: never captured */
-  struct host_alloc *allocs;   /* live mem_alloc blocks: "device" memory, for diagnose's notes */
+  uint64_t next_id;            /* ids of streams and captures, never reused */
+  int running;                 /* a sync is running host functions */
+  struct host_graph *execs;    /* every live executable, for the graph pool */
+  struct host_block *eager;    /* stream-ordered allocations made outside captures */
+  uint64_t pool_used, pool_reserved; /* the graph memory pool (see the top of the file) */
+  uint64_t exec_bytes;               /* device memory the executables own */
+  struct host_stream *legacy;        /* CGRT_LEGACY_STREAM: never captured */
+  struct host_alloc *allocs; /* live mem_alloc blocks: "device" memory, for diagnose's notes */
   size_t num_allocs, cap_allocs;
-  uint64_t next_id; /* ids of streams and captures, never reused */
-  int running;      /* a sync is running host functions */
 };
 
 struct host_graph {
   uint32_t magic; /* MAGIC_GRAPH or MAGIC_EXEC: one shape serves both */
   struct host_dev *hd;
   struct node_list nodes;
+  /* executables only */
+  struct host_graph *next_exec;
+  uint64_t shared;   /* peak of the allocations it frees itself: shareable between graphs */
+  uint64_t unshared; /* allocations it never frees */
+  int mapped;        /* uploaded or launched: its allocations hold pool memory */
 };
 
 struct host_stream {
@@ -181,6 +214,13 @@ static void event_unref(struct host_event *e) {
   }
 }
 
+static void block_unref(struct host_block *b) {
+  if (--b->refs == 0) {
+    free(b->ptr);
+    free(b);
+  }
+}
+
 /* ---------------------------------------------------------------- node lists */
 
 /* Drops what a node holds: its event reference. */
@@ -188,6 +228,9 @@ static void node_release(struct node *n) {
   if (n->event)
     event_unref(n->event);
   n->event = NULL;
+  if (n->block)
+    block_unref(n->block);
+  n->block = NULL;
 }
 
 static void list_free(struct node_list *l) {
@@ -220,6 +263,8 @@ static int list_copy(struct node_list *dst, const struct node_list *src) {
     struct node n = src->v[i];
     if (n.event)
       n.event->refs++;
+    if (n.block)
+      n.block->refs++;
     dst->v[dst->n++] = n;
   }
   return 0;
@@ -241,6 +286,10 @@ static int list_differ(const struct node_list *exec, const struct node_list *gra
     }
     if (a->type == NODE_HOST && a->fn != b->fn) {
       snprintf(why, len, "node %zu: host function differs", i);
+      return 1;
+    }
+    if (a->type == NODE_ALLOC || a->type == NODE_FREE) {
+      snprintf(why, len, "node %zu: a graph memory node cannot be updated in place", i);
       return 1;
     }
   }
@@ -285,6 +334,8 @@ static int queue_reserve(struct host_stream *s, size_t extra) {
 static void queue_launch(struct host_stream *s, const struct node_list *l) {
   for (size_t i = 0; i < l->n; i++) {
     struct node n = l->v[i];
+    if (n.type == NODE_ALLOC || n.type == NODE_FREE)
+      continue; /* nothing to run: the memory was mapped at upload or launch */
     if (n.type == NODE_EVENT) {
       n.event->refs++;
       n.seq = ++n.event->records;
@@ -293,6 +344,14 @@ static void queue_launch(struct host_stream *s, const struct node_list *l) {
     }
     queue_put(s, &n);
   }
+  /* The graph's memory outlives the launch's work even if the executable goes first, as in
+     CUDA: a node after the launch holds each allocation until it has run. */
+  for (size_t i = 0; i < l->n; i++)
+    if (l->v[i].type == NODE_ALLOC) {
+      struct node hold = {.type = NODE_FREE, .block = l->v[i].block};
+      hold.block->refs++;
+      queue_put(s, &hold);
+    }
 }
 
 static void node_run(const struct node *n) {
@@ -307,6 +366,9 @@ static void node_run(const struct node *n) {
   case NODE_EVENT:
     if (n->event->done < n->seq)
       n->event->done = n->seq;
+    break;
+  case NODE_ALLOC:
+  case NODE_FREE: /* an eager free: the memory goes when the node is released after it ran */
     break;
   }
 }
@@ -372,11 +434,32 @@ static struct host_stream *any_capture(struct host_dev *hd) {
   return NULL;
 }
 
-/* 1 if p lies in a block from mem_alloc (device memory), 0 if it is other host memory. */
+static int in_block(const struct host_block *b, const void *p) {
+  return b && b->ptr && (const char *)p >= (const char *)b->ptr &&
+         (const char *)p < (const char *)b->ptr + b->bytes;
+}
+
+static int in_graph_blocks(const struct host_graph *g, const void *p) {
+  for (size_t i = 0; g && i < g->nodes.n; i++)
+    if (g->nodes.v[i].type == NODE_ALLOC && in_block(g->nodes.v[i].block, p))
+      return 1;
+  return 0;
+}
+
+/* 1 if p is device memory: from mem_alloc, or a stream-ordered block (eager or a graph's). */
 static int is_device(const struct host_dev *hd, const void *p) {
   for (size_t i = 0; i < hd->num_allocs; i++)
     if ((const char *)p >= hd->allocs[i].ptr &&
         (const char *)p < hd->allocs[i].ptr + hd->allocs[i].bytes)
+      return 1;
+  for (const struct host_block *b = hd->eager; b; b = b->next)
+    if (in_block(b, p))
+      return 1;
+  for (const struct host_graph *x = hd->execs; x; x = x->next_exec)
+    if (in_graph_blocks(x, p))
+      return 1;
+  for (const struct host_stream *t = hd->streams; t; t = t->next)
+    if (in_graph_blocks(t->capture, p))
       return 1;
   return 0;
 }
@@ -462,6 +545,53 @@ static int submit(struct cgrt_dev *dev, struct host_stream *s, struct node *n, c
   return 0;
 }
 
+/* ---------------------------------------------------------------- graph memory */
+
+/* An executable's footprints: the peak of the allocations it frees itself, and the others. */
+static void exec_footprint(struct host_graph *x) {
+  uint64_t cur = 0, peak = 0, unshared = 0;
+  for (size_t i = 0; i < x->nodes.n; i++) {
+    const struct node *n = &x->nodes.v[i];
+    if (n->type == NODE_ALLOC) {
+      int freed = 0;
+      for (size_t j = i + 1; j < x->nodes.n && !freed; j++)
+        freed = x->nodes.v[j].type == NODE_FREE && x->nodes.v[j].block == n->block;
+      if (!freed) {
+        unshared += n->block->bytes;
+        continue;
+      }
+      cur += n->block->bytes;
+      if (cur > peak)
+        peak = cur;
+    } else if (n->type == NODE_FREE) {
+      cur -= n->block->bytes;
+    }
+  }
+  x->shared = peak;
+  x->unshared = unshared;
+}
+
+/* The pool's use from the mapped executables; reserved grows to cover it. */
+static void pool_update(struct host_dev *hd) {
+  uint64_t shared = 0, unshared = 0;
+  for (struct host_graph *x = hd->execs; x; x = x->next_exec)
+    if (x->mapped) {
+      unshared += x->unshared;
+      if (x->shared > shared)
+        shared = x->shared;
+    }
+  hd->pool_used = shared + unshared;
+  if (hd->pool_reserved < hd->pool_used)
+    hd->pool_reserved = hd->pool_used;
+}
+
+static void exec_map(struct host_graph *x) {
+  if (x->mapped)
+    return;
+  x->mapped = 1;
+  pool_update(x->hd);
+}
+
 /* ---------------------------------------------------------------- the driver */
 
 static int host_stream_create(struct cgrt_dev *dev, void **stream);
@@ -503,6 +633,11 @@ static void host_close(struct cgrt_dev *dev) {
     struct host_stream *s = hd->streams;
     hd->streams = s->next;
     stream_free(s);
+  }
+  while (hd->eager) {
+    struct host_block *b = hd->eager;
+    hd->eager = b->next;
+    block_unref(b);
   }
   free(hd->allocs);
   free(hd);
@@ -646,6 +781,10 @@ static int host_graph_instantiate(struct cgrt_dev *dev, void *graph, void **exec
   }
   x->magic = MAGIC_EXEC;
   x->hd = hd;
+  exec_footprint(x);
+  x->next_exec = hd->execs;
+  hd->execs = x;
+  hd->exec_bytes += HOST_EXEC_NODE_BYTES * (uint64_t)x->nodes.n;
   *exec = x;
   return 0;
 }
@@ -685,10 +824,12 @@ static int host_exec_update(struct cgrt_dev *dev, void *exec, void *graph) {
 }
 
 static int host_exec_upload(struct cgrt_dev *dev, void *exec, void *stream) {
-  if (!as_graph(dev, exec, MAGIC_EXEC))
+  struct host_graph *x = as_graph(dev, exec, MAGIC_EXEC);
+  if (!x)
     return bad_handle(dev, "exec_upload", "executable graph");
   if (!as_stream(dev, stream))
     return bad_handle(dev, "exec_upload", "stream");
+  exec_map(x);
   return 0;
 }
 
@@ -709,14 +850,26 @@ static int host_exec_launch(struct cgrt_dev *dev, void *exec, void *stream) {
                           "launches (cudaErrorStreamCaptureUnsupported); the capture is "
                           "invalidated: capture the work itself, or launch outside the capture");
   }
-  if (queue_reserve(s, x->nodes.n))
+  if (queue_reserve(s, 2 * x->nodes.n))
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "exec_launch: out of host memory queueing work");
+  exec_map(x);
   queue_launch(s, &x->nodes);
   return 0;
 }
 
 static void host_exec_destroy(struct cgrt_dev *dev, void *exec) {
-  graph_free(as_graph(dev, exec, MAGIC_EXEC));
+  struct host_graph *x = as_graph(dev, exec, MAGIC_EXEC);
+  if (!x)
+    return;
+  struct host_dev *hd = x->hd;
+  for (struct host_graph **p = &hd->execs; *p; p = &(*p)->next_exec)
+    if (*p == x) {
+      *p = x->next_exec;
+      break;
+    }
+  hd->exec_bytes -= HOST_EXEC_NODE_BYTES * (uint64_t)x->nodes.n;
+  pool_update(hd);
+  graph_free(x);
 }
 
 static int host_host_fn(struct cgrt_dev *dev, void *stream, void (*fn)(void *), void *arg) {
@@ -896,17 +1049,113 @@ static int host_mem_info(struct cgrt_dev *dev, size_t *free_bytes, size_t *total
   if (pages <= 0 || avail < 0 || page <= 0)
     return cgrt__dev_fail(dev, CGRT_E_DEVICE,
                           "mem_info: sysconf(_SC_PHYS_PAGES) gives no physical memory size");
-  *total_bytes = (size_t)pages * (size_t)page;
-  *free_bytes = (size_t)avail * (size_t)page;
+  (void)avail;
+  struct host_dev *hd = dev->impl;
+  uint64_t total = (uint64_t)pages * (uint64_t)page, taken = hd->pool_reserved + hd->exec_bytes;
+  *total_bytes = (size_t)total;
+  *free_bytes = (size_t)(taken < total ? total - taken : 0);
   return 0;
 }
 
 static int host_graph_mem(struct cgrt_dev *dev, uint64_t *used, uint64_t *reserved) {
+  struct host_dev *hd = dev->impl;
   if (!used || !reserved)
     return cgrt__dev_fail(dev, CGRT_E_INVAL, "graph_mem: NULL out-parameter");
-  *used = 0;
-  *reserved = 0;
+  *used = hd->pool_used;
+  *reserved = hd->pool_reserved;
   return 0;
+}
+
+static int host_graph_mem_trim(struct cgrt_dev *dev) {
+  struct host_dev *hd = dev->impl;
+  hd->pool_reserved = hd->pool_used;
+  return 0;
+}
+
+static int host_graph_alloc_bytes(struct cgrt_dev *dev, void *graph, uint64_t *bytes) {
+  struct host_graph *g = as_graph(dev, graph, MAGIC_GRAPH);
+  if (!bytes)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "graph_alloc_bytes: NULL out-parameter");
+  *bytes = 0;
+  if (!g)
+    return bad_handle(dev, "graph_alloc_bytes", "graph");
+  for (size_t i = 0; i < g->nodes.n; i++)
+    if (g->nodes.v[i].type == NODE_ALLOC)
+      *bytes += g->nodes.v[i].block->bytes;
+  return 0;
+}
+
+static int host_mem_alloc_async(struct cgrt_dev *dev, void *stream, size_t bytes, void **ptr) {
+  struct host_dev *hd = dev->impl;
+  struct host_stream *s = as_stream(dev, stream);
+  if (!ptr)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "mem_alloc_async: NULL out-parameter");
+  *ptr = NULL;
+  if (!s)
+    return bad_handle(dev, "mem_alloc_async", "stream");
+  if (fault(&hd->faults.mem_alloc))
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM,
+                          "mem_alloc_async of %zu bytes failed (injected fault: "
+                          "cgrt_host_faults.mem_alloc)",
+                          bytes);
+  struct host_block *b = calloc(1, sizeof(*b));
+  if (b)
+    b->ptr = calloc(1, bytes ? bytes : 1);
+  if (!b || !b->ptr) {
+    free(b);
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "mem_alloc_async of %zu bytes: out of host memory",
+                          bytes);
+  }
+  b->refs = 1;
+  b->bytes = bytes;
+  void *p = b->ptr;
+  if (s->capture) {
+    struct node n = {.type = NODE_ALLOC, .block = b};
+    int rc = capture_put(dev, s, &n, "mem_alloc_async"); /* takes the block in every case */
+    if (rc)
+      return rc;
+  } else {
+    b->next = hd->eager;
+    hd->eager = b;
+  }
+  *ptr = p;
+  return 0;
+}
+
+static int host_mem_free_async(struct cgrt_dev *dev, void *stream, void *ptr) {
+  struct host_dev *hd = dev->impl;
+  struct host_stream *s = as_stream(dev, stream);
+  if (!s)
+    return bad_handle(dev, "mem_free_async", "stream");
+  if (!ptr)
+    return 0;
+  if (s->capture) {
+    struct node_list *l = &s->capture->nodes;
+    for (size_t i = 0; i < l->n; i++)
+      if (l->v[i].type == NODE_ALLOC && l->v[i].block->ptr == ptr) {
+        struct node n = {.type = NODE_FREE, .block = l->v[i].block};
+        n.block->refs++;
+        return capture_put(dev, s, &n, "mem_free_async");
+      }
+    capture_invalidate(s, "mem_free_async of memory not allocated in this capture");
+    return cgrt__dev_fail(dev, CGRT_E_INVAL,
+                          "mem_free_async inside a capture of %p, which was not allocated in the "
+                          "same capture (the host driver models only graph-local frees); the "
+                          "capture is invalidated",
+                          ptr);
+  }
+  for (struct host_block **p = &hd->eager; *p; p = &(*p)->next)
+    if ((*p)->ptr == ptr) {
+      struct host_block *b = *p;
+      *p = b->next;
+      /* Freed when the node has run: work queued before it may still use the memory. */
+      struct node n = {.type = NODE_FREE, .block = b};
+      return submit(dev, s, &n, "mem_free_async");
+    }
+  return cgrt__dev_fail(dev, CGRT_E_INVAL,
+                        "mem_free_async of %p, which mem_alloc_async did not return (or was "
+                        "freed already)",
+                        ptr);
 }
 
 struct cgrt_host_faults *cgrt__host_faults(struct cgrt_dev *dev) {
@@ -943,4 +1192,8 @@ const struct cgrt_driver cgrt__driver_host = {
     .mem_free = host_mem_free,
     .mem_info = host_mem_info,
     .graph_mem = host_graph_mem,
+    .mem_alloc_async = host_mem_alloc_async,
+    .mem_free_async = host_mem_free_async,
+    .graph_alloc_bytes = host_graph_alloc_bytes,
+    .graph_mem_trim = host_graph_mem_trim,
 };

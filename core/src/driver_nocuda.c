@@ -104,6 +104,19 @@ static int nocuda_graph_mem(struct cgrt_dev *dev, uint64_t *used, uint64_t *rese
   return nocuda_fail(dev);
 }
 
+static int nocuda_alloc_async(struct cgrt_dev *dev, void *stream, size_t bytes, void **ptr) {
+  (void)stream;
+  (void)bytes;
+  return nocuda_handle_out(dev, ptr);
+}
+
+static int nocuda_alloc_bytes(struct cgrt_dev *dev, void *graph, uint64_t *bytes) {
+  (void)graph;
+  if (bytes)
+    *bytes = 0;
+  return nocuda_fail(dev);
+}
+
 const struct cgrt_driver cgrt__driver_cuda = {
     .name = "cuda",
     .open = nocuda_open,
@@ -132,4 +145,8 @@ const struct cgrt_driver cgrt__driver_cuda = {
     .mem_free = nocuda_release,
     .mem_info = nocuda_mem_info,
     .graph_mem = nocuda_graph_mem,
+    .mem_alloc_async = nocuda_alloc_async,
+    .mem_free_async = nocuda_two_handles,
+    .graph_alloc_bytes = nocuda_alloc_bytes,
+    .graph_mem_trim = nocuda_fail,
 };

@@ -7,6 +7,10 @@
  * Entries live in a chained hash table on the key and in one recency list. An entry without an
  * executable is still warming up (or was evicted); those are bounded too, so a host that sends
  * endless distinct keys cannot grow the cache without limit.
+ *
+ * Each executable carries what it cost to build (graph_mem.h); under [cuda_graph] memory_budget
+ * a capture first makes room by evicting least-recently-used executables, and runs the work
+ * eagerly instead when the graph cannot fit (see capture_new).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -25,6 +29,10 @@ struct entry {
   cgrt_buffer *bufs;  /* the addresses the executable uses (private ones under copy) */
   cgrt_buffer *given; /* copy policy: the host's addresses at capture, for messages */
   size_t num_bufs;
+  struct cgrt__graph_rec rec;  /* what its executable cost (the last one, after an eviction) */
+  int has_rec;                 /* rec holds a measured build */
+  int charged;                 /* rec is in the runtime's ledger (the executable is live) */
+  int budget_logged;           /* the budget's refusal of this key was logged */
   uint64_t replays;            /* replays since the capture or update (counted only by verify) */
   struct entry *chain;         /* next in the hash bucket */
   struct entry *newer, *older; /* recency list */
@@ -39,7 +47,8 @@ struct cgrt_graph_cache {
   size_t count;      /* entries */
   size_t live;       /* entries with an executable */
   struct entry *newest, *oldest;
-  cgrt_verify verify; /* [cuda_graph] verify: off costs one branch per replay */
+  struct cgrt_graph_cache *next_cache; /* the runtime's list of caches */
+  cgrt_verify verify;                  /* [cuda_graph] verify: off costs one branch per replay */
   int verify_every;
 };
 
@@ -135,6 +144,10 @@ static void drop_exec(struct cgrt_graph_cache *c, struct entry *e) {
   c->rt->host.exec_destroy(&c->rt->host, e->exec);
   e->exec = NULL;
   c->live--;
+  if (e->charged) {
+    cgrt__mem_discharge(c->rt, &e->rec);
+    e->charged = 0;
+  }
   free_private(c, e);
 }
 
@@ -217,6 +230,81 @@ static void make_room(struct cgrt_graph_cache *c, const struct entry *keep) {
     drop_exec(c, o);
     c->rt->stats.evictions++;
   }
+}
+
+/* ---------------------------------------------------------------- memory budget */
+
+/* Graphs of one module and direction in one phase (other shapes, buckets, slots) are alike. */
+static int similar(const struct cgrt_graph_key *a, const struct cgrt_graph_key *b) {
+  return a->module == b->module && a->dir == b->dir && a->phase == b->phase;
+}
+
+/*
+ * Bytes a new executable for e should take: e's last build; else the largest alike graph built
+ * for a shape no larger (shape and extra are token buckets or the host's sizes, and a graph's
+ * temporaries grow with them); else nothing is known (0): the build is tried and the budget
+ * checked with its measured size. The largest alike graph of any shape is no estimate when the
+ * buckets' temporaries scale: one large bucket over the budget would send every other bucket
+ * eager for good (seen on the H200 with buckets of 4 to 512 MiB).
+ */
+static uint64_t expected_bytes(const struct cgrt_graph_cache *c, const struct entry *e) {
+  if (e->has_rec)
+    return e->rec.built_bytes;
+  uint64_t below = 0;
+  for (const struct entry *o = c->oldest; o; o = o->newer)
+    if (o->has_rec && similar(&o->key, &e->key) && o->key.shape <= e->key.shape &&
+        o->key.extra <= e->key.extra && o->rec.built_bytes > below)
+      below = o->rec.built_bytes;
+  return below;
+}
+
+/*
+ * Makes room under the budget for `need` more bytes: idle pool memory is trimmed, then the least
+ * recently used executables are evicted, each followed by a trim, until the total fits. 1 if it
+ * fits, 0 if not (a need above the budget evicts nothing). Never evicted: `keep`, and graphs the
+ * step in flight has run: the next step of that shape needs them again, and two graphs of one
+ * step that cannot live together would evict each other at every step (a capture each time,
+ * dearer than running one of them eagerly).
+ */
+static int budget_fit(struct cgrt_graph_cache *c, const struct entry *keep, uint64_t need) {
+  cgrt_runtime *rt = c->rt;
+  uint64_t budget = cgrt__mem_budget(rt);
+  if (need > budget)
+    return 0;
+  if (cgrt__mem_total(rt) + need <= budget)
+    return 1;
+  if (rt->mem.idle)
+    cgrt__mem_reclaim(rt, NULL);
+  for (struct entry *o = c->oldest, *newer; o && cgrt__mem_total(rt) + need > budget; o = newer) {
+    newer = o->newer;
+    if (!o->exec || o == keep || (rt->in_step && o->rec.last_use == rt->step_index))
+      continue;
+    drop_exec(c, o);
+    rt->stats.evictions++;
+    rt->mem.budget_evictions++;
+    cgrt__mem_reclaim(rt, NULL);
+  }
+  return cgrt__mem_total(rt) + need <= budget;
+}
+
+static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mode);
+
+/* The work's graph does not fit under the budget: it runs eagerly, counted (logged once). */
+static int budget_eager(struct cgrt_graph_cache *c, struct entry *e,
+                        const struct cgrt_graph_work *w, uint64_t need, cgrt_mode *mode) {
+  cgrt_runtime *rt = c->rt;
+  rt->mem.budget_eager++;
+  if (!e->budget_logged) {
+    char size[32], mem[512];
+    e->budget_logged = 1;
+    cgrt__mem_format(need, size, sizeof(size));
+    cgrt__mem_describe(rt, mem, sizeof(mem));
+    cgrt__log(rt, CGRT_LOG_INFO,
+              "%s runs eagerly: its graph takes about %s, which does not fit under "
+              "[cuda_graph] memory_budget (%s)",
+              w->what, size, mem);
+  }
+  return run_eager(w, CGRT_MODE_EAGER, mode);
 }
 
 /* ---------------------------------------------------------------- running work */
@@ -314,6 +402,9 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
   if (__builtin_expect(c->verify != CGRT_VERIFY_OFF, 0))
     return replay_checked(c, e, w, mode);
   int rc = 0;
+  e->rec.last_use = c->rt->step_index;
+  if (*mode == CGRT_MODE_REPLAY)
+    e->rec.replays++;
   if (e->given)
     rc = copy_buffers(c, e, w->buffers, w->num_buffers, 1, w->what);
   if (rc != 0)
@@ -340,7 +431,9 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
   const struct cgrt_host_api *h = &rt->host;
   int due = 0;
   uint64_t nth = 0;
+  e->rec.last_use = rt->step_index;
   if (*mode == CGRT_MODE_REPLAY) {
+    e->rec.replays++;
     nth = ++e->replays;
     due =
         nth == 1 || (c->verify == CGRT_VERIFY_EVERY && (nth - 1) % (uint64_t)c->verify_every == 0);
@@ -409,7 +502,12 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
 /* Captures a new executable for e; on failure runs the work eagerly. */
 static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
                        cgrt_mode *mode) {
-  const struct cgrt_host_api *h = &c->rt->host;
+  cgrt_runtime *rt = c->rt;
+  const struct cgrt_host_api *h = &rt->host;
+  uint64_t budget = cgrt__mem_budget(rt);
+  uint64_t need = budget ? expected_bytes(c, e) : 0;
+  if (budget && !budget_fit(c, e, need))
+    return budget_eager(c, e, w, need, mode);
   make_room(c, e);
   int rc = c->rebind == CGRT_REBIND_COPY ? make_private(c, e, w->buffers, w->num_buffers)
                                          : save_buffers(e, w->buffers, w->num_buffers);
@@ -435,6 +533,20 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   e->exec = exec;
   e->replays = 0;
   c->live++;
+  if (rt->mem.build_valid) {
+    e->rec = rt->mem.build;
+    e->has_rec = 1;
+    e->charged = 1;
+    cgrt__mem_charge(rt, &e->rec);
+  }
+  /* The expectation can be wrong (a first capture has none): the budget holds after the build
+     too. A graph larger than the whole budget goes at once, without evicting the others. */
+  if (budget && cgrt__mem_total(rt) > budget &&
+      (e->rec.built_bytes > budget || !budget_fit(c, e, 0))) {
+    drop_exec(c, e);
+    cgrt__mem_reclaim(rt, NULL);
+    return budget_eager(c, e, w, e->rec.built_bytes, mode);
+  }
   *mode = CGRT_MODE_CAPTURE;
   return replay(c, e, w, mode);
 }
@@ -447,6 +559,9 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
   char why[sizeof(rt->err)];
   void *graph = NULL;
   struct record_arg r = {w, w->buffers};
+  struct cgrt__mem_probe before, after;
+  if (e->charged)
+    cgrt__mem_probe(rt, &before);
   int rc = cgrt__record(rt, h->stream(h), record_work, &r, w->what, why, sizeof(why), &graph);
   if (rc != 0) {
     /* The old executable stays for its own addresses; this call runs eagerly. */
@@ -460,9 +575,16 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
     if (rc == 0) {
       h->exec_destroy(h, e->exec);
       e->exec = exec;
+      /* Map its graph memory now, as the capture helper does, so the reading below sees it. */
+      rc = h->exec_upload(h, exec, h->stream(h));
     }
   }
   h->graph_destroy(h, graph);
+  if (e->charged) {
+    /* The executable may have changed: its record moves with the driver's figures. */
+    cgrt__mem_probe(rt, &after);
+    cgrt__mem_adjust(rt, &e->rec, &before, &after);
+  }
   if (rc != 0) {
     cgrt__capture_fallback(rt, rc, w->what, rt->err);
     return run_eager(w, CGRT_MODE_EAGER, mode);
@@ -586,6 +708,11 @@ static void c_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache *c)
   if (!c)
     return;
   c_clear(h, c);
+  for (struct cgrt_graph_cache **p = &c->rt->caches; *p; p = &(*p)->next_cache)
+    if (*p == c) {
+      *p = c->next_cache;
+      break;
+    }
   free(c->table);
   free(c);
 }
@@ -609,8 +736,36 @@ static int c_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind r
     free(c);
     return CGRT_E_NOMEM;
   }
+  c->next_cache = c->rt->caches;
+  c->rt->caches = c;
   *out = c;
   return 0;
+}
+
+/* ---------------------------------------------------------------- for graph_mem.c */
+
+int cgrt__caches_visit(cgrt_runtime *rt,
+                       int (*fn)(void *arg, const struct cgrt_graph_key *key,
+                                 const struct cgrt__graph_rec *rec),
+                       void *arg) {
+  for (struct cgrt_graph_cache *c = rt->caches; c; c = c->next_cache)
+    for (struct entry *e = c->newest; e; e = e->older)
+      if (e->exec) {
+        int rc = fn(arg, &e->key, &e->rec);
+        if (rc != 0)
+          return rc;
+      }
+  return 0;
+}
+
+struct cgrt__graph_rec *cgrt__caches_largest(cgrt_runtime *rt) {
+  struct cgrt__graph_rec *best = NULL;
+  for (struct cgrt_graph_cache *c = rt->caches; c; c = c->next_cache)
+    for (struct entry *e = c->oldest; e; e = e->newer)
+      if (e->charged && e->rec.alloc_bytes > 0 &&
+          (!best || e->rec.alloc_bytes >= best->alloc_bytes))
+        best = &e->rec;
+  return best;
 }
 
 /* ---------------------------------------------------------------- whole bodies */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "buckets.h"
+#include "cgrt/tool.h"
 #include "diagnose.h"
 #include "runtime.h"
 
@@ -114,20 +115,60 @@ static int h_stream_sync(const struct cgrt_host_api *h, void *stream) {
   return dev_rc(rt, DRV(rt)->stream_sync(DEV(rt), stream));
 }
 
-/* Captures a backend begins by hand are counted, so a step can tell if one was left open. */
+/* ---------------------------------------------------------------- the host's capture hooks */
+
+int cgrt__hook_begin(cgrt_runtime *rt, void *stream) {
+  if (!rt->hook_begin && !rt->hook_end)
+    return 0;
+  if (rt->hook_begin) {
+    int rc = rt->hook_begin(rt->hook_user, stream);
+    if (rc != 0)
+      return rc;
+  }
+  rt->hook_depth++;
+  return 0;
+}
+
+int cgrt__hook_end(cgrt_runtime *rt, void *stream) {
+  if (rt->hook_depth == 0)
+    return 0;
+  rt->hook_depth--;
+  return rt->hook_end ? rt->hook_end(rt->hook_user, stream) : 0;
+}
+
+/*
+ * Captures a backend begins by hand are counted, so a step can tell if one was left open; the
+ * host's hooks bracket them like the helpers' own.
+ */
 static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
+  int hrc = cgrt__hook_begin(rt, stream);
+  if (hrc != 0)
+    return cgrt__fail(rt, CGRT_E_CALLBACK,
+                      "the host's capture begin hook returned %d and refused the capture", hrc);
   int rc = DRV(rt)->capture_begin(DEV(rt), stream);
   if (rc == 0)
     rt->open_captures++;
+  else
+    (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
   return dev_rc(rt, rc);
 }
 
 static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **graph) {
   cgrt_runtime *rt = CGRT_RT(h);
-  if (rt->open_captures > 0)
+  int owed = rt->open_captures > 0;
+  if (owed)
     rt->open_captures--;
-  return dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
+  int rc = dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
+  int hrc = owed ? cgrt__hook_end(rt, stream) : 0;
+  if (rc == 0 && hrc != 0) {
+    DRV(rt)->graph_destroy(DEV(rt), *graph);
+    *graph = NULL;
+    return cgrt__fail(rt, CGRT_E_CALLBACK,
+                      "the host's capture end hook returned %d; the recorded graph was discarded",
+                      hrc);
+  }
+  return rc;
 }
 
 static int h_capturing(const struct cgrt_host_api *h, void *stream, int *active) {
@@ -142,6 +183,12 @@ static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void 
     cgrt__dev_fail(&rt->dev, CGRT_E_DEVICE, "instantiation failed (injected fault)");
     return dev_rc(rt, CGRT_E_DEVICE);
   }
+  if (injected(&rt->faults.instantiate_nomem)) {
+    *exec = NULL;
+    cgrt__dev_fail(&rt->dev, CGRT_E_NOMEM,
+                   "instantiation ran out of device memory (injected fault)");
+    return dev_rc(rt, CGRT_E_NOMEM);
+  }
   uint64_t t0 = cgrt__now_ns();
   int rc = DRV(rt)->graph_instantiate(DEV(rt), graph, exec);
   rt->stats.instantiate_ns += cgrt__now_ns() - t0;
@@ -151,6 +198,7 @@ static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void 
   rt->stats.live_graphs++;
   if (rt->rep)
     rt->rep->graphs_built++;
+  cgrt__watch(rt, CGRT_TOOL_GRAPH_INSTANTIATED, graph, *exec, NULL);
   return 0;
 }
 
@@ -167,16 +215,20 @@ static int h_exec_update(const struct cgrt_host_api *h, void *exec, void *graph)
                ? cgrt__dev_fail(DEV(rt), CGRT_E_UPDATE, "update refused (injected fault)")
                : DRV(rt)->exec_update(DEV(rt), exec, graph);
   rt->stats.instantiate_ns += cgrt__now_ns() - t0;
-  if (rc == 0)
+  if (rc == 0) {
     rt->stats.updates++;
-  else if (rc == CGRT_E_UPDATE)
+    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPDATED, graph, exec, NULL);
+  } else if (rc == CGRT_E_UPDATE)
     rt->stats.update_refusals++;
   return dev_rc(rt, rc);
 }
 
 static int h_exec_upload(const struct cgrt_host_api *h, void *exec, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
-  return dev_rc(rt, DRV(rt)->exec_upload(DEV(rt), exec, stream));
+  int rc = DRV(rt)->exec_upload(DEV(rt), exec, stream);
+  if (rc == 0)
+    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPLOADED, NULL, exec, stream);
+  return dev_rc(rt, rc);
 }
 
 static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream) {
@@ -184,7 +236,10 @@ static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream
   if (injected(&rt->faults.launch))
     return dev_rc(rt,
                   cgrt__dev_fail(DEV(rt), CGRT_E_DEVICE, "graph launch failed (injected fault)"));
-  return dev_rc(rt, DRV(rt)->exec_launch(DEV(rt), exec, stream));
+  int rc = DRV(rt)->exec_launch(DEV(rt), exec, stream);
+  if (rc == 0)
+    cgrt__watch(rt, CGRT_TOOL_GRAPH_LAUNCHED, NULL, exec, stream);
+  return dev_rc(rt, rc);
 }
 
 static void h_exec_destroy(const struct cgrt_host_api *h, void *exec) {
@@ -257,9 +312,15 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   const struct cgrt_driver *drv = DRV(rt);
   *graph = NULL;
   uint64_t t0 = cgrt__now_ns();
-  int rc = drv->capture_begin(DEV(rt), stream);
+  int rc = cgrt__hook_begin(rt, stream);
+  if (rc != 0) {
+    snprintf(why, whylen, "the host's capture begin hook returned %d and refused the capture", rc);
+    return CGRT_E_CALLBACK;
+  }
+  rc = drv->capture_begin(DEV(rt), stream);
   if (rc != 0) {
     snprintf(why, whylen, "%s", rt->dev.err);
+    (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
     return rc;
   }
   cgrt__diagnose_begin(rt);
@@ -272,6 +333,7 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
   snprintf(why, whylen, "%s", rt->err);
   int end_rc = drv->capture_end(DEV(rt), stream, graph);
+  int hook_rc = cgrt__hook_end(rt, stream);
   rt->stats.capture_ns += cgrt__now_ns() - t0;
   rc = 0;
   if (work_rc != 0) {
@@ -288,8 +350,16 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
              rt->dev.err);
     rc = CGRT_E_CAPTURE;
   }
+  int failed = rc != 0;
+  if (rc == 0 && hook_rc != 0) {
+    drv->graph_destroy(DEV(rt), *graph);
+    *graph = NULL;
+    snprintf(why, whylen,
+             "the host's capture end hook returned %d; the recorded graph was discarded", hook_rc);
+    rc = CGRT_E_CALLBACK;
+  }
   char more[512];
-  cgrt__diagnose_end(rt, what, rc != 0, stream, fn, arg, more, sizeof(more));
+  cgrt__diagnose_end(rt, what, failed, stream, fn, arg, more, sizeof(more));
   if (more[0]) {
     size_t used = strlen(why);
     snprintf(why + used, whylen - used, "%s", more);
@@ -303,6 +373,17 @@ int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const c
   rt->stats.fallbacks++;
   if (rt->rep)
     rt->rep->fallbacks++;
+  if (code == CGRT_E_NOMEM) {
+    /* Out of memory: say where graph memory stands, so the budget can be set from the line. */
+    char mem[512];
+    cgrt__mem_describe(rt, mem, sizeof(mem));
+    cgrt__fail(rt, code,
+               "capture of %s failed, running it eagerly: %s (%s; set [cuda_graph] "
+               "memory_budget below the memory left for graphs)",
+               what, why, mem);
+    cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
+    return code;
+  }
   cgrt__fail(rt, code, "capture of %s failed, running it eagerly: %s", what, why);
   cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
   return code;
@@ -313,21 +394,38 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   cgrt_runtime *rt = CGRT_RT(h);
   char why[sizeof(rt->err)];
   void *graph = NULL;
+  struct cgrt__mem_probe before, after;
+  size_t nodes = 0;
+  uint64_t alloc_bytes = 0;
   *exec = NULL;
+  rt->mem.build_valid = 0;
+  /* Memory is read around the whole build: a graph's pool memory is mapped at upload. */
+  cgrt__mem_probe(rt, &before);
+  uint64_t t0 = cgrt__now_ns();
   int rc = cgrt__record(rt, stream, fn, arg, what, why, sizeof(why), &graph);
   if (rc != 0)
     return cgrt__capture_fallback(rt, rc, what, why);
+  uint64_t t1 = cgrt__now_ns();
+  if (DRV(rt)->graph_node_count(DEV(rt), graph, &nodes) != 0)
+    nodes = 0;
+  if (DRV(rt)->graph_alloc_bytes(DEV(rt), graph, &alloc_bytes) != 0)
+    alloc_bytes = 0;
   rc = h_graph_instantiate(h, graph, exec);
   DRV(rt)->graph_destroy(DEV(rt), graph);
   if (rc != 0)
     return cgrt__capture_fallback(rt, rc, what, rt->dev.err);
   rc = DRV(rt)->exec_upload(DEV(rt), *exec, stream);
+  if (rc == 0)
+    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPLOADED, NULL, *exec, stream);
   if (rc != 0) {
     snprintf(why, sizeof(why), "%s", rt->dev.err);
     h_exec_destroy(h, *exec);
     *exec = NULL;
     return cgrt__capture_fallback(rt, rc, what, why);
   }
+  uint64_t t2 = cgrt__now_ns();
+  cgrt__mem_probe(rt, &after);
+  cgrt__mem_build_done(rt, &before, &after, nodes, alloc_bytes, t1 - t0, t2 - t1);
   cgrt__log(rt, CGRT_LOG_DEBUG, "captured %s", what);
   return 0;
 }

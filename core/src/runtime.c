@@ -281,6 +281,19 @@ CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user) {
   return 0;
 }
 
+CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgrt_capture_fn end,
+                                    void *user) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE,
+                      "cgrt_set_capture_hooks: not allowed inside a step (a capture may be open)");
+  rt->hook_begin = begin;
+  rt->hook_end = end;
+  rt->hook_user = user;
+  return 0;
+}
+
 CGRT_API void *cgrt_stream(cgrt_runtime *rt) {
   return rt ? rt->stream : NULL;
 }
@@ -413,12 +426,19 @@ static int close_stray_capture(cgrt_runtime *rt) {
     return 0;
   rt->open_captures = 0;
   int active = 0;
-  if (rt->dev.drv->capture_status(&rt->dev, rt->stream, &active) != 0 || !active)
+  if (rt->dev.drv->capture_status(&rt->dev, rt->stream, &active) != 0)
+    active = 0;
+  if (active) {
+    void *graph = NULL;
+    rt->dev.drv->capture_end(&rt->dev, rt->stream, &graph);
+    if (graph)
+      rt->dev.drv->graph_destroy(&rt->dev, graph);
+  }
+  /* Whatever the stream's state, the host hears the end of every capture it heard begin. */
+  while (rt->hook_depth > 0)
+    (void)cgrt__hook_end(rt, rt->stream);
+  if (!active)
     return 0;
-  void *graph = NULL;
-  rt->dev.drv->capture_end(&rt->dev, rt->stream, &graph);
-  if (graph)
-    rt->dev.drv->graph_destroy(&rt->dev, graph);
   cgrt__fail(rt, CGRT_E_CAPTURE,
              "backend '%s' returned from step %llu with the stream still capturing; the capture "
              "was ended and discarded (a bug in the backend)",
@@ -595,18 +615,7 @@ CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
 }
 
 CGRT_API int cgrt_release_graphs(cgrt_runtime *rt) {
-  if (!rt)
-    return CGRT_E_INVAL;
-  if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_release_graphs: not allowed inside a step");
-  int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
-  if (rc != 0)
-    cgrt__fail(rt, rc, "cgrt_release_graphs: %s", rt->dev.err);
-  if (CGRT_BACKEND_HAS(rt->lib.vt, release)) {
-    int brc = rt->lib.vt->release(rt->be_state);
-    rc = rc ? rc : brc;
-  }
-  return rc;
+  return cgrt_release_graphs_ex(rt, NULL); /* graph_mem.c */
 }
 
 CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
@@ -621,6 +630,15 @@ CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
     s.graph_mem_used = used;
     s.graph_mem_reserved = reserved;
   }
+  s.graph_pool_bytes = rt->mem.pool;
+  s.graph_exec_bytes = rt->mem.exec;
+  s.graph_bytes = rt->mem.pool + rt->mem.exec;
+  s.graph_pool_idle = rt->mem.idle;
+  s.graph_bytes_peak = rt->mem.peak;
+  s.graph_nodes = rt->mem.nodes;
+  s.memory_budget = rt->cfg.view.memory_budget;
+  s.budget_eager = rt->mem.budget_eager;
+  s.budget_evictions = rt->mem.budget_evictions;
   if (CGRT_BACKEND_HAS(rt->lib.vt, stats)) {
     int rc = rt->lib.vt->stats(rt->be_state, &s);
     if (rc != 0)

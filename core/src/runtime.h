@@ -11,7 +11,10 @@
 #include "comm.h"
 #include "config.h"
 #include "driver.h"
+#include "graph_mem.h"
 #include "loader.h"
+
+struct cgrt_tool_graph_event; /* cgrt/tool.h */
 
 struct cgrt_module {
   struct cgrt_module_info info; /* what backends see; info.name points at `name` (first member:
@@ -34,6 +37,7 @@ struct cgrt_faults {
   int update;       /* the next in-place update is refused (CGRT_E_UPDATE) */
   int mem_alloc;    /* the next device allocation fails (CGRT_E_NOMEM: out of device memory) */
   int launch;       /* the next graph launch fails (CGRT_E_DEVICE) */
+  int instantiate_nomem; /* the next instantiation runs out of device memory (CGRT_E_NOMEM) */
 };
 
 struct cgrt_runtime {
@@ -72,8 +76,20 @@ struct cgrt_runtime {
   cgrt_step_report *rep; /* its report */
   uint64_t step_index;
 
+  /* cgrt_set_capture_hooks: called around every capture; hook_depth counts begins owed an end. */
+  cgrt_capture_fn hook_begin;
+  cgrt_capture_fn hook_end;
+  void *hook_user;
+  int hook_depth;
+
   struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
   struct cgrt_faults faults;
+
+  struct cgrt__graph_mem mem;      /* graph memory ledger (graph_mem.c) */
+  struct cgrt_graph_cache *caches; /* every cache the backend created, for listings */
+  /* cgrt_tool_watch_graphs (cgrt/tool.h): told of every instantiate, upload, launch, update. */
+  void (*watch_fn)(void *user, const struct cgrt_tool_graph_event *ev);
+  void *watch_user;
   struct cgrt_diag_state *diag; /* diagnose: the recording and the findings (diagnose.c) */
   /*
    * The frame of the core function running a host callback now (a module, the body, prepare),
@@ -132,8 +148,19 @@ void cgrt__adaptive_close(cgrt_runtime *rt);
 int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
                  char *why, size_t whylen, void **graph);
 
+/*
+ * The host's capture hooks (cgrt_set_capture_hooks) around a capture of stream. hook_begin
+ * returns the hook's nonzero result when it refuses the capture (nothing is owed then);
+ * hook_end calls the end hook once for each begin that was accepted, and returns its result.
+ */
+int cgrt__hook_begin(cgrt_runtime *rt, void *stream);
+int cgrt__hook_end(cgrt_runtime *rt, void *stream);
+
 /* Counts and logs a capture that failed; the caller runs the work eagerly. Returns code. */
 int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why);
+
+/* Tells the graph watcher, if any, of a driver operation (op: a cgrt_tool_graph_op). */
+void cgrt__watch(cgrt_runtime *rt, int op, void *graph, void *exec, void *stream);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t cgrt__now_ns(void);

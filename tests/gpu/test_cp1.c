@@ -1,6 +1,7 @@
 /*
  * test_cp1.c (GPU) - the cp workload (kernels/cp_host.c) under dynamic_cp on one GPU, cp size 1,
- * with a 1-rank NCCL world: over steps of varying packed sequence lengths the output is bitwise
+ * with a 1-rank NCCL world, on the default shape and on the launch-bound one `cgrt bench` measures
+ * (cgrtk_cp_launch_bound_cfg): over steps of varying packed sequence lengths the output is bitwise
  * equal to the eager reference (the same configuration with warmup_steps = 1000000), the graphs
  * were captured and replayed, and one step matches a host reference of the math within fp32
  * rounding (padding rows exactly 0). A step over a THD slot's capacity fails with
@@ -62,11 +63,18 @@ struct side {
   struct cp_host h;
 };
 
+/* The workload's shape in the test running: the default, or the launch-bound one the bench
+ * measures (set by the _launch_shape tests). */
+static int launch_shape;
+
 static void side_open(struct side *s, int warmup, const char *over_capacity) {
   char ini[512], err[256];
   config(ini, sizeof(ini), warmup, over_capacity);
   struct cgrtk_cp_cfg cfg;
-  cgrtk_cp_default_cfg(&cfg);
+  if (launch_shape)
+    cgrtk_cp_launch_bound_cfg(&cfg);
+  else
+    cgrtk_cp_default_cfg(&cfg);
   cfg.layers = LAYERS;
   if (cgrtk_cp_create(&s->w, &cfg, MAX_ROWS, err, sizeof(err)) != 0)
     fail_msg("cgrtk_cp_create: %s", err);
@@ -302,6 +310,20 @@ static void matches_host_reference(void **state) {
   side_close(&g);
 }
 
+/* graphs_equal_eager and matches_host_reference again on the launch-bound shape of `cgrt bench
+ * --workload cp` (d 64, one head): a per-test setup and teardown switch the shape. */
+static int use_launch_shape(void **state) {
+  (void)state;
+  launch_shape = 1;
+  return 0;
+}
+
+static int use_default_shape(void **state) {
+  (void)state;
+  launch_shape = 0;
+  return 0;
+}
+
 static void over_capacity_error(void **state) {
   (void)state;
   struct side g = {0};
@@ -360,6 +382,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(graphs_equal_eager),
       cmocka_unit_test(matches_host_reference),
+      {"graphs_equal_eager (launch shape)", graphs_equal_eager, use_launch_shape, use_default_shape,
+       NULL},
+      {"matches_host_reference (launch shape)", matches_host_reference, use_launch_shape,
+       use_default_shape, NULL},
       cmocka_unit_test(over_capacity_error),
       cmocka_unit_test(over_capacity_eager),
   };

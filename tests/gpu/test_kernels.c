@@ -3,13 +3,13 @@
  * the decode layers are bitwise reproducible, give the same bits eagerly and replayed from a
  * captured graph, match a float64 CPU reference, ignore padding rows, and put their temporaries
  * in graph memory when captured (one allocation and one free per call); the chain computes its
- * recurrence exactly. Both paths of decode are covered: cuBLAS (ROWS rows) and the small-row
- * GEMV path (rows <= cgrtk_decode_gemv_rows), where padding must not change a single bit and the
- * launch options (programmatic dependent launch, L2 prefetch) must not either. On the cuBLASLt
- * path, row counts with a timed algorithm (cgrtk_decode_tune) and without one (the heuristic's
- * choice, kept from the first call) give the same bits eagerly and replayed, also after a row
- * count is tuned late.
- * The decode tests run on a small configuration and on the default one.
+ * recurrence exactly (it counts its kernels); the clock probe reads a plausible SM clock. Both
+ * paths of decode are covered: cuBLAS (ROWS rows) and the small-row GEMV path (rows <=
+ * cgrtk_decode_gemv_rows), where padding must not change a single bit and the launch options
+ * (programmatic dependent launch, L2 prefetch) must not either. On the cuBLASLt path, row counts
+ * with a timed algorithm (cgrtk_decode_tune) and without one (the heuristic's choice, kept from the
+ * first call) give the same bits eagerly and replayed, also after a row count is tuned late. The
+ * decode tests run on a small configuration and on the default one.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -25,6 +25,7 @@
 
 #include "chain.h"
 #include "decode.h"
+#include "probe.h"
 
 #define ROWS  37   /* tokens of the tests' steps: not a multiple of anything (cuBLAS path) */
 #define SMALL 5    /* tokens of the small-row steps (GEMV path) */
@@ -685,7 +686,7 @@ static void decode_rejects_bad_arguments(void **state) {
 
 static float chain_host(float x, int kernels) {
   for (int i = 0; i < kernels; i++)
-    x = x * 0.5f + 1.0f;
+    x = x + 1.0f;
   return x;
 }
 
@@ -730,6 +731,31 @@ static void chain_matches_host_recurrence(void **state) {
   cudaFree(buf);
 }
 
+/*
+ * The clock probe spins at least the cycles asked and reads an SM clock within what the device
+ * can run at (cudaDevAttrClockRate is its peak, in kHz): cgrt bench --explain prints it.
+ */
+static void clock_probe_reads_the_sm_clock(void **state) {
+  (void)state;
+  unsigned long long *d = NULL, h[2] = {0, 0};
+  int dev = 0, peak_khz = 0;
+  assert_int_equal(cudaGetDevice(&dev), cudaSuccess);
+  assert_int_equal(cudaDeviceGetAttribute(&peak_khz, cudaDevAttrClockRate, dev), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&d, sizeof(h)), cudaSuccess);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(cgrtk_clock_probe(d, 400000, NULL), 0);
+    assert_int_equal(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_true(h[0] >= 400000);
+    assert_true(h[1] > 0);
+    double mhz = (double)h[0] * 1e3 / (double)h[1];
+    printf("clock probe: %llu cycles in %llu ns: %.0f MHz (peak %d MHz)\n", h[0], h[1], mhz,
+           peak_khz / 1000);
+    assert_true(mhz > 50.0);
+    assert_true(mhz < 1.1 * peak_khz / 1000.0);
+  }
+  cudaFree(d);
+}
+
 /* cmocka_unit_test_prestate_setup_teardown, with the configuration in the test's name. */
 #define DECODE_TEST(fn, cfg)                                                                       \
   { #fn " (" #cfg ")", fn, setup, teardown, &cfg }
@@ -763,6 +789,7 @@ int main(void) {
       DECODE_TEST(decode_temporaries_are_graph_memory, cfg_default),
       DECODE_TEST(decode_tuned_graph_matches_eager, cfg_default),
       cmocka_unit_test(chain_matches_host_recurrence),
+      cmocka_unit_test(clock_probe_reads_the_sm_clock),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

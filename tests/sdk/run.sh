@@ -60,4 +60,16 @@ run_fails() {
 }
 run_fails "$host" trace "$driver" "$work/trace" W '[trace]\ninner = nosuch'
 grep -q "inner = nosuch: backend 'nosuch' not found" "$work/out.txt"
+# The Python package installed beside the library finds that library (when python3 is there).
+if command -v python3 >/dev/null 2>&1; then
+  got=$(env -u CGRT_LIBRARY PYTHONPATH="$(dirname "$(find "$prefix" -path '*/python/cgrt/_install.py')")/.." \
+    python3 -c 'import cgrt; print(cgrt.library_path())')
+  case "$got" in
+  "$prefix"/*) ;;
+  *)
+    echo "FAILED: the installed Python package loaded $got, not the library in $prefix"
+    exit 1
+    ;;
+  esac
+fi
 echo "sdk: ok ($driver driver)"

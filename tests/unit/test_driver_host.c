@@ -839,6 +839,129 @@ static void test_memory_is_zeroed_host_memory(void **state) {
   assert_int_equal(reserved, 0);
 }
 
+/* ---------------------------------------------------------------- graph memory model */
+
+/* Captures alloc(a), [alloc(b)], free(a), [free(b) unless keep_b] into an executable. */
+static void *graph_with_allocs(struct fx *f, size_t a, size_t b, int keep_b, void **pa) {
+  void *graph = NULL, *exec = NULL, *p = NULL, *q = NULL;
+  uint64_t alloc = 0;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->mem_alloc_async(&f->dev, f->stream, a, &p), 0);
+  assert_non_null(p);
+  ((unsigned char *)p)[a - 1] = 7; /* the address is usable at once, as a graph's is */
+  if (b)
+    assert_int_equal(f->d->mem_alloc_async(&f->dev, f->stream, b, &q), 0);
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, append, L(f, 'a')), 0);
+  assert_int_equal(f->d->mem_free_async(&f->dev, f->stream, p), 0);
+  if (b && !keep_b)
+    assert_int_equal(f->d->mem_free_async(&f->dev, f->stream, q), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_int_equal(f->d->graph_alloc_bytes(&f->dev, graph, &alloc), 0);
+  assert_int_equal(alloc, a + b);
+  assert_int_equal(f->d->graph_instantiate(&f->dev, graph, &exec), 0);
+  f->d->graph_destroy(&f->dev, graph);
+  if (pa)
+    *pa = p;
+  return exec;
+}
+
+static void graph_mem_is(struct fx *f, uint64_t used, uint64_t reserved) {
+  uint64_t u = 0, r = 0;
+  assert_int_equal(f->d->graph_mem(&f->dev, &u, &r), 0);
+  assert_int_equal(u, used);
+  assert_int_equal(r, reserved);
+}
+
+/* Graph memory is mapped at upload or first launch, not at capture or instantiate. */
+static void test_graph_memory_mapped_at_upload_or_launch(void **state) {
+  struct fx *f = *state;
+  void *x = graph_with_allocs(f, 1000, 0, 0, NULL);
+  void *y = graph_with_allocs(f, 3000, 0, 0, NULL);
+  graph_mem_is(f, 0, 0);
+  assert_int_equal(f->d->exec_upload(&f->dev, x, f->stream), 0);
+  graph_mem_is(f, 1000, 1000);
+  assert_int_equal(f->d->exec_launch(&f->dev, y, f->stream), 0);
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), 0);
+  assert_string_equal(f->log.text, "a");
+  graph_mem_is(f, 3000, 3000); /* shared: the largest footprint, not the sum */
+  f->d->exec_destroy(&f->dev, x);
+  f->d->exec_destroy(&f->dev, y);
+}
+
+/* Allocations a graph frees itself are shared between executables; others add up. */
+static void test_graph_memory_shared_and_unshared(void **state) {
+  struct fx *f = *state;
+  void *x = graph_with_allocs(f, 100, 400, 1, NULL); /* 100 shared, 400 kept */
+  void *y = graph_with_allocs(f, 300, 50, 0, NULL);  /* 350 shared (both live at once) */
+  assert_int_equal(f->d->exec_upload(&f->dev, x, f->stream), 0);
+  assert_int_equal(f->d->exec_upload(&f->dev, y, f->stream), 0);
+  graph_mem_is(f, 400 + 350, 750);
+  f->d->exec_destroy(&f->dev, y);
+  graph_mem_is(f, 500, 750); /* reserved until a trim */
+  assert_int_equal(f->d->graph_mem_trim(&f->dev), 0);
+  graph_mem_is(f, 500, 500);
+  f->d->exec_destroy(&f->dev, x);
+  assert_int_equal(f->d->graph_mem_trim(&f->dev), 0);
+  graph_mem_is(f, 0, 0);
+}
+
+/* Free memory moves with the pool and the executables' own memory, nothing else. */
+static void test_mem_info_counts_graph_memory(void **state) {
+  struct fx *f = *state;
+  size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+  assert_int_equal(f->d->mem_info(&f->dev, &free0, &total), 0);
+  void *x = graph_with_allocs(f, 8192, 0, 0, NULL); /* 3 nodes: alloc, host, free */
+  assert_int_equal(f->d->mem_info(&f->dev, &free1, &total), 0);
+  assert_int_equal(free0 - free1, 3 * 256);
+  assert_int_equal(f->d->exec_upload(&f->dev, x, f->stream), 0);
+  assert_int_equal(f->d->mem_info(&f->dev, &free2, &total), 0);
+  assert_int_equal(free1 - free2, 8192);
+  f->d->exec_destroy(&f->dev, x);
+  assert_int_equal(f->d->graph_mem_trim(&f->dev), 0);
+  assert_int_equal(f->d->mem_info(&f->dev, &free2, &total), 0);
+  assert_int_equal(free2, free0);
+}
+
+/* Outside a capture, stream-ordered memory is freed once the work before the free has run. */
+static void test_eager_async_memory_freed_in_stream_order(void **state) {
+  struct fx *f = *state;
+  void *p = NULL;
+  assert_int_equal(f->d->mem_alloc_async(&f->dev, f->stream, 64, &p), 0);
+  memset(p, 1, 64);
+  assert_int_equal(f->d->mem_free_async(&f->dev, f->stream, p), 0);
+  assert_int_equal(f->d->mem_free_async(&f->dev, f->stream, p), CGRT_E_INVAL); /* twice */
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), 0);
+  graph_mem_is(f, 0, 0);
+}
+
+/* A free inside a capture of memory the capture did not allocate is refused. */
+static void test_capture_free_of_outside_memory_refused(void **state) {
+  struct fx *f = *state;
+  void *p = NULL, *graph = NULL;
+  assert_int_equal(f->d->mem_alloc_async(&f->dev, f->stream, 64, &p), 0);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->mem_free_async(&f->dev, f->stream, p), CGRT_E_INVAL);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), CGRT_E_CAPTURE);
+  assert_null(graph);
+  assert_int_equal(f->d->mem_free_async(&f->dev, f->stream, p), 0);
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), 0);
+}
+
+/* An executable with memory nodes is not updated in place: it must be instantiated again. */
+static void test_update_refused_with_memory_nodes(void **state) {
+  struct fx *f = *state;
+  void *x = graph_with_allocs(f, 64, 0, 0, NULL), *graph = NULL, *p = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->mem_alloc_async(&f->dev, f->stream, 64, &p), 0);
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, append, L(f, 'a')), 0);
+  assert_int_equal(f->d->mem_free_async(&f->dev, f->stream, p), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_int_equal(f->d->exec_update(&f->dev, x, graph), CGRT_E_UPDATE);
+  assert_non_null(strstr(f->dev.err, "memory node"));
+  f->d->graph_destroy(&f->dev, graph);
+  f->d->exec_destroy(&f->dev, x);
+}
+
 #ifndef CGRT_HAVE_CUDA
 static void test_cuda_driver_without_cuda_names_the_fix(void **state) {
   (void)state;
@@ -906,6 +1029,12 @@ int main(void) {
       T(test_wrong_handle_kind_refused),
       T(test_devs_are_independent),
       T(test_memory_is_zeroed_host_memory),
+      T(test_graph_memory_mapped_at_upload_or_launch),
+      T(test_graph_memory_shared_and_unshared),
+      T(test_mem_info_counts_graph_memory),
+      T(test_eager_async_memory_freed_in_stream_order),
+      T(test_capture_free_of_outside_memory_refused),
+      T(test_update_refused_with_memory_nodes),
 #ifndef CGRT_HAVE_CUDA
       cmocka_unit_test(test_cuda_driver_without_cuda_names_the_fix),
 #endif

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    1
+#define CGRT_HOST_API_MINOR    2
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -170,7 +170,10 @@ struct cgrt_config_view {
   int adapt_interval;    /* steps between two plans of the bucket set; >= 1 */
   int adapt_halflife;    /* steps after which a step's weight in the histogram has halved */
   double adapt_min_gain; /* fraction of the padded tokens a new set must save to be adopted */
-  /* -- appended in 0.2 (check struct_size): verify and diagnose, mechanism of the core -- */
+  /* -- appended in host API minor 2 -- */
+  uint64_t memory_budget; /* [cuda_graph] memory_budget in bytes; 0: no budget. The graph cache
+                             keeps its live graphs' memory under it (LRU eviction, else eager) */
+  /* -- appended after minor 2 (check struct_size): verify and diagnose, the core's mechanism -- */
   cgrt_verify verify;
   int verify_every;     /* N of `verify = every:N` (>= 1); 0 otherwise */
   int verify_tolerance; /* ulps a typed float output may differ by; 0: bitwise */

@@ -59,7 +59,7 @@ typedef enum cgrt_status {
   CGRT_E_STATE = -14,    /* the call is not allowed in the runtime's present state */
   CGRT_E_UNSUPPORTED = -15, /* the backend or driver does not offer this */
   CGRT_E_NOTREADY = -16,    /* asynchronous work has not finished yet (not a failure) */
-  /* -- appended in 0.2 -- */
+  /* -- appended -- */
   CGRT_E_VERIFY = -17 /* a replay's outputs differed from an eager run ([cuda_graph] verify) */
 } cgrt_status;
 
@@ -96,7 +96,7 @@ typedef enum cgrt_direction { CGRT_FORWARD = 0, CGRT_BACKWARD = 1 } cgrt_directi
 
 /*
  * How a module call uses a buffer: CGRT_IN, CGRT_OUT or CGRT_INOUT, optionally OR-ed with one
- * element type (appended in 0.2). The type only matters to `[cuda_graph] verify`: outputs of a
+ * element type (appended with verify). The type only matters to `[cuda_graph] verify`: outputs of a
  * float type compare within `verify_tolerance` ulps, everything else bitwise. A buffer without a
  * type (or of a type this version does not know) compares bitwise. In C++ write
  * CGRT_ACCESS_TYPED(CGRT_OUT, CGRT_F32) to get a cgrt_access.
@@ -269,7 +269,20 @@ typedef struct cgrt_stats {
   uint32_t num_buckets;    /* token buckets in force now */
   int64_t buckets[CGRT_STATS_MAX_BUCKETS]; /* the smallest min(num_buckets, 64) of them,
                                               ascending */
-  /* -- appended in 0.2: verify and diagnose -- */
+  /* -- appended in 0.3: graph memory (cgrt_graph_list() has the figures per graph) -- */
+  uint64_t graph_bytes;      /* device memory of the live graphs: graph_pool_bytes +
+                                graph_exec_bytes, the sum of their cgrt_graph_info.bytes */
+  uint64_t graph_pool_bytes; /* graph memory pool charged to the live graphs */
+  uint64_t graph_exec_bytes; /* the live executables' own device memory */
+  uint64_t graph_pool_idle;  /* pool memory the driver still reserves for graphs that are gone
+                                (given back by cgrt_release_graphs or the budget's trims) */
+  uint64_t graph_bytes_peak; /* the highest graph_bytes + graph_pool_idle so far */
+  uint64_t graph_nodes;      /* nodes of the live graphs */
+  uint64_t memory_budget;    /* [cuda_graph] memory_budget in bytes; 0: no budget */
+  uint64_t budget_eager;     /* calls (or bodies) run eagerly because their graph did not fit */
+  uint64_t budget_evictions; /* executables evicted to make room under the budget (they are
+                                counted in evictions too) */
+  /* -- appended after 0.3: verify and diagnose -- */
   uint64_t verifications;     /* replays checked against an eager run ([cuda_graph] verify) */
   uint64_t verify_mismatches; /* of those, replays whose outputs differed */
   uint64_t verify_skipped;    /* checks that could not run (no memory for the private copies) */
@@ -392,16 +405,110 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
 CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm);
 
 /*
- * Waits for the stream, then frees every graph and executable the backend holds; later steps
+ * Waits for the stream, then frees every graph and executable the backend holds and gives the
+ * graph memory no graph uses any more back to the device (cudaDeviceGraphMemTrim); later steps
  * warm up and capture again. Call it before destroying NCCL communicators graphs refer to.
  */
 CGRT_API int cgrt_release_graphs(cgrt_runtime *rt);
+
+/* What cgrt_release_graphs_ex() freed. */
+typedef struct cgrt_release_report {
+  size_t struct_size;
+  uint64_t graphs;               /* executables freed */
+  uint64_t bytes;                /* their bytes (cgrt_graph_info.bytes summed) */
+  uint64_t nodes;                /* their nodes */
+  uint64_t pool_reserved_before; /* the driver's reserved graph memory before the release */
+  uint64_t pool_reserved_after;  /* and after it, once trimmed */
+} cgrt_release_report;
+
+/*
+ * cgrt_release_graphs(), telling what was freed in *report (may be NULL; set its struct_size).
+ * The pool figures are the driver's, device-wide.
+ * Errors: CGRT_E_INVAL, CGRT_E_STATE (inside a step), CGRT_E_DEVICE.
+ */
+CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *report);
+
+/* One live graph, as cgrt_graph_list() shows it. Owned by cgrt, valid during the callback. */
+typedef struct cgrt_graph_info {
+  size_t struct_size; /* how much of this struct the library fills: check before reading
+                         fields newer than your header's */
+  const char *name;   /* "layer3.attn fwd, infer, key 64", for tables */
+  const char *module; /* the module's name, or NULL for a graph of a whole step body */
+  cgrt_direction dir; /* of a module call */
+  int microbatch;     /* microbatch slot */
+  cgrt_phase phase;
+  uint64_t shape;           /* the call's key (args->key) or the step's token bucket */
+  uint64_t extra;           /* backend-defined: a bucket, a cp size... */
+  uint64_t bytes;           /* pool_bytes + exec_bytes: the device memory charged to it */
+  uint64_t pool_bytes;      /* growth of the driver's reserved graph memory (the pool) when it
+                               was captured, instantiated and uploaded, plus pool memory it
+                               shares with graphs freed since */
+  uint64_t pool_used_bytes; /* growth of the pool's used figure then */
+  uint64_t exec_bytes;      /* the executable's own device memory: the drop of free device
+                               memory over instantiate and upload beyond the pool's growth */
+  uint64_t alloc_bytes;     /* its stream-ordered allocations summed: its need if it shared no
+                               pool memory (graphs launched on one stream share it) */
+  uint64_t nodes;           /* nodes of the graph */
+  uint64_t capture_ns;      /* host time of its capture */
+  uint64_t instantiate_ns;  /* host time of its instantiation and upload */
+  uint64_t last_use;        /* index of the last step that captured or replayed it */
+  uint64_t replays;         /* replays since its capture */
+} cgrt_graph_info;
+
+/* Receives one graph; return 0 to go on, nonzero to stop the listing (returned by it). */
+typedef int (*cgrt_graph_fn)(void *user, const cgrt_graph_info *graph);
+
+/*
+ * Calls fn once per live executable of the runtime (every cache of its backend), in no set
+ * order. The figures are measured when the graph is built (see cgrt_graph_info); their sums are
+ * in cgrt_stats (graph_bytes...). Not inside a step. Returns 0, fn's first nonzero value, or
+ * CGRT_E_INVAL / CGRT_E_STATE.
+ */
+CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user);
+
+/*
+ * Stream-ordered device memory for a callback's temporaries: cudaMallocAsync / cudaFreeAsync on
+ * ctx->stream on the cuda driver. Allocated and freed inside a captured call, the memory belongs
+ * to the graph (the driver maps it from its graph memory pool and shares it between graphs
+ * launched on one stream) and is accounted per graph. The host driver models the same with host
+ * memory. Free it on the same ctx's stream, in the same callback when it is captured.
+ * Errors: CGRT_E_INVAL, CGRT_E_NOMEM, CGRT_E_DEVICE.
+ */
+CGRT_API int cgrt_alloc_async(const cgrt_ctx *ctx, size_t bytes, void **ptr);
+CGRT_API int cgrt_free_async(const cgrt_ctx *ctx, void *ptr);
 
 /* Copies the runtime's counters into *out (set out->struct_size first). */
 CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out);
 
 /*
- * Diagnose (appended in 0.2). When a capture fails, or for every capture with `[runtime]
+ * Capture notifications, for a host whose allocator must know when cgrt records work into a
+ * graph. PyTorch's caching allocator is the example: while a stream is captured, the memory that
+ * captured work allocates must come from a private pool and stay reserved for the graph, never be
+ * handed to other work; the host tells its allocator so in `begin` and stops in `end`.
+ *
+ * cgrt calls `begin(user, stream)` immediately before it begins a stream capture
+ * (cudaStreamBeginCapture) and `end(user, stream)` immediately after the capture has ended
+ * (cudaStreamEndCapture), whether it succeeded, failed or was invalidated, before the graph is
+ * instantiated. `stream` is the stream being captured (cudaStream_t on the cuda driver, the
+ * runtime's stream). Both run on the thread that drives the runtime, which is the capturing
+ * thread, inside cgrt_step(). Every capture the core makes is bracketed (a module call, a whole
+ * body, a capture a backend begins by hand); pairs never nest, and every `begin` that returned 0
+ * is followed by exactly one `end` within the same step (also when cgrt closes a capture a buggy
+ * backend left open).
+ *
+ * `begin` returning nonzero refuses the capture: none is begun, `end` is not called for it, and
+ * the work runs eagerly, as after any failed capture (counted in `fallbacks`, the reason logged).
+ * `end` returning nonzero discards the graph just recorded; the work runs eagerly likewise.
+ * The hooks must not call cgrt and must not synchronize the stream. Either may be NULL; both NULL
+ * removes them. `user` is passed back untouched.
+ * Errors: CGRT_E_INVAL (rt NULL), CGRT_E_STATE (inside a step).
+ */
+typedef int (*cgrt_capture_fn)(void *user, void *stream);
+CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgrt_capture_fn end,
+                                    void *user);
+
+/*
+ * Diagnose (appended after 0.3). When a capture fails, or for every capture with `[runtime]
  * diagnose = on` (or CGRT_DIAGNOSE=1), cgrt records the device API calls made while capturing
  * (on the cuda driver through CUPTI's callback API, loaded only then; on the host driver through
  * the driver's own checks) and reports each finding in one log line and in this list.

@@ -1,0 +1,107 @@
+/*
+ * graph_mem.h - per-graph memory accounting and the memory budget. Internal.
+ *
+ * Every executable the core builds (the capture helper, the graph cache's rebinds) is measured:
+ * the driver's graph-pool figures (used, reserved) and the device's free memory are read before
+ * the capture and after the upload. The growth of the pool is charged to that graph
+ * (`pool_bytes`); the rest of the drop in free memory is the executable's own memory
+ * (`exec_bytes`). The runtime's ledger sums the live graphs' figures. When an executable goes,
+ * its pool bytes stay reserved by the driver until a trim, so they move to `idle`;
+ * cgrt__mem_reclaim() trims and settles `idle` against what the driver really gave back (what
+ * it kept is shared with live graphs and is charged to the live graph with the largest
+ * allocations). The budget ([cuda_graph] memory_budget) compares the ledger plus `idle` with
+ * the configured size.
+ */
+#ifndef CGRT_GRAPH_MEM_H
+#define CGRT_GRAPH_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cgrt/backend.h"
+
+/* What one executable cost when it was built, and its use since. */
+struct cgrt__graph_rec {
+  uint64_t pool_bytes;      /* graph-pool memory charged to it (its growth, plus what moved) */
+  uint64_t pool_used_bytes; /* growth of the pool's `used` figure when it was built */
+  uint64_t exec_bytes;      /* device memory of the executable itself */
+  uint64_t built_bytes;     /* pool_bytes + exec_bytes as measured at build: the expectation */
+  uint64_t alloc_bytes;     /* its allocation nodes summed: its need if it shares nothing */
+  uint64_t nodes;
+  uint64_t capture_ns;
+  uint64_t instantiate_ns; /* instantiate and upload */
+  uint64_t last_use;       /* step index of its last capture or replay */
+  uint64_t replays;
+};
+
+/* The runtime's ledger. */
+struct cgrt__graph_mem {
+  struct cgrt__graph_rec build; /* the capture helper's last build */
+  int build_valid;              /* `build` describes the executable it just returned */
+  uint64_t graphs;              /* live executables with a record */
+  uint64_t pool, exec, nodes;   /* sums over them */
+  uint64_t idle;                /* pool memory the driver keeps for no live graph (until a trim) */
+  uint64_t peak;                /* highest pool + exec + idle */
+  uint64_t budget_eager;        /* calls run eagerly because their graph did not fit */
+  uint64_t budget_evictions;    /* executables evicted to fit the budget */
+};
+
+/* A reading of the driver's memory figures. */
+struct cgrt__mem_probe {
+  int ok; /* 0: the driver gave no figures (nothing is charged then) */
+  uint64_t used, reserved, free;
+};
+
+struct cgrt_runtime;
+struct cgrt_graph_cache;
+
+void cgrt__mem_probe(struct cgrt_runtime *rt, struct cgrt__mem_probe *p);
+
+/* Fills rt->mem.build from the readings around a build and the graph's figures. */
+void cgrt__mem_build_done(struct cgrt_runtime *rt, const struct cgrt__mem_probe *before,
+                          const struct cgrt__mem_probe *after, uint64_t nodes, uint64_t alloc_bytes,
+                          uint64_t capture_ns, uint64_t instantiate_ns);
+
+/* Adds a live graph's record to the ledger, or takes it out (its pool bytes become idle). */
+void cgrt__mem_charge(struct cgrt_runtime *rt, const struct cgrt__graph_rec *r);
+void cgrt__mem_discharge(struct cgrt_runtime *rt, const struct cgrt__graph_rec *r);
+
+/*
+ * A rebind changed a live graph's executable: the readings around it change its record (and the
+ * ledger) by what the driver's figures moved.
+ */
+void cgrt__mem_adjust(struct cgrt_runtime *rt, struct cgrt__graph_rec *r,
+                      const struct cgrt__mem_probe *before, const struct cgrt__mem_probe *after);
+
+/*
+ * Waits for the stream, trims the graph pool and settles `idle` with what the driver gave back;
+ * what it kept is shared with live graphs and charged to the one with the largest allocations.
+ * Not while the stream captures (then nothing is done). *released: bytes given back (may be
+ * NULL).
+ */
+void cgrt__mem_reclaim(struct cgrt_runtime *rt, uint64_t *released);
+
+/* The configured budget in bytes, 0 if off. */
+uint64_t cgrt__mem_budget(const struct cgrt_runtime *rt);
+
+/* What the budget is compared with: the live graphs' bytes plus idle pool memory. */
+uint64_t cgrt__mem_total(const struct cgrt_runtime *rt);
+
+/* "graph memory: 12.0 MiB in 4 live graphs (+0.0 MiB idle), budget 16.0 MiB" for log lines. */
+void cgrt__mem_describe(const struct cgrt_runtime *rt, char *buf, size_t len);
+
+/* Bytes as "12.5 MiB" (KiB, MiB, GiB). */
+void cgrt__mem_format(uint64_t bytes, char *buf, size_t len);
+
+/* -- graph_cache.c: what the ledger needs of the caches -- */
+
+/* Calls fn for every live executable of every cache of rt; stops at fn's first nonzero. */
+int cgrt__caches_visit(struct cgrt_runtime *rt,
+                       int (*fn)(void *arg, const struct cgrt_graph_key *key,
+                                 const struct cgrt__graph_rec *rec),
+                       void *arg);
+/* The record of the live executable with the largest allocations (ties: the most recently
+   used), or NULL if none has any. */
+struct cgrt__graph_rec *cgrt__caches_largest(struct cgrt_runtime *rt);
+
+#endif

@@ -1,0 +1,190 @@
+/*
+ * tool.c - cgrt/tool.h: the internal-but-stable interface of the `cgrt` command, as thin
+ * wrappers over the core's own functions, so the command links libcgrt.so like any host.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cgrt/tool.h"
+#include "buckets.h"
+#include "config.h"
+#include "loader.h"
+#include "runtime.h"
+#include "topology.h"
+
+struct cgrt_tool_config {
+  struct cgrt_config cfg; /* first: view.get() finds the config from the view's address */
+};
+
+CGRT_API int cgrt_tool_config_read(cgrt_tool_config **out, const char *path, const char *text,
+                                   const char *name, cgrt_tool_msg_fn msg, void *user) {
+  if (!out)
+    return CGRT_E_INVAL;
+  *out = NULL;
+  if (!path && !text)
+    return CGRT_E_INVAL;
+  cgrt_tool_config *c = calloc(1, sizeof(*c));
+  if (!c)
+    return CGRT_E_NOMEM;
+  struct cgrt_diag diag = {0};
+  int rc = path ? cgrt__config_load(&c->cfg, path, &diag)
+                : cgrt__config_parse(&c->cfg, text, name ? name : "<string>", &diag);
+  for (size_t i = 0; msg && i < diag.count; i++)
+    msg(user, diag.msgs[i].level, diag.msgs[i].text);
+  /* A failure with no message of its own (allocation) still says something. */
+  if (msg && rc != 0 && diag.errors == 0 && rc != CGRT_E_CONFIG)
+    msg(user, CGRT_LOG_ERROR, cgrt_strerror(rc));
+  cgrt__diag_free(&diag);
+  if (rc != 0) {
+    cgrt__config_free(&c->cfg);
+    free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+CGRT_API struct cgrt_config_view *cgrt_tool_config_view(cgrt_tool_config *cfg) {
+  return cfg ? &cfg->cfg.view : NULL;
+}
+
+CGRT_API int cgrt_tool_config_set_cp_sizes(cgrt_tool_config *cfg, const int *sizes, size_t n) {
+  if (!cfg || !sizes || n == 0)
+    return CGRT_E_INVAL;
+  int *v = malloc(n * sizeof(*v));
+  if (!v)
+    return CGRT_E_NOMEM;
+  memcpy(v, sizes, n * sizeof(*v));
+  free(cfg->cfg.cp_sizes);
+  cfg->cfg.cp_sizes = v;
+  cfg->cfg.view.cp_sizes = v;
+  cfg->cfg.view.num_cp_sizes = n;
+  return 0;
+}
+
+CGRT_API int cgrt_tool_config_print(const cgrt_tool_config *cfg, FILE *out) {
+  return cfg && out ? cgrt__config_print(&cfg->cfg, out) : CGRT_E_INVAL;
+}
+
+CGRT_API void cgrt_tool_config_free(cgrt_tool_config *cfg) {
+  if (!cfg)
+    return;
+  cgrt__config_free(&cfg->cfg);
+  free(cfg);
+}
+
+CGRT_API const char *cgrt_tool_default_config(void) {
+  return cgrt__default_config;
+}
+
+CGRT_API int cgrt_tool_open(cgrt_runtime **rt, cgrt_tool_config *cfg, cgrt_log_fn log,
+                            void *log_user) {
+  if (!rt || !cfg) {
+    cgrt_tool_config_free(cfg);
+    return CGRT_E_INVAL;
+  }
+  int rc = cgrt__open_config(rt, &cfg->cfg, log, log_user); /* takes cfg->cfg, leaves it zeroed */
+  free(cfg);
+  return rc;
+}
+
+CGRT_API const struct cgrt_config_view *cgrt_tool_view(const cgrt_runtime *rt) {
+  return rt ? &rt->cfg.view : NULL;
+}
+
+CGRT_API const struct cgrt_backend_v1 *cgrt_tool_backend(const cgrt_runtime *rt,
+                                                         const char **path) {
+  if (path)
+    *path = rt ? rt->lib.path : NULL;
+  return rt ? rt->lib.vt : NULL;
+}
+
+CGRT_API int cgrt_tool_describe(cgrt_runtime *rt, void (*emit)(void *user, const char *line),
+                                void *user) {
+  if (!rt || !emit || !rt->be_ready)
+    return CGRT_E_INVAL;
+  const struct cgrt_backend_v1 *vt = rt->lib.vt;
+  if (!CGRT_BACKEND_HAS(vt, describe))
+    return CGRT_E_UNSUPPORTED;
+  vt->describe(rt->be_state, emit, user);
+  return 0;
+}
+
+CGRT_API int cgrt_tool_buckets(const cgrt_runtime *rt, const int64_t **sizes, size_t *count) {
+  if (!rt || !sizes || !count)
+    return CGRT_E_INVAL;
+  *sizes = rt->buckets;
+  *count = rt->num_buckets;
+  return 0;
+}
+
+CGRT_API int cgrt_tool_watch_graphs(cgrt_runtime *rt, cgrt_tool_graph_fn fn, void *user) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  rt->watch_fn = fn;
+  rt->watch_user = fn ? user : NULL;
+  return 0;
+}
+
+void cgrt__watch(cgrt_runtime *rt, int op, void *graph, void *exec, void *stream) {
+  if (!rt->watch_fn)
+    return;
+  struct cgrt_tool_graph_event ev = {.struct_size = sizeof(ev),
+                                     .op = (cgrt_tool_graph_op)op,
+                                     .graph = graph,
+                                     .exec = exec,
+                                     .stream = stream,
+                                     .driver = rt->dev.drv->name};
+  rt->watch_fn(rt->watch_user, &ev);
+}
+
+CGRT_API int cgrt_tool_buckets_build(cgrt_bucket_dist dist, int64_t max_tokens, int num_graphs,
+                                     int tp_size, const int64_t *list, size_t list_len,
+                                     int64_t **out, size_t *count, char *err, size_t errlen) {
+  return cgrt__buckets_build(dist, max_tokens, num_graphs, tp_size, list, list_len, out, count, err,
+                             errlen);
+}
+
+CGRT_API int cgrt_tool_buckets_optimal(const int64_t *sizes, const double *steps,
+                                       const double *tokens, size_t n, int64_t max_size, int k,
+                                       int64_t *out, size_t *count, double *padded) {
+  struct cgrt_histogram h = {sizes, steps, tokens, n};
+  return cgrt__buckets_optimal(&h, max_size, k, out, count, padded);
+}
+
+CGRT_API double cgrt_tool_buckets_padded(const int64_t *sizes, const double *steps,
+                                         const double *tokens, size_t n, const int64_t *buckets,
+                                         size_t nb) {
+  struct cgrt_histogram h = {sizes, steps, tokens, n};
+  return cgrt__buckets_padded(&h, buckets, nb, NULL);
+}
+
+CGRT_API int64_t cgrt_tool_bucket_need(int64_t tokens, int64_t tp, int64_t max) {
+  return cgrt__bucket_need(tokens, tp, max);
+}
+
+CGRT_API void cgrt_tool_free(void *p) {
+  free(p);
+}
+
+CGRT_API int cgrt_tool_backend_search_dirs(char ***dirs, size_t *count) {
+  return cgrt__backend_search_dirs(NULL, dirs, count);
+}
+
+CGRT_API void cgrt_tool_free_strings(char **v, size_t n) {
+  cgrt__free_strings(v, n);
+}
+
+CGRT_API int cgrt_tool_backend_check(void *dl, const char *path, const struct cgrt_backend_v1 **vt,
+                                     char *err, size_t errlen) {
+  return cgrt__backend_check(dl, path, vt, err, errlen);
+}
+
+CGRT_API int cgrt_tool_cores_near_gpu(int device, char *cores, size_t len, char *err,
+                                      size_t errlen) {
+  return cgrt__cores_near_gpu(device, cores, len, err, errlen);
+}
+
+CGRT_API uint64_t cgrt_tool_now_ns(void) {
+  return cgrt__now_ns();
+}

@@ -1,0 +1,837 @@
+"""cgrt from Python: a CUDA graph runtime whose strategy (eager, per-layer graphs, whole-step
+graphs...) is chosen by an INI file, over libcgrt through ctypes (no compiler needed).
+
+    import cgrt
+    with cgrt.Runtime("conf/local.ini") as rt:          # a path, or INI text
+        m = rt.register("layer0.mlp", "mlp", forward=fwd, layer=0)
+        report = rt.step("infer", tokens=5, prepare=prepare, body=body)
+        print(rt.stats())
+
+Callbacks get a `Ctx` (stream, mode, padded_tokens...) and, for modules, an `ArgsView`; they
+enqueue device work on ``ctx.stream`` (or host functions with ``ctx.enqueue_host``) and never
+synchronize. Every failure raises `cgrt.Error` with the runtime's sentence and code; a callback
+that raises fails its call with an error naming the module, and the exception is chained.
+`cgrt.torch` puts torch.nn.Modules under cgrt.
+"""
+
+import ctypes
+import enum
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, Tuple
+
+from . import _lib
+from ._lib import LibraryNotFound
+
+__all__ = [
+    "Access",
+    "Args",
+    "ArgsView",
+    "Buffer",
+    "Ctx",
+    "Error",
+    "Kind",
+    "LibraryNotFound",
+    "Mode",
+    "Module",
+    "Phase",
+    "Runtime",
+    "Status",
+    "Stats",
+    "StepReport",
+    "library_path",
+    "version",
+]
+
+__version__ = "0.1.0"
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    INVAL = -1
+    NOMEM = -2
+    IO = -3
+    CONFIG = -4
+    NOTFOUND = -5
+    BACKEND = -6
+    NODEV = -7
+    DEVICE = -8
+    CAPTURE = -9
+    UPDATE = -10
+    REBIND = -11
+    CAPACITY = -12
+    CALLBACK = -13
+    STATE = -14
+    UNSUPPORTED = -15
+    NOTREADY = -16
+
+
+class Phase(enum.IntEnum):
+    TRAIN = 0
+    EVAL = 1
+    INFER = 2
+
+
+class Mode(enum.IntEnum):
+    EAGER = 0
+    WARMUP = 1
+    CAPTURE = 2
+    REPLAY = 3
+
+
+class Kind(enum.IntEnum):
+    ATTN = 0
+    MLP = 1
+    MOE = 2
+    MOE_ROUTER = 3
+    MOE_PREPROCESS = 4
+    MAMBA = 5
+    OTHER = 6
+
+
+class Access(enum.IntEnum):
+    IN = 1
+    OUT = 2
+    INOUT = 3
+
+
+def _enum(cls, value, what):
+    """An enum member from itself, its int value, or its name ("infer", "moe_router")."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        try:
+            return cls[value.upper()]
+        except KeyError:
+            names = " ".join(m.name.lower() for m in cls)
+            raise ValueError(f"{what} {value!r} is not one of: {names}") from None
+    return cls(int(value))
+
+
+# ---------------------------------------------------------------- the library
+
+_LIB = None
+_LIB_PATH = None
+_LIB_LOCK = threading.Lock()
+
+
+def _lib_handle():
+    global _LIB, _LIB_PATH
+    if _LIB is None:
+        with _LIB_LOCK:
+            if _LIB is None:
+                _LIB, _LIB_PATH = _lib.load_library()
+    return _LIB
+
+
+def library_path() -> str:
+    """The path of the libcgrt this package loaded (loading it if not yet done)."""
+    _lib_handle()
+    return _LIB_PATH
+
+
+def version() -> str:
+    """libcgrt's version string, e.g. "0.1.0"."""
+    return _lib_handle().cgrt_version().decode()
+
+
+# ---------------------------------------------------------------- errors
+
+
+class Error(Exception):
+    """A failed cgrt call: `code` (a Status), `message` (the runtime's sentence naming the module,
+    option, file:line or buffer at fault) and, when a Python callback raised, `exception`."""
+
+    def __init__(self, code, message, exception=None):
+        try:
+            code = Status(code)
+        except ValueError:
+            pass
+        self.code = code
+        self.message = message
+        self.exception = exception
+        text = message or _strerror(code)
+        if exception is not None:
+            text = f"{text}: {type(exception).__name__}: {exception}"
+        name = code.name if isinstance(code, Status) else str(code)
+        super().__init__(f"{text} [CGRT_E_{name}]")
+
+
+def _strerror(code):
+    try:
+        return _lib_handle().cgrt_strerror(int(code)).decode()
+    except Exception:  # noqa: BLE001 - only for messages
+        return f"error {code}"
+
+
+# ---------------------------------------------------------------- values passed to callbacks
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Memory a step or a module call reads and writes: a device pointer on the cuda driver, host
+    memory on the host driver. `name` only appears in messages."""
+
+    ptr: int
+    bytes: int
+    access: Access = Access.INOUT
+    name: Optional[str] = None
+
+
+def _c_buffers(buffers):
+    """A ctypes array of cgrt_buffer for a sequence of Buffer or (ptr, bytes[, access[, name]])."""
+    n = len(buffers)
+    arr = (_lib.CBuffer * n)()
+    for i, b in enumerate(buffers):
+        if not isinstance(b, Buffer):
+            b = Buffer(*b)
+        name = b.name.encode() if b.name else None
+        arr[i].ptr = int(b.ptr)
+        arr[i].bytes = int(b.bytes)
+        arr[i].access = int(_enum(Access, b.access, "access"))
+        arr[i].name = name
+    return arr
+
+
+class Args:
+    """The arguments of one module call: `key` (the host's signature of the call's shape: calls
+    with different keys never share a graph), `microbatch`, and the buffers it reads and writes.
+    Build one and reuse it while the call's buffers stay the same."""
+
+    __slots__ = ("key", "microbatch", "buffers", "_c", "_arr", "_ref")
+
+    def __init__(self, key: int = 0, microbatch: int = 0, buffers: Sequence = ()):
+        self.key = int(key)
+        self.microbatch = int(microbatch)
+        self.buffers = tuple(b if isinstance(b, Buffer) else Buffer(*b) for b in buffers)
+        self._arr = _c_buffers(self.buffers)
+        c = _lib.CArgs()
+        c.struct_size = ctypes.sizeof(_lib.CArgs)
+        c.key = self.key
+        c.microbatch = self.microbatch
+        c.buffers = ctypes.cast(self._arr, ctypes.POINTER(_lib.CBuffer)) if self.buffers else None
+        c.num_buffers = len(self.buffers)
+        self._c = c
+        self._ref = ctypes.pointer(c)
+
+
+def _view_buffers(ptr, n):
+    out = []
+    for i in range(n):
+        b = ptr[i]
+        out.append(Buffer(b.ptr or 0, b.bytes, Access(b.access), b.name.decode() if b.name else None))
+    return tuple(out)
+
+
+class Ctx:
+    """What cgrt tells a callback about the work at hand. Valid only during the callback it was
+    passed to (cgrt owns the memory); using it later raises Error(STATE)."""
+
+    __slots__ = ("_ptr", "_c", "_rt")
+
+    def __init__(self, rt, ptr):
+        self._rt = rt
+        self._ptr = ptr
+        self._c = ptr.contents
+
+    def _live(self):
+        c = self._c
+        if c is None:
+            raise Error(Status.STATE, "this Ctx was used after the callback it was given to returned")
+        return c
+
+    @property
+    def runtime(self):
+        return self._rt
+
+    @property
+    def stream(self) -> int:
+        """The stream to enqueue work on (a cudaStream_t on the cuda driver), as an int."""
+        return self._live().stream or 0
+
+    @property
+    def comm(self) -> int:
+        return self._live().comm or 0
+
+    @property
+    def cp_size(self) -> int:
+        return self._live().cp_size
+
+    @property
+    def cp_rank(self) -> int:
+        return self._live().cp_rank
+
+    @property
+    def phase(self) -> Phase:
+        return Phase(self._live().phase)
+
+    @property
+    def mode(self) -> Mode:
+        return Mode(self._live().mode)
+
+    @property
+    def microbatch(self) -> int:
+        return self._live().microbatch
+
+    @property
+    def step(self) -> int:
+        return self._live().step
+
+    @property
+    def tokens(self) -> int:
+        return self._live().tokens
+
+    @property
+    def padded_tokens(self) -> int:
+        return self._live().padded_tokens
+
+    @property
+    def num_sequences(self) -> int:
+        return self._live().num_sequences
+
+    @property
+    def padded_sequences(self) -> int:
+        return self._live().padded_sequences
+
+    @property
+    def buffers(self) -> Tuple[Buffer, ...]:
+        """The step's static buffers as the body must address them (private copies under
+        rebind = copy)."""
+        c = self._live()
+        return _view_buffers(c.buffers, c.num_buffers) if c.num_buffers else ()
+
+    def enqueue_host(self, fn: Callable[[], None]) -> None:
+        """Enqueues `fn()` on the stream (cudaLaunchHostFunc on the cuda driver): it runs after the
+        work before it and is recorded like a kernel when the call is captured, so a replay runs
+        it again. It must not call cgrt or CUDA. An exception it raises is reported by the next
+        Runtime.synchronize()."""
+        self._rt._enqueue_host(self, fn)
+
+
+class ArgsView:
+    """The arguments a module callback was called with: key, microbatch, buffers (the addresses
+    the call must use: private copies under rebind = copy)."""
+
+    __slots__ = ("key", "microbatch", "_ptr", "_c")
+
+    def __init__(self, ptr):
+        c = ptr.contents
+        self._ptr = ptr
+        self._c = c
+        self.key = c.key
+        self.microbatch = c.microbatch
+
+    @property
+    def num_buffers(self) -> int:
+        return self._c.num_buffers
+
+    def buffer_ptr(self, i: int) -> int:
+        return self._c.buffers[i].ptr or 0
+
+    @property
+    def buffers(self) -> Tuple[Buffer, ...]:
+        c = self._c
+        return _view_buffers(c.buffers, c.num_buffers) if c.num_buffers else ()
+
+
+@dataclass(frozen=True)
+class StepReport:
+    mode: Mode
+    padded_tokens: int
+    calls_eager: int
+    calls_captured: int
+    calls_replayed: int
+    graphs_built: int
+    fallbacks: int
+    host_ns: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A runtime's counters (cgrt_stats). The tuples by mode are indexed by Mode."""
+
+    steps: int
+    steps_by_mode: Tuple[int, ...]
+    calls_by_mode: Tuple[int, ...]
+    captures: int
+    instantiations: int
+    updates: int
+    update_refusals: int
+    rebinds: int
+    evictions: int
+    fallbacks: int
+    live_graphs: int
+    padded_tokens: int
+    capture_ns: int
+    instantiate_ns: int
+    graph_mem_used: int
+    graph_mem_reserved: int
+    real_tokens: int
+    bucket_changes: int
+    num_buckets: int
+    buckets: Tuple[int, ...]
+
+
+class Module:
+    """A registered module: name, kind, layer and the callbacks. Owned by its Runtime."""
+
+    __slots__ = ("name", "kind", "layer", "forward", "backward", "handle", "index", "runtime")
+
+    def __repr__(self):
+        return f"cgrt.Module({self.name!r}, kind={self.kind.name.lower()}, layer={self.layer})"
+
+
+# ---------------------------------------------------------------- host functions
+
+# Host functions go through one C trampoline; the argument is an id into this table. An entry
+# made while its call is captured is kept until its runtime releases its graphs (a replay runs it
+# again); any other entry runs once and is dropped.
+_HOST_FNS = {}
+_HOST_IDS = iter(range(1, 1 << 62))
+
+
+@_lib.HOST_FN
+def _host_trampoline(arg):
+    entry = _HOST_FNS.get(arg)
+    if entry is None:
+        return
+    fn, rt, once = entry
+    if once:
+        _HOST_FNS.pop(arg, None)
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - reported at the next synchronize
+        rt._host_errors.append(e)
+
+
+# ---------------------------------------------------------------- the runtime
+
+_PENDING_CALLBACK = 1  # what a Python callback that raised returns to cgrt
+
+
+class Runtime:
+    """An open cgrt runtime: its backend, device driver, modules, stream and statistics.
+
+    `config` is a path to an INI file, INI text (anything containing a newline or '['), or None
+    for the default configuration (CGRT_CONFIG, else the embedded `impl = none`). `log`, if given,
+    receives (level, message) for every log line from the first on. Use it as a context manager,
+    or call close(). One runtime is driven by one thread."""
+
+    def __init__(self, config=None, *, log: Optional[Callable[[int, str], None]] = None):
+        lib = _lib_handle()
+        self._lib = lib
+        self._rt = ctypes.c_void_p()
+        self._modules = []
+        self._by_name = {}
+        self._pending = None
+        self._host_errors = []
+        self._host_ids = set()
+        self._in_step = False
+        self._hooks = None
+        self._log_fn = None
+        self._log_cb = None
+        self._closed = False
+        opts = _lib.COpenOptions()
+        opts.struct_size = ctypes.sizeof(_lib.COpenOptions)
+        if config is not None:
+            if isinstance(config, os.PathLike) or ("\n" not in config and "[" not in config):
+                opts.path = os.fsencode(config)
+            else:
+                opts.ini = config.encode()
+                opts.ini_name = b"<python string>"
+        if log is not None:
+            self._log_fn = log
+
+            def sink(user, level, msg):
+                try:
+                    self._log_fn(level, msg.decode(errors="replace"))
+                except BaseException:  # noqa: BLE001 - a log sink must not unwind into C
+                    pass
+
+            self._log_cb = _lib.LOG_FN(sink)
+            opts.log = self._log_cb
+        rc = lib.cgrt_open_ex(ctypes.byref(self._rt), ctypes.byref(opts))
+        if rc != 0:
+            self._closed = True
+            raise Error(rc, lib.cgrt_last_error(None).decode(errors="replace"))
+        # One trampoline per kind of callback, shared by every module; `user` is the module index.
+        self._fwd_cb = _lib.MODULE_FN(self._module_tramp(False))
+        self._bwd_cb = _lib.MODULE_FN(self._module_tramp(True))
+        self._prepare_cb = _lib.STEP_FN(self._step_tramp("prepare"))
+        self._body_cb = _lib.STEP_FN(self._step_tramp("body"))
+        self._null_module_fn = _lib.MODULE_FN()
+        self._null_step_fn = _lib.STEP_FN()
+        self._step_fns = None
+
+    # -- lifetime
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def close(self) -> None:
+        """Waits for the stream, frees every graph, finalizes the backend and closes the driver.
+        Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        rc = self._lib.cgrt_close(self._rt)
+        self._drop_host_fns(all_of_them=True)
+        self._closed_hook()
+        self._rt = ctypes.c_void_p()
+        if rc != 0:
+            raise Error(rc, "cgrt_close: " + _strerror(rc))
+
+    def _closed_hook(self):
+        """For subclasses: runs after cgrt_close (graphs freed)."""
+
+    def _handle(self):
+        if self._closed:
+            raise Error(Status.STATE, "the runtime is closed")
+        return self._rt
+
+    def _fail(self, rc, exception=None):
+        msg = self._lib.cgrt_last_error(self._rt).decode(errors="replace")
+        return Error(rc, msg, exception)
+
+    # -- facts
+
+    @property
+    def backend(self) -> str:
+        """The loaded backend's name, e.g. "local"."""
+        return self._lib.cgrt_backend_name(self._handle()).decode()
+
+    @property
+    def stream(self) -> int:
+        """The stream cgrt runs on (a cudaStream_t on the cuda driver), as an int."""
+        return self._lib.cgrt_stream(self._handle()) or 0
+
+    @property
+    def modules(self) -> Tuple[Module, ...]:
+        return tuple(self._modules)
+
+    def stats(self) -> Stats:
+        """The runtime's counters since it opened."""
+        s = _lib.CStats()
+        s.struct_size = ctypes.sizeof(_lib.CStats)
+        rc = self._lib.cgrt_stats_get(self._handle(), ctypes.byref(s))
+        if rc != 0:
+            raise self._fail(rc)
+        n = min(s.num_buckets, _lib.STATS_MAX_BUCKETS)
+        return Stats(
+            steps=s.steps,
+            steps_by_mode=tuple(s.steps_by_mode),
+            calls_by_mode=tuple(s.calls_by_mode),
+            captures=s.captures,
+            instantiations=s.instantiations,
+            updates=s.updates,
+            update_refusals=s.update_refusals,
+            rebinds=s.rebinds,
+            evictions=s.evictions,
+            fallbacks=s.fallbacks,
+            live_graphs=s.live_graphs,
+            padded_tokens=s.padded_tokens,
+            capture_ns=s.capture_ns,
+            instantiate_ns=s.instantiate_ns,
+            graph_mem_used=s.graph_mem_used,
+            graph_mem_reserved=s.graph_mem_reserved,
+            real_tokens=s.real_tokens,
+            bucket_changes=s.bucket_changes,
+            num_buckets=s.num_buckets,
+            buckets=tuple(s.buckets[:n]),
+        )
+
+    # -- modules
+
+    def register(
+        self,
+        name: str,
+        kind,
+        forward: Callable,
+        backward: Optional[Callable] = None,
+        layer: int = -1,
+    ) -> Module:
+        """Registers a module: `forward(ctx, args)` (and `backward(ctx, args)`, optional) enqueue
+        the call's work on ctx.stream and return None (or 0); a nonzero int or an exception fails
+        the call. `kind` is a Kind, its value or its name ("attn", "mlp"...): it decides whether
+        scoped backends graph the module. Register every module before the first step."""
+        if not callable(forward):
+            raise Error(Status.INVAL, f"register('{name}'): forward must be callable")
+        if backward is not None and not callable(backward):
+            raise Error(Status.INVAL, f"register('{name}'): backward must be callable or None")
+        m = Module()
+        m.name = name
+        m.kind = _enum(Kind, kind, "kind")
+        m.layer = int(layer)
+        m.forward = forward
+        m.backward = backward
+        m.index = len(self._modules)
+        m.runtime = self
+        d = _lib.CModuleDesc()
+        d.struct_size = ctypes.sizeof(_lib.CModuleDesc)
+        d.name = name.encode()
+        d.kind = int(m.kind)
+        d.layer = m.layer
+        d.forward = self._fwd_cb
+        d.backward = self._bwd_cb if backward is not None else self._null_module_fn
+        d.user = m.index
+        handle = ctypes.c_void_p()
+        rc = self._lib.cgrt_module_register(self._handle(), ctypes.byref(d), ctypes.byref(handle))
+        if rc != 0:
+            raise self._fail(rc)
+        m.handle = handle
+        self._modules.append(m)
+        self._by_name[name] = m
+        return m
+
+    def module(self, name: str) -> Module:
+        return self._by_name[name]
+
+    def _module_tramp(self, backward):
+        def tramp(ctx_ptr, args_ptr, user):
+            try:
+                m = self._modules[user or 0]
+                fn = m.backward if backward else m.forward
+                ctx = Ctx(self, ctx_ptr)
+                try:
+                    rc = fn(ctx, ArgsView(args_ptr))
+                finally:
+                    ctx._c = None
+                return int(rc) if rc else 0
+            except BaseException as e:  # noqa: BLE001 - never unwind into C
+                self._remember(e)
+                return _PENDING_CALLBACK
+
+        return tramp
+
+    def _step_tramp(self, which):
+        def tramp(ctx_ptr, user):
+            try:
+                fn = self._step_fns[0 if which == "prepare" else 1]
+                ctx = Ctx(self, ctx_ptr)
+                try:
+                    rc = fn(ctx)
+                finally:
+                    ctx._c = None
+                return self._step_result(which, ctx_ptr, rc)
+            except BaseException as e:  # noqa: BLE001 - never unwind into C
+                self._remember(e)
+                return _PENDING_CALLBACK
+
+        return tramp
+
+    def _step_result(self, which, ctx_ptr, rc):
+        """What a prepare or body callback's return value means to cgrt (subclasses keep it)."""
+        return int(rc) if isinstance(rc, int) and rc else 0
+
+    def _remember(self, e):
+        # The latest: after a capture that raised, cgrt retries eagerly, and if that fails too,
+        # its exception is the one that failed the call.
+        self._pending = e
+
+    def _take_pending(self):
+        e, self._pending = self._pending, None
+        return e
+
+    def _raise_for(self, rc):
+        e = self._take_pending()
+        if e is not None and not isinstance(e, Exception):
+            raise e  # KeyboardInterrupt, SystemExit...: not ours to wrap
+        root = e.exception if isinstance(e, Error) and e.exception is not None else e
+        err = self._fail(rc, root)
+        if root is not None:
+            raise err from root
+        raise err
+
+    # -- steps and calls
+
+    def step(
+        self,
+        phase,
+        tokens: int = 0,
+        prepare: Optional[Callable] = None,
+        body: Optional[Callable] = None,
+        *,
+        buffers: Sequence = (),
+        seqlens: Optional[Sequence[int]] = None,
+        cp_size: int = 1,
+        microbatches: int = 1,
+    ) -> StepReport:
+        """Runs one step: `prepare(ctx)` (always eager: stage ctx.tokens inputs into the static
+        buffers and pad to ctx.padded_tokens), then `body(ctx)`, eagerly, captured or replaced by
+        a replay as the backend decides; the body calls forward()/backward() per module.
+        `buffers` are the step's static buffers (Buffer or (ptr, bytes, access)). Raises Error."""
+        if body is None:
+            raise Error(Status.INVAL, "step: body is required")
+        h = self._handle()
+        d = _lib.CStepDesc()
+        d.struct_size = ctypes.sizeof(_lib.CStepDesc)
+        d.phase = int(_enum(Phase, phase, "phase"))
+        d.tokens = int(tokens)
+        keep = []
+        if seqlens is not None:
+            arr = (ctypes.c_int32 * len(seqlens))(*seqlens)
+            keep.append(arr)
+            d.seqlens = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int32))
+            d.num_sequences = len(seqlens)
+        d.cp_size = int(cp_size)
+        d.microbatches = int(microbatches)
+        if buffers:
+            arr = buffers if isinstance(buffers, ctypes.Array) else _c_buffers(buffers)
+            keep.append(arr)
+            d.buffers = ctypes.cast(arr, ctypes.POINTER(_lib.CBuffer))
+            d.num_buffers = len(arr)
+        d.prepare = self._prepare_cb if prepare is not None else self._null_step_fn
+        d.body = self._body_cb
+        rep = _lib.CStepReport()
+        rep.struct_size = ctypes.sizeof(_lib.CStepReport)
+        saved = self._step_fns
+        self._step_fns = (prepare, body)
+        self._in_step = True
+        try:
+            rc = self._lib.cgrt_step(h, ctypes.byref(d), ctypes.byref(rep))
+        finally:
+            self._in_step = False
+            self._step_fns = saved
+        if rc != 0:
+            self._raise_for(rc)
+        e = self._take_pending()
+        if e is not None:
+            # A callback raised during a capture and cgrt ran the work eagerly instead, which
+            # succeeded: nothing failed, but say why the capture did not happen.
+            warnings.warn(
+                f"cgrt: a capture fell back to eager because a callback raised "
+                f"{type(e).__name__}: {e}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return StepReport(
+            Mode(rep.mode),
+            rep.padded_tokens,
+            rep.calls_eager,
+            rep.calls_captured,
+            rep.calls_replayed,
+            rep.graphs_built,
+            rep.fallbacks,
+            rep.host_ns,
+        )
+
+    def forward(self, module: Module, ctx: Ctx, args: Optional[Args] = None, **kw) -> None:
+        """Runs `module`'s forward from inside the body with the body's ctx: eagerly, captured or
+        as a replay. `args` is an Args, or give key=, microbatch=, buffers= here."""
+        self._call(self._lib.cgrt_forward, module, ctx, args, kw)
+
+    def backward(self, module: Module, ctx: Ctx, args: Optional[Args] = None, **kw) -> None:
+        """As forward(), for the module's backward."""
+        self._call(self._lib.cgrt_backward, module, ctx, args, kw)
+
+    def _call(self, fn, module, ctx, args, kw):
+        if args is None:
+            args = Args(**kw)
+        elif kw:
+            raise TypeError("give either an Args or key=/microbatch=/buffers=, not both")
+        rc = fn(self._handle(), module.handle, ctx._ptr, args._ref)
+        if rc != 0:
+            self._raise_for(rc)
+
+    # -- host functions and synchronization
+
+    def _enqueue_host(self, ctx, fn):
+        c = ctx._live()
+        hid = next(_HOST_IDS)
+        once = c.mode != Mode.CAPTURE
+        _HOST_FNS[hid] = (fn, self, once)
+        self._host_ids.add(hid)
+        rc = self._lib.cgrt_enqueue_host(ctx._ptr, _host_trampoline, hid)
+        if rc != 0:
+            _HOST_FNS.pop(hid, None)
+            self._host_ids.discard(hid)
+            raise self._fail(rc)
+        if once:
+            self._host_ids.discard(hid)  # it removes itself when it runs
+
+    def _drop_host_fns(self, all_of_them=False):
+        for hid in self._host_ids:
+            _HOST_FNS.pop(hid, None)
+        self._host_ids.clear()
+        if all_of_them:
+            for hid in [k for k, v in _HOST_FNS.items() if v[1] is self]:
+                _HOST_FNS.pop(hid, None)
+
+    def synchronize(self) -> None:
+        """Waits until the work enqueued on the runtime's stream has run (on the host driver, runs
+        it). Raises Error if a host function raised."""
+        rc = self._lib.cgrt_synchronize(self._handle())
+        if rc != 0:
+            raise self._fail(rc)
+        if self._host_errors:
+            errs, self._host_errors = self._host_errors, []
+            raise Error(
+                Status.CALLBACK,
+                f"{len(errs)} host function(s) enqueued with Ctx.enqueue_host raised",
+                errs[0],
+            ) from errs[0]
+
+    def release_graphs(self) -> None:
+        """Waits for the stream, then frees every graph the backend holds; later steps warm up and
+        capture again."""
+        rc = self._lib.cgrt_release_graphs(self._handle())
+        if rc != 0:
+            raise self._fail(rc)
+        self._drop_host_fns()
+        self._released_hook()
+
+    def _released_hook(self):
+        """For subclasses: runs after cgrt_release_graphs (graphs freed)."""
+
+    # -- capture notifications
+
+    def set_capture_hooks(
+        self,
+        begin: Optional[Callable[[int], None]] = None,
+        end: Optional[Callable[[int], None]] = None,
+    ) -> None:
+        """`begin(stream)` runs right before every capture cgrt begins, `end(stream)` right after
+        it ended, on this thread, inside step(). A begin that raises refuses the capture (the work
+        runs eagerly); an end that raises discards the graph (likewise). None removes a hook."""
+        if not hasattr(self._lib, "cgrt_set_capture_hooks") or not getattr(
+            self._lib.cgrt_set_capture_hooks, "argtypes", None
+        ):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_set_capture_hooks")
+
+        def wrap(fn, which):
+            if fn is None:
+                return _lib.CAPTURE_FN()
+
+            def hook(user, stream):
+                try:
+                    fn(stream or 0)
+                    return 0
+                except BaseException as e:  # noqa: BLE001 - never unwind into C
+                    warnings.warn(
+                        f"cgrt: the capture {which} hook raised {type(e).__name__}: {e}; "
+                        "the work runs eagerly",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
+                    return 1
+
+            return _lib.CAPTURE_FN(hook)
+
+        b, e = wrap(begin, "begin"), wrap(end, "end")
+        rc = self._lib.cgrt_set_capture_hooks(self._handle(), b, e, None)
+        if rc != 0:
+            raise self._fail(rc)
+        self._hooks = (b, e)  # kept alive while cgrt may call them

@@ -1,0 +1,311 @@
+"""cgrt.torch on a GPU, bitwise against eager PyTorch: a small decoder (bench_torch's model) under
+the local backend's layer and block scopes with token buckets (prepare pads; the reference is
+eager PyTorch on the same padded input), training forward/backward under local (per-module
+graphs) and full_iteration (one graph per step) with parameter gradients and SGD updates, inputs
+that move (rebind), and a module that raises. Between steps the tests fill freshly allocated
+memory with NaN, so a graph that used memory outside its private pool would show it.
+
+Runs under pytest, or alone: python3 python/tests/gpu/test_torch.py (prints "N passed, N failed").
+"""
+
+import copy
+import os
+import sys
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+
+import torch  # noqa: E402
+
+import cgrt  # noqa: E402
+from cgrt import Mode, Status  # noqa: E402
+
+try:
+    import pytest
+
+    skip = pytest.skip
+except ImportError:  # run alone
+    pytest = None
+
+    class _Skip(Exception):
+        pass
+
+    def skip(reason):
+        raise _Skip(reason)
+
+
+def _require_gpu():
+    if not torch.cuda.is_available():
+        skip("torch sees no CUDA device")
+
+
+def _ini(impl="local", extra=""):
+    return (
+        f"[cuda_graph]\nimpl = {impl}\nwarmup_steps = 2\n{extra}\n"
+        f"[runtime]\ndriver = cuda\ndevice = {torch.cuda.current_device()}\nlog = warn\n"
+    )
+
+
+def _scribble(n=8):
+    """Takes memory from PyTorch's allocator and fills it with NaN (held until the next call):
+    if a graph's memory had been handed out, this would overwrite it."""
+    _scribble.held = [
+        torch.full((256 << i,), float("nan"), device="cuda") for i in range(n)
+    ] + [torch.full((17, 256), float("nan"), device="cuda", dtype=torch.bfloat16)]
+
+
+def _decoder():
+    import bench_torch
+
+    return bench_torch.build(layers=2, d=256, heads=4, ffn=512, cache_len=64, max_tokens=16)
+
+
+# ---------------------------------------------------------------- inference
+
+
+def _inference(scope, switch_streams):
+    import cgrt.torch as ct
+
+    _require_gpu()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = _decoder()
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    xs = [torch.randn(16, 256, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(5)]
+    ini = _ini(
+        "local",
+        f"inference_scope = {scope}\n[inference]\nbuckets = list\nlist = 1 4 16\nmax_tokens = 16",
+    )
+    plan = [3, 3, 3, 3, 1, 1, 1, 1, 16, 16, 16, 16, 3, 1, 16, 2, 4, 9]
+    bucket = {1: 1, 2: 4, 3: 4, 4: 4, 9: 16, 16: 16}
+    modes = []
+    with ct.Runtime(ini) as rt, torch.no_grad():
+        outer = torch.cuda.current_stream()
+        ctxm = torch.cuda.stream(rt.torch_stream) if not switch_streams else torch.cuda.stream(outer)
+        with ctxm:
+            mods = [
+                rt.register_module(f"layer{i}", layer, kind="attn" if i % 2 else "mlp", layer=i)
+                for i, layer in enumerate(model.layers)
+            ]
+            static = torch.zeros(16, 256, device="cuda", dtype=torch.bfloat16)
+            for step, t in enumerate(plan):
+                x = xs[step % len(xs)]
+
+                def prepare(ctx):
+                    static[: ctx.tokens].copy_(x[: ctx.tokens])
+                    static[ctx.tokens : ctx.padded_tokens].zero_()
+
+                def body(ctx):
+                    h = static[: ctx.padded_tokens]
+                    for m in mods:
+                        h = m(ctx, h)
+                    return h
+
+                out = rt.run("infer", t, prepare, body, inputs=[static])
+                rep = rt.last_report
+                p = bucket[t]
+                assert rep.padded_tokens == p and out.shape == (p, 256)
+                padded = torch.zeros(p, 256, device="cuda", dtype=torch.bfloat16)
+                padded[:t] = x[:t]
+                ref = model(padded)
+                assert torch.equal(out[:t], ref[:t]), f"step {step} (T={t}, {rep.mode.name})"
+                modes.append(rep.mode)
+                _scribble()
+        torch.cuda.synchronize()
+        s = rt.stats()
+        assert rt.pool is not None
+    assert Mode.CAPTURE in modes and modes.count(Mode.REPLAY) >= 8
+    assert s.fallbacks == 0
+    assert s.captures == (3 * len(model.layers) if scope == "layer" else 3)
+
+
+def test_inference_layer_scope_bitwise():
+    _inference("layer", switch_streams=False)
+
+
+def test_inference_block_scope_bitwise():
+    _inference("block", switch_streams=False)
+
+
+def test_inference_from_the_default_stream():
+    _inference("block", switch_streams=True)
+
+
+def test_moved_input_rebinds_or_is_refused():
+    import cgrt.torch as ct
+
+    _require_gpu()
+    model = _decoder()
+    x = torch.randn(4, 256, device="cuda").to(torch.bfloat16)
+    for policy in ("update", "error"):
+        ini = _ini("local", f"rebind = {policy}\n[inference]\nbuckets = list\nlist = 4\nmax_tokens = 4")
+        with ct.Runtime(ini) as rt, torch.cuda.stream(rt.torch_stream), torch.no_grad():
+            mods = [rt.register_module(f"l{i}", m, layer=i) for i, m in enumerate(model.layers)]
+            holder = {"static": torch.zeros(4, 256, device="cuda", dtype=torch.bfloat16)}
+
+            def prepare(ctx):
+                holder["static"].copy_(x)
+
+            def body(ctx):
+                h = holder["static"]
+                for m in mods:
+                    h = m(ctx, h)
+                return h
+
+            for _ in range(4):
+                rt.run("infer", 4, prepare, body, inputs=[holder["static"]])
+            holder["static"] = torch.zeros(4, 256, device="cuda", dtype=torch.bfloat16) + 1
+            if policy == "update":
+                out = rt.run("infer", 4, prepare, body, inputs=[holder["static"]])
+                assert rt.stats().rebinds >= 1
+                assert torch.equal(out, model(x))
+            else:
+                try:
+                    rt.run("infer", 4, prepare, body, inputs=[holder["static"]])
+                    raise AssertionError("rebind = error replayed a moved input")
+                except cgrt.Error as e:
+                    assert e.code == Status.REBIND and "l0" in e.message
+
+
+def test_module_that_raises_is_named():
+    import cgrt.torch as ct
+
+    _require_gpu()
+
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("bad shapes")
+
+    with ct.Runtime(_ini("none")) as rt, torch.cuda.stream(rt.torch_stream):
+        m = rt.register_module("bad0", Bad())
+        x = torch.zeros(2, device="cuda")
+        try:
+            rt.run("infer", 1, body=lambda ctx: m(ctx, x))
+            raise AssertionError("no error")
+        except cgrt.Error as e:
+            assert e.code == Status.CALLBACK and "module 'bad0' forward" in e.message
+            assert isinstance(e.__cause__, ValueError)
+        assert rt.run("infer", 1, body=lambda ctx: x + 1).sum().item() == 2
+
+
+# ---------------------------------------------------------------- training
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.lin1 = torch.nn.Linear(d, 2 * d)
+        self.lin2 = torch.nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        return x + self.lin2(torch.nn.functional.gelu(self.lin1(x)))
+
+
+def _training(impl):
+    import cgrt.torch as ct
+
+    _require_gpu()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)
+    d, rows, nblocks = 128, 32, 3
+    model = torch.nn.Sequential(*[_Block(d) for _ in range(nblocks)]).cuda()
+    ref = copy.deepcopy(model)
+    for p in ref.parameters():
+        p.grad = torch.zeros_like(p)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    data = [
+        (torch.randn(rows, d, device="cuda", generator=gen), torch.randn(rows, d, device="cuda", generator=gen))
+        for _ in range(4)
+    ]
+    scale = 2.0 / (rows * d)
+    extra = "[host]\nnan_check = off" if impl == "full_iteration" else ""
+    modes = []
+    with ct.Runtime(_ini(impl, extra)) as rt, torch.cuda.stream(rt.torch_stream):
+        mods = [
+            rt.register_module(f"block{i}", blk, kind="mlp", layer=i, backward=True)
+            for i, blk in enumerate(model)
+        ]
+        sx = torch.zeros(rows, d, device="cuda")
+        st = torch.zeros(rows, d, device="cuda")
+        gy = torch.zeros(rows, d, device="cuda")  # static, so the last backward's input stays put
+        for step in range(7):
+            x, t = data[step % len(data)]
+
+            def prepare(ctx):
+                sx.copy_(x)
+                st.copy_(t)
+
+            def body(ctx):
+                h = sx
+                for m in mods:
+                    h = m(ctx, h)
+                with torch.no_grad():  # d(loss)/dh of loss = mean((h - t)^2), in place
+                    gy.copy_((h - st) * scale)
+                g = gy
+                for m in reversed(mods):
+                    g = m.backward(ctx, g)
+                return h
+
+            for p in model.parameters():
+                p.grad.zero_()
+            y = rt.run("train", 0, prepare, body, inputs=[sx, st])
+            modes.append(rt.last_report.mode)
+
+            for p in ref.parameters():
+                p.grad.zero_()
+            y_ref = ref(x)
+            torch.autograd.backward(y_ref, (y_ref.detach() - t) * scale)
+            assert torch.equal(y, y_ref), f"step {step}: output"
+            for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+                assert torch.equal(p.grad, q.grad), f"step {step}: grad of {name}"
+            with torch.no_grad():  # SGD in place: the graphs must see the new weights
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-0.05)
+                for q in ref.parameters():
+                    q.add_(q.grad, alpha=-0.05)
+            _scribble()
+        torch.cuda.synchronize()
+        s = rt.stats()
+    assert modes[-1] == Mode.REPLAY and Mode.CAPTURE in modes
+    assert s.fallbacks == 0
+    assert s.captures == (2 * nblocks if impl == "local" else 1)
+
+
+def test_training_local_per_module_graphs_bitwise():
+    _training("local")
+
+
+def test_training_full_iteration_bitwise():
+    _training("full_iteration")
+
+
+# ---------------------------------------------------------------- alone
+
+
+def _main():
+    tests = [(k, v) for k, v in sorted(globals().items()) if k.startswith("test_") and callable(v)]
+    passed = failed = skipped = 0
+    for name, fn in tests:
+        try:
+            fn()
+            passed += 1
+            print(f"PASSED  {name}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            if type(e).__name__ == "_Skip":
+                skipped += 1
+                print(f"SKIPPED {name}: {e}", flush=True)
+                continue
+            failed += 1
+            print(f"FAILED  {name}: {type(e).__name__}: {e}", flush=True)
+            traceback.print_exc()
+    line = f"{passed} passed, {failed} failed"
+    if skipped:
+        line += f", {skipped} skipped"
+    print(line)
+    if passed == 0 and failed == 0:
+        return 77
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

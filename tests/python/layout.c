@@ -1,0 +1,114 @@
+/*
+ * layout.c - prints the size of every public struct the Python package mirrors with ctypes, and
+ * the offset of each field, as the C compiler lays them out: "cgrt_ctx 152" and
+ * "cgrt_ctx.stream 16" lines. python/tests/test_layout.py compares them with the mirrors.
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "cgrt/cgrt.h"
+
+#define SIZE(t)     printf("%s %zu\n", #t, sizeof(t))
+#define FIELD(t, f) printf("%s.%s %zu\n", #t, #f, offsetof(t, f))
+
+int main(void) {
+  SIZE(cgrt_buffer);
+  FIELD(cgrt_buffer, ptr);
+  FIELD(cgrt_buffer, bytes);
+  FIELD(cgrt_buffer, access);
+  FIELD(cgrt_buffer, name);
+
+  SIZE(cgrt_ctx);
+  FIELD(cgrt_ctx, struct_size);
+  FIELD(cgrt_ctx, rt);
+  FIELD(cgrt_ctx, stream);
+  FIELD(cgrt_ctx, comm);
+  FIELD(cgrt_ctx, cp_size);
+  FIELD(cgrt_ctx, phase);
+  FIELD(cgrt_ctx, mode);
+  FIELD(cgrt_ctx, microbatch);
+  FIELD(cgrt_ctx, step);
+  FIELD(cgrt_ctx, tokens);
+  FIELD(cgrt_ctx, padded_tokens);
+  FIELD(cgrt_ctx, num_sequences);
+  FIELD(cgrt_ctx, padded_sequences);
+  FIELD(cgrt_ctx, cu_seqlens);
+  FIELD(cgrt_ctx, cu_seqlens_padded);
+  FIELD(cgrt_ctx, user);
+  FIELD(cgrt_ctx, buffers);
+  FIELD(cgrt_ctx, num_buffers);
+  FIELD(cgrt_ctx, cp_rank);
+
+  SIZE(cgrt_args);
+  FIELD(cgrt_args, struct_size);
+  FIELD(cgrt_args, key);
+  FIELD(cgrt_args, microbatch);
+  FIELD(cgrt_args, buffers);
+  FIELD(cgrt_args, num_buffers);
+
+  SIZE(cgrt_module_desc);
+  FIELD(cgrt_module_desc, struct_size);
+  FIELD(cgrt_module_desc, name);
+  FIELD(cgrt_module_desc, kind);
+  FIELD(cgrt_module_desc, layer);
+  FIELD(cgrt_module_desc, forward);
+  FIELD(cgrt_module_desc, backward);
+  FIELD(cgrt_module_desc, user);
+
+  SIZE(cgrt_step_desc);
+  FIELD(cgrt_step_desc, struct_size);
+  FIELD(cgrt_step_desc, phase);
+  FIELD(cgrt_step_desc, tokens);
+  FIELD(cgrt_step_desc, seqlens);
+  FIELD(cgrt_step_desc, num_sequences);
+  FIELD(cgrt_step_desc, cp_size);
+  FIELD(cgrt_step_desc, microbatches);
+  FIELD(cgrt_step_desc, buffers);
+  FIELD(cgrt_step_desc, num_buffers);
+  FIELD(cgrt_step_desc, prepare);
+  FIELD(cgrt_step_desc, body);
+  FIELD(cgrt_step_desc, user);
+
+  SIZE(cgrt_step_report);
+  FIELD(cgrt_step_report, struct_size);
+  FIELD(cgrt_step_report, mode);
+  FIELD(cgrt_step_report, padded_tokens);
+  FIELD(cgrt_step_report, calls_eager);
+  FIELD(cgrt_step_report, calls_captured);
+  FIELD(cgrt_step_report, calls_replayed);
+  FIELD(cgrt_step_report, graphs_built);
+  FIELD(cgrt_step_report, fallbacks);
+  FIELD(cgrt_step_report, host_ns);
+
+  SIZE(cgrt_stats);
+  FIELD(cgrt_stats, struct_size);
+  FIELD(cgrt_stats, steps);
+  FIELD(cgrt_stats, steps_by_mode);
+  FIELD(cgrt_stats, calls_by_mode);
+  FIELD(cgrt_stats, captures);
+  FIELD(cgrt_stats, instantiations);
+  FIELD(cgrt_stats, updates);
+  FIELD(cgrt_stats, update_refusals);
+  FIELD(cgrt_stats, rebinds);
+  FIELD(cgrt_stats, evictions);
+  FIELD(cgrt_stats, fallbacks);
+  FIELD(cgrt_stats, live_graphs);
+  FIELD(cgrt_stats, padded_tokens);
+  FIELD(cgrt_stats, capture_ns);
+  FIELD(cgrt_stats, instantiate_ns);
+  FIELD(cgrt_stats, graph_mem_used);
+  FIELD(cgrt_stats, graph_mem_reserved);
+  FIELD(cgrt_stats, real_tokens);
+  FIELD(cgrt_stats, bucket_changes);
+  FIELD(cgrt_stats, num_buckets);
+  FIELD(cgrt_stats, buckets);
+
+  SIZE(cgrt_open_options);
+  FIELD(cgrt_open_options, struct_size);
+  FIELD(cgrt_open_options, path);
+  FIELD(cgrt_open_options, ini);
+  FIELD(cgrt_open_options, ini_name);
+  FIELD(cgrt_open_options, log);
+  FIELD(cgrt_open_options, log_user);
+  return 0;
+}

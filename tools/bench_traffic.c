@@ -1,0 +1,291 @@
+/*
+ * bench_traffic.c - `cgrt bench --workload decode --traffic FILE`: the decode workload driven by
+ * a recorded (or synthetic) sequence of token counts, step after step, as a continuous-batching
+ * server would drive it: under eager, under the configured backend, and under the same backend
+ * with buckets = exponential of the same K (or adaptive, when exponential is the configured one).
+ *
+ * Each run replays the whole trace once from a fresh runtime, cold start, captures and bucket
+ * changes included, and reports the wall time (the host enqueues, then waits for the stream
+ * once at the end), the mean per step, the steady per-step time of the trace's second half
+ * (device timeline between two events), the padded share of the tokens processed, captures and
+ * bucket changes. Then the trace is replayed again on the same runtime and on a sample of steps
+ * the output is compared bitwise with eager run at the same padded size.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "tool.h"
+#include "traffic.h"
+
+#ifdef CGRT_HAVE_CUDA
+#include "bench_gpu.h"
+
+#define SAMPLES 48
+
+struct traffic_run {
+  char label[160];
+  int graphed;
+  double wall_ms, steady_us;
+  uint64_t steps;
+  cgrt_stats st; /* counters of the timed replay */
+  int checked, equal;
+};
+
+/* The trace's i-th step's token count (entries expanded). */
+struct cursor {
+  const struct traffic *t;
+  size_t entry;
+  int64_t left;
+};
+
+static int64_t next_tokens(struct cursor *c) {
+  while (c->left == 0) {
+    c->entry++;
+    c->left = c->t->steps[c->entry];
+  }
+  c->left--;
+  return c->t->tokens[c->entry];
+}
+
+static struct cursor cursor_start(const struct traffic *t) {
+  struct cursor c = {t, 0, t->steps[0]};
+  return c;
+}
+
+/* One timed replay of the whole trace from a fresh runtime. */
+static int replay_timed(struct host_model *hm, const struct traffic *t, struct traffic_run *r) {
+  cudaStream_t s = (cudaStream_t)cgrt_stream(hm->rt);
+  cudaEvent_t mid = NULL, end = NULL;
+  cudaEventCreate(&mid);
+  cudaEventCreate(&end);
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  struct cursor c = cursor_start(t);
+  uint64_t half = t->total_steps / 2, t0 = cgrt_tool_now_ns();
+  int rc = 0;
+  for (uint64_t i = 0; i < t->total_steps && rc == 0; i++) {
+    if (i == half)
+      cudaEventRecord(mid, s);
+    rc = bench_hm_step(hm, next_tokens(&c), &rep);
+  }
+  cudaEventRecord(end, s);
+  if (rc == 0 && cudaEventSynchronize(end) != cudaSuccess)
+    rc = CGRT_E_DEVICE;
+  r->wall_ms = (double)(cgrt_tool_now_ns() - t0) / 1e6;
+  float ms = 0;
+  if (rc == 0)
+    cudaEventElapsedTime(&ms, mid, end);
+  r->steady_us = (double)ms * 1e3 / (double)(t->total_steps - half);
+  r->steps = t->total_steps;
+  r->st.struct_size = sizeof(r->st);
+  cgrt_stats_get(hm->rt, &r->st);
+  cudaEventDestroy(mid);
+  cudaEventDestroy(end);
+  return rc;
+}
+
+/* The trace again on the same runtime; every stride-th step checked against eager. */
+static int replay_checked(struct host_model *hm, struct host_model *eager, const struct traffic *t,
+                          const struct bench_opts *o, struct traffic_run *r) {
+  uint64_t stride = t->total_steps / SAMPLES ? t->total_steps / SAMPLES : 1;
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  struct cursor c = cursor_start(t);
+  int rc = 0;
+  for (uint64_t i = 0; i < t->total_steps && rc == 0; i++) {
+    int64_t tokens = next_tokens(&c);
+    rc = bench_hm_step(hm, tokens, &rep);
+    /* the last step too: it runs at the set the trace ended with */
+    if (rc == 0 && (i % stride == stride - 1 || i + 1 == t->total_steps)) {
+      r->checked++;
+      r->equal += bench_bitwise_equal(hm, eager, tokens, rep.padded_tokens, o);
+    }
+  }
+  return rc;
+}
+
+static void set_text(const cgrt_stats *s, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = '\0';
+  uint32_t n = s->num_buckets < CGRT_STATS_MAX_BUCKETS ? s->num_buckets : CGRT_STATS_MAX_BUCKETS;
+  for (uint32_t i = n; i-- > 0 && off + 24 < len;)
+    off +=
+        (size_t)snprintf(buf + off, len - off, "%s%lld", off ? " " : "", (long long)s->buckets[i]);
+}
+
+static double padded_share(const cgrt_stats *s) {
+  double p = (double)s->padded_tokens, r = (double)s->real_tokens;
+  return p + r > 0 ? p / (p + r) : 0;
+}
+
+static void print_runs(const struct bench_opts *o, const struct traffic *t, const char *what,
+                       const char *device, const struct traffic_run *runs, int n) {
+  char set[512];
+  const struct traffic_run *eager = &runs[0];
+  if (o->json) {
+    printf("{\"workload\":\"decode\",\"traffic\":\"%s\",\"steps\":%llu,\"real_tokens\":%.0f,"
+           "\"device\":\"%s\",\"runs\":[",
+           o->traffic, (unsigned long long)t->total_steps, t->total_tokens, device);
+    for (int i = 0; i < n; i++) {
+      const struct traffic_run *r = &runs[i];
+      set_text(&r->st, set, sizeof(set));
+      printf("%s{\"run\":\"%s\",\"total_ms\":%.2f,\"step_us\":%.2f,\"steady_us\":%.2f,"
+             "\"speedup\":%.3f,\"padded_tokens\":%llu,\"padded_share\":%.4f,\"captures\":%llu,"
+             "\"bucket_changes\":%llu,\"buckets\":\"%s\",\"checked\":%d,\"bitwise_equal\":%d}",
+             i ? "," : "", r->label, r->wall_ms, r->wall_ms * 1e3 / (double)r->steps, r->steady_us,
+             eager->wall_ms / r->wall_ms, (unsigned long long)r->st.padded_tokens,
+             padded_share(&r->st), (unsigned long long)r->st.captures,
+             (unsigned long long)r->st.bucket_changes, r->graphed ? set : "", r->checked, r->equal);
+    }
+    printf("]}\n");
+    return;
+  }
+  printf("cgrt bench: traffic %s (%llu steps, %.0f real tokens, up to %lld a step), workload "
+         "decode (%s), %s\n",
+         o->traffic, (unsigned long long)t->total_steps, t->total_tokens, (long long)t->largest,
+         what, device);
+  printf("each run replays the whole trace from a fresh runtime (captures included); steady = "
+         "the second half's device time per step; bitwise: sampled steps against eager at the "
+         "same padded size\n");
+  printf("%-20s %10s %9s %10s %8s %12s %9s %8s %9s  %s\n", "run", "total_ms", "us/step",
+         "steady_us", "speedup", "padded_share", "captures", "changes", "bitwise",
+         "buckets at the end (largest first)");
+  for (int i = 0; i < n; i++) {
+    const struct traffic_run *r = &runs[i];
+    char check[32] = "-";
+    if (r->graphed)
+      snprintf(check, sizeof(check), "%d/%d", r->equal, r->checked);
+    set_text(&r->st, set, sizeof(set));
+    printf("%-20s %10.1f %9.1f %10.1f %7.2fx %11.2f%% %9llu %8llu %9s  %s\n", r->label, r->wall_ms,
+           r->wall_ms * 1e3 / (double)r->steps, r->steady_us, eager->wall_ms / r->wall_ms,
+           100.0 * padded_share(&r->st), (unsigned long long)r->st.captures,
+           (unsigned long long)r->st.bucket_changes, check, r->graphed ? set : "");
+  }
+  for (int i = 1; i < n; i++)
+    if (runs[i].checked && runs[i].equal != runs[i].checked)
+      printf("%s: output DIFFERS from eager on %d of %d sampled steps\n", runs[i].label,
+             runs[i].checked - runs[i].equal, runs[i].checked);
+  for (int i = 1; i < n; i++)
+    if (runs[i].graphed && strstr(runs[i].label, "adaptive"))
+      printf("adaptive buckets: %llu changes over the trace\n",
+             (unsigned long long)runs[i].st.bucket_changes);
+}
+
+/* Loads the configuration under test, or a variant of it with another bucket distribution. */
+static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_dist dist,
+                        cgrt_tool_config **cfg) {
+  static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
+                                    "log = warn\n";
+  int status = tool_load_config(o->conf, default_conf, "<bench default: local>", cfg, set_dist);
+  if (status != EXIT_VALID)
+    return status;
+  struct cgrt_config_view *v = cgrt_tool_config_view(*cfg);
+  v->driver = CGRT_DRIVER_CUDA;
+  if (set_dist)
+    v->buckets = dist;
+  return EXIT_VALID;
+}
+
+static const char *dist_name(cgrt_bucket_dist d) {
+  static const char *const names[] = {"exponential", "linear", "list", "adaptive"};
+  return (unsigned)d < sizeof(names) / sizeof(names[0]) ? names[d] : "?";
+}
+
+int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
+  if (bench_no_device("cgrt bench"))
+    return EXIT_UNUSABLE;
+  cgrt_tool_config *cfg = NULL, *alt = NULL, *eager_cfg = NULL, *check_cfg = NULL;
+  struct traffic t = {0};
+  struct host_model hm[3] = {{0}}, check_eager = {0};
+  struct traffic_run runs[3];
+  memset(runs, 0, sizeof(runs));
+  void *ws = NULL;
+  char err[1024], what[256] = "";
+  int status = load_variant(o, 0, 0, &cfg);
+  if (status != EXIT_VALID)
+    return status;
+  status = EXIT_INVALID;
+  const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
+  char impl[128];
+  snprintf(impl, sizeof(impl), "%s", v->impl);
+  int local = strcmp(impl, "local") == 0;
+  /* the other distribution to compare with: exponential, or adaptive if that is configured */
+  int have_alt = local || v->buckets != CGRT_BUCKETS_EXPONENTIAL;
+  cgrt_bucket_dist alt_dist =
+      v->buckets == CGRT_BUCKETS_EXPONENTIAL ? CGRT_BUCKETS_ADAPTIVE : CGRT_BUCKETS_EXPONENTIAL;
+  snprintf(runs[0].label, sizeof(runs[0].label), "eager");
+  snprintf(runs[1].label, sizeof(runs[1].label), "%s %s", impl, dist_name(v->buckets));
+  snprintf(runs[2].label, sizeof(runs[2].label), "%s %s", impl, dist_name(alt_dist));
+  runs[1].graphed = runs[2].graphed = strcmp(impl, "none") != 0;
+  if (traffic_load(o->traffic, v->max_tokens, &t, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", err);
+    goto out;
+  }
+  status = EXIT_UNUSABLE;
+  if (tool_eager_config(v, &eager_cfg) != EXIT_VALID ||
+      (have_alt && load_variant(o, 1, alt_dist, &alt) != EXIT_VALID))
+    goto out;
+  int device = v->device;
+  struct cudaDeviceProp prop;
+  cudaSetDevice(device);
+  cudaGetDeviceProperties(&prop, device);
+  int64_t max_rows = v->max_tokens;
+  if (w->create(o, max_rows, &ws, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", err);
+    goto out;
+  }
+  w->describe(ws, what, sizeof(what));
+  /* the eager reference of the checks keeps a configuration of its own */
+  if (tool_eager_config(v, &check_cfg) != EXIT_VALID)
+    goto out;
+  int orc = hm_open(&check_eager, w, ws, max_rows, check_cfg);
+  check_cfg = NULL; /* consumed */
+  if (orc != 0)
+    goto out;
+  /* warm the device (kernels loaded, clocks up) before the first timed run */
+  struct traffic_run warm = {0};
+  struct traffic head = t;
+  head.n = 1;
+  head.total_steps = t.steps[0] < 64 ? (uint64_t)t.steps[0] : 64;
+  if (replay_timed(&check_eager, &head, &warm) != 0)
+    goto out;
+  cgrt_tool_config **cfgs[3] = {&eager_cfg, &cfg, &alt};
+  int n = have_alt ? 3 : 2;
+  v = NULL; /* the view goes with its configuration */
+  for (int i = 0; i < n; i++) {
+    orc = hm_open(&hm[i], w, ws, max_rows, *cfgs[i]);
+    *cfgs[i] = NULL; /* consumed */
+    if (orc != 0 || replay_timed(&hm[i], &t, &runs[i]) != 0)
+      goto out;
+    if (runs[i].graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, &runs[i]) != 0)
+      goto out;
+    /* one runtime at a time holds graphs and graph memory */
+    cgrt_close(hm[i].rt);
+    hm[i].rt = NULL;
+  }
+  print_runs(o, &t, what, prop.name, runs, n);
+  status = 0;
+out:
+  for (int i = 0; i < 3; i++)
+    cgrt_close(hm[i].rt);
+  cgrt_close(check_eager.rt);
+  if (ws)
+    w->destroy(ws);
+  traffic_free(&t);
+  cgrt_tool_config_free(cfg);
+  cgrt_tool_config_free(alt);
+  cgrt_tool_config_free(eager_cfg);
+  cgrt_tool_config_free(check_cfg);
+  return status;
+}
+
+#else /* no CUDA */
+
+int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
+  (void)w;
+  (void)o;
+  printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
+  return EXIT_UNUSABLE;
+}
+
+#endif

@@ -1,0 +1,175 @@
+/*
+ * cmd_plan.c - `cgrt plan FILE [--workload decode|train] [--json]`: on a GPU, warms up and
+ * captures every graph the configuration would build for a reference workload (decode: every
+ * token bucket; train: every scoped call of a step), prints each graph's device memory, nodes,
+ * capture and instantiate time, and the total against the configured memory_budget, then
+ * releases them. The question an operator asks before a deployment: what will the graphs cost?
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cgrt/cgrt.h"
+#include "bench.h"
+#include "tool.h"
+
+#define MIB (1024.0 * 1024.0)
+
+struct plan_row {
+  char name[160];
+  cgrt_graph_info g;
+};
+
+struct plan {
+  int json;
+  const char *workload;
+  struct plan_row *rows;
+  size_t n, cap;
+};
+
+static int collect(void *user, const cgrt_graph_info *g) {
+  struct plan *p = user;
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 64;
+    struct plan_row *r = realloc(p->rows, cap * sizeof(*r));
+    if (!r)
+      return CGRT_E_NOMEM;
+    p->rows = r;
+    p->cap = cap;
+  }
+  struct plan_row *r = &p->rows[p->n++];
+  r->g = *g;
+  snprintf(r->name, sizeof(r->name), "%s", g->name);
+  r->g.name = r->name;
+  return 0;
+}
+
+static int by_bytes(const void *a, const void *b) {
+  const struct plan_row *x = a, *y = b;
+  if (x->g.bytes != y->g.bytes)
+    return x->g.bytes < y->g.bytes ? 1 : -1;
+  return strcmp(x->name, y->name);
+}
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (; *s; s++)
+    if (*s == '"' || *s == '\\')
+      printf("\\%c", *s);
+    else
+      putchar(*s);
+  putchar('"');
+}
+
+static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *user) {
+  struct plan *p = user;
+  int rc = cgrt_graph_list(rt, collect, p);
+  if (rc != 0) {
+    fprintf(stderr, "cgrt plan: listing the graphs: %s\n", cgrt_strerror(rc));
+    return EXIT_UNUSABLE;
+  }
+  qsort(p->rows, p->n, sizeof(*p->rows), by_bytes);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  cgrt_stats_get(rt, &s);
+  double cap_ms = 0, inst_ms = 0;
+  uint64_t nodes = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    cap_ms += (double)p->rows[i].g.capture_ns / 1e6;
+    inst_ms += (double)p->rows[i].g.instantiate_ns / 1e6;
+    nodes += p->rows[i].g.nodes;
+  }
+  uint64_t total = s.graph_bytes + s.graph_pool_idle;
+  cgrt_release_report rel = {.struct_size = sizeof(rel)};
+  rc = cgrt_release_graphs_ex(rt, &rel);
+  if (p->json) {
+    printf("{\"workload\":\"%s\",\"backend\":", p->workload);
+    json_string(cgrt_backend_name(rt));
+    printf(",\"what\":");
+    json_string(what);
+    printf(",\"graphs\":[");
+    for (size_t i = 0; i < p->n; i++) {
+      const cgrt_graph_info *g = &p->rows[i].g;
+      printf("%s{\"graph\":", i ? "," : "");
+      json_string(g->name);
+      printf(",\"bytes\":%llu,\"pool_bytes\":%llu,\"exec_bytes\":%llu,\"alloc_bytes\":%llu,"
+             "\"nodes\":%llu,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f}",
+             (unsigned long long)g->bytes, (unsigned long long)g->pool_bytes,
+             (unsigned long long)g->exec_bytes, (unsigned long long)g->alloc_bytes,
+             (unsigned long long)g->nodes, (double)g->capture_ns / 1e6,
+             (double)g->instantiate_ns / 1e6);
+    }
+    printf("],\"total_bytes\":%llu,\"pool_idle_bytes\":%llu,\"driver_reserved_bytes\":%llu,"
+           "\"nodes\":%llu,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,\"memory_budget\":%llu,"
+           "\"fits\":%s,\"released_graphs\":%llu,\"released_bytes\":%llu,"
+           "\"reserved_after_release\":%llu}\n",
+           (unsigned long long)total, (unsigned long long)s.graph_pool_idle,
+           (unsigned long long)s.graph_mem_reserved, (unsigned long long)nodes, cap_ms, inst_ms,
+           (unsigned long long)budget, !budget || total <= budget ? "true" : "false",
+           (unsigned long long)rel.graphs, (unsigned long long)rel.bytes,
+           (unsigned long long)rel.pool_reserved_after);
+    return rc == 0 ? EXIT_VALID : EXIT_UNUSABLE;
+  }
+  printf("cgrt plan: workload %s (%s), backend %s: %zu graphs\n", p->workload, what,
+         cgrt_backend_name(rt), p->n);
+  printf("bytes = growth of the graph memory pool while the graph was built (graphs launched on "
+         "one stream share it) + the executable's own memory\n");
+  printf("%-44s %10s %10s %10s %7s %10s %8s\n", "graph", "MiB", "pool_MiB", "alloc_MiB", "nodes",
+         "capture_ms", "inst_ms");
+  for (size_t i = 0; i < p->n; i++) {
+    const cgrt_graph_info *g = &p->rows[i].g;
+    printf("%-44.44s %10.2f %10.2f %10.2f %7llu %10.3f %8.3f\n", g->name, (double)g->bytes / MIB,
+           (double)g->pool_bytes / MIB, (double)g->alloc_bytes / MIB, (unsigned long long)g->nodes,
+           (double)g->capture_ns / 1e6, (double)g->instantiate_ns / 1e6);
+  }
+  printf("%-44s %10.2f %10s %10s %7llu %10.3f %8.3f\n", "total", (double)s.graph_bytes / MIB, "",
+         "", (unsigned long long)nodes, cap_ms, inst_ms);
+  printf("driver: %.2f MiB of graph memory reserved (%.2f MiB idle in the pool)\n",
+         (double)s.graph_mem_reserved / MIB, (double)s.graph_pool_idle / MIB);
+  if (budget)
+    printf("memory_budget %.2f MiB: %s\n", (double)budget / MIB,
+           total <= budget ? "every graph fits"
+                           : "the graphs do not all fit: the least recently used are evicted, "
+                             "and calls whose graph cannot fit run eagerly (budget_eager)");
+  else
+    printf("memory_budget off: set [cuda_graph] memory_budget to keep graphs under a size\n");
+  printf("released: %llu graphs, %.2f MiB; the driver now reserves %.2f MiB of graph memory\n",
+         (unsigned long long)rel.graphs, (double)rel.bytes / MIB,
+         (double)rel.pool_reserved_after / MIB);
+  return rc == 0 ? EXIT_VALID : EXIT_UNUSABLE;
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: cgrt plan FILE [--workload decode|train] [--json]\n");
+}
+
+int cmd_plan(int argc, char **argv) {
+  struct plan p = {.workload = "decode"};
+  const char *conf = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0)
+      p.json = 1;
+    else if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc)
+      p.workload = argv[++i];
+    else if (argv[i][0] != '-' && !conf)
+      conf = argv[i];
+    else {
+      usage();
+      return EXIT_UNUSABLE;
+    }
+  }
+  if (!conf) {
+    usage();
+    return EXIT_UNUSABLE;
+  }
+  int status;
+  if (strcmp(p.workload, "decode") == 0)
+    status = plan_decode(conf, report, &p);
+  else if (strcmp(p.workload, "train") == 0)
+    status = plan_train(conf, report, &p);
+  else {
+    fprintf(stderr, "cgrt plan: unknown workload '%s' (decode, train)\n", p.workload);
+    status = EXIT_UNUSABLE;
+  }
+  free(p.rows);
+  return status;
+}
