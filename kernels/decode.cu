@@ -295,6 +295,12 @@ extern "C" void *cgrtk_decode_hidden(cgrtk_decode *w) {
   return w->hidden;
 }
 
+extern "C" void *cgrtk_decode_use_hidden(cgrtk_decode *w, void *hidden) {
+  bf16 *before = w->hidden;
+  w->hidden = (bf16 *)hidden;
+  return before;
+}
+
 extern "C" size_t cgrtk_decode_row_bytes(const cgrtk_decode *w) {
   return (size_t)w->cfg.d_model * sizeof(bf16);
 }

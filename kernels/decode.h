@@ -164,6 +164,14 @@ int cgrtk_decode_read(cgrtk_decode *w, int64_t rows, void *host_dst, void *strea
 /* The hidden buffer (device memory, max_tokens rows of cgrtk_decode_row_bytes each), owned by w. */
 void *cgrtk_decode_hidden(cgrtk_decode *w);
 
+/*
+ * Makes the following attn/mlp launches read and write `hidden` (device memory of at least the
+ * rows they run) instead of the buffer they used so far, and returns that one. For a host that
+ * hands a module private copies of its buffer (cgrt's rebind = copy, verify): swap, launch, swap
+ * back. Set the owned buffer back before cgrtk_decode_read, stage or destroy.
+ */
+void *cgrtk_decode_use_hidden(cgrtk_decode *w, void *hidden);
+
 /* Bytes of one row of the hidden buffer: d_model * 2. */
 size_t cgrtk_decode_row_bytes(const cgrtk_decode *w);
 

@@ -47,7 +47,9 @@ struct bench_workload {
   void (*module)(void *state, int i, char *name, size_t len, cgrt_kind *kind);
   /* Stages the input of a step: rows [0, tokens) real, [tokens, rows) padding. */
   int (*stage)(void *state, int64_t tokens, int64_t rows, void *stream);
-  int (*run)(void *state, int module, int64_t rows, void *stream);
+  /* `buffer`: the device buffer to work on (a module's args->buffers[0], which is a private copy
+     under rebind = copy or verify's eager run), or NULL for the workload's own. */
+  int (*run)(void *state, int module, int64_t rows, void *buffer, void *stream);
   /* The output of `rows` rows, copied to host memory (at most len bytes); bytes copied. */
   size_t (*read)(void *state, int64_t rows, void *dst, size_t len, void *stream);
   /* The device buffer the modules work on, declared to cgrt as each call's buffer. */
@@ -93,6 +95,12 @@ int bench_no_device(const char *cmd);
 typedef int (*plan_report_fn)(cgrt_runtime *rt, const char *what, uint64_t budget, void *user);
 int plan_decode(const char *conf, plan_report_fn report, void *user);
 int plan_train(const char *conf, plan_report_fn report, void *user);
+
+/*
+ * What verify and diagnose found in rt: text lines (only when there is something to say), or
+ * with json the fields ,"verifications":..,"findings":[...] to close an object with.
+ */
+void bench_print_checks(cgrt_runtime *rt, int json);
 
 /* The median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);

@@ -35,14 +35,17 @@ static int hm_prepare(const cgrt_ctx *ctx, void *user) {
 }
 
 static int hm_module(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
-  (void)args;
   struct module_ref *r = user;
-  return r->hm->w->run(r->hm->ws, r->index, ctx->padded_tokens, ctx->stream);
+  /* The declared buffer's address: a private copy under rebind = copy and verify's eager run. */
+  return r->hm->w->run(r->hm->ws, r->index, ctx->padded_tokens, args->buffers[0].ptr, ctx->stream);
 }
 
 static int hm_body(const cgrt_ctx *ctx, void *user) {
   struct host_model *hm = user;
-  cgrt_buffer b = {hm->buf, (size_t)ctx->padded_tokens * hm->row_bytes, CGRT_INOUT, "hidden"};
+  /* The step's static buffer as the body must address it: a private copy when a whole-body
+     graph runs on copies (rebind = copy, verify's eager run). */
+  void *hidden = ctx->num_buffers ? ctx->buffers[0].ptr : hm->buf;
+  cgrt_buffer b = {hidden, (size_t)ctx->padded_tokens * hm->row_bytes, CGRT_INOUT, "hidden"};
   cgrt_args a = {.struct_size = sizeof(a),
                  .key = (uint64_t)ctx->padded_tokens,
                  .buffers = &b,
@@ -172,7 +175,7 @@ static int floor_capture(const struct bench_workload *w, void *ws, cudaStream_t 
     return CGRT_E_DEVICE;
   int rc = 0;
   for (int i = first; i <= last && rc == 0; i++)
-    rc = w->run(ws, i, rows, s);
+    rc = w->run(ws, i, rows, NULL, s);
   cudaError_t e = cudaStreamEndCapture(s, &g);
   if (rc != 0 || e != cudaSuccess)
     return CGRT_E_CAPTURE;
@@ -338,7 +341,7 @@ static const char *scope_of(const struct cgrt_config_view *v) {
 static void print_table(const struct bench_opts *o, const struct cgrt_config_view *v,
                         const char *what, const char *device, struct row *rows, int n,
                         double dispatch_us, double raw_launch_us, double mem_all, double mem_one,
-                        uint64_t graphs, double copy_bw) {
+                        uint64_t graphs, double copy_bw, cgrt_runtime *rt) {
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"scope\":\"%s\",\"device\":\"%s\","
@@ -363,7 +366,9 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
                r->limit_us, r->backend.step_us / r->limit_us);
       printf("}");
     }
-    printf("]}\n");
+    printf("]");
+    bench_print_checks(rt, 1);
+    printf("}\n");
     return;
   }
   printf("cgrt bench: workload %s (%s), backend %s (scope %s), %s\n", o->workload, what, v->impl,
@@ -407,6 +412,7 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
   else
     printf("graph memory: %.1f MiB reserved (the largest bucket alone reserved none)\n",
            mem_all / MIB);
+  bench_print_checks(rt, 0);
 }
 
 /* --plot: step time per token count, eager, cgrt, the floor of cgrt's scope and the limit. */
@@ -666,7 +672,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   cgrt_stats_get(backend.rt, &st);
   print_table(o, &shown, what, prop.name, rows, o->num_tokens,
               dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? launch_sum / dispatch_n : 0,
-              mem_all, mem_one, st.live_graphs, copy_bw);
+              mem_all, mem_one, st.live_graphs, copy_bw, backend.rt);
   status = o->plot && plot_rows(o, &shown, what, prop.name, rows, o->num_tokens) != 0
                ? EXIT_UNUSABLE
                : 0;

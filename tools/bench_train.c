@@ -239,12 +239,14 @@ int bench_train(const struct bench_opts *o) {
            "\"eager_us\":%.1f,\"backend_us\":%.1f,\"speedup\":%.3f,\"floor_whole_us\":%.1f,"
            "\"floor_scoped_us\":%.1f,\"vs_floor\":%.4f,\"capture_ms\":%.3f,"
            "\"instantiate_ms\":%.3f,\"graphs\":%llu,\"graph_mem_mib\":%.1f,"
-           "\"graph_bytes\":%llu,\"graph_nodes\":%llu,\"bitwise\":%s}\n",
+           "\"graph_bytes\":%llu,\"graph_nodes\":%llu,\"bitwise\":%s",
            impl, modules, prop.name, eager_us, backend_us, eager_us / backend_us, whole_us,
            scoped_us, vs, (double)st.capture_ns / 1e6, (double)st.instantiate_ns / 1e6,
            (unsigned long long)st.live_graphs, (double)st.graph_mem_reserved / (1 << 20),
            (unsigned long long)st.graph_bytes, (unsigned long long)st.graph_nodes,
            bitwise ? "true" : "false");
+    bench_print_checks(rb, 1);
+    printf("}\n");
   } else {
     printf("cgrt bench: workload train (%d layers x %d microbatches of %d tokens, d %d, %d "
            "experts, fp32), backend %s%s%s%s, %s\n",
@@ -262,6 +264,7 @@ int bench_train(const struct bench_opts *o) {
            (unsigned long long)st.live_graphs, (double)st.graph_bytes / (1 << 20),
            (double)st.graph_mem_reserved / (1 << 20), (unsigned long long)st.graph_nodes,
            bitwise ? "equal" : "DIFFER");
+    bench_print_checks(rb, 0);
   }
   status = bitwise ? 0 : EXIT_INVALID;
 out:

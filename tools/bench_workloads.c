@@ -55,9 +55,13 @@ static int decode_stage(void *state, int64_t tokens, int64_t rows, void *stream)
   return cgrtk_decode_stage(state, tokens, rows, 0, stream);
 }
 
-static int decode_run(void *state, int module, int64_t rows, void *stream) {
-  return module % 2 ? cgrtk_decode_mlp(state, module / 2, rows, stream)
-                    : cgrtk_decode_attn(state, module / 2, rows, stream);
+static int decode_run(void *state, int module, int64_t rows, void *buffer, void *stream) {
+  void *own = buffer ? cgrtk_decode_use_hidden(state, buffer) : NULL;
+  int rc = module % 2 ? cgrtk_decode_mlp(state, module / 2, rows, stream)
+                      : cgrtk_decode_attn(state, module / 2, rows, stream);
+  if (own)
+    cgrtk_decode_use_hidden(state, own);
+  return rc;
 }
 
 static size_t decode_read(void *state, int64_t rows, void *dst, size_t len, void *stream) {
@@ -150,11 +154,11 @@ static int chain_stage(void *state, int64_t tokens, int64_t rows, void *stream) 
   return (int)cudaMemsetAsync(c->value, 0, sizeof(float), (cudaStream_t)stream);
 }
 
-static int chain_run(void *state, int module, int64_t rows, void *stream) {
+static int chain_run(void *state, int module, int64_t rows, void *buffer, void *stream) {
   (void)module;
   (void)rows;
   struct chain *c = state;
-  return cgrtk_chain(c->value, c->kernels, stream);
+  return cgrtk_chain(buffer ? buffer : c->value, c->kernels, stream);
 }
 
 static size_t chain_read(void *state, int64_t rows, void *dst, size_t len, void *stream) {

@@ -315,6 +315,11 @@ void cgrt__config_defaults(struct cgrt_config *cfg) {
   v->moe_router_padding_fp8 = 0;
   v->graph_safe_rng = 1;
   v->get = view_get;
+  v->verify = CGRT_VERIFY_OFF;
+  v->verify_every = 0;
+  v->verify_tolerance = 0;
+  v->verify_action = CGRT_VERIFY_WARN;
+  v->diagnose = CGRT_DIAGNOSE_FAILURES;
 }
 
 int cgrt__config_parse(struct cgrt_config *cfg, const char *text, const char *source,

@@ -76,6 +76,9 @@ const char *cgrt__capture_mode_name(cgrt_capture_mode v);
 const char *cgrt__driver_name(cgrt_driver_kind v);
 const char *cgrt__bucket_dist_name(cgrt_bucket_dist v);
 int cgrt__kind_from_name(const char *name, cgrt_kind *out); /* 0 or CGRT_E_INVAL */
+const char *cgrt__diagnose_name(cgrt_diagnose v);
+/* A diagnose spelling (failures, on, off, or a boolean: 1/true = on) as its value; -1 if none. */
+int cgrt__diagnose_from_text(const char *text);
 
 /* Levenshtein distance, for "did you mean" suggestions. */
 size_t cgrt__edit_distance(const char *a, const char *b);

@@ -24,6 +24,7 @@ enum cfg_type {
   CFG_CP_SIZES, /* positive int list, no repeats, sorted */
   CFG_PERCENT,  /* a percentage from 0 to 100 ("5" or "5%"), stored as a fraction (double) */
   CFG_SIZE,     /* `off` (0) or a whole number of KiB, MiB or GiB, stored as bytes (uint64_t) */
+  CFG_VERIFY,   /* off | first | every:N, into view.verify and view.verify_every */
 };
 
 /* The known keys, in DESIGN.md order (the order cgrt__config_print writes them). */
@@ -37,6 +38,9 @@ enum cfg_key_id {
   K_MAX_GRAPHS,
   K_MEMORY_BUDGET,
   K_BACKEND_PATH,
+  K_VERIFY,
+  K_VERIFY_TOLERANCE,
+  K_VERIFY_ACTION,
   K_BUCKETS,
   K_MAX_TOKENS,
   K_NUM_GRAPHS,
@@ -55,6 +59,7 @@ enum cfg_key_id {
   K_DRIVER,
   K_BIND_CPU,
   K_LOG,
+  K_DIAGNOSE,
   K_NAN_CHECK,
   K_RECOMPUTE,
   K_MOE_EXPERTS,

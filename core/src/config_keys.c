@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config_impl.h"
 
@@ -21,6 +22,9 @@ _Static_assert(sizeof(cgrt_log_level) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_recompute) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_moe_dispatcher) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_moe_capacity) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_verify) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_verify_action) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_diagnose) == sizeof(int), "enum size");
 
 /* Spellings, indexed by the value they stand for. */
 static const char *const scope_names[] = {"none", "layer", "block"};
@@ -36,6 +40,8 @@ static const char *const recompute_names[] = {"none", "selective", "full"};
 static const char *const dispatcher_names[] = {"alltoall", "allgather"};
 static const char *const capacity_names[] = {"none", "drop", "drop_and_pad"};
 static const char *const on_off[] = {"off", "on"};
+static const char *const verify_action_names[] = {"warn", "eager", "error"};
+static const char *const diagnose_names[] = {"failures", "on", "off"};
 static const char *const true_false[] = {"false", "true"};
 
 #define NAMES(a) a, sizeof(a) / sizeof(a[0])
@@ -53,6 +59,11 @@ const struct cfg_key cgrt__cfg_keys[K_COUNT] = {
     [K_MAX_GRAPHS] = {"cuda_graph", "max_graphs", CFG_INT, FIELD(max_graphs), NULL, 0},
     [K_MEMORY_BUDGET] = {"cuda_graph", "memory_budget", CFG_SIZE, FIELD(memory_budget), NULL, 0},
     [K_BACKEND_PATH] = {"cuda_graph", "backend_path", CFG_PATH, 0, NULL, 0},
+    [K_VERIFY] = {"cuda_graph", "verify", CFG_VERIFY, FIELD(verify), NULL, 0},
+    [K_VERIFY_TOLERANCE] = {"cuda_graph", "verify_tolerance", CFG_INT, FIELD(verify_tolerance),
+                            NULL, 0},
+    [K_VERIFY_ACTION] = {"cuda_graph", "verify_action", CFG_ENUM, FIELD(verify_action),
+                         NAMES(verify_action_names)},
     [K_BUCKETS] = {"inference", "buckets", CFG_ENUM, FIELD(buckets), NAMES(bucket_names)},
     [K_MAX_TOKENS] = {"inference", "max_tokens", CFG_INT64, FIELD(max_tokens), NULL, 0},
     [K_NUM_GRAPHS] = {"inference", "num_graphs", CFG_INT, FIELD(num_graphs), NULL, 0},
@@ -74,6 +85,7 @@ const struct cfg_key cgrt__cfg_keys[K_COUNT] = {
     [K_DRIVER] = {"runtime", "driver", CFG_ENUM, FIELD(driver), NAMES(driver_names)},
     [K_BIND_CPU] = {"runtime", "bind_cpu", CFG_ENUM, FIELD(bind_cpu), NAMES(bind_cpu_names)},
     [K_LOG] = {"runtime", "log", CFG_ENUM, FIELD(log_level), NAMES(log_names)},
+    [K_DIAGNOSE] = {"runtime", "diagnose", CFG_ENUM, FIELD(diagnose), NAMES(diagnose_names)},
     [K_NAN_CHECK] = {"host", "nan_check", CFG_BOOL, FIELD(nan_check), NAMES(on_off)},
     [K_RECOMPUTE] = {"host", "recompute", CFG_ENUM, FIELD(recompute), NAMES(recompute_names)},
     [K_MOE_EXPERTS] = {"host", "moe_experts", CFG_INT, FIELD(moe_experts), NULL, 0},
@@ -115,6 +127,18 @@ const char *cgrt__driver_name(cgrt_driver_kind v) {
 
 const char *cgrt__bucket_dist_name(cgrt_bucket_dist v) {
   return name_of(NAMES(bucket_names), (int)v);
+}
+
+const char *cgrt__diagnose_name(cgrt_diagnose v) {
+  return name_of(NAMES(diagnose_names), (int)v);
+}
+
+int cgrt__diagnose_from_text(const char *text) {
+  for (size_t i = 0; i < sizeof(diagnose_names) / sizeof(diagnose_names[0]); i++)
+    if (strcasecmp(text, diagnose_names[i]) == 0)
+      return (int)i;
+  int b = cgrt__cfg_parse_bool(text);
+  return b < 0 ? -1 : b ? CGRT_DIAGNOSE_ON : CGRT_DIAGNOSE_OFF;
 }
 
 int cgrt__kind_from_name(const char *name, cgrt_kind *out) {

@@ -449,6 +449,40 @@ static int set_cp_sizes(struct cgrt_config *cfg, const char *text, char **norm, 
   return 0;
 }
 
+/* off | first | every:N (N >= 1; "every N" and "every" alone are refused with the spelling). */
+static int set_verify(struct cgrt_config *cfg, const char *text, char **norm, char *why,
+                      size_t whylen) {
+  static const char expected[] = "expected off, first or every:N (N a whole number >= 1, e.g. "
+                                 "every:100)";
+  char buf[64];
+  int64_t n = 0;
+  cgrt_verify v;
+  if (strcasecmp(text, "off") == 0 || strcasecmp(text, "false") == 0 || strcmp(text, "0") == 0)
+    v = CGRT_VERIFY_OFF;
+  else if (strcasecmp(text, "first") == 0)
+    v = CGRT_VERIFY_FIRST;
+  else if (strncasecmp(text, "every:", 6) == 0) {
+    char sub[128];
+    if (parse_count(text + 6, INT_MAX, &n, sub, sizeof(sub)) != 0 || n < 1) {
+      say(why, whylen, "'%s': N of every:N must be a whole number from 1 to %d", text, INT_MAX);
+      return CGRT_E_CONFIG;
+    }
+    v = CGRT_VERIFY_EVERY;
+  } else {
+    say(why, whylen, "%s", expected);
+    return CGRT_E_CONFIG;
+  }
+  if (v == CGRT_VERIFY_EVERY)
+    snprintf(buf, sizeof(buf), "every:%" PRId64, n);
+  else
+    snprintf(buf, sizeof(buf), "%s", v == CGRT_VERIFY_FIRST ? "first" : "off");
+  if (!(*norm = strdup(buf)))
+    return CGRT_E_NOMEM;
+  cfg->view.verify = v;
+  cfg->view.verify_every = (int)n;
+  return 0;
+}
+
 int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char **norm, char *why,
                         size_t whylen, char *warn, size_t warnlen) {
   const struct cfg_key *k = &cgrt__cfg_keys[id];
@@ -478,6 +512,8 @@ int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char 
     return set_sizes64(cfg, text, norm, why, whylen, warn, warnlen);
   case CFG_CP_SIZES:
     return set_cp_sizes(cfg, text, norm, why, whylen);
+  case CFG_VERIFY:
+    return set_verify(cfg, text, norm, why, whylen);
   case CFG_INT:
   case CFG_INT64: {
     int64_t v;
@@ -594,6 +630,13 @@ char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id) {
       snprintf(num, sizeof(num), "%s%" PRId64, i ? " " : "", v->bucket_list[i]);
       sb_add(&out, num);
     }
+    break;
+  case CFG_VERIFY:
+    if (v->verify == CGRT_VERIFY_EVERY)
+      snprintf(num, sizeof(num), "every:%d", v->verify_every);
+    else
+      snprintf(num, sizeof(num), "%s", v->verify == CGRT_VERIFY_FIRST ? "first" : "off");
+    sb_add(&out, num);
     break;
   case CFG_CP_SIZES:
     for (size_t i = 0; i < v->num_cp_sizes; i++) {

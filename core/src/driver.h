@@ -27,7 +27,21 @@ struct cgrt_dev {
   int device;                     /* device ordinal ([runtime] device) */
   cgrt_capture_mode capture_mode; /* how captures begin ([cuda_graph] capture_mode) */
   char err[1024];                 /* the last failure's sentence */
+  /*
+   * Set by the core (diagnose): the host driver reports here every call its capture rules meet
+   * while a capture runs, refused (it invalidated the capture) or suspicious (captured, but not
+   * what the host likely meant). NULL: nobody listens.
+   */
+  void (*note)(struct cgrt_dev *dev, cgrt_finding_kind kind, int refused, const char *op,
+               int result, const char *detail);
+  void *note_user;
 };
+
+/*
+ * The legacy default stream, as cudaStreamLegacy spells it: the host driver accepts this handle
+ * for work (host_fn, memcpy_async, event_record, stream_sync) and never captures it.
+ */
+#define CGRT_LEGACY_STREAM ((void *)0x1)
 
 struct cgrt_driver {
   const char *name; /* "cuda" or "host" */

@@ -53,6 +53,12 @@
  *   count as complete. Destroying a capturing stream ends the capture and discards it. close
  *   destroys the streams still open.
  * - struct cgrt_host_faults (driver.h) makes chosen operations fail once, for failure tests.
+ * - CGRT_LEGACY_STREAM ((void *)1, as cudaStreamLegacy) is the dev's legacy default stream: work
+ *   can be queued there (it runs when that stream is synchronized) but it is never captured.
+ * - Diagnose: while a capture runs, each rule that refuses a call, and each call that is captured
+ *   but suspicious (a mem_alloc or mem_free in relaxed mode, a copy from or to memory that did not
+ *   come from mem_alloc, i.e. "pageable" host memory, or from it to host memory, work on the
+ *   legacy stream), is reported through dev->note, if the core set it.
  *
  * All state hangs off the dev instance, none is global: many runtimes live in one process. One
  * thread drives a dev. Host functions must not call the driver (as with cudaLaunchHostFunc); a
@@ -109,6 +115,11 @@ struct node {
   struct host_block *block; /* NODE_ALLOC, NODE_FREE: holding a reference */
 };
 
+struct host_alloc {
+  char *ptr;
+  size_t bytes;
+};
+
 struct host_dev {
   struct cgrt_host_faults faults;
   struct host_stream *streams; /* every live stream, for the capture rules that span streams */
@@ -118,6 +129,9 @@ struct host_dev {
   struct host_block *eager;    /* stream-ordered allocations made outside captures */
   uint64_t pool_used, pool_reserved; /* the graph memory pool (see the top of the file) */
   uint64_t exec_bytes;               /* device memory the executables own */
+  struct host_stream *legacy;        /* CGRT_LEGACY_STREAM: never captured */
+  struct host_alloc *allocs; /* live mem_alloc blocks: "device" memory, for diagnose's notes */
+  size_t num_allocs, cap_allocs;
 };
 
 struct host_graph {
@@ -170,6 +184,8 @@ static int fault(int *flag) {
 /* ---------------------------------------------------------------- handles */
 
 static struct host_stream *as_stream(struct cgrt_dev *dev, void *h) {
+  if (h == CGRT_LEGACY_STREAM && dev->impl)
+    return ((struct host_dev *)dev->impl)->legacy;
   struct host_stream *s = h;
   return s && s->magic == MAGIC_STREAM && s->hd == dev->impl ? s : NULL;
 }
@@ -395,6 +411,59 @@ static void graph_free(struct host_graph *g) {
 
 /* ---------------------------------------------------------------- capture rules */
 
+/* Tells diagnose (dev->note) about a call the capture rules met. */
+static void note(struct cgrt_dev *dev, cgrt_finding_kind kind, int refused, const char *op,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void note(struct cgrt_dev *dev, cgrt_finding_kind kind, int refused, const char *op,
+                 const char *fmt, ...) {
+  if (!dev->note)
+    return;
+  char detail[384];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof(detail), fmt, ap);
+  va_end(ap);
+  dev->note(dev, kind, refused, op, refused ? CGRT_E_CAPTURE : 0, detail);
+}
+
+/* The stream of a capture running on the dev, or NULL. */
+static struct host_stream *any_capture(struct host_dev *hd) {
+  for (struct host_stream *t = hd->streams; t; t = t->next)
+    if (t->capture)
+      return t;
+  return NULL;
+}
+
+static int in_block(const struct host_block *b, const void *p) {
+  return b && b->ptr && (const char *)p >= (const char *)b->ptr &&
+         (const char *)p < (const char *)b->ptr + b->bytes;
+}
+
+static int in_graph_blocks(const struct host_graph *g, const void *p) {
+  for (size_t i = 0; g && i < g->nodes.n; i++)
+    if (g->nodes.v[i].type == NODE_ALLOC && in_block(g->nodes.v[i].block, p))
+      return 1;
+  return 0;
+}
+
+/* 1 if p is device memory: from mem_alloc, or a stream-ordered block (eager or a graph's). */
+static int is_device(const struct host_dev *hd, const void *p) {
+  for (size_t i = 0; i < hd->num_allocs; i++)
+    if ((const char *)p >= hd->allocs[i].ptr &&
+        (const char *)p < hd->allocs[i].ptr + hd->allocs[i].bytes)
+      return 1;
+  for (const struct host_block *b = hd->eager; b; b = b->next)
+    if (in_block(b, p))
+      return 1;
+  for (const struct host_graph *x = hd->execs; x; x = x->next_exec)
+    if (in_graph_blocks(x, p))
+      return 1;
+  for (const struct host_stream *t = hd->streams; t; t = t->next)
+    if (in_graph_blocks(t->capture, p))
+      return 1;
+  return 0;
+}
+
 /* Marks the capture of s invalid; the first reason is the one kept. */
 static void capture_invalidate(struct host_stream *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -412,18 +481,26 @@ static void capture_invalidate(struct host_stream *s, const char *fmt, ...) {
  * thread_local: invalidates every such capture of the dev and fails with CGRT_E_CAPTURE; 0 if
  * there is none (or only relaxed ones).
  */
-static int forbid_in_captures(struct cgrt_dev *dev, const char *op, const char *advice) {
+static int forbid_in_captures(struct cgrt_dev *dev, cgrt_finding_kind kind, const char *op,
+                              const char *advice) {
   struct host_dev *hd = dev->impl;
-  struct host_stream *hit = NULL;
+  struct host_stream *hit = NULL, *relaxed = NULL;
   for (struct host_stream *t = hd->streams; t; t = t->next) {
     if (t->capture && t->capture_mode != CGRT_CAPTURE_RELAXED) {
       capture_invalidate(t, "%s during the capture (capture_mode %s)", op,
                          mode_name(t->capture_mode));
       hit = t;
+    } else if (t->capture) {
+      relaxed = t;
     }
   }
-  if (!hit)
+  if (!hit) {
+    if (relaxed && kind == CGRT_FINDING_MALLOC)
+      note(dev, kind, 0, op, "%s during a capture in capture_mode relaxed: it ran once, now", op);
     return 0;
+  }
+  note(dev, kind, 1, op, "%s is not permitted while a stream captures in capture_mode %s", op,
+       mode_name(hit->capture_mode));
   return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
                         "%s is not permitted while a stream captures in capture_mode %s, as in "
                         "CUDA (cudaErrorStreamCaptureUnsupported); the capture is invalidated; %s",
@@ -454,6 +531,10 @@ static int capture_put(struct cgrt_dev *dev, struct host_stream *s, struct node 
 
 /* Captures n if s captures, else queues it; takes n's references in every case. */
 static int submit(struct cgrt_dev *dev, struct host_stream *s, struct node *n, const char *op) {
+  struct host_dev *hd = dev->impl;
+  if (s == hd->legacy && dev->note && any_capture(hd))
+    note(dev, CGRT_FINDING_LEGACY_STREAM, 0, op,
+         "%s on the legacy default stream while a stream captures: not captured", op);
   if (s->capture)
     return capture_put(dev, s, n, op);
   if (queue_reserve(s, 1)) {
@@ -513,11 +594,20 @@ static void exec_map(struct host_graph *x) {
 
 /* ---------------------------------------------------------------- the driver */
 
+static int host_stream_create(struct cgrt_dev *dev, void **stream);
+
 static int host_open(struct cgrt_dev *dev) {
   struct host_dev *hd = calloc(1, sizeof(*hd));
   if (!hd)
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "host driver: out of host memory opening it");
   dev->impl = hd;
+  void *legacy = NULL;
+  if (host_stream_create(dev, &legacy) != 0) {
+    free(hd);
+    dev->impl = NULL;
+    return CGRT_E_NOMEM;
+  }
+  hd->legacy = legacy;
   return 0;
 }
 
@@ -549,6 +639,7 @@ static void host_close(struct cgrt_dev *dev) {
     hd->eager = b->next;
     block_unref(b);
   }
+  free(hd->allocs);
   free(hd);
   dev->impl = NULL;
 }
@@ -572,7 +663,7 @@ static int host_stream_create(struct cgrt_dev *dev, void **stream) {
 
 static void host_stream_destroy(struct cgrt_dev *dev, void *stream) {
   struct host_stream *s = as_stream(dev, stream);
-  if (!s)
+  if (!s || s == ((struct host_dev *)dev->impl)->legacy)
     return;
   struct host_dev *hd = dev->impl;
   for (struct host_stream **p = &hd->streams; *p; p = &(*p)->next) {
@@ -596,12 +687,13 @@ static int host_stream_sync(struct cgrt_dev *dev, void *stream) {
   if (s->capture) {
     capture_invalidate(s, "stream_sync of the capturing stream (a synchronizing call inside a "
                           "captured region)");
+    note(dev, CGRT_FINDING_SYNC, 1, "stream_sync", "stream_sync of the capturing stream");
     return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
                           "stream_sync on a capturing stream is not permitted (in CUDA: "
                           "cudaErrorStreamCaptureUnsupported); the capture is invalidated: end "
                           "it with capture_end and run the work eagerly");
   }
-  int rc = forbid_in_captures(dev, "stream_sync", sync_advice);
+  int rc = forbid_in_captures(dev, CGRT_FINDING_SYNC, "stream_sync", sync_advice);
   if (rc)
     return rc;
   stream_run(s, NULL, 0);
@@ -617,6 +709,10 @@ static int host_capture_begin(struct cgrt_dev *dev, void *stream) {
     return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
                           "capture_begin on a stream that is already capturing; captures do not "
                           "nest: end the first with capture_end");
+  if (s == hd->legacy)
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                          "capture_begin on the legacy default stream is not permitted, as in "
+                          "CUDA: capture a stream of your own");
   struct host_graph *g = calloc(1, sizeof(*g));
   if (!g)
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "capture_begin: out of host memory");
@@ -674,7 +770,7 @@ static int host_graph_instantiate(struct cgrt_dev *dev, void *graph, void **exec
     return cgrt__dev_fail(
         dev, CGRT_E_DEVICE,
         "graph_instantiate failed (injected fault: cgrt_host_faults.instantiate)");
-  int rc = forbid_in_captures(dev, "graph_instantiate",
+  int rc = forbid_in_captures(dev, CGRT_FINDING_OTHER, "graph_instantiate",
                               "instantiate after capture_end, or set capture_mode = relaxed");
   if (rc)
     return rc;
@@ -748,6 +844,7 @@ static int host_exec_launch(struct cgrt_dev *dev, void *exec, void *stream) {
                           "exec_launch failed (injected fault: cgrt_host_faults.launch)");
   if (s->capture) {
     capture_invalidate(s, "exec_launch into the capturing stream");
+    note(dev, CGRT_FINDING_OTHER, 1, "exec_launch", "a graph launch into the capturing stream");
     return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
                           "exec_launch into a capturing stream: CUDA does not capture graph "
                           "launches (cudaErrorStreamCaptureUnsupported); the capture is "
@@ -793,6 +890,17 @@ static int host_memcpy_async(struct cgrt_dev *dev, void *dst, const void *src, s
   if (bytes && (!dst || !src))
     return cgrt__dev_fail(dev, CGRT_E_INVAL, "memcpy_async: NULL %s address for %zu bytes",
                           dst ? "source" : "destination", bytes);
+  if (s->capture && dev->note && bytes) {
+    struct host_dev *hd = dev->impl;
+    int src_dev = is_device(hd, src), dst_dev = is_device(hd, dst);
+    if (src_dev && !dst_dev)
+      note(dev, CGRT_FINDING_HOST_READ, 0, "memcpy_async",
+           "copies %zu bytes from device memory to host memory %p", bytes, dst);
+    else if (!src_dev || !dst_dev)
+      note(dev, CGRT_FINDING_PAGEABLE_COPY, 0, "memcpy_async",
+           "copies %zu bytes %s pageable host memory %p", bytes, src_dev ? "to" : "from",
+           src_dev ? dst : src);
+  }
   struct node n = {.type = NODE_MEMCPY, .dst = dst, .src = src, .bytes = bytes};
   return submit(dev, s, &n, "memcpy_async");
 }
@@ -841,6 +949,7 @@ static int event_in_capture(struct cgrt_dev *dev, struct host_event *e, const ch
   if (!t)
     return 0;
   capture_invalidate(t, "%s of an event recorded during the capture", op);
+  note(dev, CGRT_FINDING_SYNC, 1, op, "%s of an event recorded inside the running capture", op);
   return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
                         "%s of an event recorded inside a capture that is still running is not "
                         "permitted, as in CUDA; the capture is invalidated",
@@ -853,7 +962,7 @@ static int host_event_query(struct cgrt_dev *dev, void *event) {
     return bad_handle(dev, "event_query", "event");
   int rc = event_in_capture(dev, e, "event_query");
   if (rc == 0)
-    rc = forbid_in_captures(dev, "event_query", sync_advice);
+    rc = forbid_in_captures(dev, CGRT_FINDING_SYNC, "event_query", sync_advice);
   if (rc)
     return rc;
   return e->done >= e->records ? 0 : CGRT_E_NOTREADY;
@@ -870,7 +979,7 @@ static int host_event_sync(struct cgrt_dev *dev, void *event) {
                           "the driver (as with cudaLaunchHostFunc)");
   int rc = event_in_capture(dev, e, "event_sync");
   if (rc == 0)
-    rc = forbid_in_captures(dev, "event_sync", sync_advice);
+    rc = forbid_in_captures(dev, CGRT_FINDING_SYNC, "event_sync", sync_advice);
   if (rc)
     return rc;
   if (e->done >= e->records)
@@ -898,13 +1007,22 @@ static int host_mem_alloc(struct cgrt_dev *dev, void **ptr, size_t bytes) {
                           "mem_alloc of %zu bytes failed (injected fault: "
                           "cgrt_host_faults.mem_alloc)",
                           bytes);
-  int rc = forbid_in_captures(dev, "mem_alloc",
+  int rc = forbid_in_captures(dev, CGRT_FINDING_MALLOC, "mem_alloc",
                               "allocate before capturing, or set capture_mode = relaxed");
   if (rc)
     return rc;
+  if (hd->num_allocs == hd->cap_allocs) {
+    size_t cap = hd->cap_allocs ? hd->cap_allocs * 2 : 16;
+    struct host_alloc *a = realloc(hd->allocs, cap * sizeof(*a));
+    if (!a)
+      return cgrt__dev_fail(dev, CGRT_E_NOMEM, "mem_alloc of %zu bytes: out of host memory", bytes);
+    hd->allocs = a;
+    hd->cap_allocs = cap;
+  }
   *ptr = calloc(1, bytes ? bytes : 1);
   if (!*ptr)
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "mem_alloc of %zu bytes: out of host memory", bytes);
+  hd->allocs[hd->num_allocs++] = (struct host_alloc){*ptr, bytes ? bytes : 1};
   return 0;
 }
 
@@ -912,7 +1030,14 @@ static void host_mem_free(struct cgrt_dev *dev, void *ptr) {
   if (!ptr)
     return;
   /* Freed in any case, as the cuda driver does after CUDA refuses; the capture still fails. */
-  forbid_in_captures(dev, "mem_free", "free after capture_end, or set capture_mode = relaxed");
+  forbid_in_captures(dev, CGRT_FINDING_MALLOC, "mem_free",
+                     "free after capture_end, or set capture_mode = relaxed");
+  struct host_dev *hd = dev->impl;
+  for (size_t i = 0; i < hd->num_allocs; i++)
+    if (hd->allocs[i].ptr == ptr) {
+      hd->allocs[i] = hd->allocs[--hd->num_allocs];
+      break;
+    }
   free(ptr);
 }
 

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "runtime.h"
+#include "verify.h"
 
 struct entry {
   struct cgrt_graph_key key;
@@ -32,6 +33,7 @@ struct entry {
   int has_rec;                 /* rec holds a measured build */
   int charged;                 /* rec is in the runtime's ledger (the executable is live) */
   int budget_logged;           /* the budget's refusal of this key was logged */
+  uint64_t replays;            /* replays since the capture or update (counted only by verify) */
   struct entry *chain;         /* next in the hash bucket */
   struct entry *newer, *older; /* recency list */
 };
@@ -46,6 +48,8 @@ struct cgrt_graph_cache {
   size_t live;       /* entries with an executable */
   struct entry *newest, *oldest;
   struct cgrt_graph_cache *next_cache; /* the runtime's list of caches */
+  cgrt_verify verify;                  /* [cuda_graph] verify: off costs one branch per replay */
+  int verify_every;
 };
 
 /* Failed captures in a row after which a key runs eagerly for good (until release). */
@@ -389,9 +393,14 @@ static void drop_exec(struct cgrt_graph_cache *c, struct entry *e);
  * fails, the executable is dropped (it is captured again at the next call) and this call runs
  * eagerly instead.
  */
+static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
+                          const struct cgrt_graph_work *w, cgrt_mode *mode);
+
 static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
                   cgrt_mode *mode) {
   const struct cgrt_host_api *h = &c->rt->host;
+  if (__builtin_expect(c->verify != CGRT_VERIFY_OFF, 0))
+    return replay_checked(c, e, w, mode);
   int rc = 0;
   e->rec.last_use = c->rt->step_index;
   if (*mode == CGRT_MODE_REPLAY)
@@ -407,6 +416,87 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
   return e->given ? copy_buffers(c, e, w->buffers, w->num_buffers, 0, w->what) : 0;
+}
+
+/*
+ * replay() with [cuda_graph] verify on: a due replay (the first of the executable, then every
+ * verify_every-th) also runs the work eagerly on private copies of its buffers, the inputs copied
+ * in before the launch, and the outputs are compared. After a mismatch: warn keeps replaying;
+ * eager and error keep the eager outputs, drop the executable and run the key eagerly from then
+ * on (until release), error also fails the call with CGRT_E_VERIFY.
+ */
+static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
+                          const struct cgrt_graph_work *w, cgrt_mode *mode) {
+  cgrt_runtime *rt = c->rt;
+  const struct cgrt_host_api *h = &rt->host;
+  int due = 0;
+  uint64_t nth = 0;
+  e->rec.last_use = rt->step_index;
+  if (*mode == CGRT_MODE_REPLAY) {
+    e->rec.replays++;
+    nth = ++e->replays;
+    due =
+        nth == 1 || (c->verify == CGRT_VERIFY_EVERY && (nth - 1) % (uint64_t)c->verify_every == 0);
+  }
+  int rc = e->given ? copy_buffers(c, e, w->buffers, w->num_buffers, 1, w->what) : 0;
+  if (rc != 0)
+    return rc;
+  struct cgrt_verify_shadow s = {0};
+  if (due && cgrt__verify_snapshot(rt, e->bufs, e->num_bufs, &s) != 0) {
+    due = 0;
+    rt->stats.verify_skipped++;
+    cgrt__log(rt, CGRT_LOG_WARN, "verify: %s, replay %llu not checked: %s", w->what,
+              (unsigned long long)nth, rt->err);
+  }
+  rc = h->exec_launch(h, e->exec, h->stream(h));
+  if (rc != 0) {
+    cgrt__verify_free(rt, &s);
+    cgrt__capture_fallback(rt, rc, w->what, h->last_error(h));
+    drop_exec(c, e);
+    return run_eager(w, CGRT_MODE_EAGER, mode);
+  }
+  int differ = 0;
+  char msg[768];
+  if (due) {
+    /* The same work, eagerly, on the private copies (in_body_graph calls run directly). */
+    rc = w->fn(w->arg, CGRT_MODE_EAGER, s.bufs, s.n);
+    if (rc == 0)
+      differ = cgrt__verify_outputs(rt, e->bufs, &s, msg, sizeof(msg));
+    if (differ < 0) {
+      rc = differ;
+      differ = 0;
+    }
+    rt->stats.verifications += rc == 0;
+  }
+  cgrt_verify_action act = rt->cfg.view.verify_action;
+  if (differ) {
+    rt->stats.verify_mismatches++;
+    cgrt__log(rt, CGRT_LOG_WARN,
+              "verify: %s (step %llu, replay %llu of its graph) differs from an eager run: %s; %s "
+              "(a graph replays the kernel arguments it was captured with: a value computed on "
+              "the host that changes between calls must be read from device memory, or the "
+              "calls need different keys)",
+              w->what, (unsigned long long)rt->step_index, (unsigned long long)nth, msg,
+              act == CGRT_VERIFY_WARN    ? "the graph keeps replaying (verify_action = warn)"
+              : act == CGRT_VERIFY_EAGER ? "the eager outputs are kept and the call runs eagerly "
+                                           "from now on (verify_action = eager)"
+                                         : "the eager outputs are kept, the call runs eagerly "
+                                           "from now on and the step fails (verify_action = "
+                                           "error)");
+    if (act != CGRT_VERIFY_WARN)
+      rc = cgrt__verify_adopt(rt, e->bufs, &s);
+  }
+  if (rc == 0 && e->given)
+    rc = copy_buffers(c, e, w->buffers, w->num_buffers, 0, w->what);
+  cgrt__verify_free(rt, &s);
+  if (differ && act != CGRT_VERIFY_WARN) {
+    drop_exec(c, e);
+    e->failures = CAPTURE_ATTEMPTS; /* eager until cgrt_release_graphs, as a key that fails */
+    if (rc == 0 && act == CGRT_VERIFY_ERROR)
+      rc = h->set_error(h, CGRT_E_VERIFY, "verify: %s (step %llu) differs from an eager run: %s",
+                        w->what, (unsigned long long)rt->step_index, msg);
+  }
+  return rc;
 }
 
 /* Captures a new executable for e; on failure runs the work eagerly. */
@@ -441,6 +531,7 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   }
   e->failures = 0;
   e->exec = exec;
+  e->replays = 0;
   c->live++;
   if (rt->mem.build_valid) {
     e->rec = rt->mem.build;
@@ -471,7 +562,7 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
   struct cgrt__mem_probe before, after;
   if (e->charged)
     cgrt__mem_probe(rt, &before);
-  int rc = cgrt__record(rt, h->stream(h), record_work, &r, why, sizeof(why), &graph);
+  int rc = cgrt__record(rt, h->stream(h), record_work, &r, w->what, why, sizeof(why), &graph);
   if (rc != 0) {
     /* The old executable stays for its own addresses; this call runs eagerly. */
     cgrt__capture_fallback(rt, rc, w->what, why);
@@ -500,6 +591,7 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
   }
   free(e->bufs);
   e->bufs = NULL;
+  e->replays = 0; /* new arguments: the next replay is checked again */
   rc = save_buffers(e, w->buffers, w->num_buffers);
   if (rc != 0) {
     drop_exec(c, e);
@@ -636,6 +728,8 @@ static int c_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind r
   c->rt = CGRT_RT(h);
   c->max_graphs = max_graphs;
   c->rebind = rebind;
+  c->verify = c->rt->cfg.view.verify;
+  c->verify_every = c->rt->cfg.view.verify_every > 0 ? c->rt->cfg.view.verify_every : 1;
   c->table_size = 64;
   c->table = calloc(c->table_size, sizeof(*c->table));
   if (!c->table) {

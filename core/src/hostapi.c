@@ -10,6 +10,7 @@
 
 #include "buckets.h"
 #include "cgrt/tool.h"
+#include "diagnose.h"
 #include "runtime.h"
 
 #define DEV(rt) (&(rt)->dev)
@@ -58,7 +59,10 @@ static int h_run_prepare(const struct cgrt_host_api *h, struct cgrt_step_frame *
   cgrt_runtime *rt = CGRT_RT(h);
   if (!f->desc->prepare)
     return 0;
+  const void *outer = rt->host_frame;
+  rt->host_frame = __builtin_frame_address(0);
   int rc = f->desc->prepare(f->ctx, f->desc->user);
+  rt->host_frame = outer;
   if (rc != 0)
     return cgrt__fail(rt, CGRT_E_CALLBACK, "the prepare callback of step %llu returned %d",
                       (unsigned long long)f->ctx->step, rc);
@@ -69,7 +73,10 @@ static int h_run_body(const struct cgrt_host_api *h, struct cgrt_step_frame *f) 
   cgrt_runtime *rt = CGRT_RT(h);
   rt->in_body = 1;
   rt->body_error = 0;
+  const void *outer = rt->host_frame;
+  rt->host_frame = __builtin_frame_address(0);
   int rc = f->desc->body(f->ctx, f->desc->user);
+  rt->host_frame = outer;
   rt->in_body = 0;
   if (rc == 0)
     return 0;
@@ -85,7 +92,10 @@ static int h_run_module(const struct cgrt_host_api *h, struct cgrt_call *c) {
   struct cgrt_module *m = rt->modules[c->module->id];
   cgrt_module_fn fn = c->dir == CGRT_BACKWARD ? m->backward : m->forward;
   c->ctx->microbatch = c->args->microbatch;
+  const void *outer = rt->host_frame;
+  rt->host_frame = __builtin_frame_address(0);
   int rc = fn(c->ctx, c->args, m->user);
+  rt->host_frame = outer;
   if (rc != 0)
     return cgrt__fail(
         rt, CGRT_E_CALLBACK, "module '%s' %s returned %d (step %llu, microbatch %d, %s)", m->name,
@@ -297,8 +307,8 @@ static void h_mem_free(const struct cgrt_host_api *h, void *ptr) {
 
 /* ---------------------------------------------------------------- shared mechanism */
 
-int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, char *why,
-                 size_t whylen, void **graph) {
+int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
+                 char *why, size_t whylen, void **graph) {
   const struct cgrt_driver *drv = DRV(rt);
   *graph = NULL;
   uint64_t t0 = cgrt__now_ns();
@@ -313,40 +323,50 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
     (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
     return rc;
   }
+  cgrt__diagnose_begin(rt);
   rt->err[0] = '\0';
   int work_rc = fn(arg);
   /* Injected: a synchronizing call inside the captured work, as a buggy module would make. */
   if (injected(&rt->faults.capture_sync))
     (void)drv->stream_sync(DEV(rt), stream);
+  cgrt__diagnose_pause(rt);
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
   snprintf(why, whylen, "%s", rt->err);
   int end_rc = drv->capture_end(DEV(rt), stream, graph);
   int hook_rc = cgrt__hook_end(rt, stream);
   rt->stats.capture_ns += cgrt__now_ns() - t0;
+  rc = 0;
   if (work_rc != 0) {
     if (*graph)
       drv->graph_destroy(DEV(rt), *graph);
     *graph = NULL;
     if (!why[0])
       snprintf(why, whylen, "the captured work returned %d", work_rc);
-    return work_rc < 0 ? work_rc : CGRT_E_CALLBACK;
-  }
-  if (end_rc != 0) {
+    rc = work_rc < 0 ? work_rc : CGRT_E_CALLBACK;
+  } else if (end_rc != 0) {
     snprintf(why, whylen,
              "%s (a synchronizing call, a host read of device memory or an allocation outside "
              "stream-ordered memory inside the captured work invalidates the capture)",
              rt->dev.err);
-    return CGRT_E_CAPTURE;
+    rc = CGRT_E_CAPTURE;
   }
-  if (hook_rc != 0) {
+  int failed = rc != 0;
+  if (rc == 0 && hook_rc != 0) {
     drv->graph_destroy(DEV(rt), *graph);
     *graph = NULL;
     snprintf(why, whylen,
              "the host's capture end hook returned %d; the recorded graph was discarded", hook_rc);
-    return CGRT_E_CALLBACK;
+    rc = CGRT_E_CALLBACK;
   }
-  rt->stats.captures++;
-  return 0;
+  char more[512];
+  cgrt__diagnose_end(rt, what, failed, stream, fn, arg, more, sizeof(more));
+  if (more[0]) {
+    size_t used = strlen(why);
+    snprintf(why + used, whylen - used, "%s", more);
+  }
+  if (rc == 0)
+    rt->stats.captures++;
+  return rc;
 }
 
 int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why) {
@@ -382,7 +402,7 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   /* Memory is read around the whole build: a graph's pool memory is mapped at upload. */
   cgrt__mem_probe(rt, &before);
   uint64_t t0 = cgrt__now_ns();
-  int rc = cgrt__record(rt, stream, fn, arg, why, sizeof(why), &graph);
+  int rc = cgrt__record(rt, stream, fn, arg, what, why, sizeof(why), &graph);
   if (rc != 0)
     return cgrt__capture_fallback(rt, rc, what, why);
   uint64_t t1 = cgrt__now_ns();

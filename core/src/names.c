@@ -41,6 +41,8 @@ CGRT_API const char *cgrt_strerror(int code) {
     return "not supported";
   case CGRT_E_NOTREADY:
     return "not ready";
+  case CGRT_E_VERIFY:
+    return "replay differs from eager";
   default:
     return "unknown error";
   }
@@ -60,4 +62,10 @@ CGRT_API const char *cgrt_kind_name(cgrt_kind kind) {
   static const char *const names[] = {"attn",           "mlp",   "moe",  "moe_router",
                                       "moe_preprocess", "mamba", "other"};
   return (unsigned)kind < CGRT_KIND_COUNT ? names[kind] : "?";
+}
+
+CGRT_API const char *cgrt_finding_kind_name(cgrt_finding_kind kind) {
+  static const char *const names[] = {"sync",   "host_read",     "pageable_copy",
+                                      "malloc", "legacy_stream", "other"};
+  return (unsigned)kind < CGRT_FINDING_KIND_COUNT ? names[kind] : "?";
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "buckets.h"
+#include "diagnose.h"
 #include "runtime.h"
 #include "topology.h"
 
@@ -102,6 +103,18 @@ static int open_runtime(cgrt_runtime *rt) {
   const struct cgrt_config_view *v = &rt->cfg.view;
   if (!cgrt__getenv("CGRT_LOG"))
     rt->log_level = v->log_level;
+  const char *env_diag = cgrt__getenv("CGRT_DIAGNOSE");
+  if (env_diag && env_diag[0]) {
+    int d = cgrt__diagnose_from_text(env_diag);
+    if (d >= 0)
+      rt->cfg.view.diagnose = (cgrt_diagnose)d;
+    else
+      cgrt__log(rt, CGRT_LOG_WARN,
+                "CGRT_DIAGNOSE='%s' is not a diagnose setting (failures, on, off, 1, 0); "
+                "[runtime] diagnose = %s is used",
+                env_diag, cgrt__diagnose_name(v->diagnose));
+  }
+  cgrt__diagnose_open(rt);
 
   int rc =
       cgrt__buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
@@ -248,6 +261,7 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   free(rt->modules);
   free(rt->buckets);
   cgrt__adaptive_close(rt);
+  cgrt__diagnose_close(rt);
   cgrt__config_free(&rt->cfg);
   free(rt);
   return first;
@@ -541,7 +555,11 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
                            .ctx = c_ctx,
                            .in_body_graph = rt->in_body_graph};
   rt->in_call = 1;
+  /* The backend's work is cgrt's own until it runs the module's callback (diagnose's caller). */
+  const void *host_frame = rt->host_frame;
+  rt->host_frame = NULL;
   rc = rt->lib.vt->call(rt->be_state, &call);
+  rt->host_frame = host_frame;
   rt->in_call = 0;
   count_call(rt, c_ctx->mode);
   c_ctx->mode = body_mode;

@@ -90,6 +90,13 @@ struct cgrt_runtime {
   /* cgrt_tool_watch_graphs (cgrt/tool.h): told of every instantiate, upload, launch, update. */
   void (*watch_fn)(void *user, const struct cgrt_tool_graph_event *ev);
   void *watch_user;
+  struct cgrt_diag_state *diag; /* diagnose: the recording and the findings (diagnose.c) */
+  /*
+   * The frame of the core function running a host callback now (a module, the body, prepare),
+   * NULL while cgrt's own code runs: device calls made below it were made by the host (diagnose
+   * names the caller from there). Set around every callback, cleared during module calls.
+   */
+  const void *host_frame;
 };
 
 /* The runtime that lent the host API table h. */
@@ -135,10 +142,11 @@ void cgrt__adaptive_close(cgrt_runtime *rt);
 /*
  * Records fn(arg) on stream into a new graph (*graph), counting the capture and its time. On
  * failure the capture is ended (the stream is never left capturing), *graph is NULL, `why` says
- * what happened and the error is returned; nothing is counted as a fallback yet.
+ * what happened (with the call that broke the capture, when diagnose found it) and the error is
+ * returned; nothing is counted as a fallback yet. `what` names the work for diagnose's findings.
  */
-int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, char *why,
-                 size_t whylen, void **graph);
+int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
+                 char *why, size_t whylen, void **graph);
 
 /*
  * The host's capture hooks (cgrt_set_capture_hooks) around a capture of stream. hook_begin

@@ -66,6 +66,7 @@ class Status(enum.IntEnum):
     STATE = -14
     UNSUPPORTED = -15
     NOTREADY = -16
+    VERIFY = -17
 
 
 class Phase(enum.IntEnum):

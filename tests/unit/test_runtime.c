@@ -510,9 +510,9 @@ static void cgrt_config_env_names_the_default(void **state) {
 
 static void strerror_covers_every_code(void **state) {
   (void)state;
-  for (int c = 0; c >= CGRT_E_NOTREADY; c--) {
+  for (int c = 0; c >= CGRT_E_VERIFY; c--) {
     assert_string_not_equal(cgrt_strerror(c), "unknown error");
-    for (int d = c - 1; d >= CGRT_E_NOTREADY; d--)
+    for (int d = c - 1; d >= CGRT_E_VERIFY; d--)
       assert_string_not_equal(cgrt_strerror(c), cgrt_strerror(d));
   }
   assert_string_equal(cgrt_strerror(-999), "unknown error");

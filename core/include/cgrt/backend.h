@@ -83,6 +83,23 @@ typedef enum cgrt_over_capacity {
   CGRT_OVER_CAPACITY_EAGER = 1
 } cgrt_over_capacity;
 typedef enum cgrt_driver_kind { CGRT_DRIVER_CUDA = 0, CGRT_DRIVER_HOST = 1 } cgrt_driver_kind;
+/* [cuda_graph] verify: which replays also run eagerly on private copies, to compare. */
+typedef enum cgrt_verify {
+  CGRT_VERIFY_OFF = 0,
+  CGRT_VERIFY_FIRST = 1, /* the first replay of each executable */
+  CGRT_VERIFY_EVERY = 2  /* its 1st, N+1st, 2N+1st... replays (verify_every = N) */
+} cgrt_verify;
+typedef enum cgrt_verify_action {
+  CGRT_VERIFY_WARN = 0,  /* log and count; keep replaying */
+  CGRT_VERIFY_EAGER = 1, /* the eager outputs are kept; the key runs eagerly from then on */
+  CGRT_VERIFY_ERROR = 2  /* as eager, and the call fails with CGRT_E_VERIFY */
+} cgrt_verify_action;
+/* [runtime] diagnose: when the calls made while capturing are recorded. */
+typedef enum cgrt_diagnose {
+  CGRT_DIAGNOSE_FAILURES = 0, /* a failed capture is captured once more, recorded, reported */
+  CGRT_DIAGNOSE_ON = 1,       /* every capture is recorded; suspicious calls reported too */
+  CGRT_DIAGNOSE_OFF = 2       /* never (CUPTI is never loaded) */
+} cgrt_diagnose;
 typedef enum cgrt_recompute {
   CGRT_RECOMPUTE_NONE = 0,
   CGRT_RECOMPUTE_SELECTIVE = 1,
@@ -156,6 +173,12 @@ struct cgrt_config_view {
   /* -- appended in host API minor 2 -- */
   uint64_t memory_budget; /* [cuda_graph] memory_budget in bytes; 0: no budget. The graph cache
                              keeps its live graphs' memory under it (LRU eviction, else eager) */
+  /* -- appended after minor 2 (check struct_size): verify and diagnose, the core's mechanism -- */
+  cgrt_verify verify;
+  int verify_every;     /* N of `verify = every:N` (>= 1); 0 otherwise */
+  int verify_tolerance; /* ulps a typed float output may differ by; 0: bitwise */
+  cgrt_verify_action verify_action;
+  cgrt_diagnose diagnose; /* [runtime] diagnose, after CGRT_DIAGNOSE */
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */

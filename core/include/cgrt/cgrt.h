@@ -58,7 +58,9 @@ typedef enum cgrt_status {
   CGRT_E_CALLBACK = -13, /* a host callback (prepare, body, module) returned an error */
   CGRT_E_STATE = -14,    /* the call is not allowed in the runtime's present state */
   CGRT_E_UNSUPPORTED = -15, /* the backend or driver does not offer this */
-  CGRT_E_NOTREADY = -16     /* asynchronous work has not finished yet (not a failure) */
+  CGRT_E_NOTREADY = -16,    /* asynchronous work has not finished yet (not a failure) */
+  /* -- appended -- */
+  CGRT_E_VERIFY = -17 /* a replay's outputs differed from an eager run ([cuda_graph] verify) */
 } cgrt_status;
 
 /* What a step is for. Graphs are never shared between phases. */
@@ -92,8 +94,25 @@ typedef enum cgrt_kind {
 
 typedef enum cgrt_direction { CGRT_FORWARD = 0, CGRT_BACKWARD = 1 } cgrt_direction;
 
-/* How a module call uses a buffer. */
-typedef enum cgrt_access { CGRT_IN = 1, CGRT_OUT = 2, CGRT_INOUT = 3 } cgrt_access;
+/*
+ * How a module call uses a buffer: CGRT_IN, CGRT_OUT or CGRT_INOUT, optionally OR-ed with one
+ * element type (appended with verify). The type only matters to `[cuda_graph] verify`: outputs of a
+ * float type compare within `verify_tolerance` ulps, everything else bitwise. A buffer without a
+ * type (or of a type this version does not know) compares bitwise. In C++ write
+ * CGRT_ACCESS_TYPED(CGRT_OUT, CGRT_F32) to get a cgrt_access.
+ */
+typedef enum cgrt_access {
+  CGRT_IN = 1,
+  CGRT_OUT = 2,
+  CGRT_INOUT = 3,
+  CGRT_F32 = 0x10,  /* IEEE binary32 elements */
+  CGRT_F16 = 0x20,  /* IEEE binary16 elements */
+  CGRT_BF16 = 0x30, /* bfloat16 elements */
+  CGRT_F64 = 0x40   /* IEEE binary64 elements */
+} cgrt_access;
+#define CGRT_ACCESS_DIRECTION           0x0fu /* the bits of cgrt_access that say in, out or both */
+#define CGRT_ACCESS_TYPE                0xf0u /* the bits that give the element type */
+#define CGRT_ACCESS_TYPED(access, type) ((cgrt_access)((unsigned)(access) | (unsigned)(type)))
 
 typedef enum cgrt_log_level {
   CGRT_LOG_OFF = 0,
@@ -263,6 +282,11 @@ typedef struct cgrt_stats {
   uint64_t budget_eager;     /* calls (or bodies) run eagerly because their graph did not fit */
   uint64_t budget_evictions; /* executables evicted to make room under the budget (they are
                                 counted in evictions too) */
+  /* -- appended after 0.3: verify and diagnose -- */
+  uint64_t verifications;     /* replays checked against an eager run ([cuda_graph] verify) */
+  uint64_t verify_mismatches; /* of those, replays whose outputs differed */
+  uint64_t verify_skipped;    /* checks that could not run (no memory for the private copies) */
+  uint64_t findings;          /* diagnose findings reported (repeats of one included) */
 } cgrt_stats;
 
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
@@ -482,6 +506,54 @@ CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out);
 typedef int (*cgrt_capture_fn)(void *user, void *stream);
 CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgrt_capture_fn end,
                                     void *user);
+
+/*
+ * Diagnose (appended after 0.3). When a capture fails, or for every capture with `[runtime]
+ * diagnose = on` (or CGRT_DIAGNOSE=1), cgrt records the device API calls made while capturing
+ * (on the cuda driver through CUPTI's callback API, loaded only then; on the host driver through
+ * the driver's own checks) and reports each finding in one log line and in this list.
+ */
+typedef enum cgrt_finding_kind {
+  CGRT_FINDING_SYNC = 0,          /* a stream, event or device synchronization or query */
+  CGRT_FINDING_HOST_READ = 1,     /* a copy from device memory to host memory */
+  CGRT_FINDING_PAGEABLE_COPY = 2, /* a copy from or to pageable (not pinned) host memory */
+  CGRT_FINDING_MALLOC = 3,        /* an allocation or free outside stream-ordered memory */
+  CGRT_FINDING_LEGACY_STREAM = 4, /* work on the legacy or per-thread default stream: not
+                                     captured, it ran at once */
+  CGRT_FINDING_OTHER = 5          /* another call refused while capturing */
+} cgrt_finding_kind;
+#define CGRT_FINDING_KIND_COUNT 6
+
+/* One finding. Strings live until cgrt_findings_clear() or cgrt_close(). */
+typedef struct cgrt_finding {
+  size_t struct_size;
+  cgrt_finding_kind kind;
+  int broke_capture;       /* 1: the first call refused while capturing; it invalidated the
+                              capture. 0: capturable but suspicious */
+  const char *call;        /* "cudaStreamSynchronize", "cuMemAlloc_v2"; on the host driver the
+                              driver operation ("stream_sync") */
+  int result;              /* what the call returned: a cudaError_t or CUresult on the cuda
+                              driver, a CGRT_E_* code on the host driver; 0 for success */
+  const char *result_name; /* "cudaErrorStreamCaptureUnsupported", "success"... */
+  const char *what;        /* the work being captured: "layer3.attn fwd", "the infer body" */
+  uint64_t step;           /* the step of the capture (the first one, for repeats) */
+  const char *caller;      /* the calling function, "sym+0x1c (libfoo.so)", or "" if unknown */
+  const char *detail;      /* the log line's sentence: what it means and what to do */
+  uint32_t count;          /* times this finding was seen (same kind, call, work and caller) */
+} cgrt_finding;
+
+/* The number of findings kept (at most 256 distinct ones; stats.findings counts them all). */
+CGRT_API int cgrt_findings_count(const cgrt_runtime *rt, size_t *count);
+
+/* Copies finding `index` (0 = the oldest) into *out (set out->struct_size first). CGRT_E_INVAL
+   if index is out of range. */
+CGRT_API int cgrt_finding_get(const cgrt_runtime *rt, size_t index, cgrt_finding *out);
+
+/* Forgets every finding (their strings too). Not inside a step. */
+CGRT_API int cgrt_findings_clear(cgrt_runtime *rt);
+
+/* "sync", "host_read", "pageable_copy", "malloc", "legacy_stream", "other"; "?" if unknown. */
+CGRT_API const char *cgrt_finding_kind_name(cgrt_finding_kind kind);
 
 /* Short names of enum values ("train", "capture", "moe_router"...). Static; "?" if unknown. */
 CGRT_API const char *cgrt_phase_name(cgrt_phase phase);

@@ -1,0 +1,409 @@
+/*
+ * diagnose.c - findings about the calls made while capturing: recording around cgrt__record, the
+ * host driver's notes, the caller of a call (backtrace and dladdr), the log lines and the public
+ * list (cgrt_findings_count, cgrt_finding_get, cgrt_findings_clear). The CUDA side of recording
+ * is diagnose_cupti.c.
+ */
+#include "diagnose.h"
+
+#include <ctype.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unwind.h>
+
+#include "runtime.h"
+
+/* Distinct findings kept; repeats of one are counted in it. */
+#define MAX_FINDINGS 256
+
+struct finding {
+  cgrt_finding pub;
+  char *call, *result_name, *what, *caller, *detail;
+};
+
+struct cgrt_diag_state {
+  int recording;    /* between begin and pause: the host driver's notes are kept */
+  int cupti;        /* this recording goes through CUPTI */
+  int cupti_used;   /* this runtime subscribed at least once (release at close) */
+  int cupti_warned; /* CUPTI could not be used: said once */
+  struct cgrt_diag_rec rec;
+  struct finding *findings;
+  size_t count;
+};
+
+/* ---------------------------------------------------------------- the caller */
+
+struct cgrt_diag_call *cgrt__diag_rec_add(struct cgrt_diag_rec *rec) {
+  if (rec->n == CGRT_DIAG_MAX_CALLS) {
+    rec->dropped++;
+    return NULL;
+  }
+  struct cgrt_diag_call *c = &rec->calls[rec->n++];
+  memset(c, 0, sizeof(*c));
+  return c;
+}
+
+static int is_device_library(const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  return strncmp(base, "libcupti", 8) == 0 || strncmp(base, "libcudart", 9) == 0 ||
+         strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libnvidia", 9) == 0;
+}
+
+/* Names of the CUDA APIs themselves (a statically linked cudart lives in the caller's object). */
+static int is_device_api(const char *name) {
+  return strncmp(name, "cuda", 4) == 0 || strncmp(name, "__cuda", 6) == 0 ||
+         strncmp(name, "cupti", 5) == 0 ||
+         (name[0] == 'c' && name[1] == 'u' && isupper((unsigned char)name[2]));
+}
+
+struct frames {
+  void *ip[64];
+  uintptr_t cfa[64];
+  int n;
+};
+
+static _Unwind_Reason_Code collect(struct _Unwind_Context *ctx, void *arg) {
+  struct frames *f = arg;
+  if (f->n == 64)
+    return _URC_END_OF_STACK;
+  f->ip[f->n] = (void *)_Unwind_GetIP(ctx);
+  f->cfa[f->n] = _Unwind_GetCFA(ctx);
+  f->n++;
+  return _URC_NO_REASON;
+}
+
+void cgrt__diag_caller(const void *host_frame, char *buf, size_t len) {
+  buf[0] = '\0';
+  /* Only frames inside the host callback now running: none if cgrt itself made the call. */
+  uintptr_t boundary = (uintptr_t)host_frame;
+  if (!boundary)
+    return;
+  struct frames fr;
+  fr.n = 0;
+  _Unwind_Backtrace(collect, &fr);
+  Dl_info self;
+  if (!dladdr((void *)cgrt__diag_caller, &self))
+    self.dli_fbase = NULL;
+  for (int i = 1; i < fr.n && fr.cfa[i] <= boundary; i++) {
+    if (!fr.ip[i])
+      continue;
+    /* a return address: the call instruction is just before it */
+    void *pc = (char *)fr.ip[i] - 1;
+    Dl_info di;
+    const ElfW(Sym) *sym = NULL;
+    if (!dladdr1(pc, &di, (void **)&sym, RTLD_DL_SYMENT) || !di.dli_fname)
+      continue;
+    if (is_device_library(di.dli_fname))
+      continue;
+    const char *name = NULL;
+    if (di.dli_sname && sym && (char *)pc >= (char *)di.dli_saddr &&
+        (char *)pc < (char *)di.dli_saddr + (sym->st_size ? sym->st_size : 1))
+      name = di.dli_sname;
+    if (name && is_device_api(name))
+      continue;
+    /*
+     * cgrt's own frames (cgrt_enqueue_host, the drivers): hidden functions without a symbol, or
+     * the API. When the core is linked into the host's executable, the host's frames share its
+     * object: only an exported symbol outside the API tells them apart.
+     */
+    if (di.dli_fbase == self.dli_fbase && (!name || strncmp(name, "cgrt", 4) == 0))
+      continue;
+    const char *obj = strrchr(di.dli_fname, '/');
+    obj = obj ? obj + 1 : di.dli_fname;
+    if (!obj[0])
+      obj = "the executable";
+    if (name)
+      snprintf(buf, len, "%s+0x%lx (%s)", name,
+               (unsigned long)((char *)fr.ip[i] - (char *)di.dli_saddr), obj);
+    else
+      snprintf(buf, len, "%s+0x%lx", obj, (unsigned long)((char *)fr.ip[i] - (char *)di.dli_fbase));
+    return;
+  }
+}
+
+/* ---------------------------------------------------------------- the host driver's notes */
+
+static void dev_note(struct cgrt_dev *dev, cgrt_finding_kind kind, int refused, const char *op,
+                     int result, const char *detail) {
+  cgrt_runtime *rt = dev->note_user;
+  struct cgrt_diag_state *d = rt ? rt->diag : NULL;
+  if (!d || !d->recording)
+    return;
+  d->rec.seen++;
+  struct cgrt_diag_call *c = cgrt__diag_rec_add(&d->rec);
+  if (!c)
+    return;
+  c->kind = kind;
+  c->refused = refused;
+  c->result = result;
+  snprintf(c->call, sizeof(c->call), "%s", op);
+  snprintf(c->result_name, sizeof(c->result_name), "%s",
+           result == 0 ? "success" : cgrt_strerror(result));
+  snprintf(c->detail, sizeof(c->detail), "%s", detail ? detail : "");
+  cgrt__diag_caller(rt->host_frame, c->caller, sizeof(c->caller));
+}
+
+void cgrt__diagnose_open(cgrt_runtime *rt) {
+  rt->diag = calloc(1, sizeof(*rt->diag));
+  rt->dev.note = dev_note;
+  rt->dev.note_user = rt;
+}
+
+static void findings_free(struct cgrt_diag_state *d) {
+  for (size_t i = 0; i < d->count; i++) {
+    struct finding *f = &d->findings[i];
+    free(f->call);
+    free(f->result_name);
+    free(f->what);
+    free(f->caller);
+    free(f->detail);
+  }
+  free(d->findings);
+  d->findings = NULL;
+  d->count = 0;
+}
+
+void cgrt__diagnose_close(cgrt_runtime *rt) {
+  struct cgrt_diag_state *d = rt->diag;
+  if (!d)
+    return;
+  if (d->cupti_used)
+    cgrt__cupti_release();
+  findings_free(d);
+  free(d);
+  rt->diag = NULL;
+}
+
+/* ---------------------------------------------------------------- reporting */
+
+static const char *advice(cgrt_finding_kind kind, int refused) {
+  switch (kind) {
+  case CGRT_FINDING_SYNC:
+    return "a synchronization inside captured work is refused and invalidates the capture: "
+           "synchronize before or after the step, or in `prepare`";
+  case CGRT_FINDING_HOST_READ:
+    return refused ? "reading device memory on the host needs a synchronization, refused while "
+                     "capturing: read results after the step, or keep the decision on the device"
+                   : "the copy to host memory is captured and replays every time, but nothing "
+                     "waits for it: a host read of that memory inside the step sees stale data";
+  case CGRT_FINDING_PAGEABLE_COPY:
+    return refused ? "copies from or to pageable host memory cannot be captured: use pinned "
+                     "memory (cudaMallocHost) or device memory"
+                   : "the graph copies from or to that pageable address at every replay, not "
+                     "the value it had at capture: keep it alive and pinned (cudaMallocHost)";
+  case CGRT_FINDING_MALLOC:
+    return refused ? "cudaMalloc and cudaFree are refused while capturing: allocate before the "
+                     "step, or use stream-ordered memory (cudaMallocAsync)"
+                   : "the allocation ran once, at capture (capture_mode = relaxed): every replay "
+                     "reuses that address; allocate outside the step, or with cudaMallocAsync";
+  case CGRT_FINDING_LEGACY_STREAM:
+    return "work on the default (legacy or per-thread) stream is not captured: it ran once, now, "
+           "and replays will not run it; enqueue on ctx->stream";
+  default:
+    return "the call is not permitted while a stream captures; make it before or after the step";
+  }
+}
+
+static char *dup_or_empty(const char *s) {
+  return strdup(s ? s : "");
+}
+
+/* Adds or counts one finding and logs it the first time. */
+static void add_finding(cgrt_runtime *rt, const struct cgrt_diag_call *c, int broke,
+                        const char *what) {
+  struct cgrt_diag_state *d = rt->diag;
+  rt->stats.findings++;
+  for (size_t i = 0; i < d->count; i++) {
+    struct finding *f = &d->findings[i];
+    if (f->pub.kind == c->kind && f->pub.broke_capture == broke && strcmp(f->call, c->call) == 0 &&
+        strcmp(f->what, what) == 0 && strcmp(f->caller, c->caller) == 0) {
+      f->pub.count++;
+      cgrt__log(rt, CGRT_LOG_DEBUG, "diagnose: %s in %s seen again (%u times)", c->call, what,
+                f->pub.count);
+      return;
+    }
+  }
+  char line[1536];
+  char result[96];
+  if (c->refused)
+    snprintf(result, sizeof(result), "returned %s", c->result_name);
+  else
+    snprintf(result, sizeof(result), "succeeded");
+  snprintf(line, sizeof(line), "diagnose: %s %s while capturing %s (step %llu)%s%s%s [%s]: %s; %s",
+           c->call, result, what, (unsigned long long)rt->step_index,
+           c->caller[0] ? ", called from " : "", c->caller,
+           broke ? ", and broke the capture" : ", suspicious", cgrt_finding_kind_name(c->kind),
+           c->detail[0] ? c->detail : "no detail", advice(c->kind, c->refused));
+  cgrt__log(rt, CGRT_LOG_WARN, "%s", line);
+  if (d->count == MAX_FINDINGS)
+    return;
+  if (!d->findings && !(d->findings = calloc(MAX_FINDINGS, sizeof(*d->findings))))
+    return;
+  struct finding *f = &d->findings[d->count];
+  f->call = dup_or_empty(c->call);
+  f->result_name = dup_or_empty(c->result_name);
+  f->what = dup_or_empty(what);
+  f->caller = dup_or_empty(c->caller);
+  f->detail = dup_or_empty(line + strlen("diagnose: "));
+  if (!f->call || !f->result_name || !f->what || !f->caller || !f->detail) {
+    free(f->call);
+    free(f->result_name);
+    free(f->what);
+    free(f->caller);
+    free(f->detail);
+    memset(f, 0, sizeof(*f));
+    return;
+  }
+  f->pub.struct_size = sizeof(f->pub);
+  f->pub.kind = c->kind;
+  f->pub.broke_capture = broke;
+  f->pub.result = c->result;
+  f->pub.step = rt->step_index;
+  f->pub.count = 1;
+  d->count++;
+}
+
+void cgrt__diagnose_begin(cgrt_runtime *rt) {
+  struct cgrt_diag_state *d = rt->diag;
+  if (!d || rt->cfg.view.diagnose == CGRT_DIAGNOSE_OFF)
+    return;
+  memset(&d->rec, 0, sizeof(d->rec));
+  d->recording = 1;
+  d->cupti = 0;
+  if (rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON || rt->dev.drv != &cgrt__driver_cuda)
+    return;
+  char err[512];
+  if (cgrt__cupti_start(&d->rec, &rt->host_frame, err, sizeof(err)) == 0) {
+    d->cupti = 1;
+    if (!d->cupti_used++)
+      cgrt__cupti_acquire();
+  } else if (!d->cupti_warned) {
+    d->cupti_warned = 1;
+    cgrt__log(rt, CGRT_LOG_WARN,
+              "diagnose: the CUDA calls made while capturing are not recorded: %s", err);
+  }
+}
+
+void cgrt__diagnose_pause(cgrt_runtime *rt) {
+  struct cgrt_diag_state *d = rt->diag;
+  if (!d || !d->recording)
+    return;
+  if (d->cupti)
+    cgrt__cupti_stop();
+  d->recording = 0;
+}
+
+/* The cuda driver, diagnose = failures: the failed work captured once more with CUPTI on. */
+static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg), void *arg) {
+  struct cgrt_diag_state *d = rt->diag;
+  char err[512], saved[sizeof(rt->err)], saved_dev[sizeof(rt->dev.err)];
+  snprintf(saved, sizeof(saved), "%s", rt->err);
+  snprintf(saved_dev, sizeof(saved_dev), "%s", rt->dev.err);
+  memset(&d->rec, 0, sizeof(d->rec));
+  /* The host's capture hooks bracket this capture too (its allocator must know). */
+  if (cgrt__hook_begin(rt, stream) != 0)
+    goto out;
+  if (rt->dev.drv->capture_begin(&rt->dev, stream) != 0) {
+    (void)cgrt__hook_end(rt, stream);
+    goto out;
+  }
+  if (cgrt__cupti_start(&d->rec, &rt->host_frame, err, sizeof(err)) != 0) {
+    if (!d->cupti_warned) {
+      d->cupti_warned = 1;
+      cgrt__log(rt, CGRT_LOG_WARN,
+                "diagnose: cannot record the CUDA calls of the failed capture: %s", err);
+    }
+  } else {
+    d->cupti = 1;
+    if (!d->cupti_used++)
+      cgrt__cupti_acquire();
+  }
+  (void)again(arg);
+  if (d->cupti)
+    cgrt__cupti_stop();
+  void *graph = NULL;
+  rt->dev.drv->capture_end(&rt->dev, stream, &graph);
+  (void)cgrt__hook_end(rt, stream);
+  if (graph)
+    rt->dev.drv->graph_destroy(&rt->dev, graph);
+out:
+  snprintf(rt->err, sizeof(rt->err), "%s", saved);
+  snprintf(rt->dev.err, sizeof(rt->dev.err), "%s", saved_dev);
+}
+
+void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *stream,
+                        int (*again)(void *arg), void *arg, char *why_more, size_t len) {
+  struct cgrt_diag_state *d = rt->diag;
+  why_more[0] = '\0';
+  if (!d || rt->cfg.view.diagnose == CGRT_DIAGNOSE_OFF)
+    return;
+  d->recording = 0;
+  if (failed && !d->cupti && rt->dev.drv == &cgrt__driver_cuda && again)
+    record_again(rt, stream, again, arg);
+  if (d->cupti)
+    cgrt__cupti_finish(&d->rec);
+  d->cupti = 0;
+  if (!failed && rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON)
+    return;
+  int broke = 0;
+  for (size_t i = 0; i < d->rec.n; i++) {
+    const struct cgrt_diag_call *c = &d->rec.calls[i];
+    if (c->refused && broke)
+      continue; /* calls refused after the first: the capture was already invalidated */
+    if (c->refused) {
+      broke = 1;
+      snprintf(why_more, len, "; diagnose: the first call refused was %s (%s)%s%s", c->call,
+               c->result_name, c->caller[0] ? " from " : "", c->caller);
+    }
+    add_finding(rt, c, c->refused, what);
+  }
+  if (d->rec.dropped)
+    cgrt__log(rt, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
+              d->rec.dropped, what);
+  if (failed && !broke)
+    cgrt__log(rt, CGRT_LOG_INFO,
+              "diagnose: the capture of %s failed, but none of the %llu device calls recorded "
+              "while capturing was refused (an error of the captured work itself, or an injected "
+              "fault)",
+              what, (unsigned long long)d->rec.seen);
+}
+
+/* ---------------------------------------------------------------- the public list */
+
+CGRT_API int cgrt_findings_count(const cgrt_runtime *rt, size_t *count) {
+  if (!rt || !count)
+    return CGRT_E_INVAL;
+  *count = rt->diag ? rt->diag->count : 0;
+  return 0;
+}
+
+CGRT_API int cgrt_finding_get(const cgrt_runtime *rt, size_t index, cgrt_finding *out) {
+  if (!rt || !out || out->struct_size < offsetof(cgrt_finding, count) + sizeof(out->count) ||
+      !rt->diag || index >= rt->diag->count)
+    return CGRT_E_INVAL;
+  const struct finding *f = &rt->diag->findings[index];
+  cgrt_finding v = f->pub;
+  v.call = f->call;
+  v.result_name = f->result_name;
+  v.what = f->what;
+  v.caller = f->caller;
+  v.detail = f->detail;
+  size_t keep = out->struct_size;
+  memcpy(out, &v, keep < sizeof(v) ? keep : sizeof(v));
+  out->struct_size = keep;
+  return 0;
+}
+
+CGRT_API int cgrt_findings_clear(cgrt_runtime *rt) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_findings_clear: not allowed inside a step");
+  if (rt->diag)
+    findings_free(rt->diag);
+  return 0;
+}

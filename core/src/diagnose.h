@@ -1,0 +1,95 @@
+/*
+ * diagnose.h - what broke a capture ([runtime] diagnose). Internal.
+ *
+ * While the core records work into a graph (cgrt__record), the device API calls made on the
+ * capturing thread are recorded: on the cuda driver through CUPTI's callback API (diagnose_cupti.c,
+ * libcupti loaded with dlopen only when needed), on the host driver through the driver's own
+ * capture checks (struct cgrt_dev's note hook). After the capture, the first call refused because
+ * of the capture and every capturable but suspicious call become findings: one log line each and
+ * an entry of the runtime's list (cgrt_findings_count / cgrt_finding_get).
+ *
+ * When: diagnose = failures (default) reports only captures that failed; on the cuda driver a
+ * failed capture is captured once more with CUPTI recording (the callbacks run again in capture
+ * mode, as they just did, and nothing recorded runs), then discarded. diagnose = on records every
+ * capture and reports suspicious calls of captures that succeeded too. diagnose = off never
+ * records.
+ */
+#ifndef CGRT_DIAGNOSE_H
+#define CGRT_DIAGNOSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cgrt/cgrt.h"
+
+struct cgrt_runtime;
+
+/* One device API call seen while capturing, as the recorder classified it. */
+struct cgrt_diag_call {
+  cgrt_finding_kind kind;
+  int refused; /* the call was refused because a capture was running (it invalidates it) */
+  int result;  /* cudaError_t, CUresult or CGRT_E_* */
+  char call[64];
+  char result_name[64];
+  char caller[256];
+  char detail[384]; /* what the call did, e.g. "copies 64 bytes from pageable memory" */
+  /* CUPTI: copies are classified after the capture (pointer attributes cannot be asked inside) */
+  int domain; /* 0 host driver, 1 runtime API, 2 driver API */
+  int classify;
+  const void *dst, *src;
+  int copy_kind;
+  size_t bytes;
+};
+
+#define CGRT_DIAG_MAX_CALLS 64
+
+/* The calls of one capture that may become findings. */
+struct cgrt_diag_rec {
+  struct cgrt_diag_call calls[CGRT_DIAG_MAX_CALLS];
+  size_t n;
+  uint64_t seen;  /* every call recorded, findings or not */
+  size_t dropped; /* candidates beyond CGRT_DIAG_MAX_CALLS */
+};
+
+/* Appends a call to rec (counts it as dropped if full); returns the slot or NULL. */
+struct cgrt_diag_call *cgrt__diag_rec_add(struct cgrt_diag_rec *rec);
+
+/*
+ * The function that made the device call being recorded, from a backtrace of the calling thread:
+ * the first frame below `boundary` (the runtime's host_frame) outside libcgrt, CUDA's libraries and
+ * CUPTI, as "symbol+0xoff (object)" or "object+0xoff" when the symbol is not exported; "" if the
+ * call was made by cgrt itself, or no frame qualifies.
+ */
+void cgrt__diag_caller(const void *boundary, char *buf, size_t len);
+
+/* Sets up diagnose for an opened runtime (the driver's note hook); close frees the findings. */
+void cgrt__diagnose_open(struct cgrt_runtime *rt);
+void cgrt__diagnose_close(struct cgrt_runtime *rt);
+
+/*
+ * Around one recording (cgrt__record): begin right after the capture began, pause right before it
+ * ends, end after it ended. `failed` says whether the capture failed; `again(arg)` captures the
+ * same work once more on `stream` (cuda driver, diagnose = failures). end writes the sentence of
+ * the call that broke the capture, if one was found, into why_more (else "").
+ */
+void cgrt__diagnose_begin(struct cgrt_runtime *rt);
+void cgrt__diagnose_pause(struct cgrt_runtime *rt);
+void cgrt__diagnose_end(struct cgrt_runtime *rt, const char *what, int failed, void *stream,
+                        int (*again)(void *arg), void *arg, char *why_more, size_t len);
+
+/* CUPTI recorder (diagnose_cupti.c, or a stand-in when cgrt was built without CUPTI headers). */
+/*
+ * Starts recording this thread's CUDA calls into rec, naming callers below *host_frame (the
+ * runtime's field, read at each call); 0, or an error with the reason in err.
+ */
+int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame, char *err,
+                      size_t len);
+/* Stops recording on this thread. */
+void cgrt__cupti_stop(void);
+/* After the capture: classifies the recorded copies and names the results. */
+void cgrt__cupti_finish(struct cgrt_diag_rec *rec);
+/* A runtime starts using CUPTI (once), and stops at close: the last one unsubscribes. */
+void cgrt__cupti_acquire(void);
+void cgrt__cupti_release(void);
+
+#endif

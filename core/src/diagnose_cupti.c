@@ -1,0 +1,409 @@
+/*
+ * diagnose_cupti.c - recording the CUDA runtime and driver API calls a thread makes while it
+ * captures, through CUPTI's callback API. Built when CUPTI's headers were found; libcupti itself
+ * is loaded with dlopen the first time a recording starts, so libcgrt has no link dependency on it
+ * and a process that never diagnoses never loads it.
+ *
+ * CUPTI allows one subscriber per process: it is shared by every runtime (a mutex guards it) and
+ * its domains are enabled only while at least one recording runs. The callback keeps a call only
+ * on a thread that records (thread-local state), and only if it was refused because of the
+ * capture (a cudaErrorStreamCapture* / CUDA_ERROR_STREAM_CAPTURE_* result) or is suspicious:
+ * an allocation outside stream-ordered memory, a copy (classified after the capture, by pointer
+ * attributes, as a host read or a pageable copy), work on the legacy or per-thread default stream.
+ * Driver API calls made by the runtime on the host's behalf (inside a runtime call) are skipped.
+ * Inside the callback no CUDA call is made: result names and pointer attributes come after.
+ */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <cupti.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diagnose.h"
+
+typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+typedef CUptiResult (*unsubscribe_fn)(CUpti_SubscriberHandle);
+typedef CUptiResult (*enable_domain_fn)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
+typedef CUptiResult (*result_string_fn)(CUptiResult, const char **);
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static void *lib;
+static subscribe_fn cupti_subscribe;
+static unsubscribe_fn cupti_unsubscribe;
+static enable_domain_fn cupti_enable_domain;
+static result_string_fn cupti_result_string;
+static CUpti_SubscriberHandle subscriber;
+static int users;     /* runtimes that use the subscription (acquire, release) */
+static int recording; /* recordings running: domains are enabled while > 0 */
+
+static __thread struct cgrt_diag_rec *tls_rec;
+static __thread const void *const *tls_host_frame;
+static __thread int tls_depth; /* runtime API calls in progress on this thread */
+
+/* ---------------------------------------------------------------- loading */
+
+static const char *cupti_error(CUptiResult r) {
+  const char *s = NULL;
+  if (cupti_result_string && cupti_result_string(r, &s) == CUPTI_SUCCESS && s)
+    return s;
+  return "unknown CUPTI error";
+}
+
+/* dlopen of libcupti: CGRT_CUPTI, then the loader's path, then the toolkit found at build. */
+static int load(char *err, size_t len) {
+  if (lib)
+    return 0;
+  const char *env = secure_getenv("CGRT_CUPTI");
+  const char *tries[] = {env && env[0] ? env : NULL,
+                         "libcupti.so",
+                         "libcupti.so.13",
+                         "libcupti.so.12",
+#ifdef CGRT_CUPTI_LIB
+                         CGRT_CUPTI_LIB,
+#endif
+                         NULL};
+  char last[256] = "not found";
+  for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+    if (!tries[i])
+      continue;
+    lib = dlopen(tries[i], RTLD_NOW | RTLD_LOCAL);
+    if (lib)
+      break;
+    const char *e = dlerror();
+    snprintf(last, sizeof(last), "%s", e ? e : tries[i]);
+    if (i == 0)
+      break; /* CGRT_CUPTI names the one to use */
+  }
+  if (!lib) {
+    snprintf(err, len,
+             "libcupti could not be loaded (%s); install the CUDA toolkit's CUPTI or set "
+             "CGRT_CUPTI to the path of libcupti.so",
+             last);
+    return CGRT_E_UNSUPPORTED;
+  }
+  cupti_subscribe = (subscribe_fn)dlsym(lib, "cuptiSubscribe");
+  cupti_unsubscribe = (unsubscribe_fn)dlsym(lib, "cuptiUnsubscribe");
+  cupti_enable_domain = (enable_domain_fn)dlsym(lib, "cuptiEnableDomain");
+  cupti_result_string = (result_string_fn)dlsym(lib, "cuptiGetResultString");
+  if (!cupti_subscribe || !cupti_unsubscribe || !cupti_enable_domain) {
+    snprintf(err, len, "libcupti lacks cuptiSubscribe, cuptiUnsubscribe or cuptiEnableDomain");
+    dlclose(lib);
+    lib = NULL;
+    return CGRT_E_UNSUPPORTED;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the callback */
+
+static int capture_error(int r) {
+  return r >= 900 && r <= 908; /* cudaErrorStreamCapture* and CUDA_ERROR_STREAM_CAPTURE_* */
+}
+
+static int starts(const char *s, const char *prefix) {
+  return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* The name without _ptsz/_ptds/_v2 suffixes, for the tables below. */
+static int is_name(const char *name, const char *base) {
+  size_t n = strlen(base);
+  return strncmp(name, base, n) == 0 && (name[n] == '\0' || name[n] == '_');
+}
+
+static int legacy_stream(cudaStream_t s) {
+  return s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread;
+}
+
+/* The stream a runtime call enqueues on, if it is one of those below; 0 if it takes none. */
+static int stream_param(CUpti_CallbackId cbid, const char *name, const void *params,
+                        cudaStream_t *stream) {
+  switch (cbid) {
+  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+    *stream = ((const cudaLaunchKernel_v7000_params *)params)->stream;
+    return 1;
+  case CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020:
+    *stream = ((const cudaMemsetAsync_v3020_params *)params)->stream;
+    return 1;
+  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000:
+    *stream = ((const cudaLaunchHostFunc_v10000_params *)params)->stream;
+    return 1;
+  case CUPTI_RUNTIME_TRACE_CBID_cudaEventRecord_v3020:
+    *stream = ((const cudaEventRecord_v3020_params *)params)->stream;
+    return 1;
+  case CUPTI_RUNTIME_TRACE_CBID_cudaStreamWaitEvent_v3020:
+    *stream = ((const cudaStreamWaitEvent_v3020_params *)params)->stream;
+    return 1;
+  case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060: {
+    const cudaLaunchConfig_t *cfg = ((const cudaLaunchKernelExC_v11060_params *)params)->config;
+    *stream = cfg ? cfg->stream : NULL;
+    return 1;
+  }
+  default:
+    break;
+  }
+  /*
+   * CUDA 13 launches <<<>>> kernels through __cudaLaunchKernel(_ptsz), whose parameters are laid
+   * out as cudaLaunchKernel's (a kernel handle in place of the function pointer).
+   */
+  if (is_name(name, "__cudaLaunchKernel")) {
+    *stream = ((const cudaLaunchKernel_v7000_params *)params)->stream;
+    return 1;
+  }
+  return 0;
+}
+
+static void note_runtime(struct cgrt_diag_rec *rec, CUpti_CallbackId cbid,
+                         const CUpti_CallbackData *cb) {
+  const char *name = cb->functionName ? cb->functionName : "?";
+  int r = cb->functionReturnValue ? (int)*(const cudaError_t *)cb->functionReturnValue : 0;
+  rec->seen++;
+  int refused = capture_error(r);
+  cgrt_finding_kind kind = CGRT_FINDING_OTHER;
+  int keep = refused, classify = 0, copy_kind = 0;
+  const void *dst = NULL, *src = NULL;
+  size_t bytes = 0;
+  cudaStream_t stream = NULL;
+  char detail[128] = "";
+  if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020 ||
+      cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000) {
+    const cudaMemcpy_v3020_params *p = cb->functionParams;
+    dst = p->dst, src = p->src, bytes = p->count, copy_kind = p->kind;
+    classify = keep = 1; /* synchronous: at least a default-stream copy */
+    kind = CGRT_FINDING_LEGACY_STREAM;
+  } else if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020 ||
+             cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000) {
+    const cudaMemcpyAsync_v3020_params *p = cb->functionParams;
+    dst = p->dst, src = p->src, bytes = p->count, copy_kind = p->kind;
+    classify = keep = 1;
+    if (legacy_stream(p->stream))
+      kind = CGRT_FINDING_LEGACY_STREAM;
+  } else if (is_name(name, "cudaStreamSynchronize") || is_name(name, "cudaDeviceSynchronize") ||
+             is_name(name, "cudaEventSynchronize") || is_name(name, "cudaStreamQuery") ||
+             is_name(name, "cudaEventQuery") || is_name(name, "cudaThreadSynchronize")) {
+    kind = CGRT_FINDING_SYNC;
+  } else if ((starts(name, "cudaMalloc") && !strstr(name, "Async")) ||
+             (starts(name, "cudaFree") && !strstr(name, "Async")) ||
+             is_name(name, "cudaHostAlloc") || is_name(name, "cudaHostRegister")) {
+    kind = CGRT_FINDING_MALLOC;
+    keep = 1;
+    if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020)
+      snprintf(detail, sizeof(detail), "allocates %zu bytes",
+               ((const cudaMalloc_v3020_params *)cb->functionParams)->size);
+  } else if (is_name(name, "cudaMemset")) {
+    kind = CGRT_FINDING_LEGACY_STREAM; /* synchronous, on the legacy stream */
+    keep = 1;
+  } else if (stream_param(cbid, name, cb->functionParams, &stream) && legacy_stream(stream)) {
+    kind = CGRT_FINDING_LEGACY_STREAM;
+    keep = 1;
+    snprintf(detail, sizeof(detail), "enqueues on the %s stream",
+             stream == cudaStreamPerThread ? "per-thread default" : "legacy default");
+  }
+  if (!keep)
+    return;
+  struct cgrt_diag_call *c = cgrt__diag_rec_add(rec);
+  if (!c)
+    return;
+  c->domain = 1;
+  c->kind = kind;
+  c->refused = refused;
+  c->result = r;
+  c->classify = classify;
+  c->dst = dst;
+  c->src = src;
+  c->bytes = bytes;
+  c->copy_kind = copy_kind;
+  snprintf(c->call, sizeof(c->call), "%s", name);
+  snprintf(c->detail, sizeof(c->detail), "%s", detail);
+  cgrt__diag_caller(*tls_host_frame, c->caller, sizeof(c->caller));
+}
+
+static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb) {
+  const char *name = cb->functionName ? cb->functionName : "?";
+  int r = cb->functionReturnValue ? (int)*(const CUresult *)cb->functionReturnValue : 0;
+  rec->seen++;
+  int refused = capture_error(r);
+  cgrt_finding_kind kind = CGRT_FINDING_OTHER;
+  int keep = refused;
+  if (is_name(name, "cuStreamSynchronize") || is_name(name, "cuCtxSynchronize") ||
+      is_name(name, "cuEventSynchronize") || is_name(name, "cuStreamQuery") ||
+      is_name(name, "cuEventQuery"))
+    kind = CGRT_FINDING_SYNC;
+  else if (starts(name, "cuMemcpyDtoH")) {
+    kind = CGRT_FINDING_HOST_READ;
+    keep = 1;
+  } else if ((is_name(name, "cuMemAlloc") || is_name(name, "cuMemFree") ||
+              is_name(name, "cuMemAllocHost") || is_name(name, "cuMemHostAlloc") ||
+              is_name(name, "cuMemAllocManaged") || is_name(name, "cuMemAllocPitch"))) {
+    kind = CGRT_FINDING_MALLOC;
+    keep = 1;
+  }
+  if (!keep)
+    return;
+  struct cgrt_diag_call *c = cgrt__diag_rec_add(rec);
+  if (!c)
+    return;
+  c->domain = 2;
+  c->kind = kind;
+  c->refused = refused;
+  c->result = r;
+  snprintf(c->call, sizeof(c->call), "%s", name);
+  cgrt__diag_caller(*tls_host_frame, c->caller, sizeof(c->caller));
+}
+
+static void CUPTIAPI on_call(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                             const void *data) {
+  (void)user;
+  const CUpti_CallbackData *cb = data;
+  struct cgrt_diag_rec *rec = tls_rec;
+  if (!rec || !cb)
+    return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+      tls_depth++;
+      return;
+    }
+    if (tls_depth > 0)
+      tls_depth--;
+    if (tls_depth == 0)
+      note_runtime(rec, cbid, cb);
+  } else if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    /* inside a runtime call: the runtime's own use of the driver */
+    if (tls_depth == 0 && cb->callbackSite == CUPTI_API_EXIT)
+      note_driver(rec, cb);
+  }
+}
+
+/* ---------------------------------------------------------------- recording */
+
+static int set_domains(uint32_t on) {
+  CUptiResult r = cupti_enable_domain(on, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
+  if (r == CUPTI_SUCCESS)
+    r = cupti_enable_domain(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
+  return (int)r;
+}
+
+int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame, char *err,
+                      size_t len) {
+  pthread_mutex_lock(&lock);
+  int rc = load(err, len);
+  if (rc == 0 && !subscriber) {
+    CUptiResult r = cupti_subscribe(&subscriber, on_call, NULL);
+    if (r != CUPTI_SUCCESS) {
+      subscriber = NULL;
+      snprintf(err, len, "cuptiSubscribe failed: %s%s", cupti_error(r),
+               r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                   ? " (another tool, a profiler for instance, holds CUPTI's one subscriber)"
+                   : "");
+      rc = CGRT_E_UNSUPPORTED;
+    }
+  }
+  if (rc == 0 && recording == 0) {
+    int r = set_domains(1);
+    if (r != CUPTI_SUCCESS) {
+      snprintf(err, len, "cuptiEnableDomain failed: %s", cupti_error((CUptiResult)r));
+      rc = CGRT_E_UNSUPPORTED;
+    }
+  }
+  if (rc == 0) {
+    recording++;
+    tls_rec = rec;
+    tls_host_frame = host_frame;
+    tls_depth = 0;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+void cgrt__cupti_stop(void) {
+  if (!tls_rec)
+    return;
+  tls_rec = NULL;
+  pthread_mutex_lock(&lock);
+  if (recording > 0 && --recording == 0)
+    (void)set_domains(0);
+  pthread_mutex_unlock(&lock);
+}
+
+void cgrt__cupti_acquire(void) {
+  pthread_mutex_lock(&lock);
+  users++;
+  pthread_mutex_unlock(&lock);
+}
+
+void cgrt__cupti_release(void) {
+  pthread_mutex_lock(&lock);
+  if (users > 0)
+    users--;
+  if (users == 0 && recording == 0 && subscriber) {
+    cupti_unsubscribe(subscriber);
+    subscriber = NULL;
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/* ---------------------------------------------------------------- after the capture */
+
+/* What kind of memory p is: -1 unknown, else a cudaMemoryType. */
+static int memory_type(const void *p) {
+  struct cudaPointerAttributes a;
+  memset(&a, 0, sizeof(a));
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return (int)a.type;
+}
+
+static const char *driver_error_name(int r) {
+  static const char *const capture[] = {
+      "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+      "CUDA_ERROR_STREAM_CAPTURE_MERGE",       "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+      "CUDA_ERROR_STREAM_CAPTURE_UNJOINED",    "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+      "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",    "CUDA_ERROR_CAPTURED_EVENT",
+      "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"};
+  if (r == 0)
+    return "CUDA_SUCCESS";
+  return capture_error(r) ? capture[r - 900] : "CUresult error";
+}
+
+void cgrt__cupti_finish(struct cgrt_diag_rec *rec) {
+  size_t out = 0;
+  for (size_t i = 0; i < rec->n; i++) {
+    struct cgrt_diag_call *c = &rec->calls[i];
+    if (c->domain == 1)
+      snprintf(c->result_name, sizeof(c->result_name), "%s",
+               cudaGetErrorName((cudaError_t)c->result));
+    else
+      snprintf(c->result_name, sizeof(c->result_name), "%s", driver_error_name(c->result));
+    int keep = 1;
+    if (c->classify) {
+      int dt = memory_type(c->dst), st = memory_type(c->src);
+      int dst_host = dt == cudaMemoryTypeHost || dt == cudaMemoryTypeUnregistered;
+      int src_dev = st == cudaMemoryTypeDevice || st == cudaMemoryTypeManaged;
+      int pageable = dt == cudaMemoryTypeUnregistered || st == cudaMemoryTypeUnregistered;
+      if (c->copy_kind == cudaMemcpyDeviceToHost || (src_dev && dst_host)) {
+        c->kind = CGRT_FINDING_HOST_READ;
+        snprintf(c->detail, sizeof(c->detail),
+                 "copies %zu bytes from device memory to %s host "
+                 "memory %p",
+                 c->bytes, dt == cudaMemoryTypeHost ? "pinned" : "pageable", c->dst);
+      } else if (pageable) {
+        c->kind = CGRT_FINDING_PAGEABLE_COPY;
+        snprintf(c->detail, sizeof(c->detail), "copies %zu bytes %s pageable host memory %p",
+                 c->bytes, st == cudaMemoryTypeUnregistered ? "from" : "to",
+                 st == cudaMemoryTypeUnregistered ? c->src : c->dst);
+      } else if (c->kind == CGRT_FINDING_LEGACY_STREAM) {
+        snprintf(c->detail, sizeof(c->detail), "copies %zu bytes on the default stream", c->bytes);
+      } else if (!c->refused) {
+        keep = 0; /* an asynchronous device or pinned copy on a stream: captured as it should */
+      }
+    }
+    if (keep)
+      rec->calls[out++] = *c;
+  }
+  rec->n = out;
+}

@@ -1,0 +1,65 @@
+/*
+ * bench_checks.c - what verify and diagnose found during a `cgrt bench` run: replays checked
+ * against eager and how many differed ([cuda_graph] verify), and diagnose's findings (the calls
+ * that broke a capture, or looked suspicious), as text lines or as JSON fields.
+ */
+#include <stdio.h>
+
+#include "bench.h"
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (; s && *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c < 0x20)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
+  }
+  putchar('"');
+}
+
+void bench_print_checks(cgrt_runtime *rt, int json) {
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  size_t n = 0;
+  if (cgrt_stats_get(rt, &s) != 0 || cgrt_findings_count(rt, &n) != 0)
+    return;
+  if (json) {
+    printf(",\"verifications\":%llu,\"verify_mismatches\":%llu,\"verify_skipped\":%llu,"
+           "\"findings\":[",
+           (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
+           (unsigned long long)s.verify_skipped);
+    for (size_t i = 0; i < n; i++) {
+      cgrt_finding f = {.struct_size = sizeof(f)};
+      if (cgrt_finding_get(rt, i, &f) != 0)
+        continue;
+      printf("%s{\"kind\":\"%s\",\"broke_capture\":%s,\"call\":", i ? "," : "",
+             cgrt_finding_kind_name(f.kind), f.broke_capture ? "true" : "false");
+      json_string(f.call);
+      printf(",\"result\":");
+      json_string(f.result_name);
+      printf(",\"what\":");
+      json_string(f.what);
+      printf(",\"step\":%llu,\"caller\":", (unsigned long long)f.step);
+      json_string(f.caller);
+      printf(",\"count\":%u}", f.count);
+    }
+    printf("]");
+    return;
+  }
+  if (s.verifications || s.verify_skipped)
+    printf("verify: %llu replays checked against eager, %llu differed, %llu not checked (no "
+           "memory for the private copies)\n",
+           (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
+           (unsigned long long)s.verify_skipped);
+  if (n == 0)
+    return;
+  printf("diagnose: %zu finding%s\n", n, n == 1 ? "" : "s");
+  for (size_t i = 0; i < n; i++) {
+    cgrt_finding f = {.struct_size = sizeof(f)};
+    if (cgrt_finding_get(rt, i, &f) == 0)
+      printf("  %s (x%u)\n", f.detail, f.count);
+  }
+}
