@@ -113,6 +113,13 @@ struct cgrt_driver {
   int (*graph_alloc_bytes)(struct cgrt_dev *dev, void *graph, uint64_t *bytes);
   /* Returns graph-pool memory no executable uses to the device (cudaDeviceGraphMemTrim). */
   int (*graph_mem_trim)(struct cgrt_dev *dev);
+  /*
+   * Page-locked host memory to stage asynchronous copies from (cudaMallocHost; plain memory on
+   * the host driver): a cudaMemcpyAsync from pageable memory waits for the stream first, which
+   * would serialize the host with the device at every step.
+   */
+  int (*host_alloc)(struct cgrt_dev *dev, void **ptr, size_t bytes);
+  void (*host_free)(struct cgrt_dev *dev, void *ptr);
 };
 
 extern const struct cgrt_driver cgrt__driver_host;

@@ -384,6 +384,26 @@ static int cuda_mem_alloc(struct cgrt_dev *dev, void **ptr, size_t bytes) {
   return cuda_fail(dev, e, "cudaMalloc", NULL);
 }
 
+static int cuda_host_alloc(struct cgrt_dev *dev, void **ptr, size_t bytes) {
+  *ptr = NULL;
+  int rc = use_device(dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaMallocHost(ptr, bytes);
+  if (e == cudaSuccess)
+    return 0;
+  *ptr = NULL;
+  return cuda_fail(dev, e, "cudaMallocHost", NULL);
+}
+
+static void cuda_host_free(struct cgrt_dev *dev, void *ptr) {
+  if (!ptr)
+    return;
+  cudaError_t e = cudaFreeHost(ptr);
+  if (e != cudaSuccess)
+    cuda_fail(dev, e, "cudaFreeHost", NULL);
+}
+
 static void cuda_mem_free(struct cgrt_dev *dev, void *ptr) {
   if (!ptr)
     return;
@@ -497,6 +517,8 @@ const struct cgrt_driver cgrt__driver_cuda = {
     .mem_free = cuda_mem_free,
     .mem_info = cuda_mem_info,
     .graph_mem = cuda_graph_mem,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .mem_alloc_async = cuda_mem_alloc_async,
     .mem_free_async = cuda_mem_free_async,
     .graph_alloc_bytes = cuda_graph_alloc_bytes,

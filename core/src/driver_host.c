@@ -997,6 +997,18 @@ static void host_event_destroy(struct cgrt_dev *dev, void *event) {
     event_unref(e);
 }
 
+/* Host memory stands in for page-locked memory: plain, and not "device" memory. */
+static int host_host_alloc(struct cgrt_dev *dev, void **ptr, size_t bytes) {
+  if (!(*ptr = malloc(bytes ? bytes : 1)))
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "host_alloc: out of memory (%zu bytes)", bytes);
+  return 0;
+}
+
+static void host_host_free(struct cgrt_dev *dev, void *ptr) {
+  (void)dev;
+  free(ptr);
+}
+
 static int host_mem_alloc(struct cgrt_dev *dev, void **ptr, size_t bytes) {
   struct host_dev *hd = dev->impl;
   if (!ptr)
@@ -1189,6 +1201,8 @@ const struct cgrt_driver cgrt__driver_host = {
     .event_sync = host_event_sync,
     .event_destroy = host_event_destroy,
     .mem_alloc = host_mem_alloc,
+    .host_alloc = host_host_alloc,
+    .host_free = host_host_free,
     .mem_free = host_mem_free,
     .mem_info = host_mem_info,
     .graph_mem = host_graph_mem,

@@ -39,7 +39,7 @@ static void ring_free(const struct cgrt_host_api *h, struct cgrt_thd_ring *r) {
   for (int i = 0; r->s && i < r->slots; i++) {
     h->mem_free(h, r->s[i].dev);
     h->event_destroy(h, r->s[i].event);
-    free(r->s[i].host);
+    r->rt->dev.drv->host_free(&r->rt->dev, r->s[i].host);
   }
   free(r->s);
   free(r);
@@ -68,8 +68,10 @@ static int t_create(const struct cgrt_host_api *h, int slots, int64_t max_tokens
     int rc = h->mem_alloc(h, (void **)&r->s[i].dev, bytes);
     if (rc == 0)
       rc = h->event_create(h, &r->s[i].event);
-    if (rc == 0 && !(r->s[i].host = malloc(bytes)))
-      rc = h->set_error(h, CGRT_E_NOMEM, "out of memory creating a THD ring");
+    /* page-locked: the step's copy into the slot must not wait for the stream */
+    if (rc == 0 &&
+        (rc = r->rt->dev.drv->host_alloc(&r->rt->dev, (void **)&r->s[i].host, bytes)) != 0)
+      rc = h->set_error(h, rc, "creating a THD ring: %s", r->rt->dev.err);
     if (rc != 0) {
       ring_free(h, r);
       return rc;
