@@ -21,6 +21,8 @@ constexpr int kNormWarps = 8;               /* rows per RMSNorm block, one warp 
 constexpr int kAttnWarps = 4;               /* rows per attention block (one head), one warp each */
 constexpr int kBM = 64, kBN = 64, kBK = 16; /* GEMM tile; 256 threads, 4 x 4 outputs each */
 constexpr unsigned kFull = 0xffffffffu;
+/* Outputs up to which a GEMM runs one thread per element (gemm_small) rather than in tiles. */
+constexpr int64_t kSmallGemmOutputs = 64 * 1024;
 
 unsigned grid_for(uint64_t n) {
   uint64_t b = (n + kThreads - 1) / kThreads;
@@ -145,6 +147,40 @@ __global__ void __launch_bounds__(256)
         yr[16 * j] = yr[16 * j] + v;
     }
   }
+}
+
+/*
+ * The same GEMM for small shapes, where the 64 x 64 tiles leave most of the GPU idle (128 rows
+ * by 64 columns is two blocks) and each tile step pays a load latency and a barrier: one thread
+ * per output element, reading its row of x and of w four values at a time. Each element is the
+ * same fmaf chain over k = 0, 1, ..., k - 1 as in gemm(), so both give the same bits.
+ */
+template <int EPI>
+__global__ void __launch_bounds__(256)
+    gemm_small(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n,
+               int k, int ldy) {
+  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (int64_t)rows * n)
+    return;
+  const int r = (int)(idx / n), c = (int)(idx % n);
+  const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)r * k);
+  const float4 *wr = reinterpret_cast<const float4 *>(w + (size_t)c * k);
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int q = 0; q < k / 4; q++) {
+    const float4 a = xr[q], b = wr[q];
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+    acc = fmaf(a.z, b.z, acc);
+    acc = fmaf(a.w, b.w, acc);
+  }
+  float *yr = y + (size_t)r * ldy + c;
+  if (EPI == GEMM_STORE)
+    *yr = acc;
+  else if (EPI == GEMM_SILU)
+    *yr = acc / (1.0f + expf(-acc));
+  else
+    *yr = *yr + acc;
 }
 
 /*
@@ -280,6 +316,18 @@ int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k
     return 0;
   if (n % kBN != 0 || k % kBK != 0 || misaligned(x) || misaligned(w))
     return (int)cudaErrorInvalidValue;
+  /* Small products (the launch-bound shape: 128 rows, d 64) go one thread per element. */
+  const int64_t outputs = (int64_t)rows * n;
+  if (outputs <= kSmallGemmOutputs) {
+    const unsigned blocks = (unsigned)((outputs + kThreads - 1) / kThreads);
+    if (epi == GEMM_STORE)
+      gemm_small<GEMM_STORE><<<blocks, kThreads, 0, s>>>(x, w, y, rows, n, k, ldy);
+    else if (epi == GEMM_SILU)
+      gemm_small<GEMM_SILU><<<blocks, kThreads, 0, s>>>(x, w, y, rows, n, k, ldy);
+    else
+      gemm_small<GEMM_RESIDUAL><<<blocks, kThreads, 0, s>>>(x, w, y, rows, n, k, ldy);
+    return (int)cudaGetLastError();
+  }
   const dim3 grid((unsigned)(n / kBN), (unsigned)((rows + kBM - 1) / kBM));
   if (epi == GEMM_STORE)
     gemm<GEMM_STORE><<<grid, 256, 0, s>>>(x, w, y, rows, n, k, ldy);
