@@ -11,6 +11,8 @@
 
 #include "cgrt/cgrt.h"
 
+struct cgrt_tool_config;
+
 #define BENCH_MAX_TOKENS  32
 #define BENCH_MAX_MODULES 256
 
@@ -94,6 +96,12 @@ int bench_no_device(const char *cmd);
  */
 typedef int (*plan_report_fn)(cgrt_runtime *rt, const char *what, uint64_t budget, void *user);
 int plan_decode(const char *conf, plan_report_fn report, void *user);
+/*
+ * What both plans start with: a GPU, the configuration (or default_conf) on the cuda driver, and
+ * its memory_budget moved to *budget and set aside. EXIT_VALID, or the exit code with *cfg NULL.
+ */
+int plan_config(const char *conf, const char *default_conf, const char *name,
+                struct cgrt_tool_config **cfg, uint64_t *budget);
 int plan_train(const char *conf, plan_report_fn report, void *user);
 
 /*

@@ -690,19 +690,29 @@ out:
   return status;
 }
 
-int plan_decode(const char *conf, plan_report_fn report, void *user) {
+int plan_config(const char *conf, const char *default_conf, const char *name,
+                cgrt_tool_config **cfg, uint64_t *budget) {
   if (bench_no_device("cgrt plan"))
     return EXIT_UNUSABLE;
+  int status = tool_load_config(conf, default_conf, name, cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  struct cgrt_config_view *v = cgrt_tool_config_view(*cfg);
+  v->driver = CGRT_DRIVER_CUDA;
+  *budget = v->memory_budget;
+  v->memory_budget = 0; /* every graph, unconstrained: the budget is judged against them */
+  return EXIT_VALID;
+}
+
+int plan_decode(const char *conf, plan_report_fn report, void *user) {
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
                                     "log = warn\n";
   cgrt_tool_config *cfg = NULL;
-  int status = tool_load_config(conf, default_conf, "<plan default: local>", &cfg, 0);
+  uint64_t budget = 0;
+  int status = plan_config(conf, default_conf, "<plan default: local>", &cfg, &budget);
   if (status != EXIT_VALID)
     return status;
   struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
-  v->driver = CGRT_DRIVER_CUDA;
-  uint64_t budget = v->memory_budget;
-  v->memory_budget = 0; /* every graph, unconstrained: the budget is judged against them */
   int64_t *buckets = NULL;
   size_t nb = 0;
   char err[512], what[256] = "";

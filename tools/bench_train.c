@@ -279,19 +279,14 @@ out:
 }
 
 int plan_train(const char *conf, plan_report_fn report, void *user) {
-  if (bench_no_device("cgrt plan"))
-    return EXIT_UNUSABLE;
   static const char *default_conf = "[cuda_graph]\nimpl = transformer_engine\nmodules = attn "
                                     "mlp\n[runtime]\ndriver = cuda\nlog = warn\n";
   cgrt_tool_config *cfg = NULL;
-  int status = tool_load_config(conf, default_conf, "<plan default>", &cfg, 0);
+  uint64_t budget = 0;
+  int status = plan_config(conf, default_conf, "<plan default>", &cfg, &budget);
   if (status != EXIT_VALID)
     return status;
-  struct cgrt_config_view *cv = cgrt_tool_config_view(cfg);
-  cv->driver = CGRT_DRIVER_CUDA;
-  uint64_t budget = cv->memory_budget;
-  cv->memory_budget = 0; /* every graph, unconstrained */
-  struct cgrt_config_view v = *cv;
+  struct cgrt_config_view v = *cgrt_tool_config_view(cfg);
   char err[512], what[256];
   cgrtk_train *t = NULL;
   cgrt_runtime *rt = NULL;
