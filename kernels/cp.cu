@@ -30,6 +30,8 @@ struct cgrtk_cp {
   float *hidden; /* [max_rows, d] */
   float *kv;     /* [max_packed_tokens, 2d]: row g holds k then v of global row g */
   int32_t *thd;  /* own THD metadata: cu_seqlens, then cu_seqlens_padded */
+  int pdl;       /* programmatic dependent launch between the kernels of one call (sm_90+) */
+  void *ws;      /* the calls' temporaries when persistent (CGRTK_CP_TEMPS=workspace), else NULL */
   char err[256]; /* the last failure, for cgrtk_cp_last_error */
 };
 
@@ -51,6 +53,7 @@ extern "C" void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->ffn = 1024;
   cfg->max_packed_tokens = 0;
   cfg->seed = 1;
+  cfg->workspace = 0;
 }
 
 extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
@@ -59,6 +62,7 @@ extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->d_model = 64;
   cfg->heads = 1;
   cfg->ffn = 128;
+  cfg->workspace = 1;
 }
 
 static int check_cfg(const struct cgrtk_cp_cfg *c, int64_t max_rows, char *err, size_t errlen) {
@@ -92,7 +96,7 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
   cudaMemPool_t pool;
   uint64_t threshold = UINT64_MAX;
   size_t total = 0, off = 0, d = 0;
-  int dev = 0, rc = 0;
+  int dev = 0, major = 0, rc = 0;
 
   if (!out || !cfg) {
     cgrtk_set_err(err, errlen, "cp create: out and cfg must not be NULL");
@@ -137,6 +141,29 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
   CUDA_TRY(cudaMalloc((void **)&w->thd, 2 * THD_ENTRIES * sizeof(int32_t)),
            "cudaMalloc of the THD metadata");
 
+  /* Programmatic dependent launch needs an sm_90+ device running an sm_90+ binary (the kernels'
+     griddepcontrol instructions); CGRTK_CP_PDL=0 turns it off. */
+  CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+           "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
+  {
+    const char *env = getenv("CGRTK_CP_PDL");
+    w->pdl = major >= 9 && kernels_binary_version() >= 90 && !(env && strcmp(env, "0") == 0);
+  }
+
+  {
+    const char *env = getenv("CGRTK_CP_TEMPS"); /* "stream" or "workspace" overrides cfg */
+    const int use_ws = env && strcmp(env, "stream") == 0      ? 0
+                       : env && strcmp(env, "workspace") == 0 ? 1
+                                                              : cfg->workspace;
+    if (use_ws) {
+      const size_t wsb =
+          cgrtk_align256((size_t)max_rows_per_rank * d * sizeof(float)) +
+          cgrtk_align256((size_t)max_rows_per_rank * (d > (size_t)cfg->ffn ? d : (size_t)cfg->ffn) *
+                         sizeof(float));
+      CUDA_TRY(cudaMalloc(&w->ws, wsb), "cudaMalloc of the temporaries' workspace");
+    }
+  }
+
   /* A private stream: initialization must not touch the legacy default stream. */
   CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   for (int l = 0; l < cfg->layers; l++)
@@ -172,6 +199,7 @@ fail:
 extern "C" void cgrtk_cp_destroy(cgrtk_cp *w) {
   if (!w)
     return;
+  cudaFree(w->ws);
   cudaFree(w->thd);
   cudaFree(w->kv);
   cudaFree(w->hidden);
@@ -335,19 +363,30 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   const int64_t row0 = (int64_t)cp_rank * rows;
   const size_t part = cgrtk_align256((size_t)R * d * sizeof(float));
   float *kv_local = w->kv + (size_t)row0 * 2 * d;
-  void *tmp = NULL;
-  cudaError_t e = cudaMallocAsync(&tmp, 2 * part, s);
+  void *tmp = w->ws;
+  cudaError_t e = w->ws ? cudaSuccess : cudaMallocAsync(&tmp, 2 * part, s);
   if (e != cudaSuccess)
     return fail(w, (int)e, "%s layer %d: cudaMallocAsync of %zu bytes: %s", call, layer, 2 * part,
                 cudaGetErrorString(e));
   float *xn = (float *)tmp; /* RMSNorm(h), then the attention output */
   float *q = (float *)((char *)tmp + part);
 
-  STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s), "RMSNorm");
-  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s), "Wq projection");
-  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV] + (size_t)d * d, kv_local, R, 2 * d, d, 2 * d,
-                   GEMM_STORE, s),
-       "Wkv projection");
+  /* The first kernel of the call waits for everything before it; the others, for their
+     predecessor only (programmatic dependent launch), except after the all-gather. */
+  const bool pdl = w->pdl && (uintptr_t)s > 2;
+  if (norm_gemm_fits(R, 3 * d, d)) {
+    /* Small rows: RMSNorm, Q and K/V in one kernel (the same bits as the three below). */
+    STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], L->t[CGRTK_CP_T_WQKV], R, 3 * d, d,
+                          d, q, d, kv_local, 2 * d, GEMM_STORE, s, false),
+         "RMSNorm and QKV projection");
+  } else {
+    STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s, false), "RMSNorm");
+    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl),
+         "Wq projection");
+    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV] + (size_t)d * d, kv_local, R, 2 * d, d, 2 * d,
+                     GEMM_STORE, s, pdl),
+         "Wkv projection");
+  }
 #ifdef CGRT_HAVE_NCCL
   /* In place: this rank's rows already sit at their global offset in the gathered buffer. */
   if (rc == 0 && cp_size > 1) {
@@ -359,11 +398,11 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   }
 #endif
   STEP(launch_attention(q, w->kv, cu_seqlens, cu_seqlens_padded, padded_sequences, row0, R,
-                        w->cfg.heads, d, xn, s),
+                        w->cfg.heads, d, xn, s, pdl && cp_size == 1),
        "attention");
-  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WO], w->hidden, R, d, d, d, GEMM_RESIDUAL, s),
+  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WO], w->hidden, R, d, d, d, GEMM_RESIDUAL, s, pdl),
        "Wo projection");
-  e = cudaFreeAsync(tmp, s);
+  e = w->ws ? cudaSuccess : cudaFreeAsync(tmp, s);
   if (rc == 0 && e != cudaSuccess)
     rc = fail(w, (int)e, "%s layer %d: cudaFreeAsync: %s", call, layer, cudaGetErrorString(e));
   return rc;
@@ -386,19 +425,26 @@ extern "C" int cgrtk_cp_mlp(cgrtk_cp *w, int layer, int64_t rows, void *stream) 
   const int d = w->cfg.d_model, f = w->cfg.ffn, R = (int)rows;
   const size_t part = cgrtk_align256((size_t)R * d * sizeof(float));
   const size_t bytes = part + cgrtk_align256((size_t)R * f * sizeof(float));
-  void *tmp = NULL;
-  cudaError_t e = cudaMallocAsync(&tmp, bytes, s);
+  void *tmp = w->ws;
+  cudaError_t e = w->ws ? cudaSuccess : cudaMallocAsync(&tmp, bytes, s);
   if (e != cudaSuccess)
     return fail(w, (int)e, "%s layer %d: cudaMallocAsync of %zu bytes: %s", call, layer, bytes,
                 cudaGetErrorString(e));
   float *xn = (float *)tmp;
   float *act = (float *)((char *)tmp + part);
   int rc = 0;
-  STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], xn, R, d, s), "RMSNorm");
-  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_W1], act, R, f, d, f, GEMM_SILU, s), "W1 projection");
-  STEP(launch_gemm(act, L->t[CGRTK_CP_T_W2], w->hidden, R, d, f, d, GEMM_RESIDUAL, s),
+  const bool pdl = w->pdl && (uintptr_t)s > 2;
+  if (norm_gemm_fits(R, f, d)) {
+    STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], L->t[CGRTK_CP_T_W1], R, f, d, f,
+                          act, f, act, f, GEMM_SILU, s, false),
+         "RMSNorm and W1 projection");
+  } else {
+    STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], xn, R, d, s, false), "RMSNorm");
+    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_W1], act, R, f, d, f, GEMM_SILU, s, pdl), "W1 projection");
+  }
+  STEP(launch_gemm(act, L->t[CGRTK_CP_T_W2], w->hidden, R, d, f, d, GEMM_RESIDUAL, s, pdl),
        "W2 projection");
-  e = cudaFreeAsync(tmp, s);
+  e = w->ws ? cudaSuccess : cudaFreeAsync(tmp, s);
   if (rc == 0 && e != cudaSuccess)
     rc = fail(w, (int)e, "%s layer %d: cudaFreeAsync: %s", call, layer, cudaGetErrorString(e));
   return rc;

@@ -62,6 +62,10 @@ struct cgrtk_cp_cfg {
    * covers every cp size when max_rows_per_rank is the largest P (cp = 1 needs R = P). */
   int64_t max_packed_tokens;
   uint64_t seed; /* every initial value derives from it */
+  /* 0: each call takes its temporaries with cudaMallocAsync (graph memory once captured);
+   * 1: from one workspace allocated at create (as engines with static buffers do), so a call's
+   * graph holds no memory nodes. Calls of one workload then must not run concurrently. */
+  int workspace;
 };
 
 typedef struct cgrtk_cp cgrtk_cp;

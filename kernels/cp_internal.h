@@ -24,18 +24,32 @@ namespace cgrtk_cp_impl {
 enum { GEMM_STORE = 0, GEMM_SILU = 1, GEMM_RESIDUAL = 2 };
 
 /* Each returns 0 or the cudaError_t of the launch (cudaErrorInvalidValue for a shape or
- * alignment the kernel does not take). */
+ * alignment the kernel does not take). pdl: launch with programmatic stream serialization (only
+ * for a kernel whose predecessor on s is a step kernel of the same module call; see
+ * cp_kernels.cu). */
 int launch_init(float *dst, uint64_t n, uint64_t key, int is_gain, float scale, cudaStream_t s);
 int launch_stage(float *h, int d, int64_t row0, int64_t rows, int64_t tokens, uint64_t key,
                  cudaStream_t s);
 int launch_thd(int32_t *cu, int32_t *cu_padded, int entries, const struct thd_lengths *a,
                cudaStream_t s);
-int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d, cudaStream_t s);
+int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d, cudaStream_t s,
+                   bool pdl);
 int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k, int ldy, int epi,
-                cudaStream_t s);
+                cudaStream_t s, bool pdl);
+/* Whether RMSNorm over k values fuses into a small GEMM of rows x n outputs (launch_norm_gemm):
+ * k 64, at most 64K outputs. */
+bool norm_gemm_fits(int rows, int n, int k);
+/* RMSNorm(x) (gain, k = d values a row) then its GEMM with w[n, k] in one kernel, bitwise equal to
+ * launch_rmsnorm then launch_gemm; columns below n0 go to y0 (row stride ld0), the rest to y1
+ * (row stride ld1). epi GEMM_STORE or GEMM_SILU. */
+int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows, int n, int k,
+                     int n0, float *y0, int ld0, float *y1, int ld1, int epi, cudaStream_t s,
+                     bool pdl);
 int launch_attention(const float *q, const float *kv, const int32_t *cu, const int32_t *cu_padded,
                      int padded_sequences, int64_t row0, int rows, int heads, int d, float *out,
-                     cudaStream_t s);
+                     cudaStream_t s, bool pdl);
+/* The binaryVersion of the step kernels (90 for an sm_90 binary), or 0 if it cannot be read. */
+int kernels_binary_version();
 
 } // namespace cgrtk_cp_impl
 

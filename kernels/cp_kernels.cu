@@ -5,6 +5,13 @@
  * Every kernel computes each output element in one fixed order that depends only on the data of
  * its own row (never on the row count, the grid or the rank), without atomics, so results are
  * bitwise reproducible eagerly, replayed, and at any cp size.
+ *
+ * Programmatic dependent launch (sm_90+, as in decode_kernels.cu): the kernels of one module call
+ * after its first are launched with the programmatic-serialization attribute (cp.cu decides).
+ * Every step kernel lets its dependents launch early (griddepcontrol.launch_dependents) and
+ * waits for its predecessor (griddepcontrol.wait) before it reads anything a kernel of the call
+ * writes and before it writes anything; before the wait it reads only what no kernel of the call
+ * writes (weights, THD metadata). Launched without the attribute both are no-ops.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -18,11 +25,42 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kNormWarps = 8;               /* rows per RMSNorm block, one warp each */
-constexpr int kAttnWarps = 4;               /* rows per attention block (one head), one warp each */
+constexpr int kAttnWarps = 4;               /* warps per attention block (one row, one head) */
 constexpr int kBM = 64, kBN = 64, kBK = 16; /* GEMM tile; 256 threads, 4 x 4 outputs each */
 constexpr unsigned kFull = 0xffffffffu;
 /* Outputs up to which a GEMM runs one thread per element (gemm_small) rather than in tiles. */
 constexpr int64_t kSmallGemmOutputs = 64 * 1024;
+
+/* Programmatic dependent launch; see the file comment. */
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Launch with the programmatic-serialization attribute when pdl is set. */
+template <typename... Params, typename... Args>
+int launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, bool pdl,
+           Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = s;
+  if (pdl) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  return (int)cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 unsigned grid_for(uint64_t n) {
   uint64_t b = (n + kThreads - 1) / kThreads;
@@ -63,6 +101,8 @@ __global__ void stage_thd(int32_t *__restrict__ cu, int32_t *__restrict__ cu_pad
  * in a fixed order, then a butterfly (every lane ends with the same, order-fixed sum). */
 __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ gain,
                         float *__restrict__ y, int rows, int d) {
+  pdl_trigger();
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int r = blockIdx.x * kNormWarps + (threadIdx.x >> 5);
   if (r >= rows)
@@ -88,6 +128,8 @@ template <int EPI>
 __global__ void __launch_bounds__(256)
     gemm(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n, int k,
          int ldy) {
+  pdl_trigger();
+  pdl_wait();
   __shared__ float as[kBK][kBM + 4];
   __shared__ float bs[kBK][kBN + 4];
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
@@ -152,27 +194,53 @@ __global__ void __launch_bounds__(256)
 /*
  * The same GEMM for small shapes, where the 64 x 64 tiles leave most of the GPU idle (128 rows
  * by 64 columns is two blocks) and each tile step pays a load latency and a barrier: one thread
- * per output element, reading its row of x and of w four values at a time. Each element is the
- * same fmaf chain over k = 0, 1, ..., k - 1 as in gemm(), so both give the same bits.
+ * per output element. Each element is the same fmaf chain over k = 0, 1, ..., k - 1 as in gemm(),
+ * so both give the same bits. With K known (K > 0: k == K, fully unrolled) the thread's row of w
+ * is read before the wait for the predecessor and its row of x right after, all loads at once:
+ * a kernel costs one memory latency, not one per few terms of the chain.
  */
-template <int EPI>
+template <int EPI, int K>
 __global__ void __launch_bounds__(256)
     gemm_small(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n,
                int k, int ldy) {
+  pdl_trigger();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= (int64_t)rows * n)
-    return;
-  const int r = (int)(idx / n), c = (int)(idx % n);
+  const bool live = idx < (int64_t)rows * n;
+  const int r = live ? (int)(idx / n) : 0, c = live ? (int)(idx % n) : 0;
   const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)r * k);
   const float4 *wr = reinterpret_cast<const float4 *>(w + (size_t)c * k);
   float acc = 0.0f;
+  if (K > 0) {
+    float4 wv[K > 0 ? K / 4 : 1];
+#pragma unroll
+    for (int q = 0; q < K / 4; q++)
+      wv[q] = wr[q];
+    pdl_wait();
+    if (!live)
+      return;
+    float4 xv[K > 0 ? K / 4 : 1];
+#pragma unroll
+    for (int q = 0; q < K / 4; q++)
+      xv[q] = xr[q];
+#pragma unroll
+    for (int q = 0; q < K / 4; q++) {
+      acc = fmaf(xv[q].x, wv[q].x, acc);
+      acc = fmaf(xv[q].y, wv[q].y, acc);
+      acc = fmaf(xv[q].z, wv[q].z, acc);
+      acc = fmaf(xv[q].w, wv[q].w, acc);
+    }
+  } else {
+    pdl_wait();
+    if (!live)
+      return;
 #pragma unroll 4
-  for (int q = 0; q < k / 4; q++) {
-    const float4 a = xr[q], b = wr[q];
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-    acc = fmaf(a.z, b.z, acc);
-    acc = fmaf(a.w, b.w, acc);
+    for (int q = 0; q < k / 4; q++) {
+      const float4 a = xr[q], b = wr[q];
+      acc = fmaf(a.x, b.x, acc);
+      acc = fmaf(a.y, b.y, acc);
+      acc = fmaf(a.z, b.z, acc);
+      acc = fmaf(a.w, b.w, acc);
+    }
   }
   float *yr = y + (size_t)r * ldy + c;
   if (EPI == GEMM_STORE)
@@ -184,95 +252,202 @@ __global__ void __launch_bounds__(256)
 }
 
 /*
- * One warp per (local row, head). The row's sequence is found in cu_padded (the last entry
- * <= its global row); a real row attends to the keys of that sequence from its first row up to
- * itself, in chunks of 32 starting at the sequence's first row: each lane scores one key of the
- * chunk (64 fmaf in order), the chunk's maximum and sum come from fixed butterflies, and the
- * values are accumulated key by key in order (lane l owns dims l and l + 32). Online softmax
- * across chunks. A padding row writes 0.
+ * RMSNorm fused into the small GEMM that follows it (the launch-bound shape's QKV and W1
+ * projections, d = K = 64): each thread normalizes its own row of x, K values, and runs its
+ * output's fmaf chain over them. The row's sum of squares is formed exactly as rmsnorm() forms it
+ * (32 lane-strided partial sums, then the butterfly's pairwise tree, which leaves every lane with
+ * lane 0's value), and each normalized value as x * inv * gain, so the results are bitwise those of
+ * rmsnorm() then gemm_small() (or gemm()). Outputs of columns below n0 go to y0 (row stride ld0),
+ * the others to y1 (column c - n0, row stride ld1): one launch writes Q and the K/V rows.
  */
-__global__ void attention(const float *__restrict__ q, const float *__restrict__ kv,
-                          const int32_t *__restrict__ cu, const int32_t *__restrict__ cu_padded,
-                          int padded_sequences, int64_t row0, int rows, int d,
-                          float *__restrict__ out) {
-  const int lane = threadIdx.x & 31;
-  const int lr = blockIdx.x * kAttnWarps + (threadIdx.x >> 5);
-  if (lr >= rows)
-    return;
-  const int h = blockIdx.y;
-  const int64_t g = row0 + lr;
-  int lo = 0, hi = padded_sequences - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if ((int64_t)cu_padded[mid] <= g)
-      lo = mid;
-    else
-      hi = mid - 1;
+template <int EPI, int K>
+__global__ void __launch_bounds__(256)
+    norm_gemm_small(const float *__restrict__ x, const float *__restrict__ gain,
+                    const float *__restrict__ w, int rows, int n, int n0, float *y0, int ld0,
+                    float *y1, int ld1) {
+  pdl_trigger();
+  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const bool live = idx < (int64_t)rows * n;
+  const int r = live ? (int)(idx / n) : 0, c = live ? (int)(idx % n) : 0;
+  const float4 *wr = reinterpret_cast<const float4 *>(w + (size_t)c * K);
+  const float4 *gr = reinterpret_cast<const float4 *>(gain);
+  float ws[K], gs[K], xs[K];
+#pragma unroll
+  for (int q = 0; q < K / 4; q++) {
+    const float4 a = wr[q], b = gr[q];
+    ws[4 * q] = a.x, ws[4 * q + 1] = a.y, ws[4 * q + 2] = a.z, ws[4 * q + 3] = a.w;
+    gs[4 * q] = b.x, gs[4 * q + 1] = b.y, gs[4 * q + 2] = b.z, gs[4 * q + 3] = b.w;
   }
-  const int64_t start = cu_padded[lo];
-  const int64_t len = (int64_t)cu[lo + 1] - cu[lo];
+  pdl_wait();
+  if (!live)
+    return;
+  const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)r * K);
+#pragma unroll
+  for (int q = 0; q < K / 4; q++) {
+    const float4 a = xr[q];
+    xs[4 * q] = a.x, xs[4 * q + 1] = a.y, xs[4 * q + 2] = a.z, xs[4 * q + 3] = a.w;
+  }
+  float part[32];
+#pragma unroll
+  for (int l = 0; l < 32; l++) {
+    part[l] = 0.0f;
+#pragma unroll
+    for (int e = l; e < K; e += 32)
+      part[l] = fmaf(xs[e], xs[e], part[l]);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+    for (int l = 0; l < off; l++)
+      part[l] = part[l] + part[l + off];
+  const float inv = rsqrtf(part[0] / (float)K + CGRTK_CP_RMS_EPS);
+  float acc = 0.0f;
+#pragma unroll
+  for (int e = 0; e < K; e++)
+    acc = fmaf(xs[e] * inv * gs[e], ws[e], acc);
+  float *yr = c < n0 ? y0 + (size_t)r * ld0 + c : y1 + (size_t)r * ld1 + (c - n0);
+  if (EPI == GEMM_STORE)
+    *yr = acc;
+  else
+    *yr = acc / (1.0f + expf(-acc));
+}
+
+template <int EPI>
+int launch_small(const float *x, const float *w, float *y, int rows, int n, int k, int ldy,
+                 cudaStream_t s, bool pdl) {
+  const int64_t outputs = (int64_t)rows * n;
+  const dim3 grid((unsigned)((outputs + kThreads - 1) / kThreads)), block(kThreads);
+  if (k == 64)
+    return launch(gemm_small<EPI, 64>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+  if (k == 128)
+    return launch(gemm_small<EPI, 128>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+  return launch(gemm_small<EPI, 0>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+}
+
+/*
+ * One block of kAttnWarps warps per (local row, head). The row's sequence is the last entry of
+ * cu_padded <= its global row (counted by the whole block in one pass: the entries are
+ * nondecreasing); a real row attends to the keys of that sequence from its first row up to
+ * itself, in chunks of 32 keys starting at the sequence's first row. Warp w takes chunks w,
+ * w + kAttnWarps, ... in order: each lane scores one key of the chunk (64 fmaf in order), the
+ * chunk's maximum and sum come from fixed butterflies, and the values are accumulated key by key
+ * in order (lane l owns dims l and l + 32), online across the warp's chunks. The warps' partial
+ * results are then combined in warp order. Every step depends only on the row's own sequence, so
+ * the bits do not depend on the row count, the grid or the rank. A padding row writes 0.
+ *
+ * The chains are short: a row of up to 128 keys is one chunk per warp, and every load a lane
+ * needs for its chunk (its key's row, the chunk's 32 value rows) is issued before the arithmetic
+ * that uses it, so a row costs a few memory latencies rather than one per key.
+ */
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    attention(const float *__restrict__ q, const float *__restrict__ kv,
+              const int32_t *__restrict__ cu, const int32_t *__restrict__ cu_padded,
+              int padded_sequences, int64_t row0, int d, float *__restrict__ out) {
+  __shared__ float part_m[kAttnWarps], part_l[kAttnWarps];
+  __shared__ float part_acc[kAttnWarps][CGRTK_CP_HEAD_DIM];
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lr = blockIdx.x, h = blockIdx.y;
+  const int64_t g = row0 + lr;
+  int below = 0; /* entries of cu_padded <= g */
+  for (int base = 0; base < padded_sequences; base += kAttnWarps * 32) {
+    const int i = base + (int)threadIdx.x;
+    below += __syncthreads_count(i < padded_sequences && (int64_t)cu_padded[i] <= g);
+  }
+  const int seq = below > 0 ? below - 1 : 0;
+  const int64_t start = cu_padded[seq];
+  const int64_t len = (int64_t)cu[seq + 1] - cu[seq];
   const int64_t pos = g - start;
   float *o = out + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM;
-  if (pos < 0 || pos >= len) {
-    o[lane] = 0.0f;
-    o[lane + 32] = 0.0f;
+  pdl_wait(); /* the THD metadata above is not written by the call's kernels; q and kv are */
+  if (pos < 0 || pos >= len) { /* the same on the whole block */
+    if (warp == 0) {
+      o[lane] = 0.0f;
+      o[lane + 32] = 0.0f;
+    }
     return;
-  }
-  /* The query, scaled by 1/sqrt(64) = 1/8 (exact), in registers on every lane. */
-  float qv[CGRTK_CP_HEAD_DIM];
-  const float4 *qr = reinterpret_cast<const float4 *>(q + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM);
-#pragma unroll
-  for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++) {
-    const float4 t = qr[e];
-    qv[4 * e + 0] = t.x * 0.125f;
-    qv[4 * e + 1] = t.y * 0.125f;
-    qv[4 * e + 2] = t.z * 0.125f;
-    qv[4 * e + 3] = t.w * 0.125f;
   }
   const size_t ld = 2 * (size_t)d;
   const float *kbase = kv + h * CGRTK_CP_HEAD_DIM;
   const float *vbase = kv + d + h * CGRTK_CP_HEAD_DIM;
+  const float4 *qr = reinterpret_cast<const float4 *>(q + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM);
   float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
-  for (int64_t base = start; base <= g; base += 32) {
+  for (int64_t base = start + 32 * (int64_t)warp; base <= g; base += 32 * kAttnWarps) {
     const int64_t j = base + lane;
     const bool valid = j <= g;
-    float s = -INFINITY;
-    if (valid) {
-      const float4 *kr = reinterpret_cast<const float4 *>(kbase + (size_t)j * ld);
-      float dot = 0.0f;
+    const int cnt = (int)(g - base + 1 < 32 ? g - base + 1 : 32); /* the same on every lane */
+    /* Every load of the chunk first: this lane's key row, then the values of its dims. */
+    float4 kr[CGRTK_CP_HEAD_DIM / 4];
+    const float4 *krow = reinterpret_cast<const float4 *>(kbase + (size_t)(valid ? j : base) * ld);
 #pragma unroll
-      for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++) {
-        const float4 t = kr[e];
-        dot = fmaf(qv[4 * e + 0], t.x, dot);
-        dot = fmaf(qv[4 * e + 1], t.y, dot);
-        dot = fmaf(qv[4 * e + 2], t.z, dot);
-        dot = fmaf(qv[4 * e + 3], t.w, dot);
-      }
-      s = dot;
+    for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++)
+      kr[e] = krow[e];
+    float v0[32], v1[32];
+#pragma unroll
+    for (int t = 0; t < 32; t++) {
+      const float *vr = vbase + (size_t)(base + (t < cnt ? t : 0)) * ld;
+      v0[t] = vr[lane];
+      v1[t] = vr[lane + 32];
     }
+    /* The score of this lane's key, with the query scaled by 1/sqrt(64) = 1/8 (exact). */
+    float dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++) {
+      const float4 qv = qr[e];
+      dot = fmaf(qv.x * 0.125f, kr[e].x, dot);
+      dot = fmaf(qv.y * 0.125f, kr[e].y, dot);
+      dot = fmaf(qv.z * 0.125f, kr[e].z, dot);
+      dot = fmaf(qv.w * 0.125f, kr[e].w, dot);
+    }
+    const float s = valid ? dot : -INFINITY;
     float cmax = s;
     for (int off = 16; off > 0; off >>= 1)
       cmax = fmaxf(cmax, __shfl_xor_sync(kFull, cmax, off));
     const float mnew = fmaxf(m, cmax); /* finite: lane 0's key (base <= g) is valid */
     const float p = valid ? expf(s - mnew) : 0.0f;
-    const float corr = expf(m - mnew); /* 0 on the first chunk (m = -inf) */
+    const float corr = expf(m - mnew); /* 0 on the warp's first chunk (m = -inf) */
     float psum = p;
     for (int off = 16; off > 0; off >>= 1)
       psum += __shfl_xor_sync(kFull, psum, off);
     l = l * corr + psum;
     acc0 *= corr;
     acc1 *= corr;
-    const int cnt = (int)(g - base + 1 < 32 ? g - base + 1 : 32); /* the same on every lane */
-    for (int t = 0; t < cnt; t++) {
-      const float pt = __shfl_sync(kFull, p, t);
-      const float *vr = vbase + (size_t)(base + t) * ld;
-      acc0 = fmaf(pt, vr[lane], acc0);
-      acc1 = fmaf(pt, vr[lane + 32], acc1);
+#pragma unroll
+    for (int t = 0; t < 32; t++) {
+      const float pt = __shfl_sync(kFull, p, t); /* 0 past cnt: those keys are not valid */
+      if (t < cnt) {
+        acc0 = fmaf(pt, v0[t], acc0);
+        acc1 = fmaf(pt, v1[t], acc1);
+      }
     }
     m = mnew;
   }
-  o[lane] = acc0 / l;
-  o[lane + 32] = acc1 / l;
+  /* Combine the warps' results in warp order (a warp without a chunk has l = 0). */
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+  }
+  part_acc[warp][lane] = acc0;
+  part_acc[warp][lane + 32] = acc1;
+  __syncthreads();
+  if (warp != 0)
+    return;
+  float mt = part_m[0];
+#pragma unroll
+  for (int w = 1; w < kAttnWarps; w++)
+    mt = fmaxf(mt, part_m[w]);
+  float lt = 0.0f, a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kAttnWarps; w++) {
+    if (part_l[w] == 0.0f)
+      continue;
+    const float c = expf(part_m[w] - mt);
+    lt = fmaf(part_l[w], c, lt);
+    a0 = fmaf(part_acc[w][lane], c, a0);
+    a1 = fmaf(part_acc[w][lane + 32], c, a1);
+  }
+  o[lane] = a0 / lt;
+  o[lane + 32] = a1 / lt;
 }
 
 bool misaligned(const void *p) {
@@ -280,6 +455,11 @@ bool misaligned(const void *p) {
 }
 
 } // namespace
+
+int kernels_binary_version() {
+  cudaFuncAttributes a;
+  return cudaFuncGetAttributes(&a, attention) == cudaSuccess ? a.binaryVersion : 0;
+}
 
 int launch_init(float *dst, uint64_t n, uint64_t key, int is_gain, float scale, cudaStream_t s) {
   if (n == 0)
@@ -302,53 +482,66 @@ int launch_thd(int32_t *cu, int32_t *cu_padded, int entries, const struct thd_le
   return (int)cudaGetLastError();
 }
 
-int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d, cudaStream_t s) {
+int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d, cudaStream_t s,
+                   bool pdl) {
   if (rows == 0)
     return 0;
   const unsigned blocks = (unsigned)((rows + kNormWarps - 1) / kNormWarps);
-  rmsnorm<<<blocks, kNormWarps * 32, 0, s>>>(x, gain, y, rows, d);
-  return (int)cudaGetLastError();
+  return launch(rmsnorm, dim3(blocks), dim3(kNormWarps * 32), s, pdl, x, gain, y, rows, d);
 }
 
 int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k, int ldy, int epi,
-                cudaStream_t s) {
+                cudaStream_t s, bool pdl) {
   if (rows == 0)
     return 0;
   if (n % kBN != 0 || k % kBK != 0 || misaligned(x) || misaligned(w))
     return (int)cudaErrorInvalidValue;
   /* Small products (the launch-bound shape: 128 rows, d 64) go one thread per element. */
-  const int64_t outputs = (int64_t)rows * n;
-  if (outputs <= kSmallGemmOutputs) {
-    const unsigned blocks = (unsigned)((outputs + kThreads - 1) / kThreads);
+  if ((int64_t)rows * n <= kSmallGemmOutputs) {
     if (epi == GEMM_STORE)
-      gemm_small<GEMM_STORE><<<blocks, kThreads, 0, s>>>(x, w, y, rows, n, k, ldy);
-    else if (epi == GEMM_SILU)
-      gemm_small<GEMM_SILU><<<blocks, kThreads, 0, s>>>(x, w, y, rows, n, k, ldy);
-    else
-      gemm_small<GEMM_RESIDUAL><<<blocks, kThreads, 0, s>>>(x, w, y, rows, n, k, ldy);
-    return (int)cudaGetLastError();
+      return launch_small<GEMM_STORE>(x, w, y, rows, n, k, ldy, s, pdl);
+    if (epi == GEMM_SILU)
+      return launch_small<GEMM_SILU>(x, w, y, rows, n, k, ldy, s, pdl);
+    return launch_small<GEMM_RESIDUAL>(x, w, y, rows, n, k, ldy, s, pdl);
   }
-  const dim3 grid((unsigned)(n / kBN), (unsigned)((rows + kBM - 1) / kBM));
+  const dim3 grid((unsigned)(n / kBN), (unsigned)((rows + kBM - 1) / kBM)), block(256);
   if (epi == GEMM_STORE)
-    gemm<GEMM_STORE><<<grid, 256, 0, s>>>(x, w, y, rows, n, k, ldy);
-  else if (epi == GEMM_SILU)
-    gemm<GEMM_SILU><<<grid, 256, 0, s>>>(x, w, y, rows, n, k, ldy);
-  else
-    gemm<GEMM_RESIDUAL><<<grid, 256, 0, s>>>(x, w, y, rows, n, k, ldy);
-  return (int)cudaGetLastError();
+    return launch(gemm<GEMM_STORE>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+  if (epi == GEMM_SILU)
+    return launch(gemm<GEMM_SILU>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+  return launch(gemm<GEMM_RESIDUAL>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+}
+
+bool norm_gemm_fits(int rows, int n, int k) {
+  return k == 64 && n % kBN == 0 && (int64_t)rows * n <= kSmallGemmOutputs;
+}
+
+int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows, int n, int k,
+                     int n0, float *y0, int ld0, float *y1, int ld1, int epi, cudaStream_t s,
+                     bool pdl) {
+  if (rows == 0)
+    return 0;
+  if (!norm_gemm_fits(rows, n, k) || epi == GEMM_RESIDUAL || misaligned(x) || misaligned(w) ||
+      misaligned(gain))
+    return (int)cudaErrorInvalidValue;
+  const int64_t outputs = (int64_t)rows * n;
+  const dim3 grid((unsigned)((outputs + kThreads - 1) / kThreads)), block(kThreads);
+  if (epi == GEMM_STORE)
+    return launch(norm_gemm_small<GEMM_STORE, 64>, grid, block, s, pdl, x, gain, w, rows, n, n0, y0,
+                  ld0, y1, ld1);
+  return launch(norm_gemm_small<GEMM_SILU, 64>, grid, block, s, pdl, x, gain, w, rows, n, n0, y0,
+                ld0, y1, ld1);
 }
 
 int launch_attention(const float *q, const float *kv, const int32_t *cu, const int32_t *cu_padded,
                      int padded_sequences, int64_t row0, int rows, int heads, int d, float *out,
-                     cudaStream_t s) {
+                     cudaStream_t s, bool pdl) {
   if (rows == 0)
     return 0;
   if (misaligned(q) || misaligned(kv) || padded_sequences < 1)
     return (int)cudaErrorInvalidValue;
-  const dim3 grid((unsigned)((rows + kAttnWarps - 1) / kAttnWarps), (unsigned)heads);
-  attention<<<grid, kAttnWarps * 32, 0, s>>>(q, kv, cu, cu_padded, padded_sequences, row0, rows, d,
-                                             out);
-  return (int)cudaGetLastError();
+  return launch(attention, dim3((unsigned)rows, (unsigned)heads), dim3(kAttnWarps * 32), s, pdl, q,
+                kv, cu, cu_padded, padded_sequences, row0, d, out);
 }
 
 } // namespace cgrtk_cp_impl
