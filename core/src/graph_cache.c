@@ -575,8 +575,12 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
      the budget) goes at once, without evicting the others. */
   if (budget && cgrt__mem_total(rt) > budget) {
     struct expectation none = {0, 0};
+    /* Idle memory first: its trim also lowers the new graph's mark to what the pool keeps. */
+    if (rt->mem.idle)
+      cgrt__mem_reclaim(rt, NULL);
     uint64_t alone = e->rec.pool_mark + e->rec.exec_bytes;
-    if (e->rec.built_bytes > budget || alone > budget || !budget_fit(c, e, &none)) {
+    if (cgrt__mem_total(rt) > budget &&
+        (e->rec.built_bytes > budget || alone > budget || !budget_fit(c, e, &none))) {
       drop_exec(c, e);
       cgrt__mem_reclaim(rt, NULL);
       return budget_eager(c, e, w, alone > e->rec.built_bytes ? alone : e->rec.built_bytes, mode);
