@@ -29,10 +29,12 @@ struct bench_opts {
   const char *plot; /* decode, chain: an SVG chart of the rows to this file, or NULL */
   int chain_kernels;
   int json;
-  int ranks;            /* cp workload: processes, one per GPU; 0: the largest cp size */
-  const char *cp_shape; /* cp workload: "launch" (NULL: the default) or "compute" */
-  int timeout_s;        /* cp workload: the ranks' time limit; 0: 600 s */
-  const char *traffic;  /* decode: replay this token-count file (bench_traffic.c) */
+  int ranks;              /* cp workload: processes, one per GPU; 0: the largest cp size */
+  const char *cp_shape;   /* cp workload: "launch" (NULL: the default) or "compute" */
+  int timeout_s;          /* cp workload: the ranks' time limit; 0: 600 s */
+  const char *traffic;    /* decode: replay this token-count file (bench_traffic.c) */
+  int set_budget;         /* --memory-budget given: memory_budget replaces the configuration's */
+  uint64_t memory_budget; /* bytes, 0: off */
 };
 
 /*

@@ -578,6 +578,8 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   if (status != EXIT_VALID)
     return status;
   cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
+  if (o->set_budget)
+    cgrt_tool_config_view(cfg)->memory_budget = o->memory_budget;
   const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   int device = v->device;
   if (tool_eager_config(v, &eager_cfg) != EXIT_VALID) {

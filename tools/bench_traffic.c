@@ -131,11 +131,16 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
       set_text(&r->st, set, sizeof(set));
       printf("%s{\"run\":\"%s\",\"total_ms\":%.2f,\"step_us\":%.2f,\"steady_us\":%.2f,"
              "\"speedup\":%.3f,\"padded_tokens\":%llu,\"padded_share\":%.4f,\"captures\":%llu,"
-             "\"bucket_changes\":%llu,\"buckets\":\"%s\",\"checked\":%d,\"bitwise_equal\":%d}",
+             "\"bucket_changes\":%llu,\"budget_eager\":%llu,\"evictions\":%llu,"
+             "\"budget_evictions\":%llu,\"graph_bytes_peak\":%llu,\"memory_budget\":%llu,"
+             "\"buckets\":\"%s\",\"checked\":%d,\"bitwise_equal\":%d}",
              i ? "," : "", r->label, r->wall_ms, r->wall_ms * 1e3 / (double)r->steps, r->steady_us,
              eager->wall_ms / r->wall_ms, (unsigned long long)r->st.padded_tokens,
              padded_share(&r->st), (unsigned long long)r->st.captures,
-             (unsigned long long)r->st.bucket_changes, r->graphed ? set : "", r->checked, r->equal);
+             (unsigned long long)r->st.bucket_changes, (unsigned long long)r->st.budget_eager,
+             (unsigned long long)r->st.evictions, (unsigned long long)r->st.budget_evictions,
+             (unsigned long long)r->st.graph_bytes_peak, (unsigned long long)r->st.memory_budget,
+             r->graphed ? set : "", r->checked, r->equal);
     }
     printf("]}\n");
     return;
@@ -146,20 +151,25 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
          what, device);
   printf("each run replays the whole trace from a fresh runtime (captures included); steady = "
          "the second half's device time per step; bitwise: sampled steps against eager at the "
-         "same padded size\n");
-  printf("%-20s %10s %9s %10s %8s %12s %9s %8s %9s  %s\n", "run", "total_ms", "us/step",
-         "steady_us", "speedup", "padded_share", "captures", "changes", "bitwise",
-         "buckets at the end (largest first)");
+         "same padded size; b_eager: calls run eagerly for [cuda_graph] memory_budget, b_evict: "
+         "graphs evicted for it, peak_MiB: graph memory at its highest (live + idle)\n");
+  if (runs[1].st.memory_budget)
+    printf("memory_budget %.1f MiB\n", (double)runs[1].st.memory_budget / (1024.0 * 1024.0));
+  printf("%-20s %10s %9s %10s %8s %12s %9s %8s %9s %9s %9s %10s  %s\n", "run", "total_ms",
+         "us/step", "steady_us", "speedup", "padded_share", "captures", "changes", "b_eager",
+         "b_evict", "peak_MiB", "bitwise", "buckets at the end (largest first)");
   for (int i = 0; i < n; i++) {
     const struct traffic_run *r = &runs[i];
     char check[32] = "-";
     if (r->graphed)
       snprintf(check, sizeof(check), "%d/%d", r->equal, r->checked);
     set_text(&r->st, set, sizeof(set));
-    printf("%-20s %10.1f %9.1f %10.1f %7.2fx %11.2f%% %9llu %8llu %9s  %s\n", r->label, r->wall_ms,
-           r->wall_ms * 1e3 / (double)r->steps, r->steady_us, eager->wall_ms / r->wall_ms,
-           100.0 * padded_share(&r->st), (unsigned long long)r->st.captures,
-           (unsigned long long)r->st.bucket_changes, check, r->graphed ? set : "");
+    printf("%-20s %10.1f %9.1f %10.1f %7.2fx %11.2f%% %9llu %8llu %9llu %9llu %9.1f %10s  %s\n",
+           r->label, r->wall_ms, r->wall_ms * 1e3 / (double)r->steps, r->steady_us,
+           eager->wall_ms / r->wall_ms, 100.0 * padded_share(&r->st),
+           (unsigned long long)r->st.captures, (unsigned long long)r->st.bucket_changes,
+           (unsigned long long)r->st.budget_eager, (unsigned long long)r->st.budget_evictions,
+           (double)r->st.graph_bytes_peak / (1024.0 * 1024.0), check, r->graphed ? set : "");
   }
   for (int i = 1; i < n; i++)
     if (runs[i].checked && runs[i].equal != runs[i].checked)
@@ -183,6 +193,8 @@ static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_di
   v->driver = CGRT_DRIVER_CUDA;
   if (set_dist)
     v->buckets = dist;
+  if (o->set_budget)
+    v->memory_budget = o->memory_budget;
   return EXIT_VALID;
 }
 

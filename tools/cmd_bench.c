@@ -120,7 +120,8 @@ static void usage(void) {
           "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
           "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
           "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
-          "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n");
+          "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n"
+          "                  [--memory-budget SIZE|off]\n");
 }
 
 /* Parses a space- or comma-separated list of positive token counts. */
@@ -140,6 +141,24 @@ static int parse_tokens(const char *s, struct bench_opts *o) {
     p = end;
   }
   return o->num_tokens > 0 ? 0 : -1;
+}
+
+/*
+ * --memory-budget: read by the configuration's own parser (a one-key INI), so it takes what
+ * [cuda_graph] memory_budget takes and is refused with the same message.
+ */
+static int parse_budget(const char *text, struct bench_opts *o) {
+  char ini[256];
+  if (snprintf(ini, sizeof(ini), "[cuda_graph]\nimpl = local\nmemory_budget = %s\n", text) >=
+      (int)sizeof(ini))
+    return -1;
+  cgrt_tool_config *cfg = NULL;
+  if (tool_load_config(NULL, ini, "--memory-budget", &cfg, 0) != EXIT_VALID)
+    return -1;
+  o->set_budget = 1;
+  o->memory_budget = cgrt_tool_config_view(cfg)->memory_budget;
+  cgrt_tool_config_free(cfg);
+  return 0;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -183,7 +202,13 @@ int cmd_bench(int argc, char **argv) {
       o.timeout_s = atoi(argv[++i]);
     else if (strcmp(a, "--traffic") == 0 && val)
       o.traffic = argv[++i];
-    else if (a[0] != '-' && !o.conf)
+    else if (strcmp(a, "--memory-budget") == 0 && val) {
+      if (parse_budget(argv[++i], &o) != 0) {
+        fprintf(stderr, "cgrt bench: --memory-budget takes what [cuda_graph] memory_budget "
+                        "takes: off, or e.g. 512 MiB\n");
+        return EXIT_INVALID;
+      }
+    } else if (a[0] != '-' && !o.conf)
       o.conf = a;
     else {
       usage();

@@ -144,5 +144,11 @@ struct cgrt_host_faults {
 };
 /* The fault flags of an opened host-driver instance (NULL for another driver). */
 struct cgrt_host_faults *cgrt__host_faults(struct cgrt_dev *dev);
+/*
+ * Tests only: the host driver's graph pool reserves (and trims to) whole granules of `bytes`
+ * from now on, as CUDA's does (32 MiB on CUDA 13); 0, the default, reserves to the byte.
+ * CGRT_E_INVAL for another driver.
+ */
+int cgrt__host_set_pool_granule(struct cgrt_dev *dev, uint64_t bytes);
 
 #endif

@@ -45,7 +45,11 @@
  *   executable (they never run at the same time on a stream), so they need the largest such
  *   footprint once; allocations a graph never frees cannot be shared. `used` is the sum of the
  *   unshared footprints plus the largest shared one over mapped executables; `reserved` only
- *   grows, to cover `used`, until graph_mem_trim gives back what no executable uses. Each
+ *   grows, to cover `used`, until graph_mem_trim gives back what no executable uses. By default
+ *   reserved grows and trims to the byte; cgrt__host_set_pool_granule (tests only, off by
+ *   default) makes it grow and trim in whole granules, as CUDA 13 does in 32 MiB ones (a graph
+ *   allocating 1 MB reserves 32 MiB, 33 MiB reserves 64 MiB), so that small graphs share one
+ *   granule and a large one needs several. Each
  *   executable also owns HOST_EXEC_NODE_BYTES of device memory per node, from instantiate to
  *   destroy. mem_info reports the physical memory size as the device's total and that total less
  *   the graph pool and the executables' own memory as free, so it moves only with graphs.
@@ -128,6 +132,7 @@ struct host_dev {
   struct host_graph *execs;    /* every live executable, for the graph pool */
   struct host_block *eager;    /* stream-ordered allocations made outside captures */
   uint64_t pool_used, pool_reserved; /* the graph memory pool (see the top of the file) */
+  uint64_t pool_granule;             /* reserved grows and trims in these (0: bytes) */
   uint64_t exec_bytes;               /* device memory the executables own */
   struct host_stream *legacy;        /* CGRT_LEGACY_STREAM: never captured */
   struct host_alloc *allocs; /* live mem_alloc blocks: "device" memory, for diagnose's notes */
@@ -571,6 +576,12 @@ static void exec_footprint(struct host_graph *x) {
   x->unshared = unshared;
 }
 
+/* What the pool reserves to cover `bytes`: whole granules, when a granularity is set. */
+static uint64_t pool_rounded(const struct host_dev *hd, uint64_t bytes) {
+  uint64_t g = hd->pool_granule;
+  return g ? (bytes + g - 1) / g * g : bytes;
+}
+
 /* The pool's use from the mapped executables; reserved grows to cover it. */
 static void pool_update(struct host_dev *hd) {
   uint64_t shared = 0, unshared = 0;
@@ -582,7 +593,7 @@ static void pool_update(struct host_dev *hd) {
     }
   hd->pool_used = shared + unshared;
   if (hd->pool_reserved < hd->pool_used)
-    hd->pool_reserved = hd->pool_used;
+    hd->pool_reserved = pool_rounded(hd, hd->pool_used);
 }
 
 static void exec_map(struct host_graph *x) {
@@ -1080,7 +1091,7 @@ static int host_graph_mem(struct cgrt_dev *dev, uint64_t *used, uint64_t *reserv
 
 static int host_graph_mem_trim(struct cgrt_dev *dev) {
   struct host_dev *hd = dev->impl;
-  hd->pool_reserved = hd->pool_used;
+  hd->pool_reserved = pool_rounded(hd, hd->pool_used);
   return 0;
 }
 
@@ -1174,6 +1185,15 @@ struct cgrt_host_faults *cgrt__host_faults(struct cgrt_dev *dev) {
   if (!dev || dev->drv != &cgrt__driver_host || !dev->impl)
     return NULL;
   return &((struct host_dev *)dev->impl)->faults;
+}
+
+int cgrt__host_set_pool_granule(struct cgrt_dev *dev, uint64_t bytes) {
+  if (!dev || dev->drv != &cgrt__driver_host || !dev->impl)
+    return CGRT_E_INVAL;
+  struct host_dev *hd = dev->impl;
+  hd->pool_granule = bytes;
+  pool_update(hd);
+  return 0;
 }
 
 const struct cgrt_driver cgrt__driver_host = {

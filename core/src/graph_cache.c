@@ -240,42 +240,69 @@ static int similar(const struct cgrt_graph_key *a, const struct cgrt_graph_key *
 }
 
 /*
- * Bytes a new executable for e should take: e's last build; else the largest alike graph built
- * for a shape no larger (shape and extra are token buckets or the host's sizes, and a graph's
- * temporaries grow with them); else nothing is known (0): the build is tried and the budget
- * checked with its measured size. The largest alike graph of any shape is no estimate when the
- * buckets' temporaries scale: one large bucket over the budget would send every other bucket
- * eager for good (seen on the H200 with buckets of 4 to 512 MiB).
+ * What a new executable for e should take: the graph pool it needs when launched on the
+ * runtime's stream (its pool mark) and its executable's own memory. e's last build; else the
+ * largest alike graph built for a shape and extra no larger (shape and extra are token buckets
+ * or the host's sizes, and a graph's temporaries grow with them); else nothing is known (0): the
+ * build is tried and the budget checked with its measured size. The largest alike graph of any
+ * shape is no estimate when the buckets' temporaries scale: one large bucket over the budget
+ * would send every other bucket eager for good (seen on the H200 with buckets of 4 to 512 MiB).
  */
-static uint64_t expected_bytes(const struct cgrt_graph_cache *c, const struct entry *e) {
-  if (e->has_rec)
-    return e->rec.built_bytes;
-  uint64_t below = 0;
+struct expectation {
+  uint64_t pool; /* the pool it needs: an upper bound, shared with the other graphs */
+  uint64_t exec;
+};
+
+static struct expectation expected_cost(const struct cgrt_graph_cache *c, const struct entry *e) {
+  struct expectation x = {0, 0};
+  if (e->has_rec) {
+    x.pool = e->rec.pool_mark;
+    x.exec = e->rec.exec_bytes;
+    return x;
+  }
   for (const struct entry *o = c->oldest; o; o = o->newer)
     if (o->has_rec && similar(&o->key, &e->key) && o->key.shape <= e->key.shape &&
-        o->key.extra <= e->key.extra && o->rec.built_bytes > below)
-      below = o->rec.built_bytes;
-  return below;
+        o->key.extra <= e->key.extra) {
+      if (o->rec.pool_mark > x.pool)
+        x.pool = o->rec.pool_mark;
+      if (o->rec.exec_bytes > x.exec)
+        x.exec = o->rec.exec_bytes;
+    }
+  return x;
 }
 
 /*
- * Makes room under the budget for `need` more bytes: idle pool memory is trimmed, then the least
- * recently used executables are evicted, each followed by a trim, until the total fits. 1 if it
- * fits, 0 if not (a need above the budget evicts nothing). Never evicted: `keep`, and graphs the
+ * The bytes building x should add to the total: its own memory and what its pool need exceeds
+ * the pool's reserved total by (the driver's figure: idle memory and the other graphs' shared
+ * memory count as reusable).
+ */
+static uint64_t expected_growth(cgrt_runtime *rt, const struct expectation *x) {
+  struct cgrt__mem_probe p = {0};
+  if (x->pool)
+    cgrt__mem_probe(rt, &p);
+  uint64_t reserved = p.ok ? p.reserved : 0;
+  return x->exec + (x->pool > reserved ? x->pool - reserved : 0);
+}
+
+/*
+ * Makes room under the budget for a build expected to cost x: idle pool memory is trimmed, then
+ * the least recently used executables are evicted, each followed by a trim, until the total
+ * plus the expected growth fits (the growth is read again after each trim: a trim lowers the
+ * pool, which raises the growth). 1 if it fits, 0 if not. Never evicted: `keep`, and graphs the
  * step in flight has run: the next step of that shape needs them again, and two graphs of one
  * step that cannot live together would evict each other at every step (a capture each time,
- * dearer than running one of them eagerly).
+ * dearer than running one of them eagerly). The caller has checked that x alone fits.
  */
-static int budget_fit(struct cgrt_graph_cache *c, const struct entry *keep, uint64_t need) {
+static int budget_fit(struct cgrt_graph_cache *c, const struct entry *keep,
+                      const struct expectation *x) {
   cgrt_runtime *rt = c->rt;
   uint64_t budget = cgrt__mem_budget(rt);
-  if (need > budget)
-    return 0;
-  if (cgrt__mem_total(rt) + need <= budget)
+  if (cgrt__mem_total(rt) + expected_growth(rt, x) <= budget)
     return 1;
   if (rt->mem.idle)
     cgrt__mem_reclaim(rt, NULL);
-  for (struct entry *o = c->oldest, *newer; o && cgrt__mem_total(rt) + need > budget; o = newer) {
+  for (struct entry *o = c->oldest, *newer;
+       o && cgrt__mem_total(rt) + expected_growth(rt, x) > budget; o = newer) {
     newer = o->newer;
     if (!o->exec || o == keep || (rt->in_step && o->rec.last_use == rt->step_index))
       continue;
@@ -284,7 +311,7 @@ static int budget_fit(struct cgrt_graph_cache *c, const struct entry *keep, uint
     rt->mem.budget_evictions++;
     cgrt__mem_reclaim(rt, NULL);
   }
-  return cgrt__mem_total(rt) + need <= budget;
+  return cgrt__mem_total(rt) + expected_growth(rt, x) <= budget;
 }
 
 static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mode);
@@ -505,9 +532,13 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   cgrt_runtime *rt = c->rt;
   const struct cgrt_host_api *h = &rt->host;
   uint64_t budget = cgrt__mem_budget(rt);
-  uint64_t need = budget ? expected_bytes(c, e) : 0;
-  if (budget && !budget_fit(c, e, need))
-    return budget_eager(c, e, w, need, mode);
+  if (budget) {
+    /* A graph that cannot fit even alone runs eagerly at once: evicting the others (say, the
+       small buckets' graphs for a large bucket) could not make room for it. */
+    struct expectation x = expected_cost(c, e);
+    if (x.pool + x.exec > budget || !budget_fit(c, e, &x))
+      return budget_eager(c, e, w, x.pool + x.exec, mode);
+  }
   make_room(c, e);
   int rc = c->rebind == CGRT_REBIND_COPY ? make_private(c, e, w->buffers, w->num_buffers)
                                          : save_buffers(e, w->buffers, w->num_buffers);
@@ -540,12 +571,20 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
     cgrt__mem_charge(rt, &e->rec);
   }
   /* The expectation can be wrong (a first capture has none): the budget holds after the build
-     too. A graph larger than the whole budget goes at once, without evicting the others. */
-  if (budget && cgrt__mem_total(rt) > budget &&
-      (e->rec.built_bytes > budget || !budget_fit(c, e, 0))) {
-    drop_exec(c, e);
-    cgrt__mem_reclaim(rt, NULL);
-    return budget_eager(c, e, w, e->rec.built_bytes, mode);
+     too. A graph that cannot fit alone (its growth, or its pool mark, with its own memory over
+     the budget) goes at once, without evicting the others. */
+  if (budget && cgrt__mem_total(rt) > budget) {
+    struct expectation none = {0, 0};
+    /* Idle memory first: its trim also lowers the new graph's mark to what the pool keeps. */
+    if (rt->mem.idle)
+      cgrt__mem_reclaim(rt, NULL);
+    uint64_t alone = e->rec.pool_mark + e->rec.exec_bytes;
+    if (cgrt__mem_total(rt) > budget &&
+        (e->rec.built_bytes > budget || alone > budget || !budget_fit(c, e, &none))) {
+      drop_exec(c, e);
+      cgrt__mem_reclaim(rt, NULL);
+      return budget_eager(c, e, w, alone > e->rec.built_bytes ? alone : e->rec.built_bytes, mode);
+    }
   }
   *mode = CGRT_MODE_CAPTURE;
   return replay(c, e, w, mode);
@@ -766,6 +805,13 @@ struct cgrt__graph_rec *cgrt__caches_largest(cgrt_runtime *rt) {
           (!best || e->rec.alloc_bytes >= best->alloc_bytes))
         best = &e->rec;
   return best;
+}
+
+void cgrt__caches_cap_marks(cgrt_runtime *rt, uint64_t reserved) {
+  for (struct cgrt_graph_cache *c = rt->caches; c; c = c->next_cache)
+    for (struct entry *e = c->oldest; e; e = e->newer)
+      if (e->charged && e->rec.pool_mark > reserved)
+        e->rec.pool_mark = reserved;
 }
 
 /* ---------------------------------------------------------------- whole bodies */

@@ -43,6 +43,9 @@ void cgrt__mem_build_done(cgrt_runtime *rt, const struct cgrt__mem_probe *before
     /* The pool's growth is device memory too: what free memory lost beyond it is the
        executable's own. */
     r->exec_bytes = minus(minus(before->free, after->free), r->pool_bytes);
+    /* Grown by less than it allocates: it reuses memory other graphs map too (graphs on one
+       stream share the pool), and needs at most what the pool holds now. */
+    r->pool_mark = r->pool_bytes >= alloc_bytes ? r->pool_bytes : after->reserved;
   }
   r->built_bytes = r->pool_bytes + r->exec_bytes;
   rt->mem.build_valid = 1;
@@ -85,6 +88,8 @@ void cgrt__mem_adjust(cgrt_runtime *rt, struct cgrt__graph_rec *r,
   uint64_t gave = minus(after->free, before->free);
   r->pool_bytes += grew;
   m->pool += grew;
+  if (grew && after->reserved > r->pool_mark)
+    r->pool_mark = after->reserved;
   r->exec_bytes += took;
   m->exec += took;
   /* Free memory came back (an old executable replaced by a smaller one): its own memory. */
@@ -115,6 +120,8 @@ void cgrt__mem_reclaim(cgrt_runtime *rt, uint64_t *released) {
   uint64_t gone = minus(before.reserved, after.reserved);
   if (released)
     *released = gone;
+  /* Every live graph runs within what the pool kept. */
+  cgrt__caches_cap_marks(rt, after.reserved);
   m->idle = minus(m->idle, gone);
   if (m->idle == 0)
     return;

@@ -10,7 +10,8 @@
  * cgrt__mem_reclaim() trims and settles `idle` against what the driver really gave back (what
  * it kept is shared with live graphs and is charged to the live graph with the largest
  * allocations). The budget ([cuda_graph] memory_budget) compares the ledger plus `idle` with
- * the configured size.
+ * the configured size; its expectation of a build is the pool growth the graph's pool mark
+ * implies (sharing-aware, see pool_mark) plus its executable's own memory.
  */
 #ifndef CGRT_GRAPH_MEM_H
 #define CGRT_GRAPH_MEM_H
@@ -27,6 +28,16 @@ struct cgrt__graph_rec {
   uint64_t exec_bytes;      /* device memory of the executable itself */
   uint64_t built_bytes;     /* pool_bytes + exec_bytes as measured at build: the expectation */
   uint64_t alloc_bytes;     /* its allocation nodes summed: its need if it shares nothing */
+  /*
+   * The graph pool this graph needs when launched on the runtime's stream, an upper bound:
+   * graphs launched on one stream share the pool's physical memory (what each frees inside
+   * itself), so a graph that reused memory at its build (grew the pool by less than it
+   * allocates) may need all the pool reserved right after its build; one that took fresh memory
+   * for all it allocates needs its growth. Lowered to the pool's reserved total after every trim
+   * while the graph lives. The budget expects a build to grow the pool by what this exceeds the
+   * pool's reserved total by.
+   */
+  uint64_t pool_mark;
   uint64_t nodes;
   uint64_t capture_ns;
   uint64_t instantiate_ns; /* instantiate and upload */
@@ -94,6 +105,9 @@ void cgrt__mem_describe(const struct cgrt_runtime *rt, char *buf, size_t len);
 void cgrt__mem_format(uint64_t bytes, char *buf, size_t len);
 
 /* -- graph_cache.c: what the ledger needs of the caches -- */
+
+/* Lowers the pool mark of every live executable of rt to `reserved` (the pool after a trim). */
+void cgrt__caches_cap_marks(struct cgrt_runtime *rt, uint64_t reserved);
 
 /* Calls fn for every live executable of every cache of rt; stops at fn's first nonzero. */
 int cgrt__caches_visit(struct cgrt_runtime *rt,

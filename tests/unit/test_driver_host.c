@@ -905,6 +905,30 @@ static void test_graph_memory_shared_and_unshared(void **state) {
   graph_mem_is(f, 0, 0);
 }
 
+/* With a granularity set, the pool reserves and trims in whole granules (CUDA's 32 MiB). */
+static void test_graph_memory_reserved_in_granules(void **state) {
+  struct fx *f = *state;
+  assert_int_equal(cgrt__host_set_pool_granule(&f->dev, 4096), 0);
+  void *x = graph_with_allocs(f, 100, 0, 0, NULL);
+  void *y = graph_with_allocs(f, 3000, 0, 0, NULL); /* shares x's granule */
+  void *z = graph_with_allocs(f, 4097, 0, 0, NULL); /* needs two */
+  assert_int_equal(f->d->exec_upload(&f->dev, x, f->stream), 0);
+  graph_mem_is(f, 100, 4096);
+  assert_int_equal(f->d->exec_upload(&f->dev, y, f->stream), 0);
+  graph_mem_is(f, 3000, 4096);
+  assert_int_equal(f->d->exec_upload(&f->dev, z, f->stream), 0);
+  graph_mem_is(f, 4097, 8192);
+  f->d->exec_destroy(&f->dev, z);
+  assert_int_equal(f->d->graph_mem_trim(&f->dev), 0);
+  graph_mem_is(f, 3000, 4096); /* what the live graphs use, rounded up */
+  f->d->exec_destroy(&f->dev, x);
+  f->d->exec_destroy(&f->dev, y);
+  assert_int_equal(f->d->graph_mem_trim(&f->dev), 0);
+  graph_mem_is(f, 0, 0);
+  struct cgrt_dev other = {0};
+  assert_int_equal(cgrt__host_set_pool_granule(&other, 4096), CGRT_E_INVAL);
+}
+
 /* Free memory moves with the pool and the executables' own memory, nothing else. */
 static void test_mem_info_counts_graph_memory(void **state) {
   struct fx *f = *state;
@@ -1031,6 +1055,7 @@ int main(void) {
       T(test_memory_is_zeroed_host_memory),
       T(test_graph_memory_mapped_at_upload_or_launch),
       T(test_graph_memory_shared_and_unshared),
+      T(test_graph_memory_reserved_in_granules),
       T(test_mem_info_counts_graph_memory),
       T(test_eager_async_memory_freed_in_stream_order),
       T(test_capture_free_of_outside_memory_refused),

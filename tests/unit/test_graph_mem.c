@@ -2,8 +2,9 @@
  * test_graph_mem.c - graph memory per graph and the memory budget, end to end on the host
  * driver, which models graph memory as CUDA manages it (driver_host.c): the per-graph listing
  * and its sums against the driver's figures, releasing with a report, `memory_budget` parsing,
- * and the budget with a budget smaller than one graph, smaller than all graphs, and traffic
- * that changes; an out-of-memory build logging the budget figures.
+ * and the budget with a budget smaller than one graph, smaller than all graphs, traffic that
+ * changes, and decode traffic whose small buckets share one pool granule (the host driver set to
+ * reserve in granules, as CUDA does); an out-of-memory build logging the budget figures.
  *
  * The modules take a temporary of (bucket x UNIT) bytes with cgrt_alloc_async and do their
  * "device work" as a host function: out[i] = in * 2 + bucket + i, where prepare stages
@@ -23,6 +24,7 @@
 
 #include "cgrt/cgrt.h"
 #include "config.h"
+#include "driver.h"
 #include "runtime.h"
 
 #define MODS       2
@@ -114,8 +116,8 @@ static void log_sink(void *user, cgrt_log_level level, const char *msg) {
   snprintf(f->log + n, sizeof(f->log) - n, "%s\n", msg);
 }
 
-/* A runtime of `mods` modules, local layer scope, buckets 1 2 4 8, and `budget` (or "off"). */
-static struct fixture *fixture_open(int mods, int keep, const char *budget) {
+/* A runtime of `mods` modules, local layer scope, buckets `list`, and `budget` (or "off"). */
+static struct fixture *fixture_open_list(int mods, int keep, const char *budget, const char *list) {
   struct fixture *f = calloc(1, sizeof(*f));
   assert_non_null(f);
   f->mods = mods;
@@ -123,9 +125,9 @@ static struct fixture *fixture_open(int mods, int keep, const char *budget) {
   char ini[512];
   snprintf(ini, sizeof(ini),
            "[cuda_graph]\nimpl = local\nwarmup_steps = 1\ninference_scope = layer\n"
-           "memory_budget = %s\n[inference]\nbuckets = list\nlist = 1 2 4 8\n"
+           "memory_budget = %s\n[inference]\nbuckets = list\nlist = %s\n"
            "[runtime]\ndriver = host\nlog = info\n",
-           budget);
+           budget, list);
   cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .log = log_sink, .log_user = f};
   if (cgrt_open_ex(&f->rt, &o) != 0)
     fail_msg("open: %s", cgrt_last_error(NULL));
@@ -141,6 +143,11 @@ static struct fixture *fixture_open(int mods, int keep, const char *budget) {
     assert_int_equal(cgrt_module_register(f->rt, &d, &f->m[i]), 0);
   }
   return f;
+}
+
+/* The same with buckets 1 2 4 8. */
+static struct fixture *fixture_open(int mods, int keep, const char *budget) {
+  return fixture_open_list(mods, keep, budget, "1 2 4 8");
 }
 
 static void fixture_close(struct fixture *f) {
@@ -481,6 +488,89 @@ static void test_budget_follows_changing_traffic(void **state) {
   assert_true(stats(f).graph_bytes <= 768 << 10);
 }
 
+/*
+ * Decode traffic under a budget of half the unconstrained total, with the pool reserved in
+ * granules as CUDA 13 does (32 MiB there, 1 MiB here): the small buckets' temporaries (1 to 8
+ * UNITs) fall in one shared granule, the large buckets' (32 and 48 UNITs) need 2 and 3. The
+ * small buckets' graphs together take one granule, so they all fit and must be captured once and
+ * replayed from then on (no two of them evicting each other at every step, as an expectation
+ * blind to sharing would: each expects a granule of its own). A large step cannot fit even alone:
+ * it runs eagerly, without evicting a small graph. The budget holds after every step, by cgrt's
+ * count and by the driver's.
+ */
+#define GRANULE (1u << 20)
+
+static uint64_t unconstrained_total(const char *list, const int64_t *tokens, int n) {
+  struct fixture *f = fixture_open_list(2, 0, "off", list);
+  assert_int_equal(cgrt__host_set_pool_granule(&f->rt->dev, GRANULE), 0);
+  for (int i = 0; i < n; i++) {
+    assert_int_equal(step(f, tokens[i]).mode, CGRT_MODE_WARMUP);
+    assert_int_equal(step(f, tokens[i]).mode, CGRT_MODE_CAPTURE);
+  }
+  cgrt_stats s = stats(f);
+  assert_int_equal(s.live_graphs, 2 * n);
+  assert_int_equal(s.graph_mem_reserved, 3 * GRANULE); /* shared: the largest bucket's need */
+  uint64_t total = s.graph_bytes + s.graph_pool_idle;
+  fixture_close(f);
+  return total;
+}
+
+static void test_budget_shares_pool_between_small_buckets(void **state) {
+  static const int64_t buckets[] = {1, 2, 4, 8, 32, 48};
+  const char *list = "1 2 4 8 32 48";
+  uint64_t unconstrained = unconstrained_total(list, buckets, 6);
+  uint64_t budget = (unconstrained / 2) & ~1023ull;
+  assert_true(budget > GRANULE && budget < 2 * GRANULE); /* one granule fits, two do not */
+  char text[64];
+  snprintf(text, sizeof(text), "%llu KiB", (unsigned long long)(budget >> 10));
+  struct fixture *f = *state = fixture_open_list(2, 0, text, list);
+  assert_int_equal(cgrt__host_set_pool_granule(&f->rt->dev, GRANULE), 0);
+  srand(5);
+  int large_steps = 0, large_warmups = 0, small_late = 0;
+  for (int i = 0; i < 3000; i++) {
+    int large = rand() % 100 < 3;
+    int64_t tokens = large ? 9 + rand() % 40 : 1 + rand() % 8;
+    uint64_t eager_before = stats(f).budget_eager;
+    cgrt_step_report r = step(f, tokens);
+    cgrt_stats s = stats(f);
+    if (s.graph_bytes + s.graph_pool_idle > budget ||
+        s.graph_mem_reserved + s.graph_exec_bytes > budget)
+      fail_msg("step %d (%lld tokens): %llu live + %llu idle, driver %llu reserved + %llu own, "
+               "budget %llu",
+               i, (long long)tokens, (unsigned long long)s.graph_bytes,
+               (unsigned long long)s.graph_pool_idle, (unsigned long long)s.graph_mem_reserved,
+               (unsigned long long)s.graph_exec_bytes, (unsigned long long)budget);
+    if (large && r.mode == CGRT_MODE_WARMUP) {
+      large_warmups++; /* a large bucket's first step */
+    } else if (large) {
+      large_steps++;
+      assert_int_equal(r.mode, CGRT_MODE_EAGER);
+      assert_int_equal(s.budget_eager, eager_before + 2);
+    } else if (i >= 500) {
+      /* every small bucket was seen twice long before: replayed, both modules */
+      small_late++;
+      assert_int_equal(r.mode, CGRT_MODE_REPLAY);
+      assert_int_equal(r.calls_replayed, 2);
+    }
+  }
+  cgrt_stats s = stats(f);
+  assert_true(large_steps > 30 && large_warmups <= 2 && small_late > 2000);
+  assert_int_equal(s.fallbacks, 0);
+  assert_int_equal(s.evictions, 0);
+  assert_int_equal(s.budget_evictions, 0);
+  /* Each small key captured once; a large key at most once, to learn its size (the larger
+     bucket is refused without a try once the smaller one's size is known). */
+  assert_true(s.captures >= 2 * 4 && s.captures <= 2 * 4 + 2 * 2);
+  assert_int_equal(s.live_graphs, 2 * 4);
+  assert_int_equal(s.graph_mem_reserved, GRANULE);
+  struct listing l = {0};
+  assert_int_equal(cgrt_graph_list(f->rt, collect, &l), 0);
+  for (int b = 0; b < 4; b++) {
+    assert_non_null(find(&l, (uint64_t)buckets[b], "m0"));
+    assert_non_null(find(&l, (uint64_t)buckets[b], "m1"));
+  }
+}
+
 /* An out-of-memory build never fails the step; its log line gives the budget figures. */
 static void test_out_of_memory_build_logs_budget_figures(void **state) {
   struct fixture *f = *state = fixture_open(1, 0, "768 KiB");
@@ -511,6 +601,7 @@ int main(void) {
       T(test_budget_smaller_than_one_graph),
       T(test_budget_smaller_than_all_graphs),
       T(test_budget_follows_changing_traffic),
+      T(test_budget_shares_pool_between_small_buckets),
       T(test_out_of_memory_build_logs_budget_figures),
   };
   return cmocka_run_group_tests_name("graph_mem", tests, NULL, NULL);
