@@ -37,7 +37,7 @@ int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d,
 int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k, int ldy, int epi,
                 cudaStream_t s, bool pdl);
 /* Whether RMSNorm over k values fuses into a small GEMM of rows x n outputs (launch_norm_gemm):
- * k 64, at most 64K outputs. */
+ * k 64 or 128, n a multiple of 64, at most 64K outputs. */
 bool norm_gemm_fits(int rows, int n, int k);
 /* RMSNorm(x) (gain, k = d values a row) then its GEMM with w[n, k] in one kernel, bitwise equal to
  * launch_rmsnorm then launch_gemm; columns below n0 go to y0 (row stride ld0), the rest to y1

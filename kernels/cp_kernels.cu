@@ -193,54 +193,30 @@ __global__ void __launch_bounds__(256)
 
 /*
  * The same GEMM for small shapes, where the 64 x 64 tiles leave most of the GPU idle (128 rows
- * by 64 columns is two blocks) and each tile step pays a load latency and a barrier: one thread
- * per output element. Each element is the same fmaf chain over k = 0, 1, ..., k - 1 as in gemm(),
- * so both give the same bits. With K known (K > 0: k == K, fully unrolled) the thread's row of w
- * is read before the wait for the predecessor and its row of x right after, all loads at once:
- * a kernel costs one memory latency, not one per few terms of the chain.
+ * by 64 columns is two blocks) and each tile step pays a load latency and a barrier. For k other
+ * than 64 and 128: one thread per output element, reading its rows of x and w. Each element is
+ * the same fmaf chain over k = 0, 1, ..., k - 1 as in gemm(), so both give the same bits.
  */
-template <int EPI, int K>
+template <int EPI>
 __global__ void __launch_bounds__(256)
     gemm_small(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n,
                int k, int ldy) {
   pdl_trigger();
+  pdl_wait();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const bool live = idx < (int64_t)rows * n;
-  const int r = live ? (int)(idx / n) : 0, c = live ? (int)(idx % n) : 0;
+  if (idx >= (int64_t)rows * n)
+    return;
+  const int r = (int)(idx / n), c = (int)(idx % n);
   const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)r * k);
   const float4 *wr = reinterpret_cast<const float4 *>(w + (size_t)c * k);
   float acc = 0.0f;
-  if (K > 0) {
-    float4 wv[K > 0 ? K / 4 : 1];
-#pragma unroll
-    for (int q = 0; q < K / 4; q++)
-      wv[q] = wr[q];
-    pdl_wait();
-    if (!live)
-      return;
-    float4 xv[K > 0 ? K / 4 : 1];
-#pragma unroll
-    for (int q = 0; q < K / 4; q++)
-      xv[q] = xr[q];
-#pragma unroll
-    for (int q = 0; q < K / 4; q++) {
-      acc = fmaf(xv[q].x, wv[q].x, acc);
-      acc = fmaf(xv[q].y, wv[q].y, acc);
-      acc = fmaf(xv[q].z, wv[q].z, acc);
-      acc = fmaf(xv[q].w, wv[q].w, acc);
-    }
-  } else {
-    pdl_wait();
-    if (!live)
-      return;
 #pragma unroll 4
-    for (int q = 0; q < k / 4; q++) {
-      const float4 a = xr[q], b = wr[q];
-      acc = fmaf(a.x, b.x, acc);
-      acc = fmaf(a.y, b.y, acc);
-      acc = fmaf(a.z, b.z, acc);
-      acc = fmaf(a.w, b.w, acc);
-    }
+  for (int q = 0; q < k / 4; q++) {
+    const float4 a = xr[q], b = wr[q];
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+    acc = fmaf(a.z, b.z, acc);
+    acc = fmaf(a.w, b.w, acc);
   }
   float *yr = y + (size_t)r * ldy + c;
   if (EPI == GEMM_STORE)
@@ -251,77 +227,91 @@ __global__ void __launch_bounds__(256)
     *yr = *yr + acc;
 }
 
+constexpr int kT = 16; /* gemm_tile: 16 x 16 outputs a block, one a thread */
+
 /*
- * RMSNorm fused into the small GEMM that follows it (the launch-bound shape's QKV and W1
- * projections, d = K = 64): each thread normalizes its own row of x, K values, and runs its
- * output's fmaf chain over them. The row's sum of squares is formed exactly as rmsnorm() forms it
- * (32 lane-strided partial sums, then the butterfly's pairwise tree, which leaves every lane with
- * lane 0's value), and each normalized value as x * inv * gain, so the results are bitwise those of
- * rmsnorm() then gemm_small() (or gemm()). Outputs of columns below n0 go to y0 (row stride ld0),
- * the others to y1 (column c - n0, row stride ld1): one launch writes Q and the K/V rows.
+ * Small GEMMs with k = K (64 or 128): a block computes 16 rows x 16 columns, with its 16 rows of
+ * w (read before the wait for the predecessor: weights) and of x (after it) in shared memory,
+ * each loaded once and coalesced, so a kernel costs about one memory latency. NORM: x is the
+ * un-normalized input and the block applies RMSNorm (gain) to its rows first, forming each row's
+ * sum of squares exactly as rmsnorm() does (lane-strided partial sums, then the butterfly) and
+ * each value as x * inv * gain, so the result is bitwise that of rmsnorm() then the GEMM. Each
+ * output is the fmaf chain over k = 0, ..., K - 1 of gemm(). Columns below n0 go to y0 (row
+ * stride ld0), the others to y1 (column c - n0, row stride ld1): one launch writes Q and K/V.
  */
-template <int EPI, int K>
-__global__ void __launch_bounds__(256)
-    norm_gemm_small(const float *__restrict__ x, const float *__restrict__ gain,
-                    const float *__restrict__ w, int rows, int n, int n0, float *y0, int ld0,
-                    float *y1, int ld1) {
+template <int EPI, int K, bool NORM>
+__global__ void __launch_bounds__(kT *kT)
+    gemm_tile(const float *__restrict__ x, const float *__restrict__ gain,
+              const float *__restrict__ w, int rows, int n0, float *y0, int ld0, float *y1,
+              int ld1) {
+  __shared__ float xs[kT][K + 1], ws[kT][K + 1];
   pdl_trigger();
-  const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const bool live = idx < (int64_t)rows * n;
-  const int r = live ? (int)(idx / n) : 0, c = live ? (int)(idx % n) : 0;
-  const float4 *wr = reinterpret_cast<const float4 *>(w + (size_t)c * K);
-  const float4 *gr = reinterpret_cast<const float4 *>(gain);
-  float ws[K], gs[K], xs[K];
+  const int tid = threadIdx.x, tx = tid % kT, ty = tid / kT;
+  const int r0 = blockIdx.y * kT, c0 = blockIdx.x * kT;
+  constexpr int kVec = kT * K / 4; /* float4 loads of one 16-row tile */
 #pragma unroll
-  for (int q = 0; q < K / 4; q++) {
-    const float4 a = wr[q], b = gr[q];
-    ws[4 * q] = a.x, ws[4 * q + 1] = a.y, ws[4 * q + 2] = a.z, ws[4 * q + 3] = a.w;
-    gs[4 * q] = b.x, gs[4 * q + 1] = b.y, gs[4 * q + 2] = b.z, gs[4 * q + 3] = b.w;
+  for (int i = tid; i < kVec; i += kT * kT) {
+    const int row = i / (K / 4), q = i % (K / 4);
+    const float4 v = reinterpret_cast<const float4 *>(w + (size_t)(c0 + row) * K)[q];
+    ws[row][4 * q] = v.x;
+    ws[row][4 * q + 1] = v.y;
+    ws[row][4 * q + 2] = v.z;
+    ws[row][4 * q + 3] = v.w;
   }
   pdl_wait();
-  if (!live)
-    return;
-  const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)r * K);
 #pragma unroll
-  for (int q = 0; q < K / 4; q++) {
-    const float4 a = xr[q];
-    xs[4 * q] = a.x, xs[4 * q + 1] = a.y, xs[4 * q + 2] = a.z, xs[4 * q + 3] = a.w;
+  for (int i = tid; i < kVec; i += kT * kT) {
+    const int row = i / (K / 4), q = i % (K / 4);
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r0 + row < rows)
+      v = reinterpret_cast<const float4 *>(x + (size_t)(r0 + row) * K)[q];
+    xs[row][4 * q] = v.x;
+    xs[row][4 * q + 1] = v.y;
+    xs[row][4 * q + 2] = v.z;
+    xs[row][4 * q + 3] = v.w;
   }
-  float part[32];
+  __syncthreads();
+  if (NORM) {
+    const int lane = tid & 31, warp = tid >> 5;
+    for (int row = warp; row < kT; row += kT * kT / 32) {
+      float ss = 0.0f;
 #pragma unroll
-  for (int l = 0; l < 32; l++) {
-    part[l] = 0.0f;
+      for (int c = lane; c < K; c += 32)
+        ss = fmaf(xs[row][c], xs[row][c], ss);
+      for (int o = 16; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(kFull, ss, o);
+      const float inv = rsqrtf(ss / (float)K + CGRTK_CP_RMS_EPS);
 #pragma unroll
-    for (int e = l; e < K; e += 32)
-      part[l] = fmaf(xs[e], xs[e], part[l]);
+      for (int c = lane; c < K; c += 32)
+        xs[row][c] = xs[row][c] * inv * gain[c];
+    }
+    __syncthreads();
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-    for (int l = 0; l < off; l++)
-      part[l] = part[l] + part[l + off];
-  const float inv = rsqrtf(part[0] / (float)K + CGRTK_CP_RMS_EPS);
   float acc = 0.0f;
 #pragma unroll
-  for (int e = 0; e < K; e++)
-    acc = fmaf(xs[e] * inv * gs[e], ws[e], acc);
+  for (int kk = 0; kk < K; kk++)
+    acc = fmaf(xs[ty][kk], ws[tx][kk], acc);
+  const int r = r0 + ty, c = c0 + tx;
+  if (r >= rows)
+    return;
   float *yr = c < n0 ? y0 + (size_t)r * ld0 + c : y1 + (size_t)r * ld1 + (c - n0);
   if (EPI == GEMM_STORE)
     *yr = acc;
-  else
+  else if (EPI == GEMM_SILU)
     *yr = acc / (1.0f + expf(-acc));
+  else
+    *yr = *yr + acc;
 }
 
-template <int EPI>
-int launch_small(const float *x, const float *w, float *y, int rows, int n, int k, int ldy,
-                 cudaStream_t s, bool pdl) {
-  const int64_t outputs = (int64_t)rows * n;
-  const dim3 grid((unsigned)((outputs + kThreads - 1) / kThreads)), block(kThreads);
+template <int EPI, bool NORM>
+int launch_tile(const float *x, const float *gain, const float *w, int rows, int n, int k, int n0,
+                float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
+  const dim3 grid((unsigned)(n / kT), (unsigned)((rows + kT - 1) / kT)), block(kT * kT);
   if (k == 64)
-    return launch(gemm_small<EPI, 64>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
-  if (k == 128)
-    return launch(gemm_small<EPI, 128>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
-  return launch(gemm_small<EPI, 0>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+    return launch(gemm_tile<EPI, 64, NORM>, grid, block, s, pdl, x, gain, w, rows, n0, y0, ld0, y1,
+                  ld1);
+  return launch(gemm_tile<EPI, 128, NORM>, grid, block, s, pdl, x, gain, w, rows, n0, y0, ld0, y1,
+                ld1);
 }
 
 /*
@@ -496,13 +486,24 @@ int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k
     return 0;
   if (n % kBN != 0 || k % kBK != 0 || misaligned(x) || misaligned(w))
     return (int)cudaErrorInvalidValue;
-  /* Small products (the launch-bound shape: 128 rows, d 64) go one thread per element. */
+  /* Small products (the launch-bound shape: 128 rows, d 64): 16 x 16 tiles, or one thread per
+     element for other k. */
   if ((int64_t)rows * n <= kSmallGemmOutputs) {
+    if (k == 64 || k == 128) {
+      if (epi == GEMM_STORE)
+        return launch_tile<GEMM_STORE, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl);
+      if (epi == GEMM_SILU)
+        return launch_tile<GEMM_SILU, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl);
+      return launch_tile<GEMM_RESIDUAL, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s,
+                                               pdl);
+    }
+    const int64_t outputs = (int64_t)rows * n;
+    const dim3 grid((unsigned)((outputs + kThreads - 1) / kThreads)), block(kThreads);
     if (epi == GEMM_STORE)
-      return launch_small<GEMM_STORE>(x, w, y, rows, n, k, ldy, s, pdl);
+      return launch(gemm_small<GEMM_STORE>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
     if (epi == GEMM_SILU)
-      return launch_small<GEMM_SILU>(x, w, y, rows, n, k, ldy, s, pdl);
-    return launch_small<GEMM_RESIDUAL>(x, w, y, rows, n, k, ldy, s, pdl);
+      return launch(gemm_small<GEMM_SILU>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+    return launch(gemm_small<GEMM_RESIDUAL>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
   }
   const dim3 grid((unsigned)(n / kBN), (unsigned)((rows + kBM - 1) / kBM)), block(256);
   if (epi == GEMM_STORE)
@@ -513,7 +514,7 @@ int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k
 }
 
 bool norm_gemm_fits(int rows, int n, int k) {
-  return k == 64 && n % kBN == 0 && (int64_t)rows * n <= kSmallGemmOutputs;
+  return (k == 64 || k == 128) && n % kBN == 0 && (int64_t)rows * n <= kSmallGemmOutputs;
 }
 
 int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows, int n, int k,
@@ -521,16 +522,11 @@ int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows
                      bool pdl) {
   if (rows == 0)
     return 0;
-  if (!norm_gemm_fits(rows, n, k) || epi == GEMM_RESIDUAL || misaligned(x) || misaligned(w) ||
-      misaligned(gain))
+  if (!norm_gemm_fits(rows, n, k) || epi == GEMM_RESIDUAL || misaligned(x) || misaligned(w))
     return (int)cudaErrorInvalidValue;
-  const int64_t outputs = (int64_t)rows * n;
-  const dim3 grid((unsigned)((outputs + kThreads - 1) / kThreads)), block(kThreads);
   if (epi == GEMM_STORE)
-    return launch(norm_gemm_small<GEMM_STORE, 64>, grid, block, s, pdl, x, gain, w, rows, n, n0, y0,
-                  ld0, y1, ld1);
-  return launch(norm_gemm_small<GEMM_SILU, 64>, grid, block, s, pdl, x, gain, w, rows, n, n0, y0,
-                ld0, y1, ld1);
+    return launch_tile<GEMM_STORE, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl);
+  return launch_tile<GEMM_SILU, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl);
 }
 
 int launch_attention(const float *q, const float *kv, const int32_t *cu, const int32_t *cu_padded,
