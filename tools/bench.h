@@ -120,9 +120,6 @@ struct bench_stepper {
   int (*step)(void *arg, int timed);
   void *arg;
   void *stream; /* cudaStream_t the steps run on; events are recorded there between steps */
-  /* If set, bench_time_steps writes the median host time of one timed step call (us): the CPU's
-     cost to issue the step. Below the step time, the step is bound by the GPU, not by launches. */
-  double *host_us;
 };
 
 /*

@@ -60,7 +60,6 @@ struct cp_result {
   int replayed; /* every check step of the backend was a replay */
   int64_t rows; /* rows per rank */
   double cgrt_us, eager_us;
-  double cgrt_host_us, eager_host_us; /* host time to issue one step */
   double capture_ms, instantiate_ms;
   uint64_t graphs_built, live_graphs;
 };
@@ -156,12 +155,11 @@ static int cp_step(void *arg, int timed) {
   return rc;
 }
 
-/* Runs `warmup` then `steps` steps at cp size cp; *us gets the median step time, *host_us the
- * median host time to issue one. */
+/* Runs `warmup` then `steps` steps at cp size cp; *us gets the median step time. */
 static int run_steps(struct cp_host *h, const struct cp_bench *b, int cp, int warmup, int steps,
-                     double *us, double *host_us) {
+                     double *us) {
   struct cp_stepper st = {h, b, cp, 0};
-  struct bench_stepper bs = {cp_step, &st, cgrt_stream(h->rt), host_us};
+  struct bench_stepper bs = {cp_step, &st, cgrt_stream(h->rt)};
   struct bench_opts o = *b->o;
   o.warmup = warmup;
   o.steps = steps;
@@ -252,9 +250,9 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
     struct cp_result *r = &b->sh->res[rank][i];
     cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
     cgrt_stats_get(rg, &s0);
-    rc = run_steps(&hg, b, cp, b->warmup, b->o->steps, &r->cgrt_us, &r->cgrt_host_us);
+    rc = run_steps(&hg, b, cp, b->warmup, b->o->steps, &r->cgrt_us);
     if (rc == 0)
-      rc = run_steps(&he, b, cp, b->warmup, b->o->steps, &r->eager_us, &r->eager_host_us);
+      rc = run_steps(&he, b, cp, b->warmup, b->o->steps, &r->eager_us);
     int equal = rc == 0 ? check_steps(&hg, &he, b, cp, og, oe, cap, &r->replayed, &r->rows) : -1;
     if (rc != 0 || equal < 0) {
       fprintf(stderr, "cgrt bench: rank %d, cp %d: %s (backend: %s; eager: %s)\n", rank, cp,
@@ -313,13 +311,12 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     for (int k = 0; k < CP_PATTERNS; k++)
       printf("%s%d seqs/%lld tokens", k ? ", " : "", b->pat[k].n, (long long)b->pat[k].total);
     printf("); median of %d steps, slowest rank\n", b->o->steps);
-    printf("%4s %10s %10s %10s %8s %11s %10s %11s %9s %7s %9s %8s\n", "cp", "rows/rank", "eager_us",
-           "cgrt_us", "speedup", "eager_host", "cgrt_host", "capture_ms", "inst_ms", "graphs",
-           "replayed", "bitwise");
+    printf("%4s %10s %10s %10s %8s %11s %9s %7s %9s %8s\n", "cp", "rows/rank", "eager_us",
+           "cgrt_us", "speedup", "capture_ms", "inst_ms", "graphs", "replayed", "bitwise");
   }
   int all_equal = 1;
   for (int i = 0; i < b->ncps; i++) {
-    double cg = 0, ce = 0, hg = 0, he = 0, cap = 0, inst = 0;
+    double cg = 0, ce = 0, cap = 0, inst = 0;
     uint64_t built = 0, live = 0;
     int equal = 1, replayed = 1, done = 1;
     int64_t rows = 0;
@@ -330,8 +327,6 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
       replayed &= x->replayed;
       cg = x->cgrt_us > cg ? x->cgrt_us : cg;
       ce = x->eager_us > ce ? x->eager_us : ce;
-      hg = x->cgrt_host_us > hg ? x->cgrt_host_us : hg;
-      he = x->eager_host_us > he ? x->eager_host_us : he;
       if (r == 0) {
         cap = x->capture_ms, inst = x->instantiate_ms, built = x->graphs_built;
         live = x->live_graphs, rows = x->rows;
@@ -342,21 +337,18 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     if (b->o->json)
       printf("{\"workload\":\"cp\",\"backend\":\"%s\",\"device\":\"%s\",\"ranks\":%d,\"cp\":%d,"
              "\"rows_per_rank\":%lld,\"eager_us\":%.1f,\"cgrt_us\":%.1f,\"speedup\":%.3f,"
-             "\"eager_host_us\":%.1f,\"cgrt_host_us\":%.1f,\"capture_ms\":%.3f,\"instantiate_ms\":%"
-             ".3f,\"graphs_built\":%llu,"
+             "\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,\"graphs_built\":%llu,"
              "\"live_graphs\":%llu,\"replayed\":%s,\"bitwise\":%s}\n",
              sh->impl, sh->device, b->nranks, b->cps[i], (long long)rows, ce, cg,
-             cg > 0 ? ce / cg : 0.0, he, hg, cap, inst, (unsigned long long)built,
-             (unsigned long long)live, replayed ? "true" : "false", equal ? "true" : "false");
+             cg > 0 ? ce / cg : 0.0, cap, inst, (unsigned long long)built, (unsigned long long)live,
+             replayed ? "true" : "false", equal ? "true" : "false");
     else
-      printf("%4d %10lld %10.1f %10.1f %7.2fx %11.1f %10.1f %11.2f %9.2f %7llu %9s %8s\n",
-             b->cps[i], (long long)rows, ce, cg, cg > 0 ? ce / cg : 0.0, he, hg, cap, inst,
-             (unsigned long long)built, replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
+      printf("%4d %10lld %10.1f %10.1f %7.2fx %11.2f %9.2f %7llu %9s %8s\n", b->cps[i],
+             (long long)rows, ce, cg, cg > 0 ? ce / cg : 0.0, cap, inst, (unsigned long long)built,
+             replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
   }
   if (!b->o->json)
-    printf("eager_host, cgrt_host: median host time (us) to issue one step, slowest rank; a step "
-           "whose host time is below its step time is bound by the GPU, not by launches\n"
-           "capture_ms, inst_ms, graphs: during that cp size's steps on rank 0 (every bank is "
+    printf("capture_ms, inst_ms, graphs: during that cp size's steps on rank 0 (every bank is "
            "captured in one step, so they land in the first row)\n");
   return all_equal ? 0 : EXIT_INVALID;
 }

@@ -601,9 +601,9 @@ int bench_explain(const struct bench_workload *w, const struct bench_opts *o) {
   struct exec_stepper xs = {&wat, w, ws, tokens, bucket, fs};
   struct hm_stepper es;
   hm_stepper_init(&es, &eager, tokens, tokens);
-  const struct bench_stepper s_floor = {floor_step, &fw, fs, NULL};
-  const struct bench_stepper s_floor_c = {floor_step, &fc, cgrt_stream(backend.rt), NULL};
-  const struct bench_stepper s_exec = {exec_step, &xs, fs, NULL};
+  const struct bench_stepper s_floor = {floor_step, &fw, fs};
+  const struct bench_stepper s_floor_c = {floor_step, &fc, cgrt_stream(backend.rt)};
+  const struct bench_stepper s_exec = {exec_step, &xs, fs};
   const int long_ms = o->warmup_ms > 0 ? o->warmup_ms : 100;
 
   printf("\nstep times (us; median and 10th/90th percentile of %d steps after %d warm-up steps "

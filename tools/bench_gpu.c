@@ -116,7 +116,7 @@ void hm_stepper_init(struct hm_stepper *st, struct host_model *hm, int64_t token
                               .body = hm_body,
                               .user = hm};
   st->rep.struct_size = sizeof(cgrt_step_report);
-  st->bs = (struct bench_stepper){hm_step, st, cgrt_stream(hm->rt), NULL};
+  st->bs = (struct bench_stepper){hm_step, st, cgrt_stream(hm->rt)};
   hm->tokens = tokens;
   hm->prepare_ns = 0;
 }
@@ -548,8 +548,7 @@ static int measure_row(struct host_model *backend, struct host_model *eager, str
   hm_stepper_init(&hs, backend, r->tokens, r->tokens);
   struct floor_stepper whole = {fl, backend->w, backend->ws, fs, r->tokens, 0};
   struct floor_stepper each = {fl, backend->w, backend->ws, fs, r->tokens, 1};
-  struct bench_stepper st[3] = {
-      hs.bs, {floor_step, &whole, fs, NULL}, {floor_step, &each, fs, NULL}};
+  struct bench_stepper st[3] = {hs.bs, {floor_step, &whole, fs}, {floor_step, &each, fs}};
   double us[3] = {0};
   if (bench_time_blocks(st, 3, o, us) != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(backend->rt));

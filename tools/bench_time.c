@@ -32,19 +32,14 @@ static int warm(const struct bench_stepper *st, int steps, int ms) {
 
 /*
  * `steps` timed steps of st with an event before each and one after the last; the intervals
- * (us) go to dt[0..steps), the host time of each step call to host[0..steps) if host is set.
- * Waits for the last event.
+ * (us) go to dt[0..steps). Waits for the last event.
  */
-static int timed(const struct bench_stepper *st, int steps, cudaEvent_t *ev, double *dt,
-                 double *host) {
+static int timed(const struct bench_stepper *st, int steps, cudaEvent_t *ev, double *dt) {
   cudaStream_t s = (cudaStream_t)st->stream;
   int rc = 0;
   for (int i = 0; i < steps && rc == 0; i++) {
     cudaEventRecord(ev[i], s);
-    const uint64_t t0 = cgrt_tool_now_ns();
     rc = st->step(st->arg, 1);
-    if (host)
-      host[i] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
   }
   if (rc != 0)
     return rc;
@@ -79,16 +74,14 @@ static void events_free(cudaEvent_t *ev, int n) {
 
 int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o, double *us) {
   cudaEvent_t *ev = events(o->steps + 1);
-  double *dt = calloc(2 * (size_t)o->steps, sizeof(*dt)); /* intervals, then host times */
+  double *dt = calloc((size_t)o->steps, sizeof(*dt));
   int rc = ev && dt ? 0 : CGRT_E_NOMEM;
   if (rc == 0)
     rc = warm(st, o->warmup, o->warmup_ms);
   if (rc == 0)
-    rc = timed(st, o->steps, ev, dt, dt + o->steps);
+    rc = timed(st, o->steps, ev, dt);
   if (rc == 0)
     *us = bench_median(dt, o->steps);
-  if (rc == 0 && st->host_us)
-    *st->host_us = bench_median(dt + o->steps, o->steps);
   events_free(ev, o->steps + 1);
   free(dt);
   return rc;
@@ -115,7 +108,7 @@ int bench_time_blocks(const struct bench_stepper *st, int n, const struct bench_
        * the others, not a start from idle. */
       rc = warm(&st[v], rewarm, 0);
       if (rc == 0)
-        rc = timed(&st[v], k, ev, dt + (size_t)v * (size_t)o->steps + done, NULL);
+        rc = timed(&st[v], k, ev, dt + (size_t)v * (size_t)o->steps + done);
       if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess)
         rc = CGRT_E_DEVICE;
     }

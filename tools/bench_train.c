@@ -122,7 +122,7 @@ static int train_create(const struct cgrt_config_view *v, cgrtk_train **t, char 
 
 /* Runs warm-up and timed steps of a runtime over its own workload. */
 static int run_host(struct train_host *h, const struct bench_opts *o, double *us) {
-  struct bench_stepper st = {host_step, h, cgrt_stream(h->rt), NULL};
+  struct bench_stepper st = {host_step, h, cgrt_stream(h->rt)};
   return bench_time_steps(&st, o, us);
 }
 
@@ -221,7 +221,7 @@ int bench_train(const struct bench_opts *o) {
     goto out;
   }
   struct floor_step fw = {&fl, 0}, fc = {&fl, 1};
-  struct bench_stepper sw = {floor_step, &fw, fl.s, NULL}, sc = {floor_step, &fc, fl.s, NULL};
+  struct bench_stepper sw = {floor_step, &fw, fl.s}, sc = {floor_step, &fc, fl.s};
   if (bench_time_steps(&sw, o, &whole_us) != 0 || bench_time_steps(&sc, o, &scoped_us) != 0) {
     fprintf(stderr, "cgrt bench: timing the raw-graph floor failed\n");
     goto out;
