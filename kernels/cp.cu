@@ -145,10 +145,7 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
      griddepcontrol instructions); CGRTK_CP_PDL=0 turns it off. */
   CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
            "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
-  {
-    const char *env = getenv("CGRTK_CP_PDL");
-    w->pdl = major >= 9 && kernels_binary_version() >= 90 && !(env && strcmp(env, "0") == 0);
-  }
+  w->pdl = major >= 9 && kernels_binary_version() >= 90 && cgrtk_env_int("CGRTK_CP_PDL", 1, 0, 1);
 
   {
     const char *env = getenv("CGRTK_CP_TEMPS"); /* "stream" or "workspace" overrides cfg */
@@ -327,6 +324,12 @@ extern "C" int cgrtk_cp_stage_thd(cgrtk_cp *w, const int32_t *host_seqlens, int 
       fail(w, rc, "%s layer %d: %s: %s", call, layer, what, cgrtk_cp_strerror(rc));                \
   } while (0)
 
+/* Programmatic dependent launch between the kernels of one call: not on the legacy or
+ * per-thread default streams (handles 0, 1, 2). */
+static bool use_pdl(const cgrtk_cp *w, cudaStream_t s) {
+  return w->pdl && (uintptr_t)s > 2;
+}
+
 extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
                              const int32_t *cu_seqlens_padded, int padded_sequences,
                              int64_t padded_total, int cp_size, int cp_rank, void *comm,
@@ -373,7 +376,7 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
 
   /* The first kernel of the call waits for everything before it; the others, for their
      predecessor only (programmatic dependent launch), except after the all-gather. */
-  const bool pdl = w->pdl && (uintptr_t)s > 2;
+  const bool pdl = use_pdl(w, s);
   if (norm_gemm_fits(R, 3 * d, d)) {
     /* Small rows: RMSNorm, Q and K/V in one kernel (the same bits as the three below). */
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], L->t[CGRTK_CP_T_WQKV], R, 3 * d, d,
@@ -433,7 +436,7 @@ extern "C" int cgrtk_cp_mlp(cgrtk_cp *w, int layer, int64_t rows, void *stream) 
   float *xn = (float *)tmp;
   float *act = (float *)((char *)tmp + part);
   int rc = 0;
-  const bool pdl = w->pdl && (uintptr_t)s > 2;
+  const bool pdl = use_pdl(w, s);
   if (norm_gemm_fits(R, f, d)) {
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], L->t[CGRTK_CP_T_W1], R, f, d, f,
                           act, f, act, f, GEMM_SILU, s, false),

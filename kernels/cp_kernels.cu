@@ -19,6 +19,7 @@
 
 #include "cp.h"
 #include "cp_internal.h"
+#include "launch_common.cuh"
 
 namespace cgrtk_cp_impl {
 namespace {
@@ -31,36 +32,9 @@ constexpr unsigned kFull = 0xffffffffu;
 /* Outputs up to which a GEMM runs one thread per element (gemm_small) rather than in tiles. */
 constexpr int64_t kSmallGemmOutputs = 64 * 1024;
 
-/* Programmatic dependent launch; see the file comment. */
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-/* Launch with the programmatic-serialization attribute when pdl is set. */
-template <typename... Params, typename... Args>
-int launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, bool pdl,
-           Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.stream = s;
-  if (pdl) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  return (int)cudaLaunchKernelEx(&cfg, kernel, args...);
-}
+using cgrtk_launch::launch;
+using cgrtk_launch::pdl_trigger;
+using cgrtk_launch::pdl_wait;
 
 unsigned grid_for(uint64_t n) {
   uint64_t b = (n + kThreads - 1) / kThreads;
@@ -308,10 +282,10 @@ int launch_tile(const float *x, const float *gain, const float *w, int rows, int
                 float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
   const dim3 grid((unsigned)(n / kT), (unsigned)((rows + kT - 1) / kT)), block(kT * kT);
   if (k == 64)
-    return launch(gemm_tile<EPI, 64, NORM>, grid, block, s, pdl, x, gain, w, rows, n0, y0, ld0, y1,
-                  ld1);
-  return launch(gemm_tile<EPI, 128, NORM>, grid, block, s, pdl, x, gain, w, rows, n0, y0, ld0, y1,
-                ld1);
+    return launch(gemm_tile<EPI, 64, NORM>, grid, block, 0, s, pdl, x, gain, w, rows, n0, y0, ld0,
+                  y1, ld1);
+  return launch(gemm_tile<EPI, 128, NORM>, grid, block, 0, s, pdl, x, gain, w, rows, n0, y0, ld0,
+                y1, ld1);
 }
 
 /*
@@ -477,7 +451,7 @@ int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d,
   if (rows == 0)
     return 0;
   const unsigned blocks = (unsigned)((rows + kNormWarps - 1) / kNormWarps);
-  return launch(rmsnorm, dim3(blocks), dim3(kNormWarps * 32), s, pdl, x, gain, y, rows, d);
+  return launch(rmsnorm, dim3(blocks), dim3(kNormWarps * 32), 0, s, pdl, x, gain, y, rows, d);
 }
 
 int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k, int ldy, int epi,
@@ -500,17 +474,17 @@ int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k
     const int64_t outputs = (int64_t)rows * n;
     const dim3 grid((unsigned)((outputs + kThreads - 1) / kThreads)), block(kThreads);
     if (epi == GEMM_STORE)
-      return launch(gemm_small<GEMM_STORE>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+      return launch(gemm_small<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
     if (epi == GEMM_SILU)
-      return launch(gemm_small<GEMM_SILU>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
-    return launch(gemm_small<GEMM_RESIDUAL>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+      return launch(gemm_small<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
+    return launch(gemm_small<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
   }
   const dim3 grid((unsigned)(n / kBN), (unsigned)((rows + kBM - 1) / kBM)), block(256);
   if (epi == GEMM_STORE)
-    return launch(gemm<GEMM_STORE>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+    return launch(gemm<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
   if (epi == GEMM_SILU)
-    return launch(gemm<GEMM_SILU>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
-  return launch(gemm<GEMM_RESIDUAL>, grid, block, s, pdl, x, w, y, rows, n, k, ldy);
+    return launch(gemm<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
+  return launch(gemm<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
 }
 
 bool norm_gemm_fits(int rows, int n, int k) {
@@ -536,8 +510,8 @@ int launch_attention(const float *q, const float *kv, const int32_t *cu, const i
     return 0;
   if (misaligned(q) || misaligned(kv) || padded_sequences < 1)
     return (int)cudaErrorInvalidValue;
-  return launch(attention, dim3((unsigned)rows, (unsigned)heads), dim3(kAttnWarps * 32), s, pdl, q,
-                kv, cu, cu_padded, padded_sequences, row0, d, out);
+  return launch(attention, dim3((unsigned)rows, (unsigned)heads), dim3(kAttnWarps * 32), 0, s, pdl,
+                q, kv, cu, cu_padded, padded_sequences, row0, d, out);
 }
 
 } // namespace cgrtk_cp_impl

@@ -131,15 +131,6 @@ static int check_cfg(const struct cgrtk_decode_cfg *c, char *err, size_t errlen)
     }                                                                                              \
   } while (0)
 
-/* An integer option from the environment, clamped to [lo, hi]; def when unset or empty. */
-static int env_int(const char *name, int def, int lo, int hi) {
-  const char *v = getenv(name);
-  if (!v || !*v)
-    return def;
-  long x = strtol(v, NULL, 10);
-  return x < lo ? lo : x > hi ? hi : (int)x;
-}
-
 /* (cos, sin) per (new token t, pair j), computed in double like the tests' reference. */
 static float2 *rope_table(const struct cgrtk_decode_cfg *c) {
   const int half = CGRTK_DECODE_HEAD_DIM / 2;
@@ -213,7 +204,7 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
            "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
   widest = cfg->d_model > cfg->ffn ? cfg->d_model : cfg->ffn;
   /* Projections go through cuBLAS unless the small-row GEMV path is asked for. */
-  w->gemv_rows = env_int("CGRTK_DECODE_GEMV_ROWS", 0, 0, CGRTK_DECODE_GEMV_ROWS);
+  w->gemv_rows = cgrtk_env_int("CGRTK_DECODE_GEMV_ROWS", 0, 0, CGRTK_DECODE_GEMV_ROWS);
   while (w->gemv_rows > 0 && (int64_t)w->gemv_rows * widest * (int64_t)sizeof(bf16) > smem_optin)
     w->gemv_rows--;
   if (w->gemv_rows > 0 && (int64_t)w->gemv_rows * widest * (int64_t)sizeof(bf16) > 48 * 1024)
@@ -222,8 +213,8 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
              "kernels");
   CUDA_TRY((cudaError_t)kernels_binary_version(&binary), "cudaFuncGetAttributes of the kernels");
   w->sm90 = major >= 9 && binary >= 90;
-  w->pdl = w->sm90 && env_int("CGRTK_DECODE_PDL", 1, 0, 1);
-  w->prefetch = env_int("CGRTK_DECODE_PREFETCH", 1, 0, 1);
+  w->pdl = w->sm90 && cgrtk_env_int("CGRTK_DECODE_PDL", 1, 0, 1);
+  w->prefetch = cgrtk_env_int("CGRTK_DECODE_PREFETCH", 1, 0, 1);
 
   /* A private stream: initialization must not touch the legacy default stream. */
   CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -252,7 +243,7 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
   if ((rc = lt_setup(w, err, errlen)))
     goto fail;
   /* Time the projections' algorithms at the row counts calls are likely to use. */
-  if (env_int("CGRTK_DECODE_TUNE", 1, 0, 1)) {
+  if (cgrtk_env_int("CGRTK_DECODE_TUNE", 1, 0, 1)) {
     int64_t list[64];
     const size_t n = default_tune_rows(w, list, sizeof(list) / sizeof(list[0]));
     if ((rc = cgrtk_decode_tune(w, list, n, err, errlen)))

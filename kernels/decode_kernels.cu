@@ -27,11 +27,16 @@
 #include <stdint.h>
 
 #include "decode.h"
+#include "launch_common.cuh"
 
 typedef __nv_bfloat16 bf16;
 namespace cg = cooperative_groups;
 
 namespace {
+
+using cgrtk_launch::launch;
+using cgrtk_launch::pdl_trigger;
+using cgrtk_launch::pdl_wait;
 
 constexpr int kThreads = 256;    /* element-wise blocks */
 constexpr int kMaxBlocks = 8192; /* grid-stride kernels: enough to fill any GPU */
@@ -87,19 +92,6 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1)
     v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
   return v;
-}
-
-/* Programmatic dependent launch; see the file comment. */
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 /* Thread block clusters (sm_90+; the host launches clusters only for an sm_90+ binary). */
@@ -593,25 +585,6 @@ template <int EPI, bool NORM> gemv_fn gemv_pick(int rows) {
   default:
     return nullptr;
   }
-}
-
-/* Launch with the programmatic-serialization attribute when pdl is set. */
-template <typename... Params, typename... Args>
-int launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool pdl,
-           Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  if (pdl) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  return (int)cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 template <int EPI, bool NORM>

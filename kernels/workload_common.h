@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cuda_runtime.h>
 
@@ -18,6 +19,15 @@ static inline void cgrtk_set_err(char *err, size_t errlen, const char *fmt, ...)
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
+}
+
+/* An integer option from the environment, clamped to [lo, hi]; def when unset or empty. */
+static inline int cgrtk_env_int(const char *name, int def, int lo, int hi) {
+  const char *v = getenv(name);
+  if (!v || !*v)
+    return def;
+  long x = strtol(v, NULL, 10);
+  return x < lo ? lo : x > hi ? hi : (int)x;
 }
 
 /* n rounded up to 256 bytes: sub-buffers of one allocation keep the allocator's alignment. */
