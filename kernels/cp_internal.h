@@ -41,7 +41,7 @@ int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k
 bool norm_gemm_fits(int rows, int n, int k);
 /* RMSNorm(x) (gain, k = d values a row) then its GEMM with w[n, k] in one kernel, bitwise equal to
  * launch_rmsnorm then launch_gemm; columns below n0 go to y0 (row stride ld0), the rest to y1
- * (row stride ld1). epi GEMM_STORE or GEMM_SILU. */
+ * (row stride ld1). epi GEMM_STORE or GEMM_SILU. gain NULL: the GEMM alone (x already normed). */
 int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows, int n, int k,
                      int n0, float *y0, int ld0, float *y1, int ld1, int epi, cudaStream_t s,
                      bool pdl);

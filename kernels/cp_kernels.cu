@@ -26,6 +26,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kNormWarps = 8;               /* rows per RMSNorm block, one warp each */
+constexpr int kNormCached = 4;              /* gains a lane of rmsnorm reads before the wait */
 constexpr int kAttnWarps = 4;               /* warps per attention block (one row, one head) */
 constexpr int kBM = 64, kBN = 64, kBK = 16; /* GEMM tile; 256 threads, 4 x 4 outputs each */
 constexpr unsigned kFull = 0xffffffffu;
@@ -76,9 +77,14 @@ __global__ void stage_thd(int32_t *__restrict__ cu, int32_t *__restrict__ cu_pad
 __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ gain,
                         float *__restrict__ y, int rows, int d) {
   pdl_trigger();
-  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int r = blockIdx.x * kNormWarps + (threadIdx.x >> 5);
+  /* The gains (weights) before the wait, for rows up to kNormCached values a lane. */
+  float gv[kNormCached];
+#pragma unroll
+  for (int i = 0; i < kNormCached; i++)
+    gv[i] = lane + 32 * i < d ? gain[lane + 32 * i] : 0.0f;
+  pdl_wait();
   if (r >= rows)
     return;
   const float *xr = x + (size_t)r * d;
@@ -89,7 +95,11 @@ __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ g
     ss += __shfl_xor_sync(kFull, ss, o);
   const float inv = rsqrtf(ss / (float)d + CGRTK_CP_RMS_EPS);
   float *yr = y + (size_t)r * d;
-  for (int c = lane; c < d; c += 32)
+#pragma unroll
+  for (int i = 0; i < kNormCached; i++)
+    if (lane + 32 * i < d)
+      yr[lane + 32 * i] = xr[lane + 32 * i] * inv * gv[i];
+  for (int c = lane + 32 * kNormCached; c < d; c += 32)
     yr[c] = xr[c] * inv * gain[c];
 }
 
@@ -201,53 +211,51 @@ __global__ void __launch_bounds__(256)
     *yr = *yr + acc;
 }
 
-constexpr int kT = 16; /* gemm_tile: 16 x 16 outputs a block, one a thread */
+constexpr int kTC = 16; /* gemm_tile: 16 output columns a block, TR rows, one output a thread */
 
 /*
- * Small GEMMs with k = K (64 or 128): a block computes 16 rows x 16 columns, with its 16 rows of
- * w (read before the wait for the predecessor: weights) and of x (after it) in shared memory,
- * each loaded once and coalesced, so a kernel costs about one memory latency. NORM: x is the
- * un-normalized input and the block applies RMSNorm (gain) to its rows first, forming each row's
- * sum of squares exactly as rmsnorm() does (lane-strided partial sums, then the butterfly) and
- * each value as x * inv * gain, so the result is bitwise that of rmsnorm() then the GEMM. Each
- * output is the fmaf chain over k = 0, ..., K - 1 of gemm(). Columns below n0 go to y0 (row
- * stride ld0), the others to y1 (column c - n0, row stride ld1): one launch writes Q and K/V.
+ * Small GEMMs with k = K (64 or 128): a block computes TR rows x 16 columns (TR 4, 8 or 16,
+ * picked per shape so that the grid spreads over the SMs), with its 16 rows of w (read before
+ * the wait for the predecessor: weights) and its TR rows of x (after it) in shared memory, each
+ * loaded once, coalesced, in float4. Rows are padded to K + 4 floats: 16-byte aligned, and the
+ * float4 reads of 8 consecutive w rows fall in distinct banks. A kernel costs about one memory
+ * latency plus the K-long fmaf chain. NORM: x is the un-normalized input and the block applies
+ * RMSNorm (gain) to its rows first, forming each row's sum of squares exactly as rmsnorm() does
+ * (lane-strided partial sums, then the butterfly) and each value as x * inv * gain, so the result
+ * is bitwise that of rmsnorm() then the GEMM. Each output is the fmaf chain over
+ * k = 0, ..., K - 1 of gemm(). Columns below n0 go to y0 (row stride ld0), the others to y1
+ * (column c - n0, row stride ld1): one launch writes Q and K/V.
  */
-template <int EPI, int K, bool NORM>
-__global__ void __launch_bounds__(kT *kT)
+template <int EPI, int K, bool NORM, int TR>
+__global__ void __launch_bounds__(TR *kTC)
     gemm_tile(const float *__restrict__ x, const float *__restrict__ gain,
               const float *__restrict__ w, int rows, int n0, float *y0, int ld0, float *y1,
               int ld1) {
-  __shared__ float xs[kT][K + 1], ws[kT][K + 1];
+  constexpr int kLd = K + 4, kThr = TR * kTC, kQ = K / 4;
+  __shared__ __align__(16) float xs[TR][kLd];
+  __shared__ __align__(16) float ws[kTC][kLd];
   pdl_trigger();
-  const int tid = threadIdx.x, tx = tid % kT, ty = tid / kT;
-  const int r0 = blockIdx.y * kT, c0 = blockIdx.x * kT;
-  constexpr int kVec = kT * K / 4; /* float4 loads of one 16-row tile */
+  const int tid = threadIdx.x, tx = tid % kTC, ty = tid / kTC;
+  const int r0 = blockIdx.y * TR, c0 = blockIdx.x * kTC;
 #pragma unroll
-  for (int i = tid; i < kVec; i += kT * kT) {
-    const int row = i / (K / 4), q = i % (K / 4);
-    const float4 v = reinterpret_cast<const float4 *>(w + (size_t)(c0 + row) * K)[q];
-    ws[row][4 * q] = v.x;
-    ws[row][4 * q + 1] = v.y;
-    ws[row][4 * q + 2] = v.z;
-    ws[row][4 * q + 3] = v.w;
+  for (int i = tid; i < kTC * kQ; i += kThr) {
+    const int row = i / kQ, q = i % kQ;
+    *reinterpret_cast<float4 *>(&ws[row][4 * q]) =
+        reinterpret_cast<const float4 *>(w + (size_t)(c0 + row) * K)[q];
   }
   pdl_wait();
 #pragma unroll
-  for (int i = tid; i < kVec; i += kT * kT) {
-    const int row = i / (K / 4), q = i % (K / 4);
+  for (int i = tid; i < TR * kQ; i += kThr) {
+    const int row = i / kQ, q = i % kQ;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r0 + row < rows)
       v = reinterpret_cast<const float4 *>(x + (size_t)(r0 + row) * K)[q];
-    xs[row][4 * q] = v.x;
-    xs[row][4 * q + 1] = v.y;
-    xs[row][4 * q + 2] = v.z;
-    xs[row][4 * q + 3] = v.w;
+    *reinterpret_cast<float4 *>(&xs[row][4 * q]) = v;
   }
   __syncthreads();
   if (NORM) {
     const int lane = tid & 31, warp = tid >> 5;
-    for (int row = warp; row < kT; row += kT * kT / 32) {
+    for (int row = warp; row < TR; row += kThr / 32) {
       float ss = 0.0f;
 #pragma unroll
       for (int c = lane; c < K; c += 32)
@@ -261,10 +269,17 @@ __global__ void __launch_bounds__(kT *kT)
     }
     __syncthreads();
   }
+  const float4 *xr = reinterpret_cast<const float4 *>(&xs[ty][0]);
+  const float4 *wr = reinterpret_cast<const float4 *>(&ws[tx][0]);
   float acc = 0.0f;
 #pragma unroll
-  for (int kk = 0; kk < K; kk++)
-    acc = fmaf(xs[ty][kk], ws[tx][kk], acc);
+  for (int q = 0; q < kQ; q++) {
+    const float4 a = xr[q], b = wr[q];
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+    acc = fmaf(a.z, b.z, acc);
+    acc = fmaf(a.w, b.w, acc);
+  }
   const int r = r0 + ty, c = c0 + tx;
   if (r >= rows)
     return;
@@ -277,47 +292,89 @@ __global__ void __launch_bounds__(kT *kT)
     *yr = *yr + acc;
 }
 
-template <int EPI, bool NORM>
-int launch_tile(const float *x, const float *gain, const float *w, int rows, int n, int k, int n0,
-                float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
-  const dim3 grid((unsigned)(n / kT), (unsigned)((rows + kT - 1) / kT)), block(kT * kT);
-  if (k == 64)
-    return launch(gemm_tile<EPI, 64, NORM>, grid, block, 0, s, pdl, x, gain, w, rows, n0, y0, ld0,
-                  y1, ld1);
-  return launch(gemm_tile<EPI, 128, NORM>, grid, block, 0, s, pdl, x, gain, w, rows, n0, y0, ld0,
+/* Rows a gemm_tile block takes: the most (16, 8, then 4) that still gives about two blocks per
+ * SM of an H100/H200 (132 SMs); fewer rows a block means less serial work in each. Measured in a
+ * PDL chain on an H200 (128 rows, k 64 and 128): 4 rows beat 16 by 7-31% at these shapes. */
+int tile_rows(int rows, int n) {
+  const int64_t cols = n / kTC;
+  if (cols * ((rows + 15) / 16) >= 264)
+    return 16;
+  if (cols * ((rows + 7) / 8) >= 264)
+    return 8;
+  return 4;
+}
+
+template <int EPI, bool NORM, int K, int TR>
+int launch_tile_tr(const float *x, const float *gain, const float *w, int rows, int n, int n0,
+                   float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
+  const dim3 grid((unsigned)(n / kTC), (unsigned)((rows + TR - 1) / TR)), block(TR * kTC);
+  return launch(gemm_tile<EPI, K, NORM, TR>, grid, block, 0, s, pdl, x, gain, w, rows, n0, y0, ld0,
                 y1, ld1);
 }
 
-/*
- * One block of kAttnWarps warps per (local row, head). The row's sequence is the last entry of
- * cu_padded <= its global row (counted by the whole block in one pass: the entries are
- * nondecreasing); a real row attends to the keys of that sequence from its first row up to
- * itself, in chunks of 32 keys starting at the sequence's first row. Warp w takes chunks w,
- * w + kAttnWarps, ... in order: each lane scores one key of the chunk (64 fmaf in order), the
- * chunk's maximum and sum come from fixed butterflies, and the values are accumulated key by key
- * in order (lane l owns dims l and l + 32), online across the warp's chunks. The warps' partial
- * results are then combined in warp order. Every step depends only on the row's own sequence, so
- * the bits do not depend on the row count, the grid or the rank. A padding row writes 0.
- *
- * The chains are short: a row of up to 128 keys is one chunk per warp, and every load a lane
- * needs for its chunk (its key's row, the chunk's 32 value rows) is issued before the arithmetic
- * that uses it, so a row costs a few memory latencies rather than one per key.
- */
+template <int EPI, bool NORM, int K>
+int launch_tile_k(const float *x, const float *gain, const float *w, int rows, int n, int n0,
+                  float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
+  switch (tile_rows(rows, n)) {
+  case 16:
+    return launch_tile_tr<EPI, NORM, K, 16>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+  case 8:
+    return launch_tile_tr<EPI, NORM, K, 8>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+  default:
+    return launch_tile_tr<EPI, NORM, K, 4>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+  }
+}
+
+template <int EPI, bool NORM>
+int launch_tile(const float *x, const float *gain, const float *w, int rows, int n, int k, int n0,
+                float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
+  if (k == 64)
+    return launch_tile_k<EPI, NORM, 64>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+  return launch_tile_k<EPI, NORM, 128>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+}
+
+/* Plain global loads the compiler may neither sink to their first use nor repeat there (volatile
+ * asm): the attention issues every load of a chunk before its arithmetic, so a chunk costs one
+ * memory latency, not one per key. Only for data no kernel writes while this one runs. */
+__device__ __forceinline__ float2 load_f2(const float *p) {
+  float2 v;
+  asm volatile("ld.global.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float4 load_f4(const float *p) {
+  float4 v;
+  asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p));
+  return v;
+}
+
+constexpr int kKeyLd = CGRTK_CP_HEAD_DIM + 4; /* a staged key row: 16-byte aligned, no conflicts */
+
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention(const float *__restrict__ q, const float *__restrict__ kv,
               const int32_t *__restrict__ cu, const int32_t *__restrict__ cu_padded,
               int padded_sequences, int64_t row0, int d, float *__restrict__ out) {
+  __shared__ __align__(16) float keys[kAttnWarps][32][kKeyLd];
   __shared__ float part_m[kAttnWarps], part_l[kAttnWarps];
-  __shared__ float part_acc[kAttnWarps][CGRTK_CP_HEAD_DIM];
+  __shared__ __align__(8) float part_acc[kAttnWarps][CGRTK_CP_HEAD_DIM];
+  __shared__ int part_below[kAttnWarps];
   pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lr = blockIdx.x, h = blockIdx.y;
   const int64_t g = row0 + lr;
   int below = 0; /* entries of cu_padded <= g */
-  for (int base = 0; base < padded_sequences; base += kAttnWarps * 32) {
-    const int i = base + (int)threadIdx.x;
-    below += __syncthreads_count(i < padded_sequences && (int64_t)cu_padded[i] <= g);
-  }
+  for (int i = (int)threadIdx.x; i < padded_sequences; i += kAttnWarps * 32)
+    below += (int64_t)cu_padded[i] <= g;
+  below = __reduce_add_sync(kFull, below);
+  if (lane == 0)
+    part_below[warp] = below;
+  __syncthreads();
+  below = 0;
+#pragma unroll
+  for (int w = 0; w < kAttnWarps; w++)
+    below += part_below[w];
   const int seq = below > 0 ? below - 1 : 0;
   const int64_t start = cu_padded[seq];
   const int64_t len = (int64_t)cu[seq + 1] - cu[seq];
@@ -325,43 +382,54 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   float *o = out + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM;
   pdl_wait(); /* the THD metadata above is not written by the call's kernels; q and kv are */
   if (pos < 0 || pos >= len) { /* the same on the whole block */
-    if (warp == 0) {
-      o[lane] = 0.0f;
-      o[lane + 32] = 0.0f;
-    }
+    if (warp == 0)
+      reinterpret_cast<float2 *>(o)[lane] = make_float2(0.0f, 0.0f);
     return;
   }
   const size_t ld = 2 * (size_t)d;
   const float *kbase = kv + h * CGRTK_CP_HEAD_DIM;
   const float *vbase = kv + d + h * CGRTK_CP_HEAD_DIM;
-  const float4 *qr = reinterpret_cast<const float4 *>(q + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM);
-  float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
-  for (int64_t base = start + 32 * (int64_t)warp; base <= g; base += 32 * kAttnWarps) {
-    const int64_t j = base + lane;
-    const bool valid = j <= g;
-    const int cnt = (int)(g - base + 1 < 32 ? g - base + 1 : 32); /* the same on every lane */
-    /* Every load of the chunk first: this lane's key row, then the values of its dims. */
-    float4 kr[CGRTK_CP_HEAD_DIM / 4];
-    const float4 *krow = reinterpret_cast<const float4 *>(kbase + (size_t)(valid ? j : base) * ld);
+  /* The query, scaled by 1/sqrt(64) = 1/8 (exact), in registers: loaded with the first chunk. */
+  float4 qs[CGRTK_CP_HEAD_DIM / 4];
+  {
+    const float *qr = q + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM;
 #pragma unroll
     for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++)
-      kr[e] = krow[e];
-    float v0[32], v1[32];
+      qs[e] = load_f4(qr + 4 * e);
 #pragma unroll
-    for (int t = 0; t < 32; t++) {
-      const float *vr = vbase + (size_t)(base + (t < cnt ? t : 0)) * ld;
-      v0[t] = vr[lane];
-      v1[t] = vr[lane + 32];
+    for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++)
+      qs[e] = make_float4(qs[e].x * 0.125f, qs[e].y * 0.125f, qs[e].z * 0.125f, qs[e].w * 0.125f);
+  }
+  float(*ks)[kKeyLd] = keys[warp];
+  float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+  for (int64_t base = start + 32 * (int64_t)warp; base <= g; base += 32 * kAttnWarps) {
+    const int cnt = (int)(g - base + 1 < 32 ? g - base + 1 : 32); /* the same on every lane */
+    /* Every load of the chunk first: its key rows into shared memory (lanes 0-15 one row,
+       16-31 the next, a float4 each), then this lane's value pairs. */
+    __syncwarp(); /* the previous chunk's reads of ks are done */
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+      const int r = 2 * i + (lane >> 4);
+      if (r < cnt)
+        *reinterpret_cast<float4 *>(&ks[r][4 * (lane & 15)]) =
+            load_f4(kbase + (size_t)(base + r) * ld + 4 * (lane & 15));
     }
-    /* The score of this lane's key, with the query scaled by 1/sqrt(64) = 1/8 (exact). */
+    float2 v[32];
+#pragma unroll
+    for (int t = 0; t < 32; t++)
+      v[t] = load_f2(vbase + (size_t)(base + (t < cnt ? t : 0)) * ld + 2 * lane);
+    __syncwarp();
+    const bool valid = lane < cnt;
+    /* The score of this lane's key. */
+    const float4 *kr = reinterpret_cast<const float4 *>(&ks[valid ? lane : 0][0]);
     float dot = 0.0f;
 #pragma unroll
     for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++) {
-      const float4 qv = qr[e];
-      dot = fmaf(qv.x * 0.125f, kr[e].x, dot);
-      dot = fmaf(qv.y * 0.125f, kr[e].y, dot);
-      dot = fmaf(qv.z * 0.125f, kr[e].z, dot);
-      dot = fmaf(qv.w * 0.125f, kr[e].w, dot);
+      const float4 kv4 = kr[e];
+      dot = fmaf(qs[e].x, kv4.x, dot);
+      dot = fmaf(qs[e].y, kv4.y, dot);
+      dot = fmaf(qs[e].z, kv4.z, dot);
+      dot = fmaf(qs[e].w, kv4.w, dot);
     }
     const float s = valid ? dot : -INFINITY;
     float cmax = s;
@@ -380,8 +448,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     for (int t = 0; t < 32; t++) {
       const float pt = __shfl_sync(kFull, p, t); /* 0 past cnt: those keys are not valid */
       if (t < cnt) {
-        acc0 = fmaf(pt, v0[t], acc0);
-        acc1 = fmaf(pt, v1[t], acc1);
+        acc0 = fmaf(pt, v[t].x, acc0);
+        acc1 = fmaf(pt, v[t].y, acc1);
       }
     }
     m = mnew;
@@ -391,8 +459,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     part_m[warp] = m;
     part_l[warp] = l;
   }
-  part_acc[warp][lane] = acc0;
-  part_acc[warp][lane + 32] = acc1;
+  reinterpret_cast<float2 *>(part_acc[warp])[lane] = make_float2(acc0, acc1);
   __syncthreads();
   if (warp != 0)
     return;
@@ -406,12 +473,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     if (part_l[w] == 0.0f)
       continue;
     const float c = expf(part_m[w] - mt);
+    const float2 pa = reinterpret_cast<const float2 *>(part_acc[w])[lane];
     lt = fmaf(part_l[w], c, lt);
-    a0 = fmaf(part_acc[w][lane], c, a0);
-    a1 = fmaf(part_acc[w][lane + 32], c, a1);
+    a0 = fmaf(pa.x, c, a0);
+    a1 = fmaf(pa.y, c, a1);
   }
-  o[lane] = a0 / lt;
-  o[lane + 32] = a1 / lt;
+  reinterpret_cast<float2 *>(o)[lane] = make_float2(a0 / lt, a1 / lt);
 }
 
 bool misaligned(const void *p) {
@@ -498,6 +565,11 @@ int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows
     return 0;
   if (!norm_gemm_fits(rows, n, k) || epi == GEMM_RESIDUAL || misaligned(x) || misaligned(w))
     return (int)cudaErrorInvalidValue;
+  if (!gain) /* the GEMM alone, on x as given */
+    return epi == GEMM_STORE ? launch_tile<GEMM_STORE, false>(x, gain, w, rows, n, k, n0, y0, ld0,
+                                                              y1, ld1, s, pdl)
+                             : launch_tile<GEMM_SILU, false>(x, gain, w, rows, n, k, n0, y0, ld0,
+                                                             y1, ld1, s, pdl);
   if (epi == GEMM_STORE)
     return launch_tile<GEMM_STORE, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl);
   return launch_tile<GEMM_SILU, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl);

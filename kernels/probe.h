@@ -1,6 +1,7 @@
 /*
  * probe.h - an in-band reading of the SM clock: what the GPU ran at, right where a measurement
- * ended, without NVML. No CUDA header is needed: the stream is a void * (cudaStream_t).
+ * ended, without NVML; and an empty kernel, to time what one launch costs the host. No CUDA
+ * header is needed: the stream is a void * (cudaStream_t).
  */
 #ifndef CGRT_KERNELS_PROBE_H
 #define CGRT_KERNELS_PROBE_H
@@ -18,6 +19,9 @@ extern "C" {
  * cudaError_t of the launch. Never synchronizes.
  */
 int cgrtk_clock_probe(unsigned long long *out, long long cycles, void *stream);
+
+/* Enqueue one empty kernel (one thread) on `stream`. Returns 0 or the cudaError_t of the launch. */
+int cgrtk_empty_launch(void *stream);
 
 #ifdef __cplusplus
 }
