@@ -32,6 +32,7 @@ struct cgrtk_cp {
   int32_t *thd;  /* own THD metadata: cu_seqlens, then cu_seqlens_padded */
   int pdl;       /* programmatic dependent launch between the kernels of one call (sm_90+) */
   void *ws;      /* the calls' temporaries when persistent (CGRTK_CP_TEMPS=workspace), else NULL */
+  int fuse_norm; /* cfg.fuse_norm, or CGRTK_CP_FUSE_NORM */
   char err[256]; /* the last failure, for cgrtk_cp_last_error */
 };
 
@@ -54,6 +55,7 @@ extern "C" void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->max_packed_tokens = 0;
   cfg->seed = 1;
   cfg->workspace = 0;
+  cfg->fuse_norm = 1;
 }
 
 extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
@@ -63,6 +65,7 @@ extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->heads = 1;
   cfg->ffn = 128;
   cfg->workspace = 1;
+  cfg->fuse_norm = 0;
 }
 
 static int check_cfg(const struct cgrtk_cp_cfg *c, int64_t max_rows, char *err, size_t errlen) {
@@ -146,6 +149,7 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
   CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
            "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
   w->pdl = major >= 9 && kernels_binary_version() >= 90 && cgrtk_env_int("CGRTK_CP_PDL", 1, 0, 1);
+  w->fuse_norm = cgrtk_env_int("CGRTK_CP_FUSE_NORM", cfg->fuse_norm != 0, 0, 1);
 
   {
     const char *env = getenv("CGRTK_CP_TEMPS"); /* "stream" or "workspace" overrides cfg */
@@ -377,11 +381,17 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   /* The first kernel of the call waits for everything before it; the others, for their
      predecessor only (programmatic dependent launch), except after the all-gather. */
   const bool pdl = use_pdl(w, s);
-  if (norm_gemm_fits(R, 3 * d, d)) {
+  if (norm_gemm_fits(R, 3 * d, d) && w->fuse_norm) {
     /* Small rows: RMSNorm, Q and K/V in one kernel (the same bits as the three below). */
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], L->t[CGRTK_CP_T_WQKV], R, 3 * d, d,
                           d, q, d, kv_local, 2 * d, GEMM_STORE, s, false),
          "RMSNorm and QKV projection");
+  } else if (norm_gemm_fits(R, 3 * d, d)) {
+    /* Small rows, one kernel per operation: RMSNorm, then Q and K/V in one GEMM (same bits). */
+    STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s, false), "RMSNorm");
+    STEP(launch_norm_gemm(xn, NULL, L->t[CGRTK_CP_T_WQKV], R, 3 * d, d, d, q, d, kv_local, 2 * d,
+                          GEMM_STORE, s, pdl),
+         "QKV projection");
   } else {
     STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s, false), "RMSNorm");
     STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl),
@@ -437,7 +447,7 @@ extern "C" int cgrtk_cp_mlp(cgrtk_cp *w, int layer, int64_t rows, void *stream) 
   float *act = (float *)((char *)tmp + part);
   int rc = 0;
   const bool pdl = use_pdl(w, s);
-  if (norm_gemm_fits(R, f, d)) {
+  if (norm_gemm_fits(R, f, d) && w->fuse_norm) {
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], L->t[CGRTK_CP_T_W1], R, f, d, f,
                           act, f, act, f, GEMM_SILU, s, false),
          "RMSNorm and W1 projection");

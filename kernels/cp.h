@@ -66,6 +66,10 @@ struct cgrtk_cp_cfg {
    * 1: from one workspace allocated at create (as engines with static buffers do), so a call's
    * graph holds no memory nodes. Calls of one workload then must not run concurrently. */
   int workspace;
+  /* 1: at small shapes (launch_norm_gemm), each RMSNorm runs inside the projection after it (fewer
+   * launches, less device time); 0: one kernel per operation, as an eager framework runs the
+   * layer. The same bits either way. Environment CGRTK_CP_FUSE_NORM=0|1 overrides. */
+  int fuse_norm;
 };
 
 typedef struct cgrtk_cp cgrtk_cp;
@@ -81,9 +85,11 @@ void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg);
 
 /*
  * Fill *cfg with the launch-bound shape `cgrt bench --workload cp` measures by default: 16
- * layers, d_model 64 (one head), ffn 128, seed 1. Each kernel then has a few microseconds of
- * work at short packed batches (a few hundred tokens), less than the host needs to launch it,
- * so an eager step is bound by launches, which is what a graph bank per cp size removes.
+ * layers, d_model 64 (one head), ffn 128, seed 1, temporaries from a workspace, and one kernel
+ * per operation (fuse_norm 0: RMSNorm, QKV, attention, Wo; RMSNorm, W1, W2), as an eager
+ * framework runs such a layer. Each kernel then has one to three microseconds of device time at
+ * short packed batches (64 to a few hundred tokens), less than the host needs to launch it, so an
+ * eager step is bound by launches, which is what a graph bank per cp size removes.
  */
 void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg);
 

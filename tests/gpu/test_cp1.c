@@ -324,6 +324,69 @@ static int use_default_shape(void **state) {
   return 0;
 }
 
+/* One eager forward of w over the packed lengths l (cp 1, no cgrt) into out. */
+static void direct_forward(cgrtk_cp *w, const struct lengths *l, int64_t padded, uint64_t data,
+                           cudaStream_t st, float *out) {
+  const int32_t *cu = NULL, *cup = NULL;
+  int nps = 0;
+  assert_int_equal(cgrtk_cp_stage_thd(w, l->len, l->n, padded, st, &cu, &cup, &nps), 0);
+  assert_int_equal(cgrtk_cp_stage(w, data, l->len, l->n, padded, 1, 0, st), 0);
+  for (int layer = 0; layer < cgrtk_cp_config(w)->layers; layer++) {
+    if (cgrtk_cp_attn(w, layer, cu, cup, nps, padded, 1, 0, NULL, st) != 0 ||
+        cgrtk_cp_mlp(w, layer, padded, st) != 0)
+      fail_msg("layer %d: %s", layer, cgrtk_cp_last_error(w));
+  }
+  assert_int_equal(cgrtk_cp_read(w, padded, out, st), 0);
+  assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
+}
+
+/* On the launch shape at 128 and 64 rows, where every projection takes the small tiled path,
+ * RMSNorm fused into the projections (cfg.fuse_norm = 1) and one kernel per operation (0) give
+ * bitwise the same output: the fused kernels form each row's sum of squares in rmsnorm()'s order.
+ * The two must differ in what they launch, or the test would compare a path with itself. */
+static void fused_norm_same_bits(void **state) {
+  (void)state;
+  static const struct lengths l128 = {3, {60, 40, 20}}, l64 = {4, {1, 30, 0, 25}};
+  cgrtk_cp *w[2] = {NULL, NULL};
+  cudaStream_t st = NULL;
+  char err[256];
+  assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (int f = 0; f < 2; f++) {
+    struct cgrtk_cp_cfg cfg;
+    cgrtk_cp_launch_bound_cfg(&cfg);
+    cfg.layers = LAYERS;
+    cfg.fuse_norm = f;
+    if (cgrtk_cp_create(&w[f], &cfg, 128, err, sizeof(err)) != 0)
+      fail_msg("cgrtk_cp_create: %s", err);
+  }
+  const int64_t d = cgrtk_cp_config(w[0])->d_model;
+  for (int k = 0; k < 2; k++) {
+    const struct lengths *l = k == 0 ? &l128 : &l64;
+    const int64_t padded = k == 0 ? 128 : 64;
+    direct_forward(w[1], l, padded, (uint64_t)k, st, out_graph);
+    direct_forward(w[0], l, padded, (uint64_t)k, st, out_eager);
+    assert_same(padded, padded, d, "fused against unfused RMSNorm", k);
+  }
+  /* Distinct paths: the unfused workload launches more kernels for one layer. */
+  int launches[2];
+  for (int f = 0; f < 2; f++) {
+    cudaGraph_t g = NULL;
+    size_t nodes = 0;
+    assert_int_equal(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    assert_int_equal(cgrtk_cp_mlp(w[f], 0, 128, st), 0);
+    assert_int_equal(cudaStreamEndCapture(st, &g), cudaSuccess);
+    assert_int_equal(cudaGraphGetNodes(g, NULL, &nodes), cudaSuccess);
+    cudaGraphDestroy(g);
+    launches[f] = (int)nodes;
+  }
+  if (launches[0] <= launches[1])
+    fail_msg("the unfused MLP captured %d nodes, the fused %d: the paths are not distinct",
+             launches[0], launches[1]);
+  cgrtk_cp_destroy(w[0]);
+  cgrtk_cp_destroy(w[1]);
+  cudaStreamDestroy(st);
+}
+
 static void over_capacity_error(void **state) {
   (void)state;
   struct side g = {0};
@@ -386,6 +449,7 @@ int main(void) {
        NULL},
       {"matches_host_reference (launch shape)", matches_host_reference, use_launch_shape,
        use_default_shape, NULL},
+      cmocka_unit_test(fused_norm_same_bits),
       cmocka_unit_test(over_capacity_error),
       cmocka_unit_test(over_capacity_eager),
   };
