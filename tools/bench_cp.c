@@ -8,8 +8,9 @@
  * the one under test, and the eager reference, the same configuration with warmup_steps =
  * 1000000 (graphs never captured: the same kernels with the same arguments, run directly). For
  * each [dynamic_cp] cp_sizes entry that divides N (the others are dropped from both runtimes'
- * configuration, since a communicator cannot be split for them), both run warm-up and timed
- * steps over four patterns of packed sequence lengths in turn, then one more step per pattern
+ * configuration, since a communicator cannot be split for them), both warm up, then their timed
+ * steps alternate in blocks (the same host and GPU conditions for both) over four patterns of
+ * packed sequence lengths in turn, then one more step per pattern
  * whose output rows on every rank are compared bitwise between the two. The parent (which never
  * touches CUDA) prints one row per cp size: the median step time of the slowest rank under eager
  * and under the backend, the speedup, the capture and instantiate time and the graphs built
@@ -33,14 +34,14 @@
 
 /*
  * Without CONF: dynamic_cp at cp 1 and 2. The launch shape (the default, --cp-shape launch) packs
- * short batches (128 tokens) through 16 narrow layers (cgrtk_cp_launch_bound_cfg): eager is bound
+ * short batches (64 tokens) through 16 narrow layers (cgrtk_cp_launch_bound_cfg): eager is bound
  * by its launches there, which is what a graph bank per cp size removes. The compute shape
  * (--cp-shape compute) is the workload's default (4 layers, d 512) over 4096-token batches:
  * bound by the GPU, where graphs gain nothing.
  */
 static const char cp_launch_conf[] = "[cuda_graph]\nimpl = dynamic_cp\nmodules = attn mlp\n"
                                      "warmup_steps = 3\n[dynamic_cp]\ncp_sizes = 1 2\n"
-                                     "max_packed_tokens = 128\nmax_sequences = 16\n"
+                                     "max_packed_tokens = 64\nmax_sequences = 16\n"
                                      "[runtime]\ndriver = cuda\nlog = warn\n";
 static const char cp_compute_conf[] = "[cuda_graph]\nimpl = dynamic_cp\nmodules = attn mlp\n"
                                       "warmup_steps = 3\n[dynamic_cp]\ncp_sizes = 1 2\n"
@@ -60,6 +61,7 @@ struct cp_result {
   int replayed; /* every check step of the backend was a replay */
   int64_t rows; /* rows per rank */
   double cgrt_us, eager_us;
+  double launch_us; /* the host's cost of one kernel launch, before these steps */
   double capture_ms, instantiate_ms;
   uint64_t graphs_built, live_graphs;
 };
@@ -112,6 +114,34 @@ static void make_patterns(struct cp_pattern *p, int64_t max_tokens, int max_sequ
 #include <cuda_runtime_api.h>
 
 #include "cp_host.h"
+#include "probe.h"
+
+/*
+ * What one kernel launch costs this host right now: the median over 5 rounds of 100 empty
+ * launches on an idle stream, in microseconds (0 if a launch fails). An eager step of a
+ * launch-bound shape costs about its launches times this, and it differs between hosts and even
+ * between processes on one host (CPU placement, clocks): printed beside eager_us so that a
+ * moving eager figure can be told from a moving replay.
+ */
+static double launch_cost_us(void) {
+  cudaStream_t s = NULL;
+  double r[5];
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    return 0;
+  for (int k = 0; k < 5; k++) {
+    cudaStreamSynchronize(s);
+    const uint64_t t0 = cgrt_tool_now_ns();
+    for (int i = 0; i < 100; i++)
+      if (cgrtk_empty_launch(s) != 0) {
+        cudaStreamDestroy(s);
+        return 0;
+      }
+    r[k] = (double)(cgrt_tool_now_ns() - t0) / 1e3 / 100;
+  }
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  return bench_median(r, 5);
+}
 
 /* The workload's shape (*wc) and the configuration used without CONF, for o->cp_shape. */
 static const char *cp_shape(const struct bench_opts *o, struct cgrtk_cp_cfg *wc) {
@@ -155,15 +185,25 @@ static int cp_step(void *arg, int timed) {
   return rc;
 }
 
-/* Runs `warmup` then `steps` steps at cp size cp; *us gets the median step time. */
-static int run_steps(struct cp_host *h, const struct cp_bench *b, int cp, int warmup, int steps,
-                     double *us) {
-  struct cp_stepper st = {h, b, cp, 0};
-  struct bench_stepper bs = {cp_step, &st, cgrt_stream(h->rt)};
+/*
+ * Steps at cp size cp under the backend (hg) and under eager (he): each warms up, then their
+ * timed steps alternate in o->blocks blocks (bench_time_blocks), so both see the same host and
+ * GPU conditions; an eager step is bound by the host's launches, whose cost moves with the host's
+ * state, and timing the two one after the other let that drift into the speedup. *us_g and *us_e
+ * get the median step times.
+ */
+static int run_steps(struct cp_host *hg, struct cp_host *he, const struct cp_bench *b, int cp,
+                     double *us_g, double *us_e) {
+  struct cp_stepper sg = {hg, b, cp, 0}, se = {he, b, cp, 0};
+  struct bench_stepper bs[2] = {{cp_step, &sg, cgrt_stream(hg->rt)},
+                                {cp_step, &se, cgrt_stream(he->rt)}};
   struct bench_opts o = *b->o;
-  o.warmup = warmup;
-  o.steps = steps;
-  return bench_time_steps(&bs, &o, us);
+  o.warmup = b->warmup;
+  double us[2] = {0, 0};
+  int rc = bench_time_blocks(bs, 2, &o, us);
+  *us_g = us[0];
+  *us_e = us[1];
+  return rc;
 }
 
 /* One check step per pattern on both runtimes; 1 if every output is bitwise equal. */
@@ -250,9 +290,8 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
     struct cp_result *r = &b->sh->res[rank][i];
     cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
     cgrt_stats_get(rg, &s0);
-    rc = run_steps(&hg, b, cp, b->warmup, b->o->steps, &r->cgrt_us);
-    if (rc == 0)
-      rc = run_steps(&he, b, cp, b->warmup, b->o->steps, &r->eager_us);
+    r->launch_us = launch_cost_us();
+    rc = run_steps(&hg, &he, b, cp, &r->cgrt_us, &r->eager_us);
     int equal = rc == 0 ? check_steps(&hg, &he, b, cp, og, oe, cap, &r->replayed, &r->rows) : -1;
     if (rc != 0 || equal < 0) {
       fprintf(stderr, "cgrt bench: rank %d, cp %d: %s (backend: %s; eager: %s)\n", rank, cp,
@@ -310,13 +349,15 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            (long long)v->max_packed_tokens, v->max_sequences, CP_PATTERNS);
     for (int k = 0; k < CP_PATTERNS; k++)
       printf("%s%d seqs/%lld tokens", k ? ", " : "", b->pat[k].n, (long long)b->pat[k].total);
-    printf("); median of %d steps, slowest rank\n", b->o->steps);
-    printf("%4s %10s %10s %10s %8s %11s %9s %7s %9s %8s\n", "cp", "rows/rank", "eager_us",
-           "cgrt_us", "speedup", "capture_ms", "inst_ms", "graphs", "replayed", "bitwise");
+    printf("); median of %d steps, eager and cgrt in turn in %d blocks, slowest rank\n",
+           b->o->steps, b->o->blocks);
+    printf("%4s %10s %10s %10s %8s %10s %11s %9s %7s %9s %8s\n", "cp", "rows/rank", "eager_us",
+           "cgrt_us", "speedup", "launch_us", "capture_ms", "inst_ms", "graphs", "replayed",
+           "bitwise");
   }
   int all_equal = 1;
   for (int i = 0; i < b->ncps; i++) {
-    double cg = 0, ce = 0, cap = 0, inst = 0;
+    double cg = 0, ce = 0, cap = 0, inst = 0, lu = 0;
     uint64_t built = 0, live = 0;
     int equal = 1, replayed = 1, done = 1;
     int64_t rows = 0;
@@ -327,6 +368,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
       replayed &= x->replayed;
       cg = x->cgrt_us > cg ? x->cgrt_us : cg;
       ce = x->eager_us > ce ? x->eager_us : ce;
+      lu = x->launch_us > lu ? x->launch_us : lu;
       if (r == 0) {
         cap = x->capture_ms, inst = x->instantiate_ms, built = x->graphs_built;
         live = x->live_graphs, rows = x->rows;
@@ -337,19 +379,21 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     if (b->o->json)
       printf("{\"workload\":\"cp\",\"backend\":\"%s\",\"device\":\"%s\",\"ranks\":%d,\"cp\":%d,"
              "\"rows_per_rank\":%lld,\"eager_us\":%.1f,\"cgrt_us\":%.1f,\"speedup\":%.3f,"
-             "\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,\"graphs_built\":%llu,"
-             "\"live_graphs\":%llu,\"replayed\":%s,\"bitwise\":%s}\n",
+             "\"launch_us\":%.2f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,"
+             "\"graphs_built\":%llu,\"live_graphs\":%llu,\"replayed\":%s,\"bitwise\":%s}\n",
              sh->impl, sh->device, b->nranks, b->cps[i], (long long)rows, ce, cg,
-             cg > 0 ? ce / cg : 0.0, cap, inst, (unsigned long long)built, (unsigned long long)live,
-             replayed ? "true" : "false", equal ? "true" : "false");
+             cg > 0 ? ce / cg : 0.0, lu, cap, inst, (unsigned long long)built,
+             (unsigned long long)live, replayed ? "true" : "false", equal ? "true" : "false");
     else
-      printf("%4d %10lld %10.1f %10.1f %7.2fx %11.2f %9.2f %7llu %9s %8s\n", b->cps[i],
-             (long long)rows, ce, cg, cg > 0 ? ce / cg : 0.0, cap, inst, (unsigned long long)built,
-             replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
+      printf("%4d %10lld %10.1f %10.1f %7.2fx %10.2f %11.2f %9.2f %7llu %9s %8s\n", b->cps[i],
+             (long long)rows, ce, cg, cg > 0 ? ce / cg : 0.0, lu, cap, inst,
+             (unsigned long long)built, replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
   }
   if (!b->o->json)
-    printf("capture_ms, inst_ms, graphs: during that cp size's steps on rank 0 (every bank is "
-           "captured in one step, so they land in the first row)\n");
+    printf("launch_us: what one kernel launch cost the host just before that cp size's steps "
+           "(empty kernel, slowest rank); an eager step of a launch-bound shape costs about its "
+           "launches times this\ncapture_ms, inst_ms, graphs: during that cp size's steps on rank "
+           "0 (every bank is captured in one step, so they land in the first row)\n");
   return all_equal ? 0 : EXIT_INVALID;
 }
 
