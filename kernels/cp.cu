@@ -381,24 +381,25 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   /* The first kernel of the call waits for everything before it; the others, for their
      predecessor only (programmatic dependent launch), except after the all-gather. */
   const bool pdl = use_pdl(w, s);
-  if (norm_gemm_fits(R, 3 * d, d) && w->fuse_norm) {
-    /* Small rows: RMSNorm, Q and K/V in one kernel (the same bits as the three below). */
+  const bool small = norm_gemm_fits(R, 3 * d, d);
+  if (small && w->fuse_norm) {
+    /* Small rows: RMSNorm, Q and K/V in one kernel (the same bits as the kernels below). */
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], L->t[CGRTK_CP_T_WQKV], R, 3 * d, d,
                           d, q, d, kv_local, 2 * d, GEMM_STORE, s, false),
          "RMSNorm and QKV projection");
-  } else if (norm_gemm_fits(R, 3 * d, d)) {
-    /* Small rows, one kernel per operation: RMSNorm, then Q and K/V in one GEMM (same bits). */
-    STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s, false), "RMSNorm");
-    STEP(launch_norm_gemm(xn, NULL, L->t[CGRTK_CP_T_WQKV], R, 3 * d, d, d, q, d, kv_local, 2 * d,
-                          GEMM_STORE, s, pdl),
-         "QKV projection");
   } else {
     STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s, false), "RMSNorm");
-    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl),
-         "Wq projection");
-    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV] + (size_t)d * d, kv_local, R, 2 * d, d, 2 * d,
-                     GEMM_STORE, s, pdl),
-         "Wkv projection");
+    if (small) { /* Q and K/V in one GEMM writing both */
+      STEP(launch_norm_gemm(xn, NULL, L->t[CGRTK_CP_T_WQKV], R, 3 * d, d, d, q, d, kv_local, 2 * d,
+                            GEMM_STORE, s, pdl),
+           "QKV projection");
+    } else {
+      STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl),
+           "Wq projection");
+      STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV] + (size_t)d * d, kv_local, R, 2 * d, d, 2 * d,
+                       GEMM_STORE, s, pdl),
+           "Wkv projection");
+    }
   }
 #ifdef CGRT_HAVE_NCCL
   /* In place: this rank's rows already sit at their global offset in the gathered buffer. */
