@@ -13,8 +13,15 @@
  * rank, running the same steps, captures the same graphs in the same order (the collectives in
  * them must match across ranks). A step over a slot's capacity is refused (over_capacity =
  * error, nothing run) or run eagerly with metadata of its own size (eager).
+ *
+ * graph_scope = step: each (cp size, slot) holds one graph of the whole step body instead of
+ * module graphs (the core's run_body_graph, as full_iteration and local's block scope), captured
+ * in the same capture step and order. One graph launch a step instead of one per module call:
+ * the kernels of consecutive calls chain inside one graph, and the ranks meet at each collective
+ * within a single launch.
  */
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -38,10 +45,12 @@ struct dcp_state {
   struct bank banks[MAX_BANKS];
   int num_banks;
   int comms_ready;
-  int64_t steps; /* steps run, eager ones included */
-  int captured;  /* the capture step is behind */
+  int64_t steps;  /* steps run, eager ones included */
+  int captured;   /* the capture step is behind */
+  int step_scope; /* graph_scope = step: one body graph per (bank, slot) */
   struct bank *cur;
   int cur_slot;
+  cgrt_mode body_mode; /* step scope: what the last pass's body did */
 };
 
 static int scoped(const struct dcp_state *s, cgrt_kind kind) {
@@ -71,6 +80,17 @@ static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view
                (long long)cfg->max_packed_tokens, cfg->cp_sizes[i]);
       return CGRT_E_CONFIG;
     }
+  /* A core older than graph_scope gives no such field: module scope. */
+  int step_scope =
+      cfg->struct_size >= offsetof(struct cgrt_config_view, cp_scope) + sizeof(cfg->cp_scope) &&
+      cfg->cp_scope == CGRT_CP_SCOPE_STEP;
+  /* The config rules refuse these first; a backend loaded by path is checked here too. */
+  if (step_scope && (cfg->modules != 0 || cfg->nan_check)) {
+    snprintf(err, errlen,
+             "dynamic_cp with graph_scope = step graphs the whole step: it needs [cuda_graph] "
+             "modules empty and [host] nan_check = off");
+    return CGRT_E_CONFIG;
+  }
   struct dcp_state *s = calloc(1, sizeof(*s));
   if (!s) {
     snprintf(err, errlen, "out of memory");
@@ -78,6 +98,7 @@ static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view
   }
   s->h = h;
   s->cfg = cfg;
+  s->step_scope = step_scope;
   int rc = h->cache_create(h, cfg->max_graphs, cfg->rebind, &s->cache);
   /* Banks in ascending cp order (the config keeps cp_sizes sorted). */
   for (size_t i = 0; rc == 0 && i < cfg->num_cp_sizes; i++) {
@@ -145,7 +166,17 @@ static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, 
     return rc;
   bind(s, f->ctx, b, &meta);
   rc = h->run_prepare(h, f);
-  if (rc == 0) {
+  if (rc == 0 && s->step_scope) {
+    /* The bank's slot as one unit; before the capture step its passes only count as warm-up. */
+    struct cgrt_graph_key key = {
+        .module = CGRT_KEY_BODY,
+        .phase = (uint32_t)f->ctx->phase,
+        .microbatch = (uint32_t)(f->desc->microbatches > 0 ? f->desc->microbatches : 1),
+        .extra = ((uint64_t)(uint32_t)b->cp << 32) | (uint32_t)meta.index,
+    };
+    rc = h->run_body_graph(h, s->cache, f, &key, s->captured ? s->cfg->warmup_steps : INT_MAX,
+                           &s->body_mode);
+  } else if (rc == 0) {
     f->ctx->mode = CGRT_MODE_EAGER;
     rc = h->run_body(h, f);
   }
@@ -246,11 +277,16 @@ static int dcp_step(void *state, struct cgrt_step_frame *f) {
     s->steps++;
     return rc;
   }
-  if (!s->captured && s->steps >= s->cfg->warmup_steps)
+  int capture_step = !s->captured && s->steps >= s->cfg->warmup_steps;
+  if (capture_step)
     rc = capture_banks(s, f, lens, n);
   if (rc == 0)
     rc = pass(s, f, b, -1, lens, n);
-  f->ctx->mode = h->calls_mode(h);
+  if (s->step_scope) /* a step that built the banks reports capture, as in module scope */
+    f->ctx->mode =
+        capture_step && s->body_mode == CGRT_MODE_REPLAY ? CGRT_MODE_CAPTURE : s->body_mode;
+  else
+    f->ctx->mode = h->calls_mode(h);
   s->steps++;
   return rc;
 }
@@ -258,6 +294,8 @@ static int dcp_step(void *state, struct cgrt_step_frame *f) {
 static int dcp_call(void *state, struct cgrt_call *c) {
   struct dcp_state *s = state;
   const struct cgrt_host_api *h = s->h;
+  if (s->step_scope) /* every call belongs to the body being warmed, captured or run eagerly */
+    return h->run_module(h, c);
   if (!s->cur || !scoped(s, c->module->kind)) {
     c->ctx->mode = CGRT_MODE_EAGER;
     return h->run_module(h, c);
@@ -300,6 +338,10 @@ static int dcp_describe(void *state, void (*emit)(void *user, const char *line),
            c->graph_slots, (long long)c->max_packed_tokens, c->max_sequences,
            (long long)c->max_packed_tokens);
   emit(user, line);
+  emit(user, s->step_scope ? "graph_scope = step: a graph of the whole step body per cp size and "
+                             "slot (module calls run inside it)"
+                           : "graph_scope = modules: a graph per call of a module of a kind in "
+                             "modules (empty: every kind)");
   snprintf(line, sizeof(line),
            "%d eager steps, then one step captures every bank and slot, smallest cp first; "
            "steps over capacity: %s",

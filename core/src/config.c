@@ -303,6 +303,7 @@ void cgrt__config_defaults(struct cgrt_config *cfg) {
   v->max_sequences = 64;
   v->graph_slots = 2;
   v->over_capacity = CGRT_OVER_CAPACITY_ERROR;
+  v->cp_scope = CGRT_CP_SCOPE_MODULES;
   v->device = 0;
   v->driver = CGRT_DRIVER_CUDA;
   v->bind_cpu = 1;

@@ -55,6 +55,7 @@ enum cfg_key_id {
   K_MAX_SEQUENCES,
   K_GRAPH_SLOTS,
   K_OVER_CAPACITY,
+  K_CP_SCOPE,
   K_DEVICE,
   K_DRIVER,
   K_BIND_CPU,

@@ -17,6 +17,7 @@ _Static_assert(sizeof(cgrt_rebind) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_bucket_dist) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_capture_time) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_over_capacity) == sizeof(int), "enum size");
+_Static_assert(sizeof(cgrt_cp_scope) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_driver_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_log_level) == sizeof(int), "enum size");
 _Static_assert(sizeof(cgrt_recompute) == sizeof(int), "enum size");
@@ -33,6 +34,7 @@ static const char *const rebind_names[] = {"update", "copy", "recapture", "error
 static const char *const bucket_names[] = {"exponential", "linear", "list", "adaptive"};
 static const char *const capture_names[] = {"lazy", "eager"};
 static const char *const over_capacity_names[] = {"error", "eager"};
+static const char *const cp_scope_names[] = {"modules", "step"};
 static const char *const driver_names[] = {"cuda", "host"};
 static const char *const bind_cpu_names[] = {"off", "auto"};
 static const char *const log_names[] = {"off", "error", "warn", "info", "debug"};
@@ -81,6 +83,7 @@ const struct cfg_key cgrt__cfg_keys[K_COUNT] = {
     [K_GRAPH_SLOTS] = {"dynamic_cp", "graph_slots", CFG_INT, FIELD(graph_slots), NULL, 0},
     [K_OVER_CAPACITY] = {"dynamic_cp", "over_capacity", CFG_ENUM, FIELD(over_capacity),
                          NAMES(over_capacity_names)},
+    [K_CP_SCOPE] = {"dynamic_cp", "graph_scope", CFG_ENUM, FIELD(cp_scope), NAMES(cp_scope_names)},
     [K_DEVICE] = {"runtime", "device", CFG_INT, FIELD(device), NULL, 0},
     [K_DRIVER] = {"runtime", "driver", CFG_ENUM, FIELD(driver), NAMES(driver_names)},
     [K_BIND_CPU] = {"runtime", "bind_cpu", CFG_ENUM, FIELD(bind_cpu), NAMES(bind_cpu_names)},

@@ -62,6 +62,8 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   int none = strcmp(impl, "none") == 0;
   int local = strcmp(impl, "local") == 0;
   int full_iter = strcmp(impl, "full_iteration") == 0;
+  int dcp = strcmp(impl, "dynamic_cp") == 0;
+  int cp_step = v->cp_scope == CGRT_CP_SCOPE_STEP;
   int builtin = 0;
   for (int i = 0; i < CFG_NUM_BUILTINS; i++)
     builtin |= strcmp(impl, cgrt__cfg_builtins[i]) == 0;
@@ -132,13 +134,32 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
          "impl = full_iteration graphs the whole step, so [cuda_graph] modules must be empty, but "
          "%s; remove the modules line",
          d1);
-  if (v->recompute == CGRT_RECOMPUTE_FULL && !none && !full_iter) {
+  describe(cfg, K_CP_SCOPE, d3, sizeof(d3));
+  if (builtin && !dcp && !none && cp_step) /* none: eager, whatever the scope */
+    rule(cfg, diag, &errors, K_CP_SCOPE, K_IMPL,
+         "[dynamic_cp] %s is only read by impl = dynamic_cp, but impl = %s; remove graph_scope, "
+         "or use impl = full_iteration to graph the whole step",
+         d3, impl);
+  if (dcp && cp_step && v->nan_check) {
+    describe(cfg, K_NAN_CHECK, d2, sizeof(d2));
+    rule(cfg, diag, &errors, K_NAN_CHECK, K_CP_SCOPE,
+         "[dynamic_cp] %s graphs the whole step, which needs [host] nan_check = off (a "
+         "whole-step graph cannot stop for the host to read the loss every step), but %s; set "
+         "nan_check = off, or graph_scope = modules",
+         d3, d2);
+  }
+  if (dcp && cp_step && v->modules)
+    rule(cfg, diag, &errors, K_MODULES, K_CP_SCOPE,
+         "[dynamic_cp] %s graphs the whole step, so [cuda_graph] modules must be empty, but %s; "
+         "remove the modules line, or set graph_scope = modules",
+         d3, d1);
+  if (v->recompute == CGRT_RECOMPUTE_FULL && !none && !full_iter && !(dcp && cp_step)) {
     describe(cfg, K_RECOMPUTE, d2, sizeof(d2));
     describe(cfg, K_IMPL, d3, sizeof(d3));
     rule(cfg, diag, &errors, K_RECOMPUTE, K_IMPL,
-         "[host] %s is only graph-safe with impl = full_iteration (full recomputation inside "
-         "per-module graphs replays stale activations), but %s; set impl = full_iteration, or "
-         "recompute = selective",
+         "[host] %s is only graph-safe with whole-step graphs, impl = full_iteration or "
+         "dynamic_cp with graph_scope = step (full recomputation inside per-module graphs replays "
+         "stale activations), but %s; use one of those, or recompute = selective",
          d2, d3);
   }
 

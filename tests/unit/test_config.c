@@ -129,6 +129,7 @@ static void assert_defaults(const struct cgrt_config_view *v) {
   assert_int_equal(v->max_sequences, 64);
   assert_int_equal(v->graph_slots, 2);
   assert_int_equal(v->over_capacity, CGRT_OVER_CAPACITY_ERROR);
+  assert_int_equal(v->cp_scope, CGRT_CP_SCOPE_MODULES);
   assert_int_equal(v->device, 0);
   assert_int_equal(v->driver, CGRT_DRIVER_CUDA);
   assert_int_equal(v->bind_cpu, 1);
@@ -290,6 +291,8 @@ static void each_enumerated_value(void **state) {
       C("inference", "capture", "eager", capture, CGRT_CAPTURE_EAGER),
       C("dynamic_cp", "over_capacity", "error", over_capacity, CGRT_OVER_CAPACITY_ERROR),
       C("dynamic_cp", "over_capacity", "eager", over_capacity, CGRT_OVER_CAPACITY_EAGER),
+      C("dynamic_cp", "graph_scope", "modules", cp_scope, CGRT_CP_SCOPE_MODULES),
+      C("dynamic_cp", "graph_scope", "step", cp_scope, CGRT_CP_SCOPE_STEP),
       C("runtime", "driver", "cuda", driver, CGRT_DRIVER_CUDA),
       C("runtime", "driver", "host", driver, CGRT_DRIVER_HOST),
       C("runtime", "bind_cpu", "auto", bind_cpu, 1),
@@ -910,8 +913,8 @@ static void rule_full_iteration_needs_empty_modules(void **state) {
 static void rule_recompute_full_needs_full_iteration(void **state) {
   struct fx *f = *state;
   assert_refused(f, "[cuda_graph]\nimpl = local\n[host]\nrecompute = full\n",
-                 "t.ini:4: [host] recompute = full (line 4) is only graph-safe with impl = "
-                 "full_iteration");
+                 "t.ini:4: [host] recompute = full (line 4) is only graph-safe with whole-step "
+                 "graphs, impl = full_iteration or dynamic_cp with graph_scope = step");
   assert_error(f, "but impl = local (line 2)");
   assert_clean(f, "[cuda_graph]\nimpl = full_iteration\n[host]\nrecompute = full\nnan_check = "
                   "off\n");
@@ -1133,6 +1136,7 @@ static void assert_same_config(const struct cgrt_config *a, const struct cgrt_co
   assert_int_equal(x->max_sequences, y->max_sequences);
   assert_int_equal(x->graph_slots, y->graph_slots);
   assert_int_equal(x->over_capacity, y->over_capacity);
+  assert_int_equal(x->cp_scope, y->cp_scope);
   assert_int_equal(x->device, y->device);
   assert_int_equal(x->driver, y->driver);
   assert_int_equal(x->bind_cpu, y->bind_cpu);
@@ -1205,6 +1209,7 @@ static void print_writes_every_key_in_order(void **state) {
       "max_sequences = 64\n",
       "graph_slots = 2\n",
       "over_capacity = error\n",
+      "graph_scope = modules\n",
       "[runtime]\n",
       "device = 0\n",
       "driver = cuda\n",

@@ -3,7 +3,7 @@
  * bank selection by the step's cp size and refusal of a size without a bank, the THD slot ring
  * (rotation, the reuse guard against a replay that has not run yet, the padding metadata),
  * capacity errors and the eager fallback, and the capture step taking every bank and slot,
- * smallest cp first.
+ * smallest cp first; with graph_scope = step, one whole-body graph per bank and slot.
  *
  * The module's device work is a host function that reads the step's THD metadata when it runs,
  * so the test sees what a kernel would have read.
@@ -295,6 +295,55 @@ static void capture_step_takes_every_bank_and_slot(void **state) {
   host_close(h);
 }
 
+static void step_scope_graphs_the_body_per_bank_and_slot(void **state) {
+  (void)state;
+  struct host *h = host_open("graph_scope = step\n[host]\nnan_check = off", 1);
+  const int32_t lens[] = {8, 9};
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_WARMUP);
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  int before = h->prepares;
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
+  /* 2 banks x 2 slots, one body graph each (not one per module call), all in this step. */
+  assert_int_equal(rep.graphs_built, 4);
+  int last_cp1 = -1, first_cp2 = -1;
+  for (int i = before; i < h->prepares; i++) {
+    if (h->prepared_cp[i] == 1)
+      last_cp1 = i;
+    if (h->prepared_cp[i] == 2 && first_cp2 < 0)
+      first_cp2 = i;
+  }
+  assert_true(last_cp1 >= 0 && first_cp2 > last_cp1);
+  for (int s = 0; s < 6; s++) {
+    assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
+    assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  }
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
+  assert_int_equal(st.captures, 4);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  /* A replay is the whole body: both modules' work runs, on the slot written for its step,
+   * with the bank's communicator. */
+  const int32_t other[] = {3, 4, 5};
+  h->runs = 0;
+  assert_int_equal(step(h, 1, other, 3, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(h->runs, 2);
+  expect_meta(&h->seen[0], other, 3);
+  expect_meta(&h->seen[1], other, 3);
+  assert_int_equal(h->seen[0].cp, 1);
+  h->runs = 0;
+  assert_int_equal(step(h, 2, other, 3, &rep), 0);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(h->runs, 2);
+  assert_int_equal(h->seen[1].cp, 2);
+  expect_meta(&h->seen[1], other, 3);
+  host_close(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(padding_metadata),
@@ -304,6 +353,7 @@ int main(void) {
       cmocka_unit_test(over_capacity_error_runs_nothing),
       cmocka_unit_test(over_capacity_eager_runs_at_its_size),
       cmocka_unit_test(capture_step_takes_every_bank_and_slot),
+      cmocka_unit_test(step_scope_graphs_the_body_per_bank_and_slot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -326,7 +326,15 @@ static void rules_refused_at_open(void **state) {
       {"impl = transformer_engine\nmodules = moe_router moe_preprocess",
        "moe_experts = 4\nmoe_router_padding_fp8 = true", "FP8 router padding"},
       {"impl = transformer_engine\nmodules = attn", "recompute = full",
-       "only graph-safe with impl = full_iteration"},
+       "only graph-safe with whole-step graphs"},
+      {"impl = dynamic_cp\n[dynamic_cp]\ngraph_scope = step", "nan_check = on",
+       "graph_scope = step (line 4) graphs the whole step, which needs [host] nan_check = off"},
+      {"impl = dynamic_cp\nmodules = attn\n[dynamic_cp]\ngraph_scope = step", "nan_check = off",
+       "so [cuda_graph] modules must be empty, but modules = attn (line 3)"},
+      {"impl = local\n[dynamic_cp]\ngraph_scope = step", "",
+       "graph_scope = step (line 4) is only read by impl = dynamic_cp"},
+      {"impl = dynamic_cp\nmodules = attn", "recompute = full",
+       "only graph-safe with whole-step graphs"},
       {"impl = full_iteration", "nan_check = on", "needs [host] nan_check = off"},
       {"impl = full_iteration\nmodules = attn", "nan_check = off", "modules must be empty"},
       {"impl = transformer_engine\ninference_scope = layer", "",
@@ -352,6 +360,13 @@ static void rules_refused_at_open(void **state) {
                                          "4\nmoe_capacity = drop_and_pad\n[runtime]\ndriver = "
                                          "host\nlog = off\n"),
                    0);
+  cgrt_close(rt);
+  /* Full recomputation inside dynamic_cp's whole-step graphs is fine. */
+  rt = NULL;
+  if (cgrt_open_string(&rt, "[cuda_graph]\nimpl = dynamic_cp\n[dynamic_cp]\ngraph_scope = step\n"
+                            "[host]\nnan_check = off\nrecompute = full\n[runtime]\ndriver = "
+                            "host\nlog = off\n") != 0)
+    fail_msg("%s", cgrt_last_error(NULL));
   cgrt_close(rt);
 }
 

@@ -82,6 +82,11 @@ typedef enum cgrt_over_capacity {
   CGRT_OVER_CAPACITY_ERROR = 0,
   CGRT_OVER_CAPACITY_EAGER = 1
 } cgrt_over_capacity;
+/* [dynamic_cp] graph_scope: what one graph of a bank holds. */
+typedef enum cgrt_cp_scope {
+  CGRT_CP_SCOPE_MODULES = 0, /* one call of a module of a kind in `modules` (Megatron-Bridge) */
+  CGRT_CP_SCOPE_STEP = 1     /* the whole step body, per cp size and THD slot */
+} cgrt_cp_scope;
 typedef enum cgrt_driver_kind { CGRT_DRIVER_CUDA = 0, CGRT_DRIVER_HOST = 1 } cgrt_driver_kind;
 /* [cuda_graph] verify: which replays also run eagerly on private copies, to compare. */
 typedef enum cgrt_verify {
@@ -179,6 +184,8 @@ struct cgrt_config_view {
   int verify_tolerance; /* ulps a typed float output may differ by; 0: bitwise */
   cgrt_verify_action verify_action;
   cgrt_diagnose diagnose; /* [runtime] diagnose, after CGRT_DIAGNOSE */
+  /* -- appended later (check struct_size): [dynamic_cp] graph_scope -- */
+  cgrt_cp_scope cp_scope;
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */
