@@ -10,6 +10,9 @@
 #include <string.h>
 #ifdef CGRT_HAVE_NCCL
 #include <nccl.h>
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#define CP_SYMMETRIC 1 /* ncclMemAlloc and symmetric windows (NCCL 2.27) */
+#endif
 #endif
 
 #include "cp.h"
@@ -33,6 +36,13 @@ struct cgrtk_cp {
   int pdl;       /* programmatic dependent launch between the kernels of one call (sm_90+) */
   void *ws;      /* the calls' temporaries when persistent (CGRTK_CP_TEMPS=workspace), else NULL */
   int fuse_norm; /* cfg.fuse_norm, or CGRTK_CP_FUSE_NORM */
+  /* kv comes from ncclMemAlloc and is registered as a symmetric window on each communicator
+     the all-gather runs over (NCCL's low-latency kernels for registered buffers). */
+  int sym;
+  struct {
+    void *comm, *win; /* win NULL: registration failed, the plain path */
+  } wins[CGRTK_CP_MAX_COMMS];
+  int num_wins;
   char err[256]; /* the last failure, for cgrtk_cp_last_error */
 };
 
@@ -56,6 +66,7 @@ extern "C" void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->seed = 1;
   cfg->workspace = 0;
   cfg->fuse_norm = 1;
+  cfg->symmetric_kv = 1;
 }
 
 extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
@@ -139,8 +150,19 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
     }
   CUDA_TRY(cudaMalloc((void **)&w->hidden, (size_t)max_rows_per_rank * d * sizeof(float)),
            "cudaMalloc of the hidden buffer");
-  CUDA_TRY(cudaMalloc((void **)&w->kv, (size_t)w->cfg.max_packed_tokens * 2 * d * sizeof(float)),
-           "cudaMalloc of the K/V buffer");
+#ifdef CP_SYMMETRIC
+  {
+    int version = 0;
+    if (cfg->symmetric_kv && cgrtk_env_int("CGRTK_CP_SYMMETRIC", 1, 0, 1) &&
+        ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 27, 0) &&
+        ncclMemAlloc((void **)&w->kv, (size_t)w->cfg.max_packed_tokens * 2 * d * sizeof(float)) ==
+            ncclSuccess)
+      w->sym = 1;
+  }
+#endif
+  if (!w->sym)
+    CUDA_TRY(cudaMalloc((void **)&w->kv, (size_t)w->cfg.max_packed_tokens * 2 * d * sizeof(float)),
+             "cudaMalloc of the K/V buffer");
   CUDA_TRY(cudaMalloc((void **)&w->thd, 2 * THD_ENTRIES * sizeof(int32_t)),
            "cudaMalloc of the THD metadata");
 
@@ -202,11 +224,60 @@ extern "C" void cgrtk_cp_destroy(cgrtk_cp *w) {
     return;
   cudaFree(w->ws);
   cudaFree(w->thd);
-  cudaFree(w->kv);
+#ifdef CP_SYMMETRIC
+  for (int i = 0; i < w->num_wins; i++)
+    if (w->wins[i].win)
+      ncclCommWindowDeregister((ncclComm_t)w->wins[i].comm, (ncclWindow_t)w->wins[i].win);
+  if (w->sym)
+    ncclMemFree(w->kv);
+  else
+#endif
+    cudaFree(w->kv);
   cudaFree(w->hidden);
   cudaFree(w->params);
   free(w->layers);
   free(w);
+}
+
+#ifdef CGRT_HAVE_NCCL
+/*
+ * Registers kv as a symmetric window on comm the first time the all-gather runs over it outside
+ * a capture (registration is collective: every rank of the group makes the same attn calls in
+ * the same order, so they all register at the same call). A failed registration is remembered
+ * and the all-gather takes NCCL's plain path on that communicator; so does one first seen while
+ * capturing, until an eager call registers it.
+ */
+static void use_window(cgrtk_cp *w, void *comm, cudaStream_t s) {
+#ifdef CP_SYMMETRIC
+  if (!w->sym || w->num_wins == CGRTK_CP_MAX_COMMS)
+    return;
+  for (int i = 0; i < w->num_wins; i++)
+    if (w->wins[i].comm == comm)
+      return;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone)
+    return;
+  ncclWindow_t win = NULL;
+  const size_t bytes = (size_t)w->cfg.max_packed_tokens * 2 * w->cfg.d_model * sizeof(float);
+  if (ncclCommWindowRegister((ncclComm_t)comm, w->kv, bytes, &win, NCCL_WIN_COLL_SYMMETRIC) !=
+      ncclSuccess)
+    win = NULL;
+  w->wins[w->num_wins].comm = comm;
+  w->wins[w->num_wins].win = win;
+  w->num_wins++;
+#else
+  (void)w, (void)comm, (void)s;
+#endif
+}
+#endif
+
+extern "C" int cgrtk_cp_symmetric_windows(const cgrtk_cp *w) {
+  if (!w || !w->sym)
+    return -1;
+  int n = 0;
+  for (int i = 0; i < w->num_wins; i++)
+    n += w->wins[i].win != NULL;
+  return n;
 }
 
 extern "C" const struct cgrtk_cp_cfg *cgrtk_cp_config(const cgrtk_cp *w) {
@@ -404,6 +475,7 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
 #ifdef CGRT_HAVE_NCCL
   /* In place: this rank's rows already sit at their global offset in the gathered buffer. */
   if (rc == 0 && cp_size > 1) {
+    use_window(w, comm, s);
     ncclResult_t nr =
         ncclAllGather(kv_local, w->kv, (size_t)R * 2 * d, ncclFloat, (ncclComm_t)comm, s);
     if (nr != ncclSuccess)

@@ -32,8 +32,12 @@
  * cudaMalloc and never read device memory on the host, so they can be captured into a CUDA
  * graph (the NCCL all-gather included). attn and mlp each take their temporaries with one
  * cudaMallocAsync on the call's stream and free them with one cudaFreeAsync before returning.
- * The all-gathered K/V buffer is allocated once at create (cudaMalloc), so NCCL never sees
- * stream-ordered memory. Drive one workload from one stream at a time.
+ * The all-gathered K/V buffer is allocated once at create, so NCCL never sees stream-ordered
+ * memory: with NCCL 2.27 or later by ncclMemAlloc, and registered as a symmetric window
+ * (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) on each communicator the all-gather first
+ * runs over outside a capture, so that NCCL takes its low-latency kernels for registered
+ * buffers (the same bytes land either way); else by cudaMalloc. Drive one workload from one
+ * stream at a time.
  *
  * Errors: 0, a cudaError_t (positive, below CGRTK_CP_NCCL_ERROR_BASE), or
  * CGRTK_CP_NCCL_ERROR_BASE + an ncclResult_t; cgrtk_cp_strerror() names either, and
@@ -70,6 +74,10 @@ struct cgrtk_cp_cfg {
    * launches, less device time); 0: one kernel per operation, as an eager framework runs the
    * layer. The same bits either way. Environment CGRTK_CP_FUSE_NORM=0|1 overrides. */
   int fuse_norm;
+  /* 1: the K/V buffer from ncclMemAlloc, registered as a symmetric window per communicator
+   * (NCCL 2.27+; otherwise, or 0, cudaMalloc and NCCL's plain all-gather). The same bits either
+   * way. Environment CGRTK_CP_SYMMETRIC=0 turns it off. */
+  int symmetric_kv;
 };
 
 typedef struct cgrtk_cp cgrtk_cp;
@@ -78,6 +86,7 @@ typedef struct cgrtk_cp cgrtk_cp;
 #define CGRTK_CP_MAX_SEQUENCES   512 /* sequences cgrtk_cp_stage_thd takes at most */
 #define CGRTK_CP_RMS_EPS         1e-5f
 #define CGRTK_CP_NCCL_ERROR_BASE 0x20000
+#define CGRTK_CP_MAX_COMMS       8 /* communicators a workload registers its K/V buffer on */
 #define CGRTK_CP_NCCL_ERROR(st)  (CGRTK_CP_NCCL_ERROR_BASE + (int)(st))
 
 /* Fill *cfg with the defaults above. */
@@ -94,7 +103,8 @@ void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg);
 void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg);
 
 /*
- * Create a workload on the current device: allocate (cudaMalloc) and initialize every weight,
+ * Create a workload on the current device: allocate (cudaMalloc; the K/V buffer as said above)
+ * and initialize every weight,
  * the hidden buffer [max_rows_per_rank, d] (zeroed), the K/V buffer [max_packed_tokens, 2d] and
  * the workload's own THD metadata arrays; raise the device's default memory pool release
  * threshold to UINT64_MAX so stream-ordered allocations stay cheap. Synchronizes a private
@@ -104,8 +114,15 @@ void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg);
 int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg, int64_t max_rows_per_rank,
                     char *err, size_t errlen);
 
-/* Free everything create allocated. NULL is a no-op. No work of w may still be pending. */
+/* Free everything create allocated, deregistering the K/V buffer's windows first: destroy the
+ * workload before the communicators its all-gathers ran over (with cgrt: after
+ * cgrt_release_graphs, before cgrt_close), on every rank (deregistration is collective). NULL is
+ * a no-op. No work of w may still be pending. */
 void cgrtk_cp_destroy(cgrtk_cp *w);
+
+/* How many communicators the K/V buffer is registered on as a symmetric window; -1 if it came
+ * from cudaMalloc (symmetric_kv 0, CGRTK_CP_SYMMETRIC=0, NCCL older than 2.27, or no NCCL). */
+int cgrtk_cp_symmetric_windows(const cgrtk_cp *w);
 
 /* The configuration w was created with (max_packed_tokens resolved). */
 const struct cgrtk_cp_cfg *cgrtk_cp_config(const cgrtk_cp *w);
