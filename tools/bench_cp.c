@@ -4,17 +4,20 @@
  * on N GPUs, one process each (tools/ranks.c), under the configured backend (dynamic_cp
  * expected) and under eager.
  *
- * Each rank opens two runtimes from CONF on GPU `rank` and hands both its world communicator:
- * the one under test, and the eager reference, the same configuration with warmup_steps =
- * 1000000 (graphs never captured: the same kernels with the same arguments, run directly). For
+ * Each rank opens runtimes from CONF on GPU `rank` and hands each its world communicator: the
+ * one under test, and the eager reference, the same configuration with warmup_steps = 1000000
+ * (graphs never captured: the same kernels with the same arguments, run directly). Without CONF
+ * dynamic_cp is measured in both graph scopes, so two runtimes are under test: graph_scope =
+ * modules (a graph per module call) and graph_scope = step (a graph per step body); each gets
+ * its rows. For
  * each [dynamic_cp] cp_sizes entry that divides N (the others are dropped from both runtimes'
  * configuration, since a communicator cannot be split for them), both warm up, then their timed
  * steps alternate in blocks (the same host and GPU conditions for both) over four patterns of
  * packed sequence lengths in turn, then one more step per pattern
  * whose output rows on every rank are compared bitwise between the two. The parent (which never
- * touches CUDA) prints one row per cp size: the median step time of the slowest rank under eager
- * and under the backend, the speedup, the capture and instantiate time and the graphs built
- * during that cp size's steps, whether the backend's steps were replays, and the comparison.
+ * touches CUDA) prints one row per cp size and scope: the median step time of the slowest rank
+ * under eager and under the backend, the speedup, the capture and instantiate time and the graphs
+ * built during that cp size's steps, whether the backend's steps were replays, and the comparison.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@
 #define CP_PATTERNS     4
 #define CP_PATTERN_SEQS 64 /* sequences of a pattern, at most */
 #define CP_MAX_SIZES    16
+#define CP_MAX_SCOPES   2
 
 /*
  * Without CONF: dynamic_cp at cp 1 and 2. The launch shape (the default, --cp-shape launch) packs
@@ -70,7 +74,7 @@ struct cp_result {
 struct cp_shared {
   char device[256];
   char impl[128];
-  struct cp_result res[CGRT_RANKS_MAX][CP_MAX_SIZES];
+  struct cp_result res[CGRT_RANKS_MAX][CP_MAX_SIZES][CP_MAX_SCOPES];
 };
 
 /* What every rank needs, set up by the parent before the fork. */
@@ -80,6 +84,9 @@ struct cp_bench {
   int cps[CP_MAX_SIZES]; /* cp sizes dividing nranks, ascending */
   int ncps;
   int warmup; /* untimed steps per runtime and cp size */
+  /* The runtimes under test: CONF's graph scope, or (without CONF) modules then step. */
+  cgrt_cp_scope scopes[CP_MAX_SCOPES];
+  int nscopes;
   struct cp_pattern pat[CP_PATTERNS];
   struct cp_shared *sh;
 };
@@ -154,8 +161,11 @@ static const char *cp_shape(const struct bench_opts *o, struct cgrtk_cp_cfg *wc)
 }
 
 /* Loads CONF (or the default) for rank `rank`: the cuda driver on GPU `rank`, only the cp sizes
- * that divide the world, and for the eager reference warmup_steps = 1000000. */
-static int load_config(const struct cp_bench *b, int rank, int eager, cgrt_tool_config **cfg) {
+ * that divide the world, and for the eager reference (scope < 0) warmup_steps = 1000000. A
+ * runtime under test of the default configuration gets graph scope `scope`; step scope graphs
+ * every call, so it takes no modules list and no per-step loss read (the rules of graph_scope =
+ * step; the bench's host reads no loss). */
+static int load_config(const struct cp_bench *b, int rank, int scope, cgrt_tool_config **cfg) {
   /* Quiet: the parent printed the messages. */
   struct cgrtk_cp_cfg wc;
   if (tool_load_config(b->o->conf, cp_shape(b->o, &wc), "<bench cp default>", cfg, 1) != EXIT_VALID)
@@ -163,8 +173,13 @@ static int load_config(const struct cp_bench *b, int rank, int eager, cgrt_tool_
   struct cgrt_config_view *v = cgrt_tool_config_view(*cfg);
   v->driver = CGRT_DRIVER_CUDA;
   v->device = rank;
-  if (eager)
+  if (scope < 0)
     v->warmup_steps = 1000000;
+  else if (!b->o->conf && scope == CGRT_CP_SCOPE_STEP) {
+    v->cp_scope = CGRT_CP_SCOPE_STEP;
+    v->modules = 0;
+    v->nan_check = 0;
+  }
   return cgrt_tool_config_set_cp_sizes(*cfg, b->cps, (size_t)b->ncps);
 }
 
@@ -186,23 +201,29 @@ static int cp_step(void *arg, int timed) {
 }
 
 /*
- * Steps at cp size cp under the backend (hg) and under eager (he): each warms up, then their
- * timed steps alternate in o->blocks blocks (bench_time_blocks), so both see the same host and
- * GPU conditions; an eager step is bound by the host's launches, whose cost moves with the host's
- * state, and timing the two one after the other let that drift into the speedup. *us_g and *us_e
- * get the median step times.
+ * Steps at cp size cp under each runtime under test (hg[0..b->nscopes)) and under eager (he):
+ * each warms up, then their timed steps alternate in o->blocks blocks (bench_time_blocks), so all
+ * see the same host and GPU conditions; an eager step is bound by the host's launches, whose cost
+ * moves with the host's state, and timing them one after the other let that drift into the
+ * speedup. us_g[s] and *us_e get the median step times.
  */
 static int run_steps(struct cp_host *hg, struct cp_host *he, const struct cp_bench *b, int cp,
                      double *us_g, double *us_e) {
-  struct cp_stepper sg = {hg, b, cp, 0}, se = {he, b, cp, 0};
-  struct bench_stepper bs[2] = {{cp_step, &sg, cgrt_stream(hg->rt)},
-                                {cp_step, &se, cgrt_stream(he->rt)}};
+  struct cp_stepper st[CP_MAX_SCOPES + 1];
+  struct bench_stepper bs[CP_MAX_SCOPES + 1];
+  const int n = b->nscopes + 1;
+  for (int i = 0; i < n; i++) {
+    struct cp_host *h = i < b->nscopes ? &hg[i] : he;
+    st[i] = (struct cp_stepper){h, b, cp, 0};
+    bs[i] = (struct bench_stepper){cp_step, &st[i], cgrt_stream(h->rt)};
+  }
   struct bench_opts o = *b->o;
   o.warmup = b->warmup;
-  double us[2] = {0, 0};
-  int rc = bench_time_blocks(bs, 2, &o, us);
-  *us_g = us[0];
-  *us_e = us[1];
+  double us[CP_MAX_SCOPES + 1] = {0};
+  int rc = bench_time_blocks(bs, n, &o, us);
+  for (int i = 0; i < b->nscopes; i++)
+    us_g[i] = us[i];
+  *us_e = us[b->nscopes];
   return rc;
 }
 
@@ -232,94 +253,111 @@ static int check_steps(struct cp_host *hg, struct cp_host *he, const struct cp_b
 
 static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len, void *arg) {
   struct cp_bench *b = arg;
-  static struct cp_host hg, he; /* large: off the stack */
-  cgrt_tool_config *cg = NULL, *ce = NULL;
-  cgrt_runtime *rg = NULL, *re = NULL;
-  cgrtk_cp *wg = NULL, *we = NULL;
+  static struct cp_host hg[CP_MAX_SCOPES], he; /* large: off the stack */
+  cgrt_runtime *rg[CP_MAX_SCOPES] = {NULL}, *re = NULL;
+  cgrtk_cp *wg[CP_MAX_SCOPES] = {NULL}, *we = NULL;
   void *world = NULL;
   float *og = NULL, *oe = NULL;
   char err[512] = "";
-  int status = EXIT_UNUSABLE, rc;
+  int status = EXIT_UNUSABLE, rc = 0;
+  const int ns = b->nscopes;
 
   if (cgrt_rank_comm_init(&world, rank, nranks, nccl_id, id_len, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt bench: %s\n", err);
     return EXIT_UNUSABLE;
   }
-  if (load_config(b, rank, 0, &cg) != 0 || load_config(b, rank, 1, &ce) != 0) {
-    fprintf(stderr, "cgrt bench: rank %d: the configuration no longer loads\n", rank);
-    goto out;
-  }
-  if (rank == 0) {
-    struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, rank) == cudaSuccess)
-      snprintf(b->sh->device, sizeof(b->sh->device), "%s", prop.name);
-    snprintf(b->sh->impl, sizeof(b->sh->impl), "%s", cgrt_tool_config_view(cg)->impl);
-  }
   struct cgrtk_cp_cfg wc;
   cp_shape(b->o, &wc);
-  /* cp 1 holds the whole padded batch */
-  const int64_t max_rows = cgrt_tool_config_view(cg)->max_packed_tokens;
-  if (cgrtk_cp_create(&wg, &wc, max_rows, err, sizeof(err)) != 0 ||
-      cgrtk_cp_create(&we, &wc, max_rows, err, sizeof(err)) != 0) {
-    fprintf(stderr, "cgrt bench: rank %d: %s\n", rank, err);
-    goto out;
+  int64_t max_rows = 0; /* cp 1 holds the whole padded batch */
+  /* The runtimes under test, then the eager reference; each consumes its configuration. */
+  for (int i = 0; i <= ns && rc == 0; i++) {
+    cgrt_tool_config *c = NULL;
+    if (load_config(b, rank, i < ns ? (int)b->scopes[i] : -1, &c) != 0) {
+      fprintf(stderr, "cgrt bench: rank %d: the configuration no longer loads\n", rank);
+      goto out;
+    }
+    max_rows = cgrt_tool_config_view(c)->max_packed_tokens;
+    if (i == 0 && rank == 0) {
+      struct cudaDeviceProp prop;
+      if (cudaGetDeviceProperties(&prop, rank) == cudaSuccess)
+        snprintf(b->sh->device, sizeof(b->sh->device), "%s", prop.name);
+      snprintf(b->sh->impl, sizeof(b->sh->impl), "%s", cgrt_tool_config_view(c)->impl);
+    }
+    cgrtk_cp **w = i < ns ? &wg[i] : &we;
+    if (cgrtk_cp_create(w, &wc, max_rows, err, sizeof(err)) != 0) {
+      fprintf(stderr, "cgrt bench: rank %d: %s\n", rank, err);
+      cgrt_tool_config_free(c);
+      goto out;
+    }
+    rc = cgrt_tool_open(i < ns ? &rg[i] : &re, c, NULL, NULL);
   }
   const size_t cap = (size_t)max_rows * (size_t)wc.d_model;
   og = malloc(cap * sizeof(float));
   oe = malloc(cap * sizeof(float));
-  rc = cgrt_tool_open(&rg, cg, NULL, NULL);
-  cg = NULL; /* consumed */
-  if (rc == 0)
-    rc = cgrt_tool_open(&re, ce, NULL, NULL);
-  else
-    cgrt_tool_config_free(ce);
-  ce = NULL;
   if (rc != 0 || !og || !oe) {
     fprintf(stderr, "cgrt bench: rank %d: %s\n", rank,
             rc ? cgrt_last_error(NULL) : "out of host memory");
     goto out;
   }
-  if (cp_host_open(&hg, wg, rg) != 0 || cp_host_open(&he, we, re) != 0 ||
-      cgrt_set_world_comm(rg, world) != 0 || cgrt_set_world_comm(re, world) != 0) {
-    fprintf(stderr, "cgrt bench: rank %d: %s / %s\n", rank, cgrt_last_error(rg),
-            cgrt_last_error(re));
-    goto out;
+  for (int i = 0; i <= ns; i++) {
+    cgrt_runtime *rt = i < ns ? rg[i] : re;
+    if (cp_host_open(i < ns ? &hg[i] : &he, i < ns ? wg[i] : we, rt) != 0 ||
+        cgrt_set_world_comm(rt, world) != 0) {
+      fprintf(stderr, "cgrt bench: rank %d: %s\n", rank, cgrt_last_error(rt));
+      goto out;
+    }
   }
   for (int i = 0; i < b->ncps; i++) {
     const int cp = b->cps[i];
-    struct cp_result *r = &b->sh->res[rank][i];
-    cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
-    cgrt_stats_get(rg, &s0);
-    r->launch_us = launch_cost_us();
-    rc = run_steps(&hg, &he, b, cp, &r->cgrt_us, &r->eager_us);
-    int equal = rc == 0 ? check_steps(&hg, &he, b, cp, og, oe, cap, &r->replayed, &r->rows) : -1;
-    if (rc != 0 || equal < 0) {
+    struct cp_result *r = b->sh->res[rank][i];
+    cgrt_stats s0[CP_MAX_SCOPES], s1[CP_MAX_SCOPES];
+    for (int k = 0; k < ns; k++) {
+      s0[k] = s1[k] = (cgrt_stats){.struct_size = sizeof(cgrt_stats)};
+      cgrt_stats_get(rg[k], &s0[k]);
+    }
+    const double launch_us = launch_cost_us();
+    double us_g[CP_MAX_SCOPES] = {0}, us_e = 0;
+    rc = run_steps(hg, &he, b, cp, us_g, &us_e);
+    for (int k = 0; k < ns && rc == 0; k++) {
+      int equal = check_steps(&hg[k], &he, b, cp, og, oe, cap, &r[k].replayed, &r[k].rows);
+      if (equal < 0) {
+        fprintf(stderr, "cgrt bench: rank %d, cp %d: %s (backend: %s; eager: %s)\n", rank, cp,
+                cgrt_strerror(rc), cp_host_error(&hg[k]), cp_host_error(&he));
+        goto out;
+      }
+      cgrt_stats_get(rg[k], &s1[k]);
+      r[k].equal = equal;
+      r[k].cgrt_us = us_g[k];
+      r[k].eager_us = us_e;
+      r[k].launch_us = launch_us;
+      r[k].capture_ms = (double)(s1[k].capture_ns - s0[k].capture_ns) / 1e6;
+      r[k].instantiate_ms = (double)(s1[k].instantiate_ns - s0[k].instantiate_ns) / 1e6;
+      r[k].graphs_built = s1[k].instantiations - s0[k].instantiations;
+      r[k].live_graphs = s1[k].live_graphs;
+      r[k].done = 1;
+    }
+    if (rc != 0) {
       fprintf(stderr, "cgrt bench: rank %d, cp %d: %s (backend: %s; eager: %s)\n", rank, cp,
-              cgrt_strerror(rc), cp_host_error(&hg), cp_host_error(&he));
+              cgrt_strerror(rc), cp_host_error(&hg[0]), cp_host_error(&he));
       goto out;
     }
-    cgrt_stats_get(rg, &s1);
-    r->equal = equal;
-    r->capture_ms = (double)(s1.capture_ns - s0.capture_ns) / 1e6;
-    r->instantiate_ms = (double)(s1.instantiate_ns - s0.instantiate_ns) / 1e6;
-    r->graphs_built = s1.instantiations - s0.instantiations;
-    r->live_graphs = s1.live_graphs;
-    r->done = 1;
   }
   status = 0;
 out:
-  /* Graphs hold references to the split communicators: release them, then close (which destroys
-   * the splits), and only then the world communicator. */
-  if (rg)
-    cgrt_release_graphs(rg);
+  /* Graphs hold references to the split communicators: release them; destroy the workloads
+   * (their K/V windows are registered on the splits), then close (which destroys the splits),
+   * and only then the world communicator. */
+  for (int i = 0; i < ns; i++)
+    if (rg[i])
+      cgrt_release_graphs(rg[i]);
   if (re)
     cgrt_release_graphs(re);
-  cgrt_close(rg);
-  cgrt_close(re);
-  cgrt_tool_config_free(cg);
-  cgrt_tool_config_free(ce);
-  cgrtk_cp_destroy(wg);
+  for (int i = 0; i < ns; i++)
+    cgrtk_cp_destroy(wg[i]);
   cgrtk_cp_destroy(we);
+  for (int i = 0; i < ns; i++)
+    cgrt_close(rg[i]);
+  cgrt_close(re);
   free(og);
   free(oe);
   if (cgrt_rank_comm_destroy(world, err, sizeof(err)) != 0) {
@@ -344,6 +382,9 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            "%d ranks, %s\n",
            wc.layers, wc.d_model, wc.heads, wc.ffn, sh->impl, modules[0] ? " (modules " : "",
            modules, modules[0] ? ")" : "", b->nranks, sh->device);
+    if (b->nscopes > 1)
+      printf("graph_scope modules: a graph per module call; graph_scope step: one graph per step "
+             "body (modules empty); one eager reference for both\n");
     printf("packed batches padded to max_packed_tokens %lld (max_sequences %d), %d length "
            "patterns in turn (",
            (long long)v->max_packed_tokens, v->max_sequences, CP_PATTERNS);
@@ -351,18 +392,20 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
       printf("%s%d seqs/%lld tokens", k ? ", " : "", b->pat[k].n, (long long)b->pat[k].total);
     printf("); median of %d steps, eager and cgrt in turn in %d blocks, slowest rank\n",
            b->o->steps, b->o->blocks);
-    printf("%4s %10s %10s %10s %8s %10s %11s %9s %7s %9s %8s\n", "cp", "rows/rank", "eager_us",
-           "cgrt_us", "speedup", "launch_us", "capture_ms", "inst_ms", "graphs", "replayed",
-           "bitwise");
+    printf("%4s %8s %10s %10s %10s %8s %10s %11s %9s %7s %9s %8s\n", "cp", "scope", "rows/rank",
+           "eager_us", "cgrt_us", "speedup", "launch_us", "capture_ms", "inst_ms", "graphs",
+           "replayed", "bitwise");
   }
   int all_equal = 1;
-  for (int i = 0; i < b->ncps; i++) {
+  for (int row = 0; row < b->ncps * b->nscopes; row++) {
+    const int i = row / b->nscopes, k = row % b->nscopes;
+    const char *scope = b->scopes[k] == CGRT_CP_SCOPE_STEP ? "step" : "modules";
     double cg = 0, ce = 0, cap = 0, inst = 0, lu = 0;
     uint64_t built = 0, live = 0;
     int equal = 1, replayed = 1, done = 1;
     int64_t rows = 0;
     for (int r = 0; r < b->nranks; r++) {
-      const struct cp_result *x = &sh->res[r][i];
+      const struct cp_result *x = &sh->res[r][i][k];
       done &= x->done;
       equal &= x->equal;
       replayed &= x->replayed;
@@ -378,22 +421,23 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     all_equal &= equal;
     if (b->o->json)
       printf("{\"workload\":\"cp\",\"backend\":\"%s\",\"device\":\"%s\",\"ranks\":%d,\"cp\":%d,"
-             "\"rows_per_rank\":%lld,\"eager_us\":%.1f,\"cgrt_us\":%.1f,\"speedup\":%.3f,"
+             "\"graph_scope\":\"%s\",\"rows_per_rank\":%lld,\"eager_us\":%.1f,\"cgrt_us\":%.1f,"
+             "\"speedup\":%.3f,"
              "\"launch_us\":%.2f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,"
              "\"graphs_built\":%llu,\"live_graphs\":%llu,\"replayed\":%s,\"bitwise\":%s}\n",
-             sh->impl, sh->device, b->nranks, b->cps[i], (long long)rows, ce, cg,
+             sh->impl, sh->device, b->nranks, b->cps[i], scope, (long long)rows, ce, cg,
              cg > 0 ? ce / cg : 0.0, lu, cap, inst, (unsigned long long)built,
              (unsigned long long)live, replayed ? "true" : "false", equal ? "true" : "false");
     else
-      printf("%4d %10lld %10.1f %10.1f %7.2fx %10.2f %11.2f %9.2f %7llu %9s %8s\n", b->cps[i],
-             (long long)rows, ce, cg, cg > 0 ? ce / cg : 0.0, lu, cap, inst,
+      printf("%4d %8s %10lld %10.1f %10.1f %7.2fx %10.2f %11.2f %9.2f %7llu %9s %8s\n", b->cps[i],
+             scope, (long long)rows, ce, cg, cg > 0 ? ce / cg : 0.0, lu, cap, inst,
              (unsigned long long)built, replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
   }
   if (!b->o->json)
     printf("launch_us: what one kernel launch cost the host just before that cp size's steps "
            "(empty kernel, slowest rank); an eager step of a launch-bound shape costs about its "
            "launches times this\ncapture_ms, inst_ms, graphs: during that cp size's steps on rank "
-           "0 (every bank is captured in one step, so they land in the first row)\n");
+           "0 (every bank is captured in one step, so they land in the first cp size's rows)\n");
   return all_equal ? 0 : EXIT_INVALID;
 }
 
@@ -432,6 +476,9 @@ int bench_cp(const struct bench_opts *o) {
     goto out;
   }
   make_patterns(b.pat, v->max_packed_tokens, v->max_sequences);
+  b.scopes[b.nscopes++] = v->cp_scope;
+  if (!o->conf && strcmp(v->impl, "dynamic_cp") == 0) /* the default: both scopes */
+    b.scopes[b.nscopes++] = CGRT_CP_SCOPE_STEP;
   b.warmup = o->warmup > v->warmup_steps + 2 ? o->warmup : v->warmup_steps + 2;
   b.sh = cgrt_ranks_shared(sizeof(struct cp_shared));
   if (!b.sh) {

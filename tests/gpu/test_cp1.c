@@ -3,7 +3,8 @@
  * with a 1-rank NCCL world, on the default shape and on the launch-bound one `cgrt bench` measures
  * (cgrtk_cp_launch_bound_cfg): over steps of varying packed sequence lengths the output is bitwise
  * equal to the eager reference (the same configuration with warmup_steps = 1000000), the graphs
- * were captured and replayed, and one step matches a host reference of the math within fp32
+ * (module graphs, and on the launch shape also graph_scope = step: one per step body) were
+ * captured and replayed, and one step matches a host reference of the math within fp32
  * rounding (padding rows exactly 0). A step over a THD slot's capacity fails with
  * CGRT_E_CAPACITY naming max_packed_tokens under over_capacity = error, and under
  * over_capacity = eager runs and matches eager.
@@ -48,12 +49,18 @@ static const struct lengths patterns[] = {
 };
 #define NUM_PATTERNS (int)(sizeof(patterns) / sizeof(patterns[0]))
 
+/* The graph runtime's scope in the test running: module graphs, or graph_scope = step (set by
+ * the _step_scope tests; the eager reference always takes module scope). */
+static int step_scope;
+
 static void config(char *buf, size_t len, int warmup, const char *over_capacity) {
+  const int step = step_scope && warmup < 1000000;
   snprintf(buf, len,
-           "[cuda_graph]\nimpl = dynamic_cp\nmodules = attn mlp\nwarmup_steps = %d\n"
+           "[cuda_graph]\nimpl = dynamic_cp\n%swarmup_steps = %d\n"
            "[dynamic_cp]\ncp_sizes = 1\nmax_packed_tokens = %d\nmax_sequences = %d\n"
-           "graph_slots = 2\nover_capacity = %s\n[runtime]\ndriver = cuda\nlog = warn\n",
-           warmup, MAX_PACKED, MAX_SEQS, over_capacity);
+           "graph_slots = 2\nover_capacity = %s\n%s[runtime]\ndriver = cuda\nlog = warn\n%s",
+           step ? "" : "modules = attn mlp\n", warmup, MAX_PACKED, MAX_SEQS, over_capacity,
+           step ? "graph_scope = step\n" : "", step ? "[host]\nnan_check = off\n" : "");
 }
 
 /* A runtime and its own workload, handed the world communicator. */
@@ -273,8 +280,12 @@ static void graphs_equal_eager(void **state) {
   assert_int_equal(modes[STEPS - 1], CGRT_MODE_REPLAY);
   cgrt_stats st = {.struct_size = sizeof(st)};
   assert_int_equal(cgrt_stats_get(g.rt, &st), 0);
-  assert_true(st.captures >= 2 * LAYERS); /* attn and mlp of every layer, per slot */
-  assert_true(st.calls_by_mode[CGRT_MODE_REPLAY] > 0);
+  if (step_scope) { /* a body graph per slot; a replayed body makes no module calls */
+    assert_int_equal(st.captures, 2);
+  } else {
+    assert_true(st.captures >= 2 * LAYERS); /* attn and mlp of every layer, per slot */
+    assert_true(st.calls_by_mode[CGRT_MODE_REPLAY] > 0);
+  }
   assert_int_equal(st.fallbacks, 0);
   cgrt_stats se = {.struct_size = sizeof(se)};
   assert_int_equal(cgrt_stats_get(e.rt, &se), 0);
@@ -321,6 +332,14 @@ static int use_launch_shape(void **state) {
 static int use_default_shape(void **state) {
   (void)state;
   launch_shape = 0;
+  step_scope = 0;
+  return 0;
+}
+
+static int use_launch_shape_step_scope(void **state) {
+  (void)state;
+  launch_shape = 1;
+  step_scope = 1;
   return 0;
 }
 
@@ -449,6 +468,8 @@ int main(void) {
        NULL},
       {"matches_host_reference (launch shape)", matches_host_reference, use_launch_shape,
        use_default_shape, NULL},
+      {"graphs_equal_eager (launch shape, graph_scope step)", graphs_equal_eager,
+       use_launch_shape_step_scope, use_default_shape, NULL},
       cmocka_unit_test(fused_norm_same_bits),
       cmocka_unit_test(over_capacity_error),
       cmocka_unit_test(over_capacity_eager),

@@ -5,7 +5,9 @@
  * rank output bitwise equal to the eager reference at the same cp size (the same configuration
  * with warmup_steps = 1000000); a cp 2 step's rows equal the same rows of the cp 1 step over the
  * same input (the math of a row does not depend on which rank computes it); the graphs of both
- * banks were captured and replayed; cgrt_release_graphs runs before the communicators are
+ * banks were captured and replayed; the same with graph_scope = step (one graph per step body
+ * and bank slot); the K/V buffer is registered as an NCCL symmetric window on the cp 2
+ * communicator when NCCL has them; cgrt_release_graphs runs before the communicators are
  * destroyed, and every process exits within the timeout (a hang at teardown is a failure). A
  * step at a cp size without a bank is refused, naming the sizes that have one.
  *
@@ -64,14 +66,16 @@ struct side {
   struct cp_host h;
 };
 
-static void side_open(struct side *s, int warmup) {
+static void side_open(struct side *s, int warmup, int step_scope) {
   char ini[512], err[256];
   snprintf(ini, sizeof(ini),
-           "[cuda_graph]\nimpl = dynamic_cp\nmodules = attn mlp\nwarmup_steps = %d\n"
+           "[cuda_graph]\nimpl = dynamic_cp\n%swarmup_steps = %d\n"
            "[dynamic_cp]\ncp_sizes = 1 2\nmax_packed_tokens = %d\nmax_sequences = %d\n"
-           "graph_slots = 2\nover_capacity = error\n[runtime]\ndriver = cuda\ndevice = %d\n"
-           "log = warn\n",
-           warmup, MAX_PACKED, MAX_SEQS, my_rank);
+           "graph_slots = 2\nover_capacity = error\n%s[runtime]\ndriver = cuda\ndevice = %d\n"
+           "log = warn\n%s",
+           step_scope ? "" : "modules = attn mlp\n", warmup, MAX_PACKED, MAX_SEQS,
+           step_scope ? "graph_scope = step\n" : "", my_rank,
+           step_scope ? "[host]\nnan_check = off\n" : "");
   struct cgrtk_cp_cfg cfg;
   cgrtk_cp_default_cfg(&cfg);
   cfg.layers = LAYERS;
@@ -85,12 +89,13 @@ static void side_open(struct side *s, int warmup) {
     fail_msg("rank %d: cgrt_set_world_comm: %s", my_rank, cgrt_last_error(s->rt));
 }
 
-/* Graphs hold references to the split communicators: release them explicitly, then close
- * (which destroys the splits); the world communicator goes in the group teardown. */
+/* Graphs hold references to the split communicators: release them explicitly, destroy the
+ * workload (its K/V windows are registered on the splits), then close (which destroys the
+ * splits); the world communicator goes in the group teardown. */
 static void side_close(struct side *s) {
   assert_int_equal(cgrt_release_graphs(s->rt), 0);
-  assert_int_equal(cgrt_close(s->rt), 0);
   cgrtk_cp_destroy(s->w);
+  assert_int_equal(cgrt_close(s->rt), 0);
 }
 
 /* One step at cp size cp, its local rows read into out; the row count (fails on error). */
@@ -135,11 +140,10 @@ static int teardown(void **state) {
   return 0;
 }
 
-static void alternating_cp_equals_eager(void **state) {
-  (void)state;
+static void alternating_cp(int step_scope) {
   struct side g = {0}, e = {0};
-  side_open(&g, 2);
-  side_open(&e, 1000000);
+  side_open(&g, 2, step_scope);
+  side_open(&e, 1000000, 0);
   const int64_t d = cgrtk_cp_config(g.w)->d_model;
   /* Mismatches are collected, not asserted at once: a rank that stopped early would leave the
    * other waiting in a collective. Every rank runs every step, then the test judges. */
@@ -169,22 +173,38 @@ static void alternating_cp_equals_eager(void **state) {
   }
   cgrt_stats st = {.struct_size = sizeof(st)};
   assert_int_equal(cgrt_stats_get(g.rt, &st), 0);
+  /* Only the cp 2 steps all-gather: one communicator, registered once (-1: no windows here). */
+  const int windows = cgrtk_cp_symmetric_windows(g.w);
+  print_message("rank %d: K/V symmetric windows: %d\n", my_rank, windows);
   side_close(&g);
   side_close(&e);
   if (first[0])
     fail_msg("rank %d: %s", my_rank, first);
-  /* Both banks (cp 1, cp 2) x 2 slots x (attn, mlp) per layer were captured; both replay. */
-  assert_true(st.captures >= 2 * 2 * 2 * LAYERS);
-  assert_true(st.calls_by_mode[CGRT_MODE_REPLAY] > 0);
+  assert_true(windows == -1 || windows == 1);
+  if (step_scope) /* both banks (cp 1, cp 2) x 2 slots, a body graph each */
+    assert_int_equal(st.captures, 2 * 2);
+  else /* both banks x 2 slots x (attn, mlp) per layer */
+    assert_true(st.captures >= 2 * 2 * 2 * LAYERS);
+  assert_true(step_scope || st.calls_by_mode[CGRT_MODE_REPLAY] > 0);
   assert_int_equal(st.fallbacks, 0);
   assert_int_equal(last_mode[1], CGRT_MODE_REPLAY);
   assert_int_equal(last_mode[2], CGRT_MODE_REPLAY);
 }
 
+static void alternating_cp_equals_eager(void **state) {
+  (void)state;
+  alternating_cp(0);
+}
+
+static void step_scope_equals_eager(void **state) {
+  (void)state;
+  alternating_cp(1);
+}
+
 static void cp_size_without_bank_refused(void **state) {
   (void)state;
   struct side g = {0};
-  side_open(&g, 2);
+  side_open(&g, 2, 0);
   const struct lengths *l = &patterns[1];
   int rc = cp_host_step(&g.h, 0, l->len, l->n, 4, NULL);
   char msg[512];
@@ -206,6 +226,7 @@ static int rank_main(int rank, int nranks, const void *nccl_id, size_t id_len, v
   my_id_len = id_len;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(alternating_cp_equals_eager),
+      cmocka_unit_test(step_scope_equals_eager),
       cmocka_unit_test(cp_size_without_bank_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown) == 0 ? 0 : 1;
