@@ -453,22 +453,26 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
      predecessor only (programmatic dependent launch), except after the all-gather. */
   const bool pdl = use_pdl(w, s);
   const bool small = norm_gemm_fits(R, 3 * d, d);
+  /* The projection writing the K/V rows lets the all-gather launch only once it completes: an
+     NCCL kernel launched as a programmatic dependent (the symmetric kernels are) reads those rows
+     and lets the peers write into kv, which this call's earlier kernels may still read. */
+  const bool trigger = cp_size == 1;
   if (small && w->fuse_norm) {
     /* Small rows: RMSNorm, Q and K/V in one kernel (the same bits as the kernels below). */
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], L->t[CGRTK_CP_T_WQKV], R, 3 * d, d,
-                          d, q, d, kv_local, 2 * d, GEMM_STORE, s, false),
+                          d, q, d, kv_local, 2 * d, GEMM_STORE, s, false, trigger),
          "RMSNorm and QKV projection");
   } else {
     STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s, false), "RMSNorm");
     if (small) { /* Q and K/V in one GEMM writing both */
       STEP(launch_norm_gemm(xn, NULL, L->t[CGRTK_CP_T_WQKV], R, 3 * d, d, d, q, d, kv_local, 2 * d,
-                            GEMM_STORE, s, pdl),
+                            GEMM_STORE, s, pdl, trigger),
            "QKV projection");
     } else {
       STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl),
            "Wq projection");
       STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV] + (size_t)d * d, kv_local, R, 2 * d, d, 2 * d,
-                       GEMM_STORE, s, pdl),
+                       GEMM_STORE, s, pdl, trigger),
            "Wkv projection");
     }
   }

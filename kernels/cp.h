@@ -36,7 +36,11 @@
  * memory: with NCCL 2.27 or later by ncclMemAlloc, and registered as a symmetric window
  * (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) on each communicator the all-gather first
  * runs over outside a capture, so that NCCL takes its low-latency kernels for registered
- * buffers (the same bytes land either way); else by cudaMalloc. Drive one workload from one
+ * buffers (the same bytes land either way); else by cudaMalloc. The projection that writes a
+ * rank's K/V rows lets the all-gather launch only when it completes (NCCL launches its symmetric
+ * kernels as programmatic dependents: an early trigger let them read the rows unwritten and let
+ * the peer overwrite kv while the previous layer's attention still read it; test_multigpu_cp
+ * caught it). Drive one workload from one
  * stream at a time.
  *
  * Errors: 0, a cudaError_t (positive, below CGRTK_CP_NCCL_ERROR_BASE), or

@@ -34,8 +34,11 @@ int launch_thd(int32_t *cu, int32_t *cu_padded, int entries, const struct thd_le
                cudaStream_t s);
 int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d, cudaStream_t s,
                    bool pdl);
+/* trigger false: the kernel lets its dependents launch only when it completes (the kernel before
+ * a collective: an NCCL kernel launched as a programmatic dependent may read the kernel's output
+ * and let peers write into buffers the call's earlier kernels still read, before it waits). */
 int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k, int ldy, int epi,
-                cudaStream_t s, bool pdl);
+                cudaStream_t s, bool pdl, bool trigger = true);
 /* Whether RMSNorm over k values fuses into a small GEMM of rows x n outputs (launch_norm_gemm):
  * k 64 or 128, n a multiple of 64, at most 64K outputs. */
 bool norm_gemm_fits(int rows, int n, int k);
@@ -44,7 +47,7 @@ bool norm_gemm_fits(int rows, int n, int k);
  * (row stride ld1). epi GEMM_STORE or GEMM_SILU. gain NULL: the GEMM alone (x already normed). */
 int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows, int n, int k,
                      int n0, float *y0, int ld0, float *y1, int ld1, int epi, cudaStream_t s,
-                     bool pdl);
+                     bool pdl, bool trigger = true);
 int launch_attention(const float *q, const float *kv, const int32_t *cu, const int32_t *cu_padded,
                      int padded_sequences, int64_t row0, int rows, int heads, int d, float *out,
                      cudaStream_t s, bool pdl);

@@ -11,7 +11,9 @@
  * Every step kernel lets its dependents launch early (griddepcontrol.launch_dependents) and
  * waits for its predecessor (griddepcontrol.wait) before it reads anything a kernel of the call
  * writes and before it writes anything; before the wait it reads only what no kernel of the call
- * writes (weights, THD metadata). Launched without the attribute both are no-ops.
+ * writes (weights, THD metadata). Launched without the attribute both are no-ops. The GEMMs
+ * take `trigger`: 0 keeps the dependents until the kernel completes, for the projection before
+ * an all-gather (a collective's kernel may be a programmatic dependent that never waits).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -111,8 +113,9 @@ __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ g
 template <int EPI>
 __global__ void __launch_bounds__(256)
     gemm(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n, int k,
-         int ldy) {
-  pdl_trigger();
+         int ldy, int trigger) {
+  if (trigger)
+    pdl_trigger();
   pdl_wait();
   __shared__ float as[kBK][kBM + 4];
   __shared__ float bs[kBK][kBN + 4];
@@ -184,8 +187,9 @@ __global__ void __launch_bounds__(256)
 template <int EPI>
 __global__ void __launch_bounds__(256)
     gemm_small(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n,
-               int k, int ldy) {
-  pdl_trigger();
+               int k, int ldy, int trigger) {
+  if (trigger)
+    pdl_trigger();
   pdl_wait();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (int64_t)rows * n)
@@ -229,12 +233,13 @@ constexpr int kTC = 16; /* gemm_tile: 16 output columns a block, TR rows, one ou
 template <int EPI, int K, bool NORM, int TR>
 __global__ void __launch_bounds__(TR *kTC)
     gemm_tile(const float *__restrict__ x, const float *__restrict__ gain,
-              const float *__restrict__ w, int rows, int n0, float *y0, int ld0, float *y1,
-              int ld1) {
+              const float *__restrict__ w, int rows, int n0, float *y0, int ld0, float *y1, int ld1,
+              int trigger) {
   constexpr int kLd = K + 4, kThr = TR * kTC, kQ = K / 4;
   __shared__ __align__(16) float xs[TR][kLd];
   __shared__ __align__(16) float ws[kTC][kLd];
-  pdl_trigger();
+  if (trigger)
+    pdl_trigger();
   const int tid = threadIdx.x, tx = tid % kTC, ty = tid / kTC;
   const int r0 = blockIdx.y * TR, c0 = blockIdx.x * kTC;
 #pragma unroll
@@ -306,31 +311,34 @@ int tile_rows(int rows, int n) {
 
 template <int EPI, bool NORM, int K, int TR>
 int launch_tile_tr(const float *x, const float *gain, const float *w, int rows, int n, int n0,
-                   float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
+                   float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, bool trigger) {
   const dim3 grid((unsigned)(n / kTC), (unsigned)((rows + TR - 1) / TR)), block(TR * kTC);
   return launch(gemm_tile<EPI, K, NORM, TR>, grid, block, 0, s, pdl, x, gain, w, rows, n0, y0, ld0,
-                y1, ld1);
+                y1, ld1, (int)trigger);
 }
 
 template <int EPI, bool NORM, int K>
 int launch_tile_k(const float *x, const float *gain, const float *w, int rows, int n, int n0,
-                  float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
+                  float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, bool trigger) {
   switch (tile_rows(rows, n)) {
   case 16:
-    return launch_tile_tr<EPI, NORM, K, 16>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+    return launch_tile_tr<EPI, NORM, K, 16>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl,
+                                            trigger);
   case 8:
-    return launch_tile_tr<EPI, NORM, K, 8>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+    return launch_tile_tr<EPI, NORM, K, 8>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl,
+                                           trigger);
   default:
-    return launch_tile_tr<EPI, NORM, K, 4>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+    return launch_tile_tr<EPI, NORM, K, 4>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl,
+                                           trigger);
   }
 }
 
 template <int EPI, bool NORM>
 int launch_tile(const float *x, const float *gain, const float *w, int rows, int n, int k, int n0,
-                float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl) {
+                float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, bool trigger) {
   if (k == 64)
-    return launch_tile_k<EPI, NORM, 64>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
-  return launch_tile_k<EPI, NORM, 128>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl);
+    return launch_tile_k<EPI, NORM, 64>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl, trigger);
+  return launch_tile_k<EPI, NORM, 128>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl, trigger);
 }
 
 /* Plain global loads the compiler may neither sink to their first use nor repeat there (volatile
@@ -522,7 +530,7 @@ int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d,
 }
 
 int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k, int ldy, int epi,
-                cudaStream_t s, bool pdl) {
+                cudaStream_t s, bool pdl, bool trigger) {
   if (rows == 0)
     return 0;
   if (n % kBN != 0 || k % kBK != 0 || misaligned(x) || misaligned(w))
@@ -532,26 +540,32 @@ int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k
   if ((int64_t)rows * n <= kSmallGemmOutputs) {
     if (k == 64 || k == 128) {
       if (epi == GEMM_STORE)
-        return launch_tile<GEMM_STORE, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl);
+        return launch_tile<GEMM_STORE, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl,
+                                              trigger);
       if (epi == GEMM_SILU)
-        return launch_tile<GEMM_SILU, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl);
-      return launch_tile<GEMM_RESIDUAL, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s,
-                                               pdl);
+        return launch_tile<GEMM_SILU, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl,
+                                             trigger);
+      return launch_tile<GEMM_RESIDUAL, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl,
+                                               trigger);
     }
     const int64_t outputs = (int64_t)rows * n;
     const dim3 grid((unsigned)((outputs + kThreads - 1) / kThreads)), block(kThreads);
     if (epi == GEMM_STORE)
-      return launch(gemm_small<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
+      return launch(gemm_small<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy,
+                    (int)trigger);
     if (epi == GEMM_SILU)
-      return launch(gemm_small<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
-    return launch(gemm_small<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
+      return launch(gemm_small<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy,
+                    (int)trigger);
+    return launch(gemm_small<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy,
+                  (int)trigger);
   }
   const dim3 grid((unsigned)(n / kBN), (unsigned)((rows + kBM - 1) / kBM)), block(256);
   if (epi == GEMM_STORE)
-    return launch(gemm<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
+    return launch(gemm<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, (int)trigger);
   if (epi == GEMM_SILU)
-    return launch(gemm<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
-  return launch(gemm<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy);
+    return launch(gemm<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, (int)trigger);
+  return launch(gemm<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy,
+                (int)trigger);
 }
 
 bool norm_gemm_fits(int rows, int n, int k) {
@@ -560,19 +574,21 @@ bool norm_gemm_fits(int rows, int n, int k) {
 
 int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows, int n, int k,
                      int n0, float *y0, int ld0, float *y1, int ld1, int epi, cudaStream_t s,
-                     bool pdl) {
+                     bool pdl, bool trigger) {
   if (rows == 0)
     return 0;
   if (!norm_gemm_fits(rows, n, k) || epi == GEMM_RESIDUAL || misaligned(x) || misaligned(w))
     return (int)cudaErrorInvalidValue;
   if (!gain) /* the GEMM alone, on x as given */
     return epi == GEMM_STORE ? launch_tile<GEMM_STORE, false>(x, gain, w, rows, n, k, n0, y0, ld0,
-                                                              y1, ld1, s, pdl)
+                                                              y1, ld1, s, pdl, trigger)
                              : launch_tile<GEMM_SILU, false>(x, gain, w, rows, n, k, n0, y0, ld0,
-                                                             y1, ld1, s, pdl);
+                                                             y1, ld1, s, pdl, trigger);
   if (epi == GEMM_STORE)
-    return launch_tile<GEMM_STORE, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl);
-  return launch_tile<GEMM_SILU, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl);
+    return launch_tile<GEMM_STORE, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl,
+                                         trigger);
+  return launch_tile<GEMM_SILU, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl,
+                                      trigger);
 }
 
 int launch_attention(const float *q, const float *kv, const int32_t *cu, const int32_t *cu_padded,
