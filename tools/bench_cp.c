@@ -14,7 +14,8 @@
  * configuration, since a communicator cannot be split for them), both warm up, then their timed
  * steps alternate in blocks (the same host and GPU conditions for both) over four patterns of
  * packed sequence lengths in turn, then one more step per pattern
- * whose output rows on every rank are compared bitwise between the two. The parent (which never
+ * whose output rows on every rank are compared bitwise between the two, and (cp > 1) with the
+ * same global rows of the cp 1 step of that pattern. The parent (which never
  * touches CUDA) prints one row per cp size and scope: the median step time of the slowest rank
  * under eager and under the backend, the speedup, the capture and instantiate time and the graphs
  * built during that cp size's steps, whether the backend's steps were replays, and the comparison.
@@ -227,9 +228,14 @@ static int run_steps(struct cp_host *hg, struct cp_host *he, const struct cp_ben
   return rc;
 }
 
-/* One check step per pattern on both runtimes; 1 if every output is bitwise equal. */
+/*
+ * One check step per pattern on both runtimes; 1 if every output is bitwise equal, and equal to
+ * the same global rows of cp 1's output for that pattern (cp1[k], kept at cp 1 from the eager
+ * runtime; NULL when cp 1 is not measured): a row's math does not depend on the cp size, so a
+ * wrong all-gather shows even when graphs and eager share it.
+ */
 static int check_steps(struct cp_host *hg, struct cp_host *he, const struct cp_bench *b, int cp,
-                       float *og, float *oe, size_t cap, int *replayed, int64_t *rows) {
+                       float *og, float *oe, size_t cap, float *cp1, int *replayed, int64_t *rows) {
   int equal = 1, rc = 0;
   *replayed = 1;
   for (int k = 0; rc == 0 && k < CP_PATTERNS; k++) {
@@ -244,8 +250,17 @@ static int check_steps(struct cp_host *hg, struct cp_host *he, const struct cp_b
       *replayed = 0;
     if (rc == 0 && (rc = cp_host_step(he, data, p->len, p->n, cp, NULL)) == 0)
       rc = cp_host_read(he, cp, oe, cap, &re);
-    if (rc == 0 && (rg != re || memcmp(og, oe, (size_t)rg * cgrtk_cp_row_bytes(hg->w)) != 0))
+    const size_t row_bytes = cgrtk_cp_row_bytes(hg->w);
+    if (rc == 0 && (rg != re || memcmp(og, oe, (size_t)rg * row_bytes) != 0))
       equal = 0;
+    int64_t row0 = 0;
+    if (rc == 0 && cp1 && (rc = cp_host_local(he, cp, &row0, NULL, NULL)) == 0) {
+      float *ref = cp1 + (size_t)k * cap;
+      if (cp == 1)
+        memcpy(ref, oe, (size_t)re * row_bytes);
+      else if (memcmp(oe, (char *)ref + (size_t)row0 * row_bytes, (size_t)re * row_bytes) != 0)
+        equal = 0;
+    }
     *rows = rg;
   }
   return rc ? -1 : equal;
@@ -257,7 +272,7 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
   cgrt_runtime *rg[CP_MAX_SCOPES] = {NULL}, *re = NULL;
   cgrtk_cp *wg[CP_MAX_SCOPES] = {NULL}, *we = NULL;
   void *world = NULL;
-  float *og = NULL, *oe = NULL;
+  float *og = NULL, *oe = NULL, *cp1 = NULL;
   char err[512] = "";
   int status = EXIT_UNUSABLE, rc = 0;
   const int ns = b->nscopes;
@@ -294,7 +309,9 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
   const size_t cap = (size_t)max_rows * (size_t)wc.d_model;
   og = malloc(cap * sizeof(float));
   oe = malloc(cap * sizeof(float));
-  if (rc != 0 || !og || !oe) {
+  if (b->cps[0] == 1) /* cp 1 runs first: its rows are the others' reference */
+    cp1 = malloc(CP_PATTERNS * cap * sizeof(float));
+  if (rc != 0 || !og || !oe || (b->cps[0] == 1 && !cp1)) {
     fprintf(stderr, "cgrt bench: rank %d: %s\n", rank,
             rc ? cgrt_last_error(NULL) : "out of host memory");
     goto out;
@@ -319,7 +336,7 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
     double us_g[CP_MAX_SCOPES] = {0}, us_e = 0;
     rc = run_steps(hg, &he, b, cp, us_g, &us_e);
     for (int k = 0; k < ns && rc == 0; k++) {
-      int equal = check_steps(&hg[k], &he, b, cp, og, oe, cap, &r[k].replayed, &r[k].rows);
+      int equal = check_steps(&hg[k], &he, b, cp, og, oe, cap, cp1, &r[k].replayed, &r[k].rows);
       if (equal < 0) {
         fprintf(stderr, "cgrt bench: rank %d, cp %d: %s (backend: %s; eager: %s)\n", rank, cp,
                 cgrt_strerror(rc), cp_host_error(&hg[k]), cp_host_error(&he));
@@ -360,6 +377,7 @@ out:
   cgrt_close(re);
   free(og);
   free(oe);
+  free(cp1);
   if (cgrt_rank_comm_destroy(world, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt bench: rank %d: %s\n", rank, err);
     status = EXIT_UNUSABLE;
@@ -437,7 +455,9 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     printf("launch_us: what one kernel launch cost the host just before that cp size's steps "
            "(empty kernel, slowest rank); an eager step of a launch-bound shape costs about its "
            "launches times this\ncapture_ms, inst_ms, graphs: during that cp size's steps on rank "
-           "0 (every bank is captured in one step, so they land in the first cp size's rows)\n");
+           "0 (every bank is captured in one step, so they land in the first cp size's "
+           "rows)\nbitwise: "
+           "every rank's output rows equal eager's and (cp > 1) the same rows at cp 1\n");
   return all_equal ? 0 : EXIT_INVALID;
 }
 
