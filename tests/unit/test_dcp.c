@@ -254,6 +254,19 @@ static void over_capacity_eager_runs_at_its_size(void **state) {
   host_close(h);
 }
 
+/* The capture step's passes since prepare number `before`: bank 1's (warm-ups and captures)
+ * all come before bank 2's. */
+static void assert_smallest_cp_first(const struct host *h, int before) {
+  int last_cp1 = -1, first_cp2 = -1;
+  for (int i = before; i < h->prepares; i++) {
+    if (h->prepared_cp[i] == 1)
+      last_cp1 = i;
+    if (h->prepared_cp[i] == 2 && first_cp2 < 0)
+      first_cp2 = i;
+  }
+  assert_true(last_cp1 >= 0 && first_cp2 > last_cp1);
+}
+
 static void capture_step_takes_every_bank_and_slot(void **state) {
   (void)state;
   struct host *h = host_open(NULL, 1);
@@ -267,15 +280,7 @@ static void capture_step_takes_every_bank_and_slot(void **state) {
   assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
   /* 2 banks x 2 slots x 2 modules, all in this step. */
   assert_int_equal(rep.graphs_built, 8);
-  /* Smallest cp first: bank 1's passes (warm-ups and captures) come before bank 2's. */
-  int last_cp1 = -1, first_cp2 = -1;
-  for (int i = before; i < h->prepares; i++) {
-    if (h->prepared_cp[i] == 1)
-      last_cp1 = i;
-    if (h->prepared_cp[i] == 2 && first_cp2 < 0)
-      first_cp2 = i;
-  }
-  assert_true(last_cp1 >= 0 && first_cp2 > last_cp1);
+  assert_smallest_cp_first(h, before);
   /* From then on, both cp sizes replay in both slots. */
   for (int s = 0; s < 6; s++) {
     assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
@@ -308,14 +313,7 @@ static void step_scope_graphs_the_body_per_bank_and_slot(void **state) {
   assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
   /* 2 banks x 2 slots, one body graph each (not one per module call), all in this step. */
   assert_int_equal(rep.graphs_built, 4);
-  int last_cp1 = -1, first_cp2 = -1;
-  for (int i = before; i < h->prepares; i++) {
-    if (h->prepared_cp[i] == 1)
-      last_cp1 = i;
-    if (h->prepared_cp[i] == 2 && first_cp2 < 0)
-      first_cp2 = i;
-  }
-  assert_true(last_cp1 >= 0 && first_cp2 > last_cp1);
+  assert_smallest_cp_first(h, before);
   for (int s = 0; s < 6; s++) {
     assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
     assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
