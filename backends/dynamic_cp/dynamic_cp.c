@@ -50,7 +50,6 @@ struct dcp_state {
   int step_scope; /* graph_scope = step: one body graph per (bank, slot) */
   struct bank *cur;
   int cur_slot;
-  cgrt_mode body_mode; /* step scope: what the last pass's body did */
 };
 
 static int scoped(const struct dcp_state *s, cgrt_kind kind) {
@@ -174,8 +173,9 @@ static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, 
         .microbatch = (uint32_t)(f->desc->microbatches > 0 ? f->desc->microbatches : 1),
         .extra = ((uint64_t)(uint32_t)b->cp << 32) | (uint32_t)meta.index,
     };
+    cgrt_mode mode; /* also in f->ctx->mode */
     rc = h->run_body_graph(h, s->cache, f, &key, s->captured ? s->cfg->warmup_steps : INT_MAX,
-                           &s->body_mode);
+                           &mode);
   } else if (rc == 0) {
     f->ctx->mode = CGRT_MODE_EAGER;
     rc = h->run_body(h, f);
@@ -282,10 +282,10 @@ static int dcp_step(void *state, struct cgrt_step_frame *f) {
     rc = capture_banks(s, f, lens, n);
   if (rc == 0)
     rc = pass(s, f, b, -1, lens, n);
-  if (s->step_scope) /* a step that built the banks reports capture, as in module scope */
-    f->ctx->mode =
-        capture_step && s->body_mode == CGRT_MODE_REPLAY ? CGRT_MODE_CAPTURE : s->body_mode;
-  else
+  if (s->step_scope) { /* the last pass's body; a step that built the banks reports capture */
+    if (capture_step && f->ctx->mode == CGRT_MODE_REPLAY)
+      f->ctx->mode = CGRT_MODE_CAPTURE;
+  } else
     f->ctx->mode = h->calls_mode(h);
   s->steps++;
   return rc;
