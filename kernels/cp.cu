@@ -79,6 +79,11 @@ extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->fuse_norm = 0;
 }
 
+/* Bytes of the all-gathered K/V buffer: [max_packed_tokens, 2d] floats. */
+static size_t kv_bytes(const cgrtk_cp *w) {
+  return (size_t)w->cfg.max_packed_tokens * 2 * (size_t)w->cfg.d_model * sizeof(float);
+}
+
 static int check_cfg(const struct cgrtk_cp_cfg *c, int64_t max_rows, char *err, size_t errlen) {
   const char *why = NULL;
   if (c->layers < 1)
@@ -155,14 +160,12 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
     int version = 0;
     if (cfg->symmetric_kv && cgrtk_env_int("CGRTK_CP_SYMMETRIC", 1, 0, 1) &&
         ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 27, 0) &&
-        ncclMemAlloc((void **)&w->kv, (size_t)w->cfg.max_packed_tokens * 2 * d * sizeof(float)) ==
-            ncclSuccess)
+        ncclMemAlloc((void **)&w->kv, kv_bytes(w)) == ncclSuccess)
       w->sym = 1;
   }
 #endif
   if (!w->sym)
-    CUDA_TRY(cudaMalloc((void **)&w->kv, (size_t)w->cfg.max_packed_tokens * 2 * d * sizeof(float)),
-             "cudaMalloc of the K/V buffer");
+    CUDA_TRY(cudaMalloc((void **)&w->kv, kv_bytes(w)), "cudaMalloc of the K/V buffer");
   CUDA_TRY(cudaMalloc((void **)&w->thd, 2 * THD_ENTRIES * sizeof(int32_t)),
            "cudaMalloc of the THD metadata");
 
@@ -201,8 +204,7 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
     }
   CUDA_TRY(cudaMemsetAsync(w->hidden, 0, (size_t)max_rows_per_rank * d * sizeof(float), s),
            "cudaMemsetAsync of the hidden buffer");
-  CUDA_TRY(cudaMemsetAsync(w->kv, 0, (size_t)w->cfg.max_packed_tokens * 2 * d * sizeof(float), s),
-           "cudaMemsetAsync of the K/V buffer");
+  CUDA_TRY(cudaMemsetAsync(w->kv, 0, kv_bytes(w), s), "cudaMemsetAsync of the K/V buffer");
   CUDA_TRY(cudaMemsetAsync(w->thd, 0, 2 * THD_ENTRIES * sizeof(int32_t), s),
            "cudaMemsetAsync of the THD metadata");
   CUDA_TRY(cudaStreamSynchronize(s), "cudaStreamSynchronize after the initialization");
@@ -258,8 +260,7 @@ static void use_window(cgrtk_cp *w, void *comm, cudaStream_t s) {
   if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone)
     return;
   ncclWindow_t win = NULL;
-  const size_t bytes = (size_t)w->cfg.max_packed_tokens * 2 * w->cfg.d_model * sizeof(float);
-  if (ncclCommWindowRegister((ncclComm_t)comm, w->kv, bytes, &win, NCCL_WIN_COLL_SYMMETRIC) !=
+  if (ncclCommWindowRegister((ncclComm_t)comm, w->kv, kv_bytes(w), &win, NCCL_WIN_COLL_SYMMETRIC) !=
       ncclSuccess)
     win = NULL;
   w->wins[w->num_wins].comm = comm;
