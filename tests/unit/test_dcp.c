@@ -254,9 +254,21 @@ static void over_capacity_eager_runs_at_its_size(void **state) {
   host_close(h);
 }
 
-/* The capture step's passes since prepare number `before`: bank 1's (warm-ups and captures)
- * all come before bank 2's. */
-static void assert_smallest_cp_first(const struct host *h, int before) {
+/*
+ * Two warm-up steps, then the capture step (cp 2): it builds `graphs` graphs, bank 1's passes
+ * (warm-ups and captures) all before bank 2's; from then on both cp sizes replay in both slots.
+ * Ends synchronized.
+ */
+static void capture_then_replays(struct host *h, uint64_t graphs) {
+  const int32_t lens[] = {8, 9};
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_WARMUP);
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  int before = h->prepares;
+  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
+  assert_int_equal(rep.graphs_built, graphs);
   int last_cp1 = -1, first_cp2 = -1;
   for (int i = before; i < h->prepares; i++) {
     if (h->prepared_cp[i] == 1)
@@ -265,37 +277,32 @@ static void assert_smallest_cp_first(const struct host *h, int before) {
       first_cp2 = i;
   }
   assert_true(last_cp1 >= 0 && first_cp2 > last_cp1);
-}
-
-static void capture_step_takes_every_bank_and_slot(void **state) {
-  (void)state;
-  struct host *h = host_open(NULL, 1);
-  const int32_t lens[] = {8, 9};
-  cgrt_step_report rep = {.struct_size = sizeof(rep)};
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  assert_int_equal(rep.mode, CGRT_MODE_WARMUP);
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  int before = h->prepares;
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
-  /* 2 banks x 2 slots x 2 modules, all in this step. */
-  assert_int_equal(rep.graphs_built, 8);
-  assert_smallest_cp_first(h, before);
-  /* From then on, both cp sizes replay in both slots. */
   for (int s = 0; s < 6; s++) {
     assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
     assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
   }
   cgrt_stats st = {.struct_size = sizeof(st)};
   assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
-  assert_int_equal(st.captures, 8);
+  assert_int_equal(st.captures, graphs);
   assert_int_equal(cgrt_synchronize(h->rt), 0);
-  /* Replays read the slot written for their step: other lengths, right metadata. */
-  const int32_t other[] = {3, 4, 5};
+}
+
+/* After capture_then_replays: one step at cp with three other lengths, a replay; run. */
+static const int32_t other[] = {3, 4, 5};
+static void replay_other_lengths(struct host *h, int cp) {
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
   h->runs = 0;
-  assert_int_equal(step(h, 1, other, 3, &rep), 0);
+  assert_int_equal(step(h, cp, other, 3, &rep), 0);
   assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
   assert_int_equal(cgrt_synchronize(h->rt), 0);
+}
+
+static void capture_step_takes_every_bank_and_slot(void **state) {
+  (void)state;
+  struct host *h = host_open(NULL, 1);
+  capture_then_replays(h, 2 * 2 * 2); /* 2 banks x 2 slots x 2 modules */
+  /* Replays read the slot written for their step: other lengths, right metadata. */
+  replay_other_lengths(h, 1);
   expect_meta(&h->seen[0], other, 3);
   host_close(h);
 }
@@ -303,39 +310,15 @@ static void capture_step_takes_every_bank_and_slot(void **state) {
 static void step_scope_graphs_the_body_per_bank_and_slot(void **state) {
   (void)state;
   struct host *h = host_open("graph_scope = step\n[host]\nnan_check = off", 1);
-  const int32_t lens[] = {8, 9};
-  cgrt_step_report rep = {.struct_size = sizeof(rep)};
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  assert_int_equal(rep.mode, CGRT_MODE_WARMUP);
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  int before = h->prepares;
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
-  /* 2 banks x 2 slots, one body graph each (not one per module call), all in this step. */
-  assert_int_equal(rep.graphs_built, 4);
-  assert_smallest_cp_first(h, before);
-  for (int s = 0; s < 6; s++) {
-    assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
-    assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
-  }
-  cgrt_stats st = {.struct_size = sizeof(st)};
-  assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
-  assert_int_equal(st.captures, 4);
-  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  capture_then_replays(h, 2 * 2); /* 2 banks x 2 slots, one body graph each */
   /* A replay is the whole body: both modules' work runs, on the slot written for its step,
    * with the bank's communicator. */
-  const int32_t other[] = {3, 4, 5};
-  h->runs = 0;
-  assert_int_equal(step(h, 1, other, 3, &rep), 0);
-  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
-  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  replay_other_lengths(h, 1);
   assert_int_equal(h->runs, 2);
   expect_meta(&h->seen[0], other, 3);
   expect_meta(&h->seen[1], other, 3);
   assert_int_equal(h->seen[0].cp, 1);
-  h->runs = 0;
-  assert_int_equal(step(h, 2, other, 3, &rep), 0);
-  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  replay_other_lengths(h, 2);
   assert_int_equal(h->runs, 2);
   assert_int_equal(h->seen[1].cp, 2);
   expect_meta(&h->seen[1], other, 3);
