@@ -140,4 +140,13 @@ int bench_time_steps(const struct bench_stepper *st, const struct bench_opts *o,
 int bench_time_blocks(const struct bench_stepper *st, int n, const struct bench_opts *o,
                       double *us);
 
+/*
+ * What issuing one step of st costs the host: `steps` untimed steps, each issued onto an idle
+ * device (synchronized before it) so that no full launch queue makes the host wait; *us is the
+ * median host time from the call of st->step to its return. Beside the step's device time it
+ * tells who bounds a step: the host when the two are close, the device when the host time is
+ * well below. (bench_time.c)
+ */
+int bench_host_cost(const struct bench_stepper *st, int steps, double *us);
+
 #endif

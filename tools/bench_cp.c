@@ -36,6 +36,7 @@
 #define CP_PATTERN_SEQS 64 /* sequences of a pattern, at most */
 #define CP_MAX_SIZES    16
 #define CP_MAX_SCOPES   2
+#define CP_HOST_STEPS   21 /* steps issued onto an idle device per host cost */
 
 /*
  * Without CONF: dynamic_cp at cp 1 and 2. The launch shape (the default, --cp-shape launch) packs
@@ -66,7 +67,8 @@ struct cp_result {
   int replayed; /* every check step of the backend was a replay */
   int64_t rows; /* rows per rank */
   double cgrt_us, eager_us;
-  double launch_us; /* the host's cost of one kernel launch, before these steps */
+  double cgrt_host_us, eager_host_us; /* the host's cost of issuing one step (bench_host_cost) */
+  double launch_us;                   /* the host's cost of one kernel launch, before these steps */
   double capture_ms, instantiate_ms;
   uint64_t graphs_built, live_graphs;
 };
@@ -75,6 +77,7 @@ struct cp_result {
 struct cp_shared {
   char device[256];
   char impl[128];
+  int kv_windows; /* rank 0's first workload under test: cgrtk_cp_symmetric_windows */
   struct cp_result res[CGRT_RANKS_MAX][CP_MAX_SIZES][CP_MAX_SCOPES];
 };
 
@@ -120,6 +123,7 @@ static void make_patterns(struct cp_pattern *p, int64_t max_tokens, int max_sequ
 
 #if defined(CGRT_HAVE_CUDA) && defined(CGRT_HAVE_NCCL)
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include "cp_host.h"
 #include "probe.h"
@@ -206,10 +210,12 @@ static int cp_step(void *arg, int timed) {
  * each warms up, then their timed steps alternate in o->blocks blocks (bench_time_blocks), so all
  * see the same host and GPU conditions; an eager step is bound by the host's launches, whose cost
  * moves with the host's state, and timing them one after the other let that drift into the
- * speedup. us_g[s] and *us_e get the median step times.
+ * speedup. us_g[s] and *us_e get the median step times, host_g[s] and *host_e what issuing a
+ * step costs the host (bench_host_cost): a replay whose host cost is near its step time is bound
+ * by the host.
  */
 static int run_steps(struct cp_host *hg, struct cp_host *he, const struct cp_bench *b, int cp,
-                     double *us_g, double *us_e) {
+                     double *us_g, double *us_e, double *host_g, double *host_e) {
   struct cp_stepper st[CP_MAX_SCOPES + 1];
   struct bench_stepper bs[CP_MAX_SCOPES + 1];
   const int n = b->nscopes + 1;
@@ -221,10 +227,16 @@ static int run_steps(struct cp_host *hg, struct cp_host *he, const struct cp_ben
   struct bench_opts o = *b->o;
   o.warmup = b->warmup;
   double us[CP_MAX_SCOPES + 1] = {0};
+  double host[CP_MAX_SCOPES + 1] = {0};
   int rc = bench_time_blocks(bs, n, &o, us);
-  for (int i = 0; i < b->nscopes; i++)
+  for (int i = 0; i < n && rc == 0; i++)
+    rc = bench_host_cost(&bs[i], CP_HOST_STEPS, &host[i]);
+  for (int i = 0; i < b->nscopes; i++) {
     us_g[i] = us[i];
+    host_g[i] = host[i];
+  }
   *us_e = us[b->nscopes];
+  *host_e = host[b->nscopes];
   return rc;
 }
 
@@ -333,8 +345,8 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
       cgrt_stats_get(rg[k], &s0[k]);
     }
     const double launch_us = launch_cost_us();
-    double us_g[CP_MAX_SCOPES] = {0}, us_e = 0;
-    rc = run_steps(hg, &he, b, cp, us_g, &us_e);
+    double us_g[CP_MAX_SCOPES] = {0}, us_e = 0, host_g[CP_MAX_SCOPES] = {0}, host_e = 0;
+    rc = run_steps(hg, &he, b, cp, us_g, &us_e, host_g, &host_e);
     for (int k = 0; k < ns && rc == 0; k++) {
       int equal = check_steps(&hg[k], &he, b, cp, og, oe, cap, cp1, &r[k].replayed, &r[k].rows);
       if (equal < 0) {
@@ -346,6 +358,8 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
       r[k].equal = equal;
       r[k].cgrt_us = us_g[k];
       r[k].eager_us = us_e;
+      r[k].cgrt_host_us = host_g[k];
+      r[k].eager_host_us = host_e;
       r[k].launch_us = launch_us;
       r[k].capture_ms = (double)(s1[k].capture_ns - s0[k].capture_ns) / 1e6;
       r[k].instantiate_ms = (double)(s1[k].instantiate_ns - s0[k].instantiate_ns) / 1e6;
@@ -359,6 +373,8 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
       goto out;
     }
   }
+  if (rank == 0)
+    b->sh->kv_windows = cgrtk_cp_symmetric_windows(wg[0]);
   status = 0;
 out:
   /* Graphs hold references to the split communicators: release them; destroy the workloads
@@ -385,9 +401,27 @@ out:
   return status;
 }
 
+/* What decides how the all-gathers run, for the header: NCCL's version, its graph mixing mode
+ * (NCCL_GRAPH_MIXING_SUPPORT: with 1, its default, NCCL orders each captured collective against
+ * the communicator's other graphs and eager calls with event nodes in the graph) and whether
+ * the K/V buffer is a symmetric window. */
+static void comm_setup(const struct cp_shared *sh, char *buf, size_t len) {
+  int nv = 0;
+  const char *mixing = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  if (ncclGetVersion(&nv) != ncclSuccess)
+    nv = 0;
+  if (mixing && (strlen(mixing) != 1 || (mixing[0] != '0' && mixing[0] != '1')))
+    mixing = "set, not 0 or 1"; /* printed into JSON too: never the raw text */
+  snprintf(buf, len, "NCCL %d.%d.%d, NCCL_GRAPH_MIXING_SUPPORT %s, K/V buffer %s", nv / 10000,
+           (nv % 10000) / 100, nv % 100, mixing ? mixing : "unset (1)",
+           sh->kv_windows < 0 ? "plain (cudaMalloc)" : "a symmetric window");
+}
+
 /* The parent's table from every rank's figures: the slowest rank's times, all ranks' checks. */
 static int print_results(const struct cp_bench *b, const struct cgrt_config_view *v) {
   const struct cp_shared *sh = b->sh;
+  char comm[160];
+  comm_setup(sh, comm, sizeof(comm));
   struct cgrtk_cp_cfg wc;
   cp_shape(b->o, &wc);
   char modules[128] = "";
@@ -400,6 +434,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            "%d ranks, %s\n",
            wc.layers, wc.d_model, wc.heads, wc.ffn, sh->impl, modules[0] ? " (modules " : "",
            modules, modules[0] ? ")" : "", b->nranks, sh->device);
+    printf("%s\n", comm);
     if (b->nscopes > 1)
       printf("graph_scope modules: a graph per module call; graph_scope step: one graph per step "
              "body (modules empty); one eager reference for both\n");
@@ -410,15 +445,15 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
       printf("%s%d seqs/%lld tokens", k ? ", " : "", b->pat[k].n, (long long)b->pat[k].total);
     printf("); median of %d steps, eager and cgrt in turn in %d blocks, slowest rank\n",
            b->o->steps, b->o->blocks);
-    printf("%4s %8s %10s %10s %10s %8s %10s %11s %9s %7s %9s %8s\n", "cp", "scope", "rows/rank",
-           "eager_us", "cgrt_us", "speedup", "launch_us", "capture_ms", "inst_ms", "graphs",
-           "replayed", "bitwise");
+    printf("%4s %8s %10s %10s %10s %10s %10s %8s %10s %11s %9s %7s %9s %8s\n", "cp", "scope",
+           "rows/rank", "eager_us", "eager_host", "cgrt_us", "cgrt_host", "speedup", "launch_us",
+           "capture_ms", "inst_ms", "graphs", "replayed", "bitwise");
   }
   int all_equal = 1;
   for (int row = 0; row < b->ncps * b->nscopes; row++) {
     const int i = row / b->nscopes, k = row % b->nscopes;
     const char *scope = b->scopes[k] == CGRT_CP_SCOPE_STEP ? "step" : "modules";
-    double cg = 0, ce = 0, cap = 0, inst = 0, lu = 0;
+    double cg = 0, ce = 0, hg = 0, he = 0, cap = 0, inst = 0, lu = 0;
     uint64_t built = 0, live = 0;
     int equal = 1, replayed = 1, done = 1;
     int64_t rows = 0;
@@ -430,6 +465,8 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
       cg = x->cgrt_us > cg ? x->cgrt_us : cg;
       ce = x->eager_us > ce ? x->eager_us : ce;
       lu = x->launch_us > lu ? x->launch_us : lu;
+      hg = x->cgrt_host_us > hg ? x->cgrt_host_us : hg;
+      he = x->eager_host_us > he ? x->eager_host_us : he;
       if (r == 0) {
         cap = x->capture_ms, inst = x->instantiate_ms, built = x->graphs_built;
         live = x->live_graphs, rows = x->rows;
@@ -439,25 +476,31 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     all_equal &= equal;
     if (b->o->json)
       printf("{\"workload\":\"cp\",\"backend\":\"%s\",\"device\":\"%s\",\"ranks\":%d,\"cp\":%d,"
-             "\"graph_scope\":\"%s\",\"rows_per_rank\":%lld,\"eager_us\":%.1f,\"cgrt_us\":%.1f,"
-             "\"speedup\":%.3f,"
+             "\"graph_scope\":\"%s\",\"rows_per_rank\":%lld,\"eager_us\":%.1f,"
+             "\"eager_host_us\":%.1f,\"cgrt_us\":%.1f,\"cgrt_host_us\":%.1f,\"speedup\":%.3f,"
              "\"launch_us\":%.2f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,"
-             "\"graphs_built\":%llu,\"live_graphs\":%llu,\"replayed\":%s,\"bitwise\":%s}\n",
-             sh->impl, sh->device, b->nranks, b->cps[i], scope, (long long)rows, ce, cg,
+             "\"graphs_built\":%llu,\"live_graphs\":%llu,\"replayed\":%s,\"bitwise\":%s,"
+             "\"comm\":\"%s\"}\n",
+             sh->impl, sh->device, b->nranks, b->cps[i], scope, (long long)rows, ce, he, cg, hg,
              cg > 0 ? ce / cg : 0.0, lu, cap, inst, (unsigned long long)built,
-             (unsigned long long)live, replayed ? "true" : "false", equal ? "true" : "false");
+             (unsigned long long)live, replayed ? "true" : "false", equal ? "true" : "false", comm);
     else
-      printf("%4d %8s %10lld %10.1f %10.1f %7.2fx %10.2f %11.2f %9.2f %7llu %9s %8s\n", b->cps[i],
-             scope, (long long)rows, ce, cg, cg > 0 ? ce / cg : 0.0, lu, cap, inst,
-             (unsigned long long)built, replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
+      printf(
+          "%4d %8s %10lld %10.1f %10.1f %10.1f %10.1f %7.2fx %10.2f %11.2f %9.2f %7llu %9s %8s\n",
+          b->cps[i], scope, (long long)rows, ce, he, cg, hg, cg > 0 ? ce / cg : 0.0, lu, cap, inst,
+          (unsigned long long)built, replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
   }
   if (!b->o->json)
-    printf("launch_us: what one kernel launch cost the host just before that cp size's steps "
-           "(empty kernel, slowest rank); an eager step of a launch-bound shape costs about its "
-           "launches times this\ncapture_ms, inst_ms, graphs: during that cp size's steps on rank "
+    printf("eager_host, cgrt_host: what issuing one step cost the host, in us (median of %d steps "
+           "each issued onto an idle device, slowest rank); a step whose host cost is near its "
+           "step time is bound by the host\nlaunch_us: what one kernel launch cost the host just "
+           "before that cp size's steps (empty kernel, slowest rank); an eager step of a "
+           "launch-bound shape costs about its launches times this\ncapture_ms, inst_ms, graphs: "
+           "during that cp size's steps on rank "
            "0 (every bank is captured in one step, so they land in the first cp size's "
            "rows)\nbitwise: "
-           "every rank's output rows equal eager's and (cp > 1) the same rows at cp 1\n");
+           "every rank's output rows equal eager's and (cp > 1) the same rows at cp 1\n",
+           CP_HOST_STEPS);
   return all_equal ? 0 : EXIT_INVALID;
 }
 

@@ -120,4 +120,24 @@ int bench_time_blocks(const struct bench_stepper *st, int n, const struct bench_
   return rc;
 }
 
+int bench_host_cost(const struct bench_stepper *st, int steps, double *us) {
+  double *dt = calloc((size_t)(steps > 0 ? steps : 1), sizeof(*dt));
+  int rc = dt ? 0 : CGRT_E_NOMEM;
+  for (int i = 0; i < steps && rc == 0; i++) {
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      rc = CGRT_E_DEVICE;
+      break;
+    }
+    const uint64_t t0 = cgrt_tool_now_ns();
+    rc = st->step(st->arg, 0);
+    dt[i] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
+  }
+  if (rc == 0 && cudaDeviceSynchronize() != cudaSuccess)
+    rc = CGRT_E_DEVICE;
+  if (rc == 0)
+    *us = bench_median(dt, steps);
+  free(dt);
+  return rc;
+}
+
 #endif
