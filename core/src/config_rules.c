@@ -54,6 +54,30 @@ static void at_least_one(const struct cgrt_config *cfg, struct cgrt_diag *diag, 
        (long long)value, why);
 }
 
+/*
+ * The rules of a whole-step graph, which impl = full_iteration and dynamic_cp's graph_scope = step
+ * both build: it cannot stop for the host to read the loss, and it graphs every call itself, so
+ * no module list. `who` says what graphs the whole step (key `key`), `instead` the other fix;
+ * modules is the modules line described.
+ */
+static void whole_step_rules(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors,
+                             int key, const char *who, const char *instead, const char *modules) {
+  const struct cgrt_config_view *v = &cfg->view;
+  char nan[256];
+  if (v->nan_check) {
+    describe(cfg, K_NAN_CHECK, nan, sizeof(nan));
+    rule(cfg, diag, errors, K_NAN_CHECK, key,
+         "%s graphs the whole step, which needs [host] nan_check = off (a whole-step graph cannot "
+         "stop for the host to read the loss every step), but %s; set nan_check = off, or %s",
+         who, nan, instead);
+  }
+  if (v->modules)
+    rule(cfg, diag, errors, K_MODULES, key,
+         "%s graphs the whole step, so [cuda_graph] modules must be empty, but %s; remove the "
+         "modules line, or %s",
+         who, modules, instead);
+}
+
 int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   const struct cgrt_config_view *v = &cfg->view;
   const char *impl = v->impl ? v->impl : "none";
@@ -122,37 +146,19 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   }
 
   /* -- whole-step graphs -- */
-  if (full_iter && v->nan_check) {
-    describe(cfg, K_NAN_CHECK, d2, sizeof(d2));
-    rule(cfg, diag, &errors, K_NAN_CHECK, K_IMPL,
-         "impl = full_iteration needs [host] nan_check = off (a whole-step graph cannot stop for "
-         "the host to read the loss every step), but %s; set nan_check = off, or use impl = local",
-         d2);
-  }
-  if (full_iter && v->modules)
-    rule(cfg, diag, &errors, K_MODULES, K_IMPL,
-         "impl = full_iteration graphs the whole step, so [cuda_graph] modules must be empty, but "
-         "%s; remove the modules line",
-         d1);
+  if (full_iter)
+    whole_step_rules(cfg, diag, &errors, K_IMPL, "impl = full_iteration", "use impl = local", d1);
   describe(cfg, K_CP_SCOPE, d3, sizeof(d3));
   if (builtin && !dcp && !none && cp_step) /* none: eager, whatever the scope */
     rule(cfg, diag, &errors, K_CP_SCOPE, K_IMPL,
          "[dynamic_cp] %s is only read by impl = dynamic_cp, but impl = %s; remove graph_scope, "
          "or use impl = full_iteration to graph the whole step",
          d3, impl);
-  if (dcp && cp_step && v->nan_check) {
-    describe(cfg, K_NAN_CHECK, d2, sizeof(d2));
-    rule(cfg, diag, &errors, K_NAN_CHECK, K_CP_SCOPE,
-         "[dynamic_cp] %s graphs the whole step, which needs [host] nan_check = off (a "
-         "whole-step graph cannot stop for the host to read the loss every step), but %s; set "
-         "nan_check = off, or graph_scope = modules",
-         d3, d2);
+  if (dcp && cp_step) {
+    char who[300];
+    snprintf(who, sizeof(who), "[dynamic_cp] %s", d3);
+    whole_step_rules(cfg, diag, &errors, K_CP_SCOPE, who, "set graph_scope = modules", d1);
   }
-  if (dcp && cp_step && v->modules)
-    rule(cfg, diag, &errors, K_MODULES, K_CP_SCOPE,
-         "[dynamic_cp] %s graphs the whole step, so [cuda_graph] modules must be empty, but %s; "
-         "remove the modules line, or set graph_scope = modules",
-         d3, d1);
   if (v->recompute == CGRT_RECOMPUTE_FULL && !none && !full_iter && !(dcp && cp_step)) {
     describe(cfg, K_RECOMPUTE, d2, sizeof(d2));
     describe(cfg, K_IMPL, d3, sizeof(d3));

@@ -894,11 +894,13 @@ static void rule_moe_preprocess_alltoall_padding_fp8(void **state) {
 static void rule_full_iteration_needs_nan_check_off(void **state) {
   struct fx *f = *state;
   assert_refused(f, "[cuda_graph]\nimpl = full_iteration\n",
-                 "t.ini:2: impl = full_iteration needs [host] nan_check = off (a whole-step graph "
-                 "cannot stop for the host to read the loss every step), but nan_check = on "
-                 "(default)");
+                 "t.ini:2: impl = full_iteration graphs the whole step, which needs [host] "
+                 "nan_check = off (a whole-step graph cannot stop for the host to read the loss "
+                 "every step), but nan_check = on (default); set nan_check = off, or use impl = "
+                 "local");
   assert_refused(f, "[cuda_graph]\nimpl = full_iteration\n[host]\nnan_check = yes\n",
-                 "t.ini:4: impl = full_iteration needs [host] nan_check = off");
+                 "t.ini:4: impl = full_iteration graphs the whole step, which needs [host] "
+                 "nan_check = off");
   assert_clean(f, "[cuda_graph]\nimpl = full_iteration\n[host]\nnan_check = off\n");
 }
 
