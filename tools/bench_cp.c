@@ -77,7 +77,8 @@ struct cp_result {
 struct cp_shared {
   char device[256];
   char impl[128];
-  int kv_windows; /* rank 0's first workload under test: cgrtk_cp_symmetric_windows */
+  int kv_windows;  /* rank 0's first workload under test: cgrtk_cp_symmetric_windows */
+  char mixing[24]; /* NCCL_GRAPH_MIXING_SUPPORT as rank 0 saw it (mixing_setting) */
   struct cp_result res[CGRT_RANKS_MAX][CP_MAX_SIZES][CP_MAX_SCOPES];
 };
 
@@ -278,6 +279,18 @@ static int check_steps(struct cp_host *hg, struct cp_host *he, const struct cp_b
   return rc ? -1 : equal;
 }
 
+/* NCCL_GRAPH_MIXING_SUPPORT as this process sees it, for the header (printed into JSON too:
+ * never the raw text). */
+static void mixing_setting(char *buf, size_t len) {
+  const char *m = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  if (!m)
+    snprintf(buf, len, "unset (1)");
+  else if (strcmp(m, "0") == 0 || strcmp(m, "1") == 0)
+    snprintf(buf, len, "%s", m);
+  else
+    snprintf(buf, len, "set, not 0 or 1");
+}
+
 static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len, void *arg) {
   struct cp_bench *b = arg;
   static struct cp_host hg[CP_MAX_SCOPES], he; /* large: off the stack */
@@ -373,8 +386,10 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
       goto out;
     }
   }
-  if (rank == 0)
+  if (rank == 0) {
     b->sh->kv_windows = cgrtk_cp_symmetric_windows(wg[0]);
+    mixing_setting(b->sh->mixing, sizeof(b->sh->mixing));
+  }
   status = 0;
 out:
   /* Graphs hold references to the split communicators: release them; destroy the workloads
@@ -407,20 +422,22 @@ out:
  * the K/V buffer is a symmetric window. */
 static void comm_setup(const struct cp_shared *sh, char *buf, size_t len) {
   int nv = 0;
-  const char *mixing = getenv("NCCL_GRAPH_MIXING_SUPPORT");
   if (ncclGetVersion(&nv) != ncclSuccess)
     nv = 0;
-  if (mixing && (strlen(mixing) != 1 || (mixing[0] != '0' && mixing[0] != '1')))
-    mixing = "set, not 0 or 1"; /* printed into JSON too: never the raw text */
+  char kv[96];
+  if (sh->kv_windows < 0)
+    snprintf(kv, sizeof(kv), "plain (cudaMalloc)");
+  else
+    snprintf(kv, sizeof(kv), "from ncclMemAlloc, a symmetric window on %d communicator%s",
+             sh->kv_windows, sh->kv_windows == 1 ? "" : "s");
   snprintf(buf, len, "NCCL %d.%d.%d, NCCL_GRAPH_MIXING_SUPPORT %s, K/V buffer %s", nv / 10000,
-           (nv % 10000) / 100, nv % 100, mixing ? mixing : "unset (1)",
-           sh->kv_windows < 0 ? "plain (cudaMalloc)" : "a symmetric window");
+           (nv % 10000) / 100, nv % 100, sh->mixing, kv);
 }
 
 /* The parent's table from every rank's figures: the slowest rank's times, all ranks' checks. */
 static int print_results(const struct cp_bench *b, const struct cgrt_config_view *v) {
   const struct cp_shared *sh = b->sh;
-  char comm[160];
+  char comm[224];
   comm_setup(sh, comm, sizeof(comm));
   struct cgrtk_cp_cfg wc;
   cp_shape(b->o, &wc);
