@@ -3,9 +3,21 @@
  * ranks in consecutive groups of cp (color rank / cp, key rank), so that a group's index of a
  * rank is rank % cp. The world communicator stays the host's; the split ones are cgrt's and are
  * destroyed at close, after the graphs that captured collectives on them.
+ *
+ * NCCL's graph mixing support (NCCL_GRAPH_MIXING_SUPPORT, on by default) lets a communicator's
+ * captured and uncaptured collectives be outstanding together, at the price of an event wait and
+ * an event record around every collective captured into a graph. A process that turns it off
+ * must never launch a collective outside a graph while a graph that uses the communicator is
+ * queued, and stream order does not make that safe (NCCL's documentation). cgrt keeps the rule
+ * for what it runs itself: before work it runs outside a graph and hands a split communicator
+ * (warm-up, a fallback, a verified replay's eager rerun, a step over capacity), it waits for the
+ * graphs it launched on its stream. Only when a graph was launched since the stream last drained,
+ * so replaying steps never wait.
  */
 #include "comm.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime.h"
@@ -22,6 +34,45 @@ int cgrt__comms_find(const struct cgrt_comms *c, int cp, void **comm, int *cp_ra
       return 0;
     }
   return CGRT_E_INVAL;
+}
+
+/*
+ * Whether NCCL's graph mixing support is off, read as NCCL 2.28 reads NCCL_GRAPH_MIXING_SUPPORT
+ * (once per process, from the environment or nccl.conf, which NCCL copies into the environment at
+ * its first initialization): strtoll in base 0, the default 1 when unset, empty or out of range.
+ */
+static int mixing_off(void) {
+  const char *s = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  if (!s || !*s)
+    return 0;
+  errno = 0;
+  long long v = strtoll(s, NULL, 0);
+  return errno == 0 && v == 0;
+}
+
+int cgrt__comms_wait(cgrt_runtime *rt, const cgrt_ctx *ctx, const char *what) {
+  struct cgrt_comms *c = &rt->comms;
+  if (!c->graphs_queued || !ctx->comm ||
+      (ctx->mode != CGRT_MODE_EAGER && ctx->mode != CGRT_MODE_WARMUP))
+    return 0;
+  int ours = 0;
+  for (int i = 0; i < c->count && !ours; i++)
+    ours = c->comm[i] == ctx->comm;
+  int capturing = 0;
+  if (!ours || rt->host.capturing(&rt->host, rt->stream, &capturing) != 0 || capturing)
+    return 0;
+  if (!c->wait_logged) {
+    c->wait_logged = 1;
+    cgrt__log(rt, CGRT_LOG_INFO,
+              "%s runs outside a graph after a graph that may use its communicator was "
+              "launched: it waits for the stream to drain first, since NCCL's graph mixing "
+              "support is off (NCCL_GRAPH_MIXING_SUPPORT=0); cgrt_stats.comm_waits counts these "
+              "waits (if every step waits, graph every module that issues collectives, or leave "
+              "mixing on)",
+              what);
+  }
+  rt->stats.comm_waits++;
+  return rt->host.stream_sync(&rt->host, rt->stream);
 }
 
 /* The host driver: a world as large as the largest cp size, this process its rank 0. */
@@ -101,8 +152,12 @@ int cgrt__comms_split(cgrt_runtime *rt, void *world) {
     return rc;
   }
   c->ready = 1;
-  cgrt__log(rt, CGRT_LOG_INFO, "communicators: world rank %d of %d, %d cp sizes split",
-            c->world_rank, c->world_size, c->count);
+  c->serial = mixing_off();
+  cgrt__log(rt, CGRT_LOG_INFO, "communicators: world rank %d of %d, %d cp sizes split; %s",
+            c->world_rank, c->world_size, c->count,
+            c->serial ? "NCCL graph mixing off (NCCL_GRAPH_MIXING_SUPPORT=0): work cgrt runs "
+                        "outside a graph on them waits for the graphs it launched"
+                      : "NCCL graph mixing on");
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #define CGRT_MAX_CP_SIZES 16
 
 struct cgrt_runtime;
+struct cgrt_ctx;
 
 struct cgrt_comms {
   int ready;      /* cgrt_set_world_comm done */
@@ -19,6 +20,14 @@ struct cgrt_comms {
   int cp_rank[CGRT_MAX_CP_SIZES];
   void *comm[CGRT_MAX_CP_SIZES];
   char placeholder[CGRT_MAX_CP_SIZES]; /* their addresses are the host driver's communicators */
+  /*
+   * NCCL's graph mixing support is off for them (NCCL_GRAPH_MIXING_SUPPORT=0, read as NCCL reads
+   * it): a collective launched outside a graph while a graph that uses the communicator is still
+   * queued is then not supported, stream order or not. cgrt keeps that rule for its own calls.
+   */
+  int serial;
+  int graphs_queued; /* serial, and a graph was launched on the runtime's stream since it drained */
+  int wait_logged;   /* the first wait was logged */
 };
 
 /* Splits one communicator per [dynamic_cp] cp_sizes entry; errors name the cause. */
@@ -26,6 +35,25 @@ int cgrt__comms_split(struct cgrt_runtime *rt, void *world);
 
 /* The communicator of cp size `cp` and this rank's index in it; CGRT_E_INVAL if none. */
 int cgrt__comms_find(const struct cgrt_comms *c, int cp, void **comm, int *cp_rank);
+
+/* A graph was launched on the runtime's stream. */
+static inline void cgrt__comms_launched(struct cgrt_comms *c) {
+  if (c->serial)
+    c->graphs_queued = 1;
+}
+
+/* The runtime's stream drained: no graph of it is queued. */
+static inline void cgrt__comms_drained(struct cgrt_comms *c) {
+  c->graphs_queued = 0;
+}
+
+/*
+ * With mixing off, before work the core runs outside a graph (ctx->mode eager or warmup) that is
+ * handed one of the split communicators: waits for the runtime's stream to drain if a graph was
+ * launched since it last did (counted in cgrt_stats.comm_waits, the first one logged). `what`
+ * names the work for the log. Errors: the driver's, from the synchronization.
+ */
+int cgrt__comms_wait(struct cgrt_runtime *rt, const struct cgrt_ctx *ctx, const char *what);
 
 /* Destroys the split communicators (after every graph that uses them is gone). */
 void cgrt__comms_destroy(struct cgrt_comms *c);

@@ -819,6 +819,7 @@ void cgrt__caches_cap_marks(cgrt_runtime *rt, uint64_t reserved) {
 struct body_unit {
   cgrt_runtime *rt;
   struct cgrt_step_frame *f;
+  const char *what;
 };
 
 static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, size_t n) {
@@ -829,10 +830,13 @@ static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, siz
   size_t saved_n = ctx->num_buffers;
   /* The body addresses the static buffers the unit works on: private ones under copy. */
   ctx->mode = mode;
+  int rc = cgrt__comms_wait(rt, ctx, b->what);
+  if (rc != 0)
+    return rc;
   ctx->buffers = bufs;
   ctx->num_buffers = n;
   rt->in_body_graph = 1;
-  int rc = rt->host.run_body(&rt->host, b->f);
+  rc = rt->host.run_body(&rt->host, b->f);
   rt->in_body_graph = 0;
   ctx->buffers = saved;
   ctx->num_buffers = saved_n;
@@ -848,7 +852,7 @@ static int c_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
              (unsigned long long)key->shape);
   else
     snprintf(what, sizeof(what), "the %s body", cgrt_phase_name(f->ctx->phase));
-  struct body_unit b = {CGRT_RT(h), f};
+  struct body_unit b = {CGRT_RT(h), f, what};
   struct cgrt_graph_work work = {
       .struct_size = sizeof(work),
       .fn = run_body_unit,

@@ -92,9 +92,13 @@ static int h_run_module(const struct cgrt_host_api *h, struct cgrt_call *c) {
   struct cgrt_module *m = rt->modules[c->module->id];
   cgrt_module_fn fn = c->dir == CGRT_BACKWARD ? m->backward : m->forward;
   c->ctx->microbatch = c->args->microbatch;
+  /* The name only when there is something to wait for: eager calls pay one test. */
+  int rc = rt->comms.graphs_queued ? cgrt__comms_wait(rt, c->ctx, cgrt__call_name(c)) : 0;
+  if (rc != 0)
+    return rc;
   const void *outer = rt->host_frame;
   rt->host_frame = __builtin_frame_address(0);
-  int rc = fn(c->ctx, c->args, m->user);
+  rc = fn(c->ctx, c->args, m->user);
   rt->host_frame = outer;
   if (rc != 0)
     return cgrt__fail(
@@ -112,7 +116,10 @@ static void *h_stream(const struct cgrt_host_api *h) {
 
 static int h_stream_sync(const struct cgrt_host_api *h, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
-  return dev_rc(rt, DRV(rt)->stream_sync(DEV(rt), stream));
+  int rc = DRV(rt)->stream_sync(DEV(rt), stream);
+  if (rc == 0 && stream == rt->stream)
+    cgrt__comms_drained(&rt->comms);
+  return dev_rc(rt, rc);
 }
 
 /* ---------------------------------------------------------------- the host's capture hooks */
@@ -237,8 +244,10 @@ static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream
     return dev_rc(rt,
                   cgrt__dev_fail(DEV(rt), CGRT_E_DEVICE, "graph launch failed (injected fault)"));
   int rc = DRV(rt)->exec_launch(DEV(rt), exec, stream);
-  if (rc == 0)
+  if (rc == 0) {
+    cgrt__comms_launched(&rt->comms);
     cgrt__watch(rt, CGRT_TOOL_GRAPH_LAUNCHED, NULL, exec, stream);
+  }
   return dev_rc(rt, rc);
 }
 

@@ -603,6 +603,7 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
   int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
   if (rc != 0)
     return cgrt__fail(rt, rc, "cgrt_synchronize: %s", rt->dev.err);
+  cgrt__comms_drained(&rt->comms);
   return 0;
 }
 

@@ -3,7 +3,9 @@
  * bank selection by the step's cp size and refusal of a size without a bank, the THD slot ring
  * (rotation, the reuse guard against a replay that has not run yet, the padding metadata),
  * capacity errors and the eager fallback, and the capture step taking every bank and slot,
- * smallest cp first; with graph_scope = step, one whole-body graph per bank and slot.
+ * smallest cp first; with graph_scope = step, one whole-body graph per bank and slot. With NCCL's
+ * graph mixing support off, work run outside a graph on a bank's communicator starts only after
+ * every graph launched before it has run.
  *
  * The module's device work is a host function that reads the step's THD metadata when it runs,
  * so the test sees what a kernel would have read.
@@ -19,6 +21,7 @@
 #include <cmocka.h>
 
 #include "cgrt/backend.h"
+#include "cgrt/tool.h"
 
 #define MAX_SEEN   256
 #define CAP_TOKENS 64
@@ -48,6 +51,18 @@ struct host {
   int prepared_cp[MAX_SEEN];
   int prepared_padded_seqs;
   int64_t prepared_padded_tokens;
+  /* The stream's FIFO as the test sees it: device_reads enqueued in order (eagerly, or as the
+     nodes of a launched graph), and the position of the last graph's last node. */
+  int enqueued;
+  int graph_end;
+  int capture_nodes; /* nodes recorded by the capture in progress */
+  struct {
+    void *exec;
+    int nodes;
+  } execs[64];
+  int num_execs;
+  int eager_calls;  /* module calls run outside a graph */
+  int behind_graph; /* of those, calls that started while a launched graph had not yet run */
 };
 
 static void device_reads(void *arg) {
@@ -65,6 +80,13 @@ static void device_reads(void *arg) {
 static int module(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
   (void)args;
   struct host *h = user;
+  if (ctx->mode == CGRT_MODE_CAPTURE) {
+    h->capture_nodes++;
+  } else {
+    h->eager_calls++;
+    h->behind_graph += h->runs < h->graph_end; /* the host driver runs the FIFO in order */
+    h->enqueued++;
+  }
   struct launch *l = &h->launches[h->num_launches++];
   *l =
       (struct launch){h,         ctx->cu_seqlens, ctx->cu_seqlens_padded, ctx->padded_sequences + 1,
@@ -93,6 +115,25 @@ static int body(const cgrt_ctx *ctx, void *user) {
   return 0;
 }
 
+/* Follows the graphs through the FIFO: nodes per executable, and where each launch ends. */
+static void watch(void *user, const struct cgrt_tool_graph_event *ev) {
+  struct host *h = user;
+  if (ev->op == CGRT_TOOL_GRAPH_INSTANTIATED && h->num_execs < 64) {
+    h->execs[h->num_execs].exec = ev->exec;
+    h->execs[h->num_execs++].nodes = h->capture_nodes;
+    h->capture_nodes = 0;
+  } else if (ev->op == CGRT_TOOL_GRAPH_LAUNCHED) {
+    int found = 0;
+    for (int i = h->num_execs - 1; i >= 0 && !found; i--)
+      if (h->execs[i].exec == ev->exec) {
+        h->enqueued += h->execs[i].nodes;
+        found = 1;
+      }
+    assert_true(found);
+    h->graph_end = h->enqueued;
+  }
+}
+
 static struct host *host_open_warm(const char *extra, int with_comm, int warmup) {
   struct host *h = calloc(1, sizeof(*h));
   char ini[1024];
@@ -111,6 +152,7 @@ static struct host *host_open_warm(const char *extra, int with_comm, int warmup)
                           .user = h};
     assert_int_equal(cgrt_module_register(h->rt, &d, &h->m[i]), 0);
   }
+  assert_int_equal(cgrt_tool_watch_graphs(h->rt, watch, h), 0);
   if (with_comm)
     assert_int_equal(cgrt_set_world_comm(h->rt, NULL), 0);
   return h;
@@ -325,6 +367,85 @@ static void step_scope_graphs_the_body_per_bank_and_slot(void **state) {
   host_close(h);
 }
 
+static uint64_t comm_waits(struct host *h) {
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
+  return st.comm_waits;
+}
+
+/*
+ * With graph mixing `off` (NCCL_GRAPH_MIXING_SUPPORT=0 when the communicators are split) or on:
+ * warm-up, the capture step (whose later slots warm up eagerly after the first slots' graphs
+ * were launched), replays of both sizes, then a step over capacity that runs eagerly. Returns the
+ * waits of the replay steps alone in *replay_waits.
+ */
+static struct host *mixed_steps(const char *extra, int off, uint64_t *replay_waits) {
+  if (off)
+    setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 1);
+  struct host *h = host_open(extra, 1);
+  unsetenv("NCCL_GRAPH_MIXING_SUPPORT"); /* read once, at the split */
+  const int32_t lens[] = {8, 9}, big[] = {60, 10};
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  for (int s = 0; s < 3; s++)
+    assert_int_equal(step(h, 2, lens, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
+  uint64_t before = comm_waits(h);
+  for (int s = 0; s < 4; s++) {
+    assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
+    assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  }
+  *replay_waits = comm_waits(h) - before;
+  assert_int_equal(step(h, 2, big, 2, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  return h;
+}
+
+static void mixing_off_eager_work_waits_for_graphs(void **state) {
+  (void)state;
+  static const char *scopes[] = {NULL, "graph_scope = step\n[host]\nnan_check = off"};
+  char extra[160];
+  for (int i = 0; i < 2; i++) {
+    uint64_t replay_waits = 0;
+    snprintf(extra, sizeof(extra), "over_capacity = eager\n%s", scopes[i] ? scopes[i] : "");
+    struct host *h = mixed_steps(extra, 1, &replay_waits);
+    assert_true(h->eager_calls > 0);
+    assert_int_equal(h->behind_graph, 0);
+    /* The capture step's later slots and the step over capacity waited; replays never do. */
+    assert_true(comm_waits(h) >= 2);
+    assert_int_equal(replay_waits, 0);
+    host_close(h);
+
+    /* Mixing on: the same steps start eager work behind queued graphs, and nothing waits. */
+    h = mixed_steps(extra, 0, &replay_waits);
+    assert_true(h->behind_graph > 0);
+    assert_int_equal(comm_waits(h), 0);
+    host_close(h);
+  }
+}
+
+/* A verified replay's eager rerun comes right after the launch: with mixing off it waits too. */
+static void mixing_off_verified_replays_wait(void **state) {
+  (void)state;
+  uint64_t replay_waits = 0;
+  struct host *h =
+      mixed_steps("over_capacity = eager\n[cuda_graph]\nverify = every:1", 1, &replay_waits);
+  assert_int_equal(h->behind_graph, 0);
+  assert_true(replay_waits > 0);
+  host_close(h);
+}
+
+/* Only attn is graphed: each replaying step's eager mlp call waits for the attn graph. */
+static void mixing_off_partial_modules_wait_each_step(void **state) {
+  (void)state;
+  uint64_t replay_waits = 0;
+  struct host *h =
+      mixed_steps("over_capacity = eager\n[cuda_graph]\nmodules = attn", 1, &replay_waits);
+  assert_int_equal(h->behind_graph, 0);
+  assert_int_equal(replay_waits, 4);
+  host_close(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(padding_metadata),
@@ -335,6 +456,9 @@ int main(void) {
       cmocka_unit_test(over_capacity_eager_runs_at_its_size),
       cmocka_unit_test(capture_step_takes_every_bank_and_slot),
       cmocka_unit_test(step_scope_graphs_the_body_per_bank_and_slot),
+      cmocka_unit_test(mixing_off_eager_work_waits_for_graphs),
+      cmocka_unit_test(mixing_off_verified_replays_wait),
+      cmocka_unit_test(mixing_off_partial_modules_wait_each_step),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -287,6 +287,10 @@ typedef struct cgrt_stats {
   uint64_t verify_mismatches; /* of those, replays whose outputs differed */
   uint64_t verify_skipped;    /* checks that could not run (no memory for the private copies) */
   uint64_t findings;          /* diagnose findings reported (repeats of one included) */
+  /* -- appended after 0.3: NCCL graph mixing -- */
+  uint64_t comm_waits; /* times work cgrt ran outside a graph with a cp communicator first waited
+                          for the graphs it had launched, because NCCL's graph mixing support is
+                          off (NCCL_GRAPH_MIXING_SUPPORT=0); 0 while it is on */
 } cgrt_stats;
 
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
