@@ -7,7 +7,9 @@
  * same input (the math of a row does not depend on which rank computes it); the graphs of both
  * banks were captured and replayed; the same with graph_scope = step (one graph per step body
  * and bank slot); the K/V buffer is registered as an NCCL symmetric window on the cp 2
- * communicator when NCCL has them; cgrt_release_graphs runs before the communicators are
+ * communicator when NCCL has them; with NCCL's graph mixing off (test_multigpu_cp_mixing_off),
+ * the same, and the core waited for queued graphs before eager work on the communicators;
+ * cgrt_release_graphs runs before the communicators are
  * destroyed, and every process exits within the timeout (a hang at teardown is a failure). A
  * step at a cp size without a bank is refused, naming the sizes that have one.
  *
@@ -176,6 +178,12 @@ static void alternating_cp(int step_scope) {
   /* Only the cp 2 steps all-gather: one communicator, registered once (-1: no windows here). */
   const int windows = cgrtk_cp_symmetric_windows(g.w);
   print_message("rank %d: K/V symmetric windows: %d\n", my_rank, windows);
+  /* NCCL's graph mixing off (as test_multigpu_cp_mixing_off runs): the capture step's later
+   * slots warm up eagerly after the first slots' graphs, and must wait for them. */
+  const char *mixing = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  const int mixing_off = mixing && strcmp(mixing, "0") == 0;
+  print_message("rank %d: NCCL graph mixing %s, comm waits: %llu\n", my_rank,
+                mixing_off ? "off" : "on", (unsigned long long)st.comm_waits);
   side_close(&g);
   side_close(&e);
   if (first[0])
@@ -187,6 +195,10 @@ static void alternating_cp(int step_scope) {
     assert_true(st.captures >= 2 * 2 * 2 * LAYERS);
   assert_true(step_scope || st.calls_by_mode[CGRT_MODE_REPLAY] > 0);
   assert_int_equal(st.fallbacks, 0);
+  if (mixing_off)
+    assert_true(st.comm_waits > 0);
+  else
+    assert_int_equal(st.comm_waits, 0);
   assert_int_equal(last_mode[1], CGRT_MODE_REPLAY);
   assert_int_equal(last_mode[2], CGRT_MODE_REPLAY);
 }
