@@ -34,6 +34,10 @@ struct cgrtk_cp {
   float *kv;     /* [max_packed_tokens, 2d]: row g holds k then v of global row g */
   int32_t *thd;  /* own THD metadata: cu_seqlens, then cu_seqlens_padded */
   int pdl;       /* programmatic dependent launch between the kernels of one call (sm_90+) */
+  /* The attention launches as a programmatic dependent of the all-gather's NCCL kernel too
+     (CGRTK_CP_PDL_AFTER_AG=1; off by default until measured). Safe whatever NCCL's kernel
+     triggers: the attention waits for its predecessor's completion before it reads q and kv. */
+  int pdl_after_ag;
   void *ws;      /* the calls' temporaries when persistent (CGRTK_CP_TEMPS=workspace), else NULL */
   int fuse_norm; /* cfg.fuse_norm, or CGRTK_CP_FUSE_NORM */
   /* kv comes from ncclMemAlloc and is registered as a symmetric window on each communicator
@@ -175,6 +179,7 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
            "cudaDeviceGetAttribute(cudaDevAttrComputeCapabilityMajor)");
   w->pdl = major >= 9 && kernels_binary_version() >= 90 && cgrtk_env_int("CGRTK_CP_PDL", 1, 0, 1);
   w->fuse_norm = cgrtk_env_int("CGRTK_CP_FUSE_NORM", cfg->fuse_norm != 0, 0, 1);
+  w->pdl_after_ag = w->pdl && cgrtk_env_int("CGRTK_CP_PDL_AFTER_AG", 0, 0, 1);
 
   {
     const char *env = getenv("CGRTK_CP_TEMPS"); /* "stream" or "workspace" overrides cfg */
@@ -489,7 +494,7 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   }
 #endif
   STEP(launch_attention(q, w->kv, cu_seqlens, cu_seqlens_padded, padded_sequences, row0, R,
-                        w->cfg.heads, d, xn, s, pdl && cp_size == 1),
+                        w->cfg.heads, d, xn, s, pdl && (cp_size == 1 || w->pdl_after_ag)),
        "attention");
   STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WO], w->hidden, R, d, d, d, GEMM_RESIDUAL, s, pdl),
        "Wo projection");
