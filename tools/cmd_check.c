@@ -100,7 +100,7 @@ static void print_sim(const char *what, cgrt_runtime *rt, const cgrt_stats *befo
   cgrt_stats s = {.struct_size = sizeof(s)};
   cgrt_stats_get(rt, &s);
   printf("  %s: %llu steps; module calls eager %llu, warmup %llu, captured %llu, replayed %llu; "
-         "graphs built %llu, live %llu, fallbacks %llu\n",
+         "graphs built %llu, live %llu, fallbacks %llu",
          what, (unsigned long long)(s.steps - before->steps),
          (unsigned long long)(s.calls_by_mode[0] - before->calls_by_mode[0]),
          (unsigned long long)(s.calls_by_mode[1] - before->calls_by_mode[1]),
@@ -108,6 +108,11 @@ static void print_sim(const char *what, cgrt_runtime *rt, const cgrt_stats *befo
          (unsigned long long)(s.calls_by_mode[3] - before->calls_by_mode[3]),
          (unsigned long long)(s.instantiations - before->instantiations),
          (unsigned long long)s.live_graphs, (unsigned long long)(s.fallbacks - before->fallbacks));
+  /* NCCL's graph mixing off: how often eager work waited for queued graphs (README). */
+  if (s.comm_waits > before->comm_waits)
+    printf("; waits for queued graphs %llu",
+           (unsigned long long)(s.comm_waits - before->comm_waits));
+  printf("\n");
 }
 
 static void emit_line(void *user, const char *line) {
