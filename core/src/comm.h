@@ -36,7 +36,8 @@ int cgrt__comms_split(struct cgrt_runtime *rt, void *world);
 /* The communicator of cp size `cp` and this rank's index in it; CGRT_E_INVAL if none. */
 int cgrt__comms_find(const struct cgrt_comms *c, int cp, void **comm, int *cp_rank);
 
-/* A graph was launched on the runtime's stream. */
+/* A graph was launched (the core's caches launch on the runtime's stream; a backend that launches
+ * a graph on another stream by hand orders that one itself). */
 static inline void cgrt__comms_launched(struct cgrt_comms *c) {
   if (c->serial)
     c->graphs_queued = 1;
