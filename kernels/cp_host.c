@@ -170,7 +170,9 @@ int cp_host_open(struct cp_host *h, cgrtk_cp *w, cgrt_runtime *rt) {
                             .kind = k == 0 ? CGRT_KIND_ATTN : CGRT_KIND_MLP,
                             .layer = l,
                             .forward = k == 0 ? attn_fwd : mlp_fwd,
-                            .user = &h->refs[l]};
+                            .user = &h->refs[l],
+                            /* only attention all-gathers over the cp group */
+                            .no_cp_comm = k != 0};
       int rc = cgrt_module_register(rt, &d, k == 0 ? &h->attn[l] : &h->mlp[l]);
       if (rc)
         return rc;

@@ -67,8 +67,9 @@ int cgrt__comms_wait(cgrt_runtime *rt, const cgrt_ctx *ctx, const char *what) {
               "%s runs outside a graph after a graph that may use its communicator was "
               "launched: it waits for the stream to drain first, since NCCL's graph mixing "
               "support is off (NCCL_GRAPH_MIXING_SUPPORT=0); cgrt_stats.comm_waits counts these "
-              "waits (if every step waits, graph every module that issues collectives, or leave "
-              "mixing on)",
+              "waits (if every step waits: graph every module that issues collectives, register "
+              "those that issue none on the cp communicator with no_cp_comm = 1, or leave mixing "
+              "on)",
               what);
   }
   rt->stats.comm_waits++;

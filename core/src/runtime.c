@@ -20,6 +20,7 @@ static __thread char open_error[2048];
 #define STEP_DESC_MIN        MIN_SIZE(cgrt_step_desc, user)
 #define ARGS_MIN             MIN_SIZE(cgrt_args, num_buffers)
 #define MODULE_DESC_MIN      MIN_SIZE(cgrt_module_desc, user)
+#define MODULE_DESC_NO_COMM  MIN_SIZE(cgrt_module_desc, no_cp_comm)
 #define OPEN_OPTS_MIN        MIN_SIZE(cgrt_open_options, log_user)
 #define STATS_MIN            MIN_SIZE(cgrt_stats, struct_size)
 #define REPORT_MIN           MIN_SIZE(cgrt_step_report, struct_size)
@@ -348,6 +349,7 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, c
   m->backward = d->backward;
   m->user = d->user;
   m->rt = rt;
+  m->no_cp_comm = d->struct_size >= MODULE_DESC_NO_COMM && d->no_cp_comm != 0;
   m->info.struct_size = sizeof(m->info);
   m->info.id = (uint32_t)rt->num_modules;
   m->info.name = name;

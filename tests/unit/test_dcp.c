@@ -63,6 +63,9 @@ struct host {
   int num_execs;
   int eager_calls;  /* module calls run outside a graph */
   int behind_graph; /* of those, calls that started while a launched graph had not yet run */
+  int behind_free;  /* the same, of calls that saw no communicator (no_cp_comm) */
+  int calls_comm, calls_no_comm; /* module calls (any mode) that saw ctx->comm set, or NULL */
+  int mlp_calls;                 /* of those, calls of the mlp module */
 };
 
 static void device_reads(void *arg) {
@@ -84,14 +87,27 @@ static int module(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
     h->capture_nodes++;
   } else {
     h->eager_calls++;
-    h->behind_graph += h->runs < h->graph_end; /* the host driver runs the FIFO in order */
+    /* The host driver runs the FIFO in order. NCCL's rule binds only calls on the communicator. */
+    if (ctx->comm)
+      h->behind_graph += h->runs < h->graph_end;
+    else
+      h->behind_free += h->runs < h->graph_end;
     h->enqueued++;
   }
+  if (ctx->comm)
+    h->calls_comm++;
+  else
+    h->calls_no_comm++;
   struct launch *l = &h->launches[h->num_launches++];
   *l =
       (struct launch){h,         ctx->cu_seqlens, ctx->cu_seqlens_padded, ctx->padded_sequences + 1,
                       ctx->comm, ctx->cp_size};
   return cgrt_enqueue_host(ctx, device_reads, l);
+}
+
+static int module_mlp(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
+  ((struct host *)user)->mlp_calls++;
+  return module(ctx, args, user);
 }
 
 static int prepare(const cgrt_ctx *ctx, void *user) {
@@ -134,7 +150,8 @@ static void watch(void *user, const struct cgrt_tool_graph_event *ev) {
   }
 }
 
-static struct host *host_open_warm(const char *extra, int with_comm, int warmup) {
+/* mlp_no_comm: the mlp module is registered with no_cp_comm (its calls issue no collectives). */
+static struct host *host_open_full(const char *extra, int with_comm, int warmup, int mlp_no_comm) {
   struct host *h = calloc(1, sizeof(*h));
   char ini[1024];
   snprintf(ini, sizeof(ini),
@@ -148,14 +165,19 @@ static struct host *host_open_warm(const char *extra, int with_comm, int warmup)
     cgrt_module_desc d = {.struct_size = sizeof(d),
                           .name = i ? "l0.mlp" : "l0.attn",
                           .kind = i ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
-                          .forward = module,
-                          .user = h};
+                          .forward = i ? module_mlp : module,
+                          .user = h,
+                          .no_cp_comm = i && mlp_no_comm};
     assert_int_equal(cgrt_module_register(h->rt, &d, &h->m[i]), 0);
   }
   assert_int_equal(cgrt_tool_watch_graphs(h->rt, watch, h), 0);
   if (with_comm)
     assert_int_equal(cgrt_set_world_comm(h->rt, NULL), 0);
   return h;
+}
+
+static struct host *host_open_warm(const char *extra, int with_comm, int warmup) {
+  return host_open_full(extra, with_comm, warmup, 0);
 }
 
 static struct host *host_open(const char *extra, int with_comm) {
@@ -379,10 +401,11 @@ static uint64_t comm_waits(struct host *h) {
  * were launched), replays of both sizes, then a step over capacity that runs eagerly. Returns the
  * waits of the replay steps alone in *replay_waits.
  */
-static struct host *mixed_steps(const char *extra, int off, uint64_t *replay_waits) {
+static struct host *mixed_steps_full(const char *extra, int off, int mlp_no_comm,
+                                     uint64_t *replay_waits) {
   if (off)
     setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 1);
-  struct host *h = host_open(extra, 1);
+  struct host *h = host_open_full(extra, 1, 2, mlp_no_comm);
   unsetenv("NCCL_GRAPH_MIXING_SUPPORT"); /* read once, at the split */
   const int32_t lens[] = {8, 9}, big[] = {60, 10};
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
@@ -399,6 +422,10 @@ static struct host *mixed_steps(const char *extra, int off, uint64_t *replay_wai
   assert_int_equal(rep.mode, CGRT_MODE_EAGER);
   assert_int_equal(cgrt_synchronize(h->rt), 0);
   return h;
+}
+
+static struct host *mixed_steps(const char *extra, int off, uint64_t *replay_waits) {
+  return mixed_steps_full(extra, off, 0, replay_waits);
 }
 
 static void mixing_off_eager_work_waits_for_graphs(void **state) {
@@ -443,6 +470,49 @@ static void mixing_off_partial_modules_wait_each_step(void **state) {
       mixed_steps("over_capacity = eager\n[cuda_graph]\nmodules = attn", 1, &replay_waits);
   assert_int_equal(h->behind_graph, 0);
   assert_int_equal(replay_waits, 4);
+  assert_int_equal(h->calls_no_comm, 0);
+  host_close(h);
+}
+
+/*
+ * The same, with mlp registered as issuing no collectives on the cp communicator (no_cp_comm):
+ * its eager calls see ctx->comm NULL and start behind the queued attn graphs without waiting, and
+ * attn's calls still never start behind a graph.
+ */
+static void mixing_off_modules_without_collectives_never_wait(void **state) {
+  (void)state;
+  uint64_t replay_waits = 0;
+  struct host *h =
+      mixed_steps_full("over_capacity = eager\n[cuda_graph]\nmodules = attn", 1, 1, &replay_waits);
+  assert_int_equal(h->behind_graph, 0);
+  assert_true(h->behind_free > 0);
+  assert_int_equal(replay_waits, 0);
+  assert_true(h->mlp_calls > 0);
+  assert_int_equal(h->calls_no_comm, h->mlp_calls); /* attn sees its communicator */
+  assert_true(h->calls_comm > 0);
+  host_close(h);
+}
+
+/* A desc of before no_cp_comm (a smaller struct_size) may issue collectives: it sees ctx->comm,
+ * whatever lies where the field would be. */
+static void older_module_desc_sees_the_communicator(void **state) {
+  (void)state;
+  struct host *h = host_open_full(NULL, 1, 2, 0);
+  cgrt_module_desc d = {.struct_size = offsetof(cgrt_module_desc, no_cp_comm),
+                        .name = "l1.mlp",
+                        .kind = CGRT_KIND_MLP,
+                        .forward = module_mlp,
+                        .user = h,
+                        .no_cp_comm = 1};
+  cgrt_module *m = NULL;
+  assert_int_equal(cgrt_module_register(h->rt, &d, &m), 0);
+  h->m[1] = m; /* the body calls attn, then this one */
+  const int32_t lens[] = {8, 9};
+  assert_int_equal(step(h, 2, lens, 2, NULL), 0);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(h->mlp_calls, 1);
+  assert_int_equal(h->calls_no_comm, 0);
+  assert_int_equal(h->calls_comm, 2);
   host_close(h);
 }
 
@@ -459,6 +529,8 @@ int main(void) {
       cmocka_unit_test(mixing_off_eager_work_waits_for_graphs),
       cmocka_unit_test(mixing_off_verified_replays_wait),
       cmocka_unit_test(mixing_off_partial_modules_wait_each_step),
+      cmocka_unit_test(mixing_off_modules_without_collectives_never_wait),
+      cmocka_unit_test(older_module_desc_sees_the_communicator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

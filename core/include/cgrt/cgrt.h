@@ -148,7 +148,8 @@ typedef struct cgrt_ctx {
   size_t struct_size;
   cgrt_runtime *rt;
   void *stream;          /* enqueue all device work here: cudaStream_t on the cuda driver */
-  void *comm;            /* ncclComm_t of the step's context-parallel group, or NULL */
+  void *comm;            /* ncclComm_t of the step's context-parallel group, or NULL (always NULL
+                            in calls of a module registered with no_cp_comm) */
   int cp_size;           /* context-parallel size of the step (1 without context parallelism) */
   cgrt_phase phase;      /* the step's phase */
   cgrt_mode mode;        /* what cgrt does with the work now: eager, warmup, capture or replay */
@@ -200,6 +201,15 @@ typedef struct cgrt_module_desc {
   cgrt_module_fn forward;  /* required */
   cgrt_module_fn backward; /* optional; NULL if the module has no backward */
   void *user;              /* passed to the callbacks; cgrt never touches it */
+  /*
+   * -- appended after 0.3 (a desc whose struct_size ends before it reads as 0) --
+   * 1: the module's calls issue no collectives on ctx->comm, the step's context-parallel
+   * communicator (a Megatron MLP under context parallelism, whose only collectives are on other
+   * groups). cgrt then passes them ctx->comm NULL, and with NCCL's graph mixing off it runs them
+   * outside a graph without first waiting for the graphs it launched (cgrt_stats.comm_waits). 0:
+   * they may issue collectives on ctx->comm.
+   */
+  int no_cp_comm;
 } cgrt_module_desc;
 
 /* A step-level callback: prepare or body. `ctx->user` is the step's user pointer. */
