@@ -373,12 +373,36 @@ class Stats:
     bucket_changes: int
     num_buckets: int
     buckets: Tuple[int, ...]
+    graph_bytes: int
+    graph_pool_bytes: int
+    graph_exec_bytes: int
+    graph_pool_idle: int
+    graph_bytes_peak: int
+    graph_nodes: int
+    memory_budget: int
+    budget_eager: int
+    budget_evictions: int
+    verifications: int
+    verify_mismatches: int
+    verify_skipped: int
+    findings: int
+    comm_waits: int
 
 
 class Module:
     """A registered module: name, kind, layer and the callbacks. Owned by its Runtime."""
 
-    __slots__ = ("name", "kind", "layer", "forward", "backward", "handle", "index", "runtime")
+    __slots__ = (
+        "name",
+        "kind",
+        "layer",
+        "forward",
+        "backward",
+        "no_cp_comm",
+        "handle",
+        "index",
+        "runtime",
+    )
 
     def __repr__(self):
         return f"cgrt.Module({self.name!r}, kind={self.kind.name.lower()}, layer={self.layer})"
@@ -552,6 +576,20 @@ class Runtime:
             bucket_changes=s.bucket_changes,
             num_buckets=s.num_buckets,
             buckets=tuple(s.buckets[:n]),
+            graph_bytes=s.graph_bytes,
+            graph_pool_bytes=s.graph_pool_bytes,
+            graph_exec_bytes=s.graph_exec_bytes,
+            graph_pool_idle=s.graph_pool_idle,
+            graph_bytes_peak=s.graph_bytes_peak,
+            graph_nodes=s.graph_nodes,
+            memory_budget=s.memory_budget,
+            budget_eager=s.budget_eager,
+            budget_evictions=s.budget_evictions,
+            verifications=s.verifications,
+            verify_mismatches=s.verify_mismatches,
+            verify_skipped=s.verify_skipped,
+            findings=s.findings,
+            comm_waits=s.comm_waits,
         )
 
     # -- modules
@@ -563,11 +601,15 @@ class Runtime:
         forward: Callable,
         backward: Optional[Callable] = None,
         layer: int = -1,
+        no_cp_comm: bool = False,
     ) -> Module:
         """Registers a module: `forward(ctx, args)` (and `backward(ctx, args)`, optional) enqueue
         the call's work on ctx.stream and return None (or 0); a nonzero int or an exception fails
         the call. `kind` is a Kind, its value or its name ("attn", "mlp"...): it decides whether
-        scoped backends graph the module. Register every module before the first step."""
+        scoped backends graph the module. `no_cp_comm=True` says the calls issue no collectives
+        on ctx.comm (the step's context-parallel communicator): they then see ctx.comm 0, and with
+        NCCL's graph mixing off cgrt runs them outside a graph without waiting for the graphs it
+        launched (Stats.comm_waits). Register every module before the first step."""
         if not callable(forward):
             raise Error(Status.INVAL, f"register('{name}'): forward must be callable")
         if backward is not None and not callable(backward):
@@ -578,6 +620,7 @@ class Runtime:
         m.layer = int(layer)
         m.forward = forward
         m.backward = backward
+        m.no_cp_comm = bool(no_cp_comm)
         m.index = len(self._modules)
         m.runtime = self
         d = _lib.CModuleDesc()
@@ -588,6 +631,7 @@ class Runtime:
         d.forward = self._fwd_cb
         d.backward = self._bwd_cb if backward is not None else self._null_module_fn
         d.user = m.index
+        d.no_cp_comm = 1 if no_cp_comm else 0
         handle = ctypes.c_void_p()
         rc = self._lib.cgrt_module_register(self._handle(), ctypes.byref(d), ctypes.byref(handle))
         if rc != 0:
@@ -746,6 +790,17 @@ class Runtime:
         rc = fn(self._handle(), module.handle, ctx._ptr, args._ref)
         if rc != 0:
             self._raise_for(rc)
+
+    # -- context parallelism
+
+    def set_world_comm(self, comm: Optional[int] = None) -> None:
+        """Hands cgrt the world NCCL communicator (an ncclComm_t, as an int) for [dynamic_cp]:
+        collective, every rank calls it once before its first step. cgrt splits one communicator
+        per cp size; a step's body finds its group's in ctx.comm and its rank in ctx.cp_rank. The
+        host driver accepts None and stands in placeholders. Raises Error."""
+        rc = self._lib.cgrt_set_world_comm(self._handle(), comm or None)
+        if rc != 0:
+            raise self._fail(rc)
 
     # -- host functions and synchronization
 

@@ -86,6 +86,8 @@ class CModuleDesc(Structure):
         ("forward", MODULE_FN),
         ("backward", MODULE_FN),
         ("user", c_void_p),
+        # appended after 0.3
+        ("no_cp_comm", c_int),
     ]
 
 
@@ -144,6 +146,22 @@ class CStats(Structure):
         ("bucket_changes", c_uint64),
         ("num_buckets", c_uint32),
         ("buckets", c_int64 * STATS_MAX_BUCKETS),
+        # appended in 0.3: graph memory
+        ("graph_bytes", c_uint64),
+        ("graph_pool_bytes", c_uint64),
+        ("graph_exec_bytes", c_uint64),
+        ("graph_pool_idle", c_uint64),
+        ("graph_bytes_peak", c_uint64),
+        ("graph_nodes", c_uint64),
+        ("memory_budget", c_uint64),
+        ("budget_eager", c_uint64),
+        ("budget_evictions", c_uint64),
+        # appended after 0.3: verify and diagnose, NCCL graph mixing
+        ("verifications", c_uint64),
+        ("verify_mismatches", c_uint64),
+        ("verify_skipped", c_uint64),
+        ("findings", c_uint64),
+        ("comm_waits", c_uint64),
     ]
 
 
@@ -275,6 +293,7 @@ def _declare(lib):
         "cgrt_synchronize": (c_int, [R]),
         "cgrt_release_graphs": (c_int, [R]),
         "cgrt_stats_get": (c_int, [R, POINTER(CStats)]),
+        "cgrt_set_world_comm": (c_int, [R, c_void_p]),
         "cgrt_phase_name": (c_char_p, [c_int]),
         "cgrt_mode_name": (c_char_p, [c_int]),
         "cgrt_kind_name": (c_char_p, [c_int]),

@@ -162,7 +162,7 @@ class TorchModule:
     runs its forward as cgrt decides (eager, captured, or a replay returning the graph's static
     outputs); ``grads = tm.backward(ctx, *grad_outputs)`` its backward (backward=True)."""
 
-    def __init__(self, rt, name, module, kind, layer, backward, declare_params):
+    def __init__(self, rt, name, module, kind, layer, backward, declare_params, no_cp_comm=False):
         self.rt = rt
         self.module = module
         self.name = name
@@ -177,6 +177,7 @@ class TorchModule:
             forward=self._forward_cb,
             backward=self._backward_cb if backward else None,
             layer=layer,
+            no_cp_comm=no_cp_comm,
         )
         self._call = None
         self._static = {}  # (dir, phase, padded, key, microbatch) -> {ptrs: value}
@@ -446,11 +447,14 @@ class Runtime(cgrt.Runtime):
         layer=-1,
         backward=False,
         declare_params=False,
+        no_cp_comm=False,
     ) -> TorchModule:
         """Registers `module` with cgrt as `name` (kind decides whether scoped backends graph
         it). backward=True allows tm.backward() and allocates p.grad for its trainable
-        parameters. declare_params=True also declares the parameters as the call's buffers."""
-        tm = TorchModule(self, name, module, kind, layer, backward, declare_params)
+        parameters. declare_params=True also declares the parameters as the call's buffers.
+        no_cp_comm=True: its calls issue no collectives on the cp communicator (see
+        cgrt.Runtime.register)."""
+        tm = TorchModule(self, name, module, kind, layer, backward, declare_params, no_cp_comm)
         self._modules_t.append(tm)
         return tm
 

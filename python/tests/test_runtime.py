@@ -375,3 +375,51 @@ def test_capture_hook_that_raises_refuses_the_capture(make_model):
     md.rt.set_capture_hooks(None, None)
     md.step("infer", 1)
     assert md.rt.stats().live_graphs == 3
+
+
+# ---------------------------------------------------------------- context parallelism
+
+
+def _cp_run(monkeypatch, mlp_no_cp_comm):
+    """dynamic_cp graphing attn only, NCCL graph mixing off: three steps to the capture, then four
+    replays whose mlp call runs eagerly right behind the attn graph."""
+    monkeypatch.setenv("NCCL_GRAPH_MIXING_SUPPORT", "0")  # read at the split
+    extra = "modules = attn\n[dynamic_cp]\ncp_sizes = 1 2\nmax_packed_tokens = 64\nmax_sequences = 4"
+    seen = []  # (module, mode, comm) of every callback run
+    with cgrt.Runtime(host_ini("dynamic_cp", extra)) as rt:
+
+        def module(name):
+            def fwd(ctx, args):
+                seen.append((name, ctx.mode, ctx.comm))
+                ctx.enqueue_host(lambda: None)
+
+            return fwd
+
+        attn = rt.register("l0.attn", "attn", module("attn"), layer=0)
+        mlp = rt.register("l0.mlp", "mlp", module("mlp"), layer=0, no_cp_comm=mlp_no_cp_comm)
+        assert mlp.no_cp_comm == mlp_no_cp_comm and not attn.no_cp_comm
+
+        def body(ctx):
+            rt.forward(attn, ctx)
+            rt.forward(mlp, ctx)
+
+        with pytest.raises(Error) as e:  # dynamic_cp needs the communicators first
+            rt.step("train", body=body, seqlens=[8, 9], cp_size=2)
+        assert "cgrt_set_world_comm" in str(e.value)
+        rt.set_world_comm(None)  # the host driver's stand-ins
+        modes = [rt.step("train", body=body, seqlens=[8, 9], cp_size=2).mode for _ in range(3)]
+        before = rt.stats().comm_waits  # the capture step's later slots wait, in both runs
+        modes += [rt.step("train", body=body, seqlens=[8, 9], cp_size=2).mode for _ in range(4)]
+        rt.synchronize()
+        assert modes == [Mode.WARMUP] * 2 + [Mode.CAPTURE] + [Mode.REPLAY] * 4
+        return seen, rt.stats().comm_waits - before
+
+
+def test_dynamic_cp_modules_without_collectives_see_no_comm_and_never_wait(monkeypatch):
+    seen, replay_waits = _cp_run(monkeypatch, False)
+    assert all(comm != 0 for _, _, comm in seen)
+    assert replay_waits == 4  # each replaying step's eager mlp call waited for the attn graph
+    seen, replay_waits = _cp_run(monkeypatch, True)
+    assert {comm != 0 for name, _, comm in seen if name == "attn"} == {True}
+    assert {comm for name, _, comm in seen if name == "mlp"} == {0}
+    assert replay_waits == 0

@@ -54,6 +54,7 @@ int main(void) {
   FIELD(cgrt_module_desc, forward);
   FIELD(cgrt_module_desc, backward);
   FIELD(cgrt_module_desc, user);
+  FIELD(cgrt_module_desc, no_cp_comm);
 
   SIZE(cgrt_step_desc);
   FIELD(cgrt_step_desc, struct_size);
@@ -102,6 +103,20 @@ int main(void) {
   FIELD(cgrt_stats, bucket_changes);
   FIELD(cgrt_stats, num_buckets);
   FIELD(cgrt_stats, buckets);
+  FIELD(cgrt_stats, graph_bytes);
+  FIELD(cgrt_stats, graph_pool_bytes);
+  FIELD(cgrt_stats, graph_exec_bytes);
+  FIELD(cgrt_stats, graph_pool_idle);
+  FIELD(cgrt_stats, graph_bytes_peak);
+  FIELD(cgrt_stats, graph_nodes);
+  FIELD(cgrt_stats, memory_budget);
+  FIELD(cgrt_stats, budget_eager);
+  FIELD(cgrt_stats, budget_evictions);
+  FIELD(cgrt_stats, verifications);
+  FIELD(cgrt_stats, verify_mismatches);
+  FIELD(cgrt_stats, verify_skipped);
+  FIELD(cgrt_stats, findings);
+  FIELD(cgrt_stats, comm_waits);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);
