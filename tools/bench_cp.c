@@ -79,7 +79,7 @@ struct cp_shared {
   char device[256];
   char impl[128];
   int kv_windows;  /* rank 0's first workload under test: cgrtk_cp_symmetric_windows */
-  char mixing[24]; /* NCCL_GRAPH_MIXING_SUPPORT as rank 0 saw it (mixing_setting) */
+  char mixing[48]; /* NCCL's graph mixing as rank 0's runtime read it (mixing_setting) */
   struct cp_result res[CGRT_RANKS_MAX][CP_MAX_SIZES][CP_MAX_SCOPES];
 };
 
@@ -280,16 +280,19 @@ static int check_steps(struct cp_host *hg, struct cp_host *he, const struct cp_b
   return rc ? -1 : equal;
 }
 
-/* NCCL_GRAPH_MIXING_SUPPORT as this process sees it, for the header (printed into JSON too:
- * never the raw text). */
-static void mixing_setting(char *buf, size_t len) {
+/* NCCL's graph mixing as rt read NCCL_GRAPH_MIXING_SUPPORT at the split (as NCCL reads it), and
+ * whether the variable was set, for the header (printed into JSON too: never the raw text). */
+static void mixing_setting(const cgrt_runtime *rt, char *buf, size_t len) {
+  const int off = cgrt_tool_nccl_mixing_off(rt);
   const char *m = getenv("NCCL_GRAPH_MIXING_SUPPORT");
-  if (!m)
-    snprintf(buf, len, "unset (1)");
-  else if (strcmp(m, "0") == 0 || strcmp(m, "1") == 0)
-    snprintf(buf, len, "%s", m);
-  else
-    snprintf(buf, len, "set, not 0 or 1");
+  snprintf(buf, len, "%s (NCCL_GRAPH_MIXING_SUPPORT %s)",
+           off < 0   ? "unknown"
+           : off > 0 ? "off"
+                     : "on",
+           !m                    ? "unset"
+           : strcmp(m, "0") == 0 ? "=0"
+           : strcmp(m, "1") == 0 ? "=1"
+                                 : "set");
 }
 
 static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len, void *arg) {
@@ -390,7 +393,7 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
   }
   if (rank == 0) {
     b->sh->kv_windows = cgrtk_cp_symmetric_windows(wg[0]);
-    mixing_setting(b->sh->mixing, sizeof(b->sh->mixing));
+    mixing_setting(rg[0], b->sh->mixing, sizeof(b->sh->mixing));
   }
   status = 0;
 out:
@@ -432,7 +435,7 @@ static void comm_setup(const struct cp_shared *sh, char *buf, size_t len) {
   else
     snprintf(kv, sizeof(kv), "from ncclMemAlloc, a symmetric window on %d communicator%s",
              sh->kv_windows, sh->kv_windows == 1 ? "" : "s");
-  snprintf(buf, len, "NCCL %d.%d.%d, NCCL_GRAPH_MIXING_SUPPORT %s, K/V buffer %s", nv / 10000,
+  snprintf(buf, len, "NCCL %d.%d.%d, graph mixing %s, K/V buffer %s", nv / 10000,
            (nv % 10000) / 100, nv % 100, sh->mixing, kv);
 }
 

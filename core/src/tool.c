@@ -118,6 +118,12 @@ CGRT_API int cgrt_tool_buckets(const cgrt_runtime *rt, const int64_t **sizes, si
   return 0;
 }
 
+CGRT_API int cgrt_tool_nccl_mixing_off(const cgrt_runtime *rt) {
+  if (!rt || !rt->comms.ready)
+    return -1;
+  return rt->comms.serial ? 1 : 0;
+}
+
 CGRT_API int cgrt_tool_watch_graphs(cgrt_runtime *rt, cgrt_tool_graph_fn fn, void *user) {
   if (!rt)
     return CGRT_E_INVAL;

@@ -259,6 +259,7 @@ static void banks_selected_by_cp_size(void **state) {
 static void refuses_without_world_comm(void **state) {
   (void)state;
   struct host *h = host_open(NULL, 0);
+  assert_int_equal(cgrt_tool_nccl_mixing_off(h->rt), -1); /* nothing split yet */
   const int32_t lens[] = {8};
   assert_int_equal(step(h, 1, lens, 1, NULL), CGRT_E_STATE);
   if (!strstr(cgrt_last_error(h->rt), "cgrt_set_world_comm"))
@@ -407,6 +408,7 @@ static struct host *mixed_steps_full(const char *extra, int off, int mlp_no_comm
     setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 1);
   struct host *h = host_open_full(extra, 1, 2, mlp_no_comm);
   unsetenv("NCCL_GRAPH_MIXING_SUPPORT"); /* read once, at the split */
+  assert_int_equal(cgrt_tool_nccl_mixing_off(h->rt), off);
   const int32_t lens[] = {8, 9}, big[] = {60, 10};
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   for (int s = 0; s < 3; s++)

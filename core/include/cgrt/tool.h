@@ -171,6 +171,12 @@ CGRT_API int cgrt_tool_backend_check(void *dl, const char *path, const struct cg
 CGRT_API int cgrt_tool_cores_near_gpu(int device, char *cores, size_t len, char *err,
                                       size_t errlen);
 
+/* Whether rt's split communicators run with NCCL's graph mixing off, as cgrt read
+ * NCCL_GRAPH_MIXING_SUPPORT at cgrt_set_world_comm (so it waits for queued graphs before work
+ * outside them, cgrt_stats.comm_waits): 1 off, 0 on, -1 before cgrt_set_world_comm or with no
+ * rt. */
+CGRT_API int cgrt_tool_nccl_mixing_off(const cgrt_runtime *rt);
+
 /* A monotonic clock in nanoseconds (the one cgrt's statistics use). */
 CGRT_API uint64_t cgrt_tool_now_ns(void);
 
