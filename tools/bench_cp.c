@@ -285,14 +285,14 @@ static int check_steps(struct cp_host *hg, struct cp_host *he, const struct cp_b
 static void mixing_setting(const cgrt_runtime *rt, char *buf, size_t len) {
   const int off = cgrt_tool_nccl_mixing_off(rt);
   const char *m = getenv("NCCL_GRAPH_MIXING_SUPPORT");
-  snprintf(buf, len, "%s (NCCL_GRAPH_MIXING_SUPPORT %s)",
+  snprintf(buf, len, "%s (NCCL_GRAPH_MIXING_SUPPORT%s)",
            off < 0   ? "unknown"
            : off > 0 ? "off"
                      : "on",
-           !m                    ? "unset"
+           !m                    ? " unset"
            : strcmp(m, "0") == 0 ? "=0"
            : strcmp(m, "1") == 0 ? "=1"
-                                 : "set");
+                                 : " set");
 }
 
 static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len, void *arg) {
