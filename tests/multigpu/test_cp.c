@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "cgrt/cgrt.h"
+#include "cgrt/tool.h"
 #include "ranks.h"
 
 #define NRANKS    2
@@ -184,6 +185,7 @@ static void alternating_cp(int step_scope) {
   const int mixing_off = mixing && strcmp(mixing, "0") == 0;
   print_message("rank %d: NCCL graph mixing %s, comm waits: %llu\n", my_rank,
                 mixing_off ? "off" : "on", (unsigned long long)st.comm_waits);
+  const int read_off = cgrt_tool_nccl_mixing_off(g.rt); /* as the core read it at the split */
   side_close(&g);
   side_close(&e);
   if (first[0])
@@ -195,6 +197,7 @@ static void alternating_cp(int step_scope) {
     assert_true(st.captures >= 2 * 2 * 2 * LAYERS);
   assert_true(step_scope || st.calls_by_mode[CGRT_MODE_REPLAY] > 0);
   assert_int_equal(st.fallbacks, 0);
+  assert_int_equal(read_off, mixing_off);
   if (mixing_off)
     assert_true(st.comm_waits > 0);
   else
