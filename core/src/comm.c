@@ -11,8 +11,9 @@
  * queued, and stream order does not make that safe (NCCL's documentation). cgrt keeps the rule
  * for what it runs itself: before work it runs outside a graph and hands a split communicator
  * (warm-up, a fallback, a verified replay's eager rerun, a step over capacity), it waits for the
- * graphs it launched on its stream. Only when a graph was launched since the stream last drained,
- * so replaying steps never wait.
+ * graphs it launched on its stream. Only when a graph that may use them was launched since the
+ * stream last drained, so replaying steps never wait; a graph captured while no callback was
+ * handed a communicator (the graphs of modules registered with no_cp_comm) does not count.
  */
 #include "comm.h"
 
@@ -48,6 +49,42 @@ static int mixing_off(void) {
   errno = 0;
   long long v = strtoll(s, NULL, 0);
   return errno == 0 && v == 0;
+}
+
+static int clean_index(const struct cgrt_comms *c, const void *exec, size_t *at) {
+  for (size_t i = 0; i < c->num_clean; i++)
+    if (c->clean_execs[i] == exec) {
+      *at = i;
+      return 1;
+    }
+  return 0;
+}
+
+void cgrt__comms_exec_from(struct cgrt_comms *c, void *exec, void *graph) {
+  size_t at;
+  int known = clean_index(c, exec, &at);
+  int clean = graph && graph == c->clean_graph;
+  if (clean)
+    c->clean_graph = NULL; /* one executable per capture: a later one counts as using them */
+  if (known && !clean) {
+    c->clean_execs[at] = c->clean_execs[--c->num_clean];
+  } else if (clean && !known) {
+    if (c->num_clean == c->cap_clean) {
+      size_t cap = c->cap_clean ? 2 * c->cap_clean : 16;
+      void **v = realloc(c->clean_execs, cap * sizeof(*v));
+      if (!v)
+        return; /* left out: it counts as using them, which only costs a wait */
+      c->clean_execs = v;
+      c->cap_clean = cap;
+    }
+    c->clean_execs[c->num_clean++] = exec;
+  }
+}
+
+void cgrt__comms_launched(struct cgrt_comms *c, void *exec) {
+  size_t at;
+  if (c->serial && !c->graphs_queued && !clean_index(c, exec, &at))
+    c->graphs_queued = 1;
 }
 
 int cgrt__comms_wait(cgrt_runtime *rt, const cgrt_ctx *ctx, const char *what) {
@@ -163,6 +200,7 @@ int cgrt__comms_split(cgrt_runtime *rt, void *world) {
 }
 
 void cgrt__comms_destroy(struct cgrt_comms *c) {
+  free(c->clean_execs);
 #ifdef CGRT_HAVE_NCCL
   if (c->nccl)
     for (int i = 0; i < c->count; i++)

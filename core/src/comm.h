@@ -5,6 +5,8 @@
 #ifndef CGRT_COMM_H
 #define CGRT_COMM_H
 
+#include <stddef.h>
+
 #define CGRT_MAX_CP_SIZES 16
 
 struct cgrt_runtime;
@@ -26,8 +28,19 @@ struct cgrt_comms {
    * queued is then not supported, stream order or not. cgrt keeps that rule for its own calls.
    */
   int serial;
-  int graphs_queued; /* serial, and a graph was launched on the runtime's stream since it drained */
+  int graphs_queued; /* serial, and a graph that may use them was launched since the stream drained
+                      */
   int wait_logged;   /* the first wait was logged */
+  /*
+   * With serial, which executables hold no work on the split communicators, so that launching
+   * them does not make later eager work wait: a graph is clean if no callback was handed a
+   * communicator while it was captured. An executable is clean only if it was instantiated (or
+   * updated) from the last clean graph; anything else counts as using them.
+   */
+  int capture_comm;  /* a callback was handed a communicator since the last capture began */
+  void *clean_graph; /* the last graph captured clean, until it is instantiated or destroyed */
+  void **clean_execs;
+  size_t num_clean, cap_clean;
 };
 
 /* Splits one communicator per [dynamic_cp] cp_sizes entry; errors name the cause. */
@@ -36,12 +49,35 @@ int cgrt__comms_split(struct cgrt_runtime *rt, void *world);
 /* The communicator of cp size `cp` and this rank's index in it; CGRT_E_INVAL if none. */
 int cgrt__comms_find(const struct cgrt_comms *c, int cp, void **comm, int *cp_rank);
 
-/* A graph was launched (the core's caches launch on the runtime's stream; a backend that launches
- * a graph on another stream by hand orders that one itself). */
-static inline void cgrt__comms_launched(struct cgrt_comms *c) {
-  if (c->serial)
-    c->graphs_queued = 1;
+/* A capture began: nothing in it has been handed a communicator yet. */
+static inline void cgrt__comms_capture_begin(struct cgrt_comms *c) {
+  c->capture_comm = 0;
+  c->clean_graph = NULL;
 }
+
+/* A callback was handed `comm` (ctx->comm as it sees it): a capture in progress may use it. */
+static inline void cgrt__comms_handed(struct cgrt_comms *c, const void *comm) {
+  if (comm)
+    c->capture_comm = 1;
+}
+
+/* A capture ended with `graph`; `used`: a callback was handed a communicator inside it. */
+static inline void cgrt__comms_capture_end(struct cgrt_comms *c, void *graph, int used) {
+  c->clean_graph = c->serial && !used ? graph : NULL;
+}
+
+/* `exec` was instantiated from, or updated to, `graph`; or it is destroyed (graph NULL). */
+void cgrt__comms_exec_from(struct cgrt_comms *c, void *exec, void *graph);
+
+/* `graph` is destroyed. */
+static inline void cgrt__comms_graph_gone(struct cgrt_comms *c, void *graph) {
+  if (graph && graph == c->clean_graph)
+    c->clean_graph = NULL;
+}
+
+/* `exec` was launched on the runtime's stream (the core's caches launch there; a backend that
+ * launches a graph on another stream by hand orders that one itself). */
+void cgrt__comms_launched(struct cgrt_comms *c, void *exec);
 
 /* The runtime's stream drained: no graph of it is queued. */
 static inline void cgrt__comms_drained(struct cgrt_comms *c) {

@@ -73,6 +73,7 @@ static int h_run_body(const struct cgrt_host_api *h, struct cgrt_step_frame *f) 
   cgrt_runtime *rt = CGRT_RT(h);
   rt->in_body = 1;
   rt->body_error = 0;
+  cgrt__comms_handed(&rt->comms, f->ctx->comm);
   const void *outer = rt->host_frame;
   rt->host_frame = __builtin_frame_address(0);
   int rc = f->desc->body(f->ctx, f->desc->user);
@@ -96,6 +97,7 @@ static int h_run_module(const struct cgrt_host_api *h, struct cgrt_call *c) {
   void *comm = c->ctx->comm;
   if (m->no_cp_comm)
     c->ctx->comm = NULL;
+  cgrt__comms_handed(&rt->comms, c->ctx->comm);
   /* The name only when there is something to wait for: eager calls pay one test. */
   int rc = rt->comms.graphs_queued ? cgrt__comms_wait(rt, c->ctx, cgrt__call_name(c)) : 0;
   if (rc != 0) {
@@ -161,9 +163,10 @@ static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
     return cgrt__fail(rt, CGRT_E_CALLBACK,
                       "the host's capture begin hook returned %d and refused the capture", hrc);
   int rc = DRV(rt)->capture_begin(DEV(rt), stream);
-  if (rc == 0)
+  if (rc == 0) {
     rt->open_captures++;
-  else
+    cgrt__comms_capture_begin(&rt->comms);
+  } else
     (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
   return dev_rc(rt, rc);
 }
@@ -182,6 +185,8 @@ static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **gra
                       "the host's capture end hook returned %d; the recorded graph was discarded",
                       hrc);
   }
+  if (rc == 0)
+    cgrt__comms_capture_end(&rt->comms, *graph, rt->comms.capture_comm);
   return rc;
 }
 
@@ -210,6 +215,7 @@ static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void 
     return dev_rc(rt, rc);
   rt->stats.instantiations++;
   rt->stats.live_graphs++;
+  cgrt__comms_exec_from(&rt->comms, *exec, graph);
   if (rt->rep)
     rt->rep->graphs_built++;
   cgrt__watch(rt, CGRT_TOOL_GRAPH_INSTANTIATED, graph, *exec, NULL);
@@ -218,8 +224,10 @@ static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void 
 
 static void h_graph_destroy(const struct cgrt_host_api *h, void *graph) {
   cgrt_runtime *rt = CGRT_RT(h);
-  if (graph)
-    DRV(rt)->graph_destroy(DEV(rt), graph);
+  if (!graph)
+    return;
+  cgrt__comms_graph_gone(&rt->comms, graph);
+  DRV(rt)->graph_destroy(DEV(rt), graph);
 }
 
 static int h_exec_update(const struct cgrt_host_api *h, void *exec, void *graph) {
@@ -231,6 +239,7 @@ static int h_exec_update(const struct cgrt_host_api *h, void *exec, void *graph)
   rt->stats.instantiate_ns += cgrt__now_ns() - t0;
   if (rc == 0) {
     rt->stats.updates++;
+    cgrt__comms_exec_from(&rt->comms, exec, graph);
     cgrt__watch(rt, CGRT_TOOL_GRAPH_UPDATED, graph, exec, NULL);
   } else if (rc == CGRT_E_UPDATE)
     rt->stats.update_refusals++;
@@ -252,7 +261,7 @@ static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream
                   cgrt__dev_fail(DEV(rt), CGRT_E_DEVICE, "graph launch failed (injected fault)"));
   int rc = DRV(rt)->exec_launch(DEV(rt), exec, stream);
   if (rc == 0) {
-    cgrt__comms_launched(&rt->comms);
+    cgrt__comms_launched(&rt->comms, exec);
     cgrt__watch(rt, CGRT_TOOL_GRAPH_LAUNCHED, NULL, exec, stream);
   }
   return dev_rc(rt, rc);
@@ -262,6 +271,7 @@ static void h_exec_destroy(const struct cgrt_host_api *h, void *exec) {
   cgrt_runtime *rt = CGRT_RT(h);
   if (!exec)
     return;
+  cgrt__comms_exec_from(&rt->comms, exec, NULL);
   DRV(rt)->exec_destroy(DEV(rt), exec);
   if (rt->stats.live_graphs > 0)
     rt->stats.live_graphs--;
@@ -334,6 +344,7 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
     return CGRT_E_CALLBACK;
   }
   rc = drv->capture_begin(DEV(rt), stream);
+  cgrt__comms_capture_begin(&rt->comms);
   if (rc != 0) {
     snprintf(why, whylen, "%s", rt->dev.err);
     (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
@@ -342,6 +353,7 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   cgrt__diagnose_begin(rt);
   rt->err[0] = '\0';
   int work_rc = fn(arg);
+  int used_comm = rt->comms.capture_comm; /* before diagnose may run the work again */
   /* Injected: a synchronizing call inside the captured work, as a buggy module would make. */
   if (injected(&rt->faults.capture_sync))
     (void)drv->stream_sync(DEV(rt), stream);
@@ -380,8 +392,10 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
     size_t used = strlen(why);
     snprintf(why + used, whylen - used, "%s", more);
   }
-  if (rc == 0)
+  if (rc == 0) {
     rt->stats.captures++;
+    cgrt__comms_capture_end(&rt->comms, *graph, used_comm);
+  }
   return rc;
 }
 
@@ -427,7 +441,7 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   if (DRV(rt)->graph_alloc_bytes(DEV(rt), graph, &alloc_bytes) != 0)
     alloc_bytes = 0;
   rc = h_graph_instantiate(h, graph, exec);
-  DRV(rt)->graph_destroy(DEV(rt), graph);
+  h_graph_destroy(h, graph);
   if (rc != 0)
     return cgrt__capture_fallback(rt, rc, what, rt->dev.err);
   rc = DRV(rt)->exec_upload(DEV(rt), *exec, stream);

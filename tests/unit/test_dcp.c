@@ -22,6 +22,7 @@
 
 #include "cgrt/backend.h"
 #include "cgrt/tool.h"
+#include "comm.h"
 
 #define MAX_SEEN   256
 #define CAP_TOKENS 64
@@ -54,16 +55,23 @@ struct host {
   /* The stream's FIFO as the test sees it: device_reads enqueued in order (eagerly, or as the
      nodes of a launched graph), and the position of the last graph's last node. */
   int enqueued;
-  int graph_end;
-  int capture_nodes; /* nodes recorded by the capture in progress */
+  int graph_end;      /* ... of any graph */
+  int comm_graph_end; /* ... of a graph whose capture handed a callback the communicator */
+  int capture_nodes;  /* nodes recorded by the capture in progress */
+  int capture_comm;   /* a callback of the capture in progress saw ctx->comm */
   struct {
     void *exec;
     int nodes;
+    int comm;
   } execs[64];
   int num_execs;
-  int eager_calls;  /* module calls run outside a graph */
-  int behind_graph; /* of those, calls that started while a launched graph had not yet run */
-  int behind_free;  /* the same, of calls that saw no communicator (no_cp_comm) */
+  int eager_calls; /* module calls run outside a graph */
+  /* Of those: calls that saw the communicator and started while a launched graph that may use it
+     had not yet run (NCCL's rule with mixing off); the same behind any graph (one that holds no
+     collectives included); calls that saw no communicator (no_cp_comm) behind any graph. */
+  int behind_graph;
+  int behind_any;
+  int behind_free;
   int calls_comm, calls_no_comm; /* module calls (any mode) that saw ctx->comm set, or NULL */
   int mlp_calls;                 /* of those, calls of the mlp module */
 };
@@ -85,13 +93,17 @@ static int module(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
   struct host *h = user;
   if (ctx->mode == CGRT_MODE_CAPTURE) {
     h->capture_nodes++;
+    h->capture_comm |= ctx->comm != NULL;
   } else {
     h->eager_calls++;
-    /* The host driver runs the FIFO in order. NCCL's rule binds only calls on the communicator. */
-    if (ctx->comm)
-      h->behind_graph += h->runs < h->graph_end;
-    else
+    /* The host driver runs the FIFO in order. NCCL's rule binds only calls on the communicator,
+       behind graphs that use it. */
+    if (ctx->comm) {
+      h->behind_graph += h->runs < h->comm_graph_end;
+      h->behind_any += h->runs < h->graph_end;
+    } else {
       h->behind_free += h->runs < h->graph_end;
+    }
     h->enqueued++;
   }
   if (ctx->comm)
@@ -136,13 +148,17 @@ static void watch(void *user, const struct cgrt_tool_graph_event *ev) {
   struct host *h = user;
   if (ev->op == CGRT_TOOL_GRAPH_INSTANTIATED && h->num_execs < 64) {
     h->execs[h->num_execs].exec = ev->exec;
+    h->execs[h->num_execs].comm = h->capture_comm;
     h->execs[h->num_execs++].nodes = h->capture_nodes;
     h->capture_nodes = 0;
+    h->capture_comm = 0;
   } else if (ev->op == CGRT_TOOL_GRAPH_LAUNCHED) {
     int found = 0;
     for (int i = h->num_execs - 1; i >= 0 && !found; i--)
       if (h->execs[i].exec == ev->exec) {
         h->enqueued += h->execs[i].nodes;
+        if (h->execs[i].comm)
+          h->comm_graph_end = h->enqueued;
         found = 1;
       }
     assert_true(found);
@@ -495,6 +511,83 @@ static void mixing_off_modules_without_collectives_never_wait(void **state) {
   host_close(h);
 }
 
+/*
+ * Only mlp is graphed. Registered with no_cp_comm, its graphs hold no collectives: launching them
+ * does not make the eager attn calls wait, which start behind them. Not registered so, they may
+ * hold collectives, and each replaying step's eager attn call waits for them.
+ */
+static void mixing_off_graphs_without_collectives_are_not_waited_for(void **state) {
+  (void)state;
+  uint64_t replay_waits = 0;
+  struct host *h =
+      mixed_steps_full("over_capacity = eager\n[cuda_graph]\nmodules = mlp", 1, 1, &replay_waits);
+  assert_int_equal(h->behind_graph, 0);
+  assert_true(h->behind_any > 0);
+  assert_int_equal(comm_waits(h), 0);
+  host_close(h);
+
+  h = mixed_steps_full("over_capacity = eager\n[cuda_graph]\nmodules = mlp", 1, 0, &replay_waits);
+  assert_int_equal(h->behind_graph, 0);
+  assert_int_equal(h->behind_any, 0);
+  assert_int_equal(replay_waits, 4);
+  host_close(h);
+}
+
+/*
+ * The core's bookkeeping of which executables hold no work on the communicators, by hand: only
+ * one instantiated or updated from the last graph captured clean is clean; updating it to another
+ * graph, or destroying it, forgets it; with mixing on nothing is tracked.
+ */
+static void clean_executables_are_tracked_exactly(void **state) {
+  (void)state;
+  struct cgrt_comms c = {.serial = 1};
+  char comm, g[4], e[3];
+  cgrt__comms_capture_begin(&c);
+  cgrt__comms_handed(&c, NULL);
+  cgrt__comms_capture_end(&c, &g[0], c.capture_comm);
+  cgrt__comms_exec_from(&c, &e[0], &g[0]);
+  cgrt__comms_exec_from(&c, &e[1], &g[0]); /* a second one from the same graph */
+  cgrt__comms_launched(&c, &e[0]);
+  assert_int_equal(c.graphs_queued, 0);
+  cgrt__comms_launched(&c, &e[1]);
+  assert_int_equal(c.graphs_queued, 1);
+  cgrt__comms_drained(&c);
+
+  cgrt__comms_capture_begin(&c);
+  cgrt__comms_handed(&c, &comm);
+  cgrt__comms_handed(&c, NULL);
+  cgrt__comms_capture_end(&c, &g[1], c.capture_comm);
+  assert_null(c.clean_graph);
+  cgrt__comms_exec_from(&c, &e[0], &g[1]); /* updated to a graph that may use them */
+  cgrt__comms_launched(&c, &e[0]);
+  assert_int_equal(c.graphs_queued, 1);
+  cgrt__comms_drained(&c);
+
+  cgrt__comms_capture_begin(&c);
+  cgrt__comms_capture_end(&c, &g[2], c.capture_comm);
+  cgrt__comms_exec_from(&c, &e[0], &g[2]); /* updated back to a clean one */
+  cgrt__comms_launched(&c, &e[0]);
+  assert_int_equal(c.graphs_queued, 0);
+  cgrt__comms_exec_from(&c, &e[0], NULL); /* destroyed: its address may come back */
+  cgrt__comms_launched(&c, &e[0]);
+  assert_int_equal(c.graphs_queued, 1);
+  cgrt__comms_drained(&c);
+
+  cgrt__comms_capture_begin(&c);
+  cgrt__comms_capture_end(&c, &g[3], c.capture_comm);
+  cgrt__comms_graph_gone(&c, &g[3]); /* destroyed before it was instantiated */
+  cgrt__comms_exec_from(&c, &e[2], &g[3]);
+  cgrt__comms_launched(&c, &e[2]);
+  assert_int_equal(c.graphs_queued, 1);
+  cgrt__comms_destroy(&c);
+
+  c.serial = 0; /* mixing on: no graph is ever waited for, so none is tracked */
+  cgrt__comms_capture_begin(&c);
+  cgrt__comms_capture_end(&c, &g[0], c.capture_comm);
+  assert_null(c.clean_graph);
+  assert_int_equal(c.num_clean, 0);
+}
+
 /* A desc of before no_cp_comm (a smaller struct_size) may issue collectives: it sees ctx->comm,
  * whatever lies where the field would be. */
 static void older_module_desc_sees_the_communicator(void **state) {
@@ -532,6 +625,8 @@ int main(void) {
       cmocka_unit_test(mixing_off_verified_replays_wait),
       cmocka_unit_test(mixing_off_partial_modules_wait_each_step),
       cmocka_unit_test(mixing_off_modules_without_collectives_never_wait),
+      cmocka_unit_test(mixing_off_graphs_without_collectives_are_not_waited_for),
+      cmocka_unit_test(clean_executables_are_tracked_exactly),
       cmocka_unit_test(older_module_desc_sees_the_communicator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

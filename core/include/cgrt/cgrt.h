@@ -206,8 +206,9 @@ typedef struct cgrt_module_desc {
    * 1: the module's calls issue no collectives on ctx->comm, the step's context-parallel
    * communicator (a Megatron MLP under context parallelism, whose only collectives are on other
    * groups). cgrt then passes them ctx->comm NULL, and with NCCL's graph mixing off it runs them
-   * outside a graph without first waiting for the graphs it launched (cgrt_stats.comm_waits). 0:
-   * they may issue collectives on ctx->comm.
+   * outside a graph without first waiting for the graphs it launched (cgrt_stats.comm_waits), and
+   * launching their graphs does not make later eager work on ctx->comm wait. 0: they may issue
+   * collectives on ctx->comm.
    */
   int no_cp_comm;
 } cgrt_module_desc;
