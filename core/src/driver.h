@@ -26,7 +26,13 @@ struct cgrt_dev {
   void *impl;                     /* the driver's private state */
   int device;                     /* device ordinal ([runtime] device) */
   cgrt_capture_mode capture_mode; /* how captures begin ([cuda_graph] capture_mode) */
-  char err[1024];                 /* the last failure's sentence */
+  /*
+   * An experiment, from the environment (CGRT_FOLD_EVENT_LEAVES=1): the cuda driver folds leaf
+   * event record nodes into the graph's chain before instantiating or updating (see
+   * driver_cuda.c). Only edges are added. The host driver has no such nodes and ignores it.
+   */
+  int fold_event_leaves;
+  char err[1024]; /* the last failure's sentence */
   /*
    * Set by the core (diagnose): the host driver reports here every call its capture rules meet
    * while a capture runs, refused (it invalidated the capture) or suspicious (captured, but not

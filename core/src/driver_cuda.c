@@ -220,11 +220,83 @@ static int cuda_capture_status(struct cgrt_dev *dev, void *stream, int *active) 
   return 0;
 }
 
+/* The nodes a node depends on (out = 0) or that depend on it (out = 1), with their edge data;
+ * *n is their count. The arrays are malloc'd (NULL when *n is 0). */
+static cudaError_t node_edges(cudaGraphNode_t x, int out, cudaGraphNode_t **nodes,
+                              cudaGraphEdgeData **data, size_t *n) {
+  *nodes = NULL;
+  *data = NULL;
+  *n = 0;
+  cudaError_t e = out ? cudaGraphNodeGetDependentNodes(x, NULL, NULL, n)
+                      : cudaGraphNodeGetDependencies(x, NULL, NULL, n);
+  if (e == cudaErrorLossyQuery)
+    e = cudaSuccess; /* the count is given; the data is read below */
+  if (e != cudaSuccess || *n == 0)
+    return e;
+  *nodes = malloc(*n * sizeof(**nodes));
+  *data = malloc(*n * sizeof(**data));
+  if (!*nodes || !*data)
+    return cudaErrorMemoryAllocation;
+  return out ? cudaGraphNodeGetDependentNodes(x, *nodes, *data, n)
+             : cudaGraphNodeGetDependencies(x, *nodes, *data, n);
+}
+
+/*
+ * CGRT_FOLD_EVENT_LEAVES=1 (an experiment, measured with `cgrt bench --workload cp`): an event
+ * record node that nothing depends on and that follows one node K gets a plain edge to each
+ * other node that depends on K. NCCL's graph mixing support (NCCL_GRAPH_MIXING_SUPPORT=1, the
+ * default) leaves such a node after every collective it captures, recording the communicator's
+ * serial event (added to the capture's graph directly, so no stream joins it), and graph
+ * instantiation may map a leaf to a hardware channel of its own. Folded, the record still runs
+ * after K and the work after K now also runs after the record: edges are only added, so every
+ * node keeps what it waited for, and NCCL's ordering across graphs is unchanged. A dependent
+ * that K launched early as a programmatic dependent now waits for K's completion.
+ */
+static int fold_event_leaves(struct cgrt_dev *dev, cudaGraph_t g) {
+  size_t n = 0;
+  cudaError_t e = cudaGraphGetNodes(g, NULL, &n);
+  if (e != cudaSuccess || n == 0)
+    return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaGraphGetNodes", NULL);
+  cudaGraphNode_t *nodes = malloc(n * sizeof(*nodes));
+  if (!nodes)
+    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "folding event nodes: out of host memory");
+  e = cudaGraphGetNodes(g, nodes, &n);
+  for (size_t i = 0; e == cudaSuccess && i < n; i++) {
+    enum cudaGraphNodeType type;
+    cudaGraphNode_t *before = NULL, *after = NULL;
+    cudaGraphEdgeData *before_data = NULL, *after_data = NULL;
+    size_t nb = 0, na = 0;
+    e = cudaGraphNodeGetType(nodes[i], &type);
+    if (e != cudaSuccess || type != cudaGraphNodeTypeEventRecord)
+      continue;
+    e = node_edges(nodes[i], 1, &after, &after_data, &na);
+    if (e == cudaSuccess && na == 0)
+      e = node_edges(nodes[i], 0, &before, &before_data, &nb);
+    free(after);
+    free(after_data);
+    after = NULL;
+    after_data = NULL;
+    if (e == cudaSuccess && na == 0 && nb == 1)
+      e = node_edges(before[0], 1, &after, &after_data, &na);
+    for (size_t j = 0; e == cudaSuccess && nb == 1 && j < na; j++)
+      if (after[j] != nodes[i])
+        e = cudaGraphAddDependencies(g, &nodes[i], &after[j], NULL, 1);
+    free(before);
+    free(before_data);
+    free(after);
+    free(after_data);
+  }
+  free(nodes);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "folding a leaf event record node", NULL);
+}
+
 static int cuda_graph_instantiate(struct cgrt_dev *dev, void *graph, void **exec) {
   cudaGraphExec_t x = NULL;
   *exec = NULL;
   int rc = use_device(dev);
   if (rc)
+    return rc;
+  if (dev->fold_event_leaves && (rc = fold_event_leaves(dev, (cudaGraph_t)graph)) != 0)
     return rc;
   cudaError_t e = cudaGraphInstantiateWithFlags(&x, (cudaGraph_t)graph,
                                                 cudaGraphInstantiateFlagAutoFreeOnLaunch);
@@ -278,6 +350,10 @@ static const char *update_reason(enum cudaGraphExecUpdateResult r) {
 static int cuda_exec_update(struct cgrt_dev *dev, void *exec, void *graph) {
   cudaGraphExecUpdateResultInfo info;
   memset(&info, 0, sizeof(info));
+  /* Folded as at instantiation, so that the same capture keeps the same topology. */
+  int rc = dev->fold_event_leaves ? fold_event_leaves(dev, (cudaGraph_t)graph) : 0;
+  if (rc != 0)
+    return rc;
   cudaError_t e = cudaGraphExecUpdate((cudaGraphExec_t)exec, (cudaGraph_t)graph, &info);
   if (e == cudaSuccess)
     return 0;

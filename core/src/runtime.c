@@ -134,6 +134,12 @@ static int open_runtime(cgrt_runtime *rt) {
   rt->dev.drv = cgrt__driver_for(v->driver);
   rt->dev.device = v->device;
   rt->dev.capture_mode = v->capture_mode;
+  const char *fold = cgrt__getenv("CGRT_FOLD_EVENT_LEAVES");
+  rt->dev.fold_event_leaves = fold && strcmp(fold, "1") == 0;
+  if (rt->dev.fold_event_leaves)
+    cgrt__log(rt, CGRT_LOG_INFO,
+              "CGRT_FOLD_EVENT_LEAVES=1: leaf event record nodes (NCCL's, with graph mixing on) "
+              "are folded into each graph's chain before it is instantiated (an experiment)");
   rc = rt->dev.drv->open(&rt->dev);
   if (rc != 0)
     return cgrt__fail(rt, rc, "%s", rt->dev.err);

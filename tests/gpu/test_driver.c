@@ -559,6 +559,111 @@ static void test_no_host_faults_on_cuda_driver(void **state) {
   assert_null(cgrt__host_faults(&f->dev));
 }
 
+/*
+ * Records the shape NCCL's graph mixing support gives a captured collective: the collective (a
+ * copy A -> B here) on a side stream forked from the capturing one and joined back, and an event
+ * record node added to the capture's graph after it, which no stream joins (a leaf). Then the
+ * capturing stream copies B -> C. Returns the graph.
+ */
+static void *capture_collective_shape(struct fx *f, void *side, void *fork, void *join,
+                                      cudaEvent_t serial, void *a, void *b, void *c, size_t bytes) {
+  void *graph = NULL;
+  cudaStream_t s = f->stream, t = side;
+  OK(f, f->d->capture_begin(&f->dev, f->stream));
+  assert_int_equal(cudaMemsetAsync(a, 7, bytes, s), cudaSuccess);
+  OK(f, f->d->event_record(&f->dev, fork, s));
+  assert_int_equal(cudaStreamWaitEvent(t, (cudaEvent_t)fork, 0), cudaSuccess);
+  assert_int_equal(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, t), cudaSuccess);
+  OK(f, f->d->event_record(&f->dev, join, t));
+  assert_int_equal(cudaStreamWaitEvent(s, (cudaEvent_t)join, 0), cudaSuccess);
+  enum cudaStreamCaptureStatus st;
+  cudaGraph_t g = NULL;
+  const cudaGraphNode_t *deps = NULL;
+  size_t ndeps = 0;
+  assert_int_equal(cudaStreamGetCaptureInfo(t, &st, NULL, &g, &deps, NULL, &ndeps), cudaSuccess);
+  assert_int_equal(st, cudaStreamCaptureStatusActive);
+  cudaGraphNode_t record = NULL;
+  assert_int_equal(cudaGraphAddEventRecordNode(&record, g, deps, ndeps, serial), cudaSuccess);
+  assert_int_equal(cudaMemcpyAsync(c, b, bytes, cudaMemcpyDeviceToDevice, s), cudaSuccess);
+  OK(f, f->d->capture_end(&f->dev, f->stream, &graph));
+  return graph;
+}
+
+/* Nodes of a graph that nothing depends on; *records: how many of them are event records. */
+static size_t leaves(void *graph, size_t *records) {
+  size_t n = 0, count = 0;
+  *records = 0;
+  assert_int_equal(cudaGraphGetNodes((cudaGraph_t)graph, NULL, &n), cudaSuccess);
+  cudaGraphNode_t *nodes = calloc(n, sizeof(*nodes));
+  assert_non_null(nodes);
+  assert_int_equal(cudaGraphGetNodes((cudaGraph_t)graph, nodes, &n), cudaSuccess);
+  for (size_t i = 0; i < n; i++) {
+    size_t after = 0;
+    cudaError_t e = cudaGraphNodeGetDependentNodes(nodes[i], NULL, NULL, &after);
+    assert_true(e == cudaSuccess || e == cudaErrorLossyQuery);
+    enum cudaGraphNodeType type;
+    assert_int_equal(cudaGraphNodeGetType(nodes[i], &type), cudaSuccess);
+    count += after == 0;
+    *records += after == 0 && type == cudaGraphNodeTypeEventRecord;
+  }
+  free(nodes);
+  return count;
+}
+
+/*
+ * CGRT_FOLD_EVENT_LEAVES: unfolded, the graph ends in two leaves, the copy and the event record;
+ * folded at instantiation, the record precedes the copy after the collective, so one leaf is
+ * left, the replay still copies what it did, and an update with the same shape is accepted.
+ */
+static void test_fold_event_leaves_joins_the_record_to_the_chain(void **state) {
+  struct fx *f = *state;
+  const size_t bytes = 256;
+  void *side = NULL, *fork = NULL, *join = NULL, *a = NULL, *b = NULL, *c = NULL;
+  cudaEvent_t serial = NULL;
+  unsigned char *host = pinned(bytes);
+  OK(f, f->d->stream_create(&f->dev, &side));
+  OK(f, f->d->event_create(&f->dev, &fork));
+  OK(f, f->d->event_create(&f->dev, &join));
+  assert_int_equal(cudaEventCreateWithFlags(&serial, cudaEventDisableTiming), cudaSuccess);
+  OK(f, f->d->mem_alloc(&f->dev, &a, bytes));
+  OK(f, f->d->mem_alloc(&f->dev, &b, bytes));
+  OK(f, f->d->mem_alloc(&f->dev, &c, bytes));
+  for (int fold = 0; fold < 2; fold++) {
+    f->dev.fold_event_leaves = fold;
+    void *graph = capture_collective_shape(f, side, fork, join, serial, a, b, c, bytes);
+    size_t records = 0;
+    assert_int_equal(leaves(graph, &records), 2);
+    assert_int_equal(records, 1);
+    void *exec = instantiate(f, graph);
+    assert_int_equal(leaves(graph, &records), fold ? 1 : 2);
+    assert_int_equal(records, fold ? 0 : 1);
+    f->d->graph_destroy(&f->dev, graph);
+    for (int r = 0; r < 2; r++) {
+      assert_int_equal(cudaMemset(c, 0, bytes), cudaSuccess);
+      assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+      OK(f, f->d->exec_launch(&f->dev, exec, f->stream));
+      OK(f, f->d->memcpy_async(&f->dev, host, c, bytes, f->stream));
+      OK(f, f->d->stream_sync(&f->dev, f->stream));
+      for (size_t i = 0; i < bytes; i++)
+        assert_int_equal(host[i], 7);
+      /* The second replay runs an update from a new capture of the same shape. */
+      graph = capture_collective_shape(f, side, fork, join, serial, a, b, c, bytes);
+      OK(f, f->d->exec_update(&f->dev, exec, graph));
+      f->d->graph_destroy(&f->dev, graph);
+    }
+    f->d->exec_destroy(&f->dev, exec);
+  }
+  f->dev.fold_event_leaves = 0;
+  f->d->mem_free(&f->dev, a);
+  f->d->mem_free(&f->dev, b);
+  f->d->mem_free(&f->dev, c);
+  assert_int_equal(cudaEventDestroy(serial), cudaSuccess);
+  f->d->event_destroy(&f->dev, fork);
+  f->d->event_destroy(&f->dev, join);
+  f->d->stream_destroy(&f->dev, side);
+  cudaFreeHost(host);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void) {
@@ -598,6 +703,7 @@ int main(void) {
       T(test_destroying_capturing_stream_ends_capture),
       T(test_event_query_not_ready_while_stream_held),
       T(test_graph_memory_reported_after_launch),
+      T(test_fold_event_leaves_joins_the_record_to_the_chain),
       T(test_mem_info_reports_device_memory),
       T(test_open_beyond_device_count_names_the_count),
       T(test_no_host_faults_on_cuda_driver),
