@@ -28,8 +28,7 @@ struct cgrt_comms {
    * queued is then not supported, stream order or not. cgrt keeps that rule for its own calls.
    */
   int serial;
-  int graphs_queued; /* serial, and a graph that may use them was launched since the stream drained
-                      */
+  int graphs_queued; /* serial, and a graph using them was launched since the stream drained */
   int wait_logged;   /* the first wait was logged */
   /*
    * With serial, which executables hold no work on the split communicators, so that launching
