@@ -81,10 +81,9 @@ void cgrt__comms_exec_from(struct cgrt_comms *c, void *exec, void *graph) {
   }
 }
 
-void cgrt__comms_launched(struct cgrt_comms *c, void *exec) {
+int cgrt__comms_exec_clean(const struct cgrt_comms *c, const void *exec) {
   size_t at;
-  if (c->serial && !c->graphs_queued && !clean_index(c, exec, &at))
-    c->graphs_queued = 1;
+  return clean_index(c, exec, &at);
 }
 
 int cgrt__comms_wait(cgrt_runtime *rt, const cgrt_ctx *ctx, const char *what) {

@@ -74,9 +74,15 @@ static inline void cgrt__comms_graph_gone(struct cgrt_comms *c, void *graph) {
     c->clean_graph = NULL;
 }
 
+/* Whether `exec` is known to hold no work on the communicators. */
+int cgrt__comms_exec_clean(const struct cgrt_comms *c, const void *exec);
+
 /* `exec` was launched on the runtime's stream (the core's caches launch there; a backend that
- * launches a graph on another stream by hand orders that one itself). */
-void cgrt__comms_launched(struct cgrt_comms *c, void *exec);
+ * launches a graph on another stream by hand orders that one itself). Inline: every launch. */
+static inline void cgrt__comms_launched(struct cgrt_comms *c, void *exec) {
+  if (c->serial && !c->graphs_queued && !cgrt__comms_exec_clean(c, exec))
+    c->graphs_queued = 1;
+}
 
 /* The runtime's stream drained: no graph of it is queued. */
 static inline void cgrt__comms_drained(struct cgrt_comms *c) {
