@@ -220,8 +220,25 @@ static int cuda_capture_status(struct cgrt_dev *dev, void *stream, int *active) 
   return 0;
 }
 
+/* A graph's nodes, malloc'd (NULL when it has none); errors are the driver's. */
+static int graph_nodes(struct cgrt_dev *dev, cudaGraph_t g, cudaGraphNode_t **nodes, size_t *n) {
+  *nodes = NULL;
+  *n = 0;
+  cudaError_t e = cudaGraphGetNodes(g, NULL, n);
+  if (e == cudaSuccess && *n > 0) {
+    if (!(*nodes = malloc(*n * sizeof(**nodes))))
+      return cgrt__dev_fail(dev, CGRT_E_NOMEM, "reading a graph's nodes: out of host memory");
+    e = cudaGraphGetNodes(g, *nodes, n);
+  }
+  if (e == cudaSuccess)
+    return 0;
+  free(*nodes);
+  *nodes = NULL;
+  return cuda_fail(dev, e, "cudaGraphGetNodes", NULL);
+}
+
 /* The nodes a node depends on (out = 0) or that depend on it (out = 1), with their edge data;
- * *n is their count. The arrays are malloc'd (NULL when *n is 0). */
+ * *n is their count. The arrays are malloc'd (NULL when *n is 0); the caller frees them. */
 static cudaError_t node_edges(cudaGraphNode_t x, int out, cudaGraphNode_t **nodes,
                               cudaGraphEdgeData **data, size_t *n) {
   *nodes = NULL;
@@ -241,53 +258,57 @@ static cudaError_t node_edges(cudaGraphNode_t x, int out, cudaGraphNode_t **node
              : cudaGraphNodeGetDependencies(x, *nodes, *data, n);
 }
 
+/* Gives the event record node x, if nothing depends on it and it follows one node K, a plain
+ * edge to each other node that depends on K. */
+static cudaError_t fold_leaf(cudaGraph_t g, cudaGraphNode_t x) {
+  size_t dependents = 0;
+  cudaError_t e = cudaGraphNodeGetDependentNodes(x, NULL, NULL, &dependents);
+  if (e == cudaErrorLossyQuery)
+    e = cudaSuccess;
+  if (e != cudaSuccess || dependents > 0)
+    return e;
+  cudaGraphNode_t *before = NULL, *after = NULL;
+  cudaGraphEdgeData *before_data = NULL, *after_data = NULL;
+  size_t nb = 0, na = 0;
+  e = node_edges(x, 0, &before, &before_data, &nb);
+  if (e == cudaSuccess && nb == 1)
+    e = node_edges(before[0], 1, &after, &after_data, &na);
+  for (size_t j = 0; e == cudaSuccess && j < na; j++)
+    if (after[j] != x)
+      e = cudaGraphAddDependencies(g, &x, &after[j], NULL, 1);
+  free(before);
+  free(before_data);
+  free(after);
+  free(after_data);
+  return e;
+}
+
 /*
- * CGRT_FOLD_EVENT_LEAVES=1 (an experiment, measured with `cgrt bench --workload cp`): an event
- * record node that nothing depends on and that follows one node K gets a plain edge to each
- * other node that depends on K. NCCL's graph mixing support (NCCL_GRAPH_MIXING_SUPPORT=1, the
- * default) leaves such a node after every collective it captures, recording the communicator's
- * serial event (added to the capture's graph directly, so no stream joins it), and graph
- * instantiation may map a leaf to a hardware channel of its own. Folded, the record still runs
- * after K and the work after K now also runs after the record: edges are only added, so every
- * node keeps what it waited for, and NCCL's ordering across graphs is unchanged. A dependent
- * that K launched early as a programmatic dependent now waits for K's completion.
+ * CGRT_FOLD_EVENT_LEAVES=1 (an experiment, to be measured with `cgrt bench --workload cp`): every
+ * leaf event record node that follows one node K is folded (fold_leaf). NCCL's graph mixing
+ * support (NCCL_GRAPH_MIXING_SUPPORT=1, the default) leaves such a node after every collective
+ * it captures, recording the communicator's serial event (added to the capture's graph directly,
+ * so no stream joins it), and graph instantiation may map a leaf to a hardware channel of its
+ * own. Folded, the record still runs after K and the work after K now also runs after the
+ * record: edges are only added, so every node keeps what it waited for, and NCCL's ordering
+ * across graphs is unchanged. A dependent that K launched early as a programmatic dependent now
+ * waits for K's completion.
  */
 static int fold_event_leaves(struct cgrt_dev *dev, cudaGraph_t g) {
+  cudaGraphNode_t *nodes = NULL;
   size_t n = 0;
-  cudaError_t e = cudaGraphGetNodes(g, NULL, &n);
-  if (e != cudaSuccess || n == 0)
-    return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaGraphGetNodes", NULL);
-  cudaGraphNode_t *nodes = malloc(n * sizeof(*nodes));
-  if (!nodes)
-    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "folding event nodes: out of host memory");
-  e = cudaGraphGetNodes(g, nodes, &n);
-  for (size_t i = 0; e == cudaSuccess && i < n; i++) {
+  int rc = graph_nodes(dev, g, &nodes, &n);
+  cudaError_t e = cudaSuccess;
+  for (size_t i = 0; rc == 0 && e == cudaSuccess && i < n; i++) {
     enum cudaGraphNodeType type;
-    cudaGraphNode_t *before = NULL, *after = NULL;
-    cudaGraphEdgeData *before_data = NULL, *after_data = NULL;
-    size_t nb = 0, na = 0;
     e = cudaGraphNodeGetType(nodes[i], &type);
-    if (e != cudaSuccess || type != cudaGraphNodeTypeEventRecord)
-      continue;
-    e = node_edges(nodes[i], 1, &after, &after_data, &na);
-    if (e == cudaSuccess && na == 0)
-      e = node_edges(nodes[i], 0, &before, &before_data, &nb);
-    free(after);
-    free(after_data);
-    after = NULL;
-    after_data = NULL;
-    if (e == cudaSuccess && na == 0 && nb == 1)
-      e = node_edges(before[0], 1, &after, &after_data, &na);
-    for (size_t j = 0; e == cudaSuccess && nb == 1 && j < na; j++)
-      if (after[j] != nodes[i])
-        e = cudaGraphAddDependencies(g, &nodes[i], &after[j], NULL, 1);
-    free(before);
-    free(before_data);
-    free(after);
-    free(after_data);
+    if (e == cudaSuccess && type == cudaGraphNodeTypeEventRecord)
+      e = fold_leaf(g, nodes[i]);
   }
   free(nodes);
-  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "folding a leaf event record node", NULL);
+  if (rc == 0 && e != cudaSuccess)
+    rc = cuda_fail(dev, e, "folding a leaf event record node", NULL);
+  return rc;
 }
 
 static int cuda_graph_instantiate(struct cgrt_dev *dev, void *graph, void **exec) {
@@ -535,16 +556,12 @@ static int cuda_mem_free_async(struct cgrt_dev *dev, void *stream, void *ptr) {
 
 static int cuda_graph_alloc_bytes(struct cgrt_dev *dev, void *graph, uint64_t *bytes) {
   *bytes = 0;
+  cudaGraphNode_t *nodes = NULL;
   size_t n = 0;
-  cudaError_t e = cudaGraphGetNodes((cudaGraph_t)graph, NULL, &n);
-  if (e != cudaSuccess)
-    return cuda_fail(dev, e, "cudaGraphGetNodes", NULL);
-  if (n == 0)
-    return 0;
-  cudaGraphNode_t *nodes = malloc(n * sizeof(*nodes));
-  if (!nodes)
-    return cgrt__dev_fail(dev, CGRT_E_NOMEM, "graph_alloc_bytes: out of host memory");
-  e = cudaGraphGetNodes((cudaGraph_t)graph, nodes, &n);
+  int rc = graph_nodes(dev, (cudaGraph_t)graph, &nodes, &n);
+  if (rc != 0)
+    return rc;
+  cudaError_t e = cudaSuccess;
   for (size_t i = 0; e == cudaSuccess && i < n; i++) {
     enum cudaGraphNodeType type;
     e = cudaGraphNodeGetType(nodes[i], &type);
