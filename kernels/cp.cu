@@ -38,6 +38,8 @@ struct cgrtk_cp {
      (CGRTK_CP_PDL_AFTER_AG=1; off by default until measured). Safe whatever NCCL's kernel
      triggers: the attention waits for its predecessor's completion before it reads q and kv. */
   int pdl_after_ag;
+  int pdl_entry; /* cfg.pdl_entry or CGRTK_CP_PDL_ENTRY, with pdl */
+  int trig;      /* when the step kernels let their dependents launch: TRIG_START or _AFTER_WAIT */
   void *ws;      /* the calls' temporaries when persistent (CGRTK_CP_TEMPS=workspace), else NULL */
   int fuse_norm; /* cfg.fuse_norm, or CGRTK_CP_FUSE_NORM */
   /* kv comes from ncclMemAlloc and is registered as a symmetric window on each communicator
@@ -71,6 +73,7 @@ extern "C" void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->workspace = 0;
   cfg->fuse_norm = 1;
   cfg->symmetric_kv = 1;
+  cfg->pdl_entry = 0;
 }
 
 extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
@@ -81,6 +84,7 @@ extern "C" void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg) {
   cfg->ffn = 128;
   cfg->workspace = 1;
   cfg->fuse_norm = 0;
+  cfg->pdl_entry = 1;
 }
 
 /* Bytes of the all-gathered K/V buffer: [max_packed_tokens, 2d] floats. */
@@ -180,6 +184,9 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
   w->pdl = major >= 9 && kernels_binary_version() >= 90 && cgrtk_env_int("CGRTK_CP_PDL", 1, 0, 1);
   w->fuse_norm = cgrtk_env_int("CGRTK_CP_FUSE_NORM", cfg->fuse_norm != 0, 0, 1);
   w->pdl_after_ag = w->pdl && cgrtk_env_int("CGRTK_CP_PDL_AFTER_AG", 0, 0, 1);
+  w->pdl_entry = w->pdl && cgrtk_env_int("CGRTK_CP_PDL_ENTRY", cfg->pdl_entry != 0, 0, 1);
+  /* CGRTK_CP_TRIGGER=1 brings back the trigger at each kernel's start (cp_kernels.cu). */
+  w->trig = cgrtk_env_int("CGRTK_CP_TRIGGER", TRIG_AFTER_WAIT, TRIG_START, TRIG_AFTER_WAIT);
 
   {
     const char *env = getenv("CGRTK_CP_TEMPS"); /* "stream" or "workspace" overrides cfg */
@@ -455,27 +462,28 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   float *xn = (float *)tmp; /* RMSNorm(h), then the attention output */
   float *q = (float *)((char *)tmp + part);
 
-  /* The first kernel of the call waits for everything before it; the others, for their
-     predecessor only (programmatic dependent launch), except after the all-gather. */
-  const bool pdl = use_pdl(w, s);
+  /* The first kernel of the call waits for everything before it unless pdl_entry; the others, for
+     their predecessor only (programmatic dependent launch), except after the all-gather. */
+  const bool pdl = use_pdl(w, s), entry = pdl && w->pdl_entry;
   const bool small = norm_gemm_fits(R, 3 * d, d);
   /* The projection writing the K/V rows lets the all-gather launch only once it completes: an
      NCCL kernel launched as a programmatic dependent (the symmetric kernels are) reads those rows
      and lets the peers write into kv, which this call's earlier kernels may still read. */
-  const bool trigger = cp_size == 1;
+  const int trigger = cp_size == 1 ? w->trig : TRIG_NONE;
   if (small && w->fuse_norm) {
     /* Small rows: RMSNorm, Q and K/V in one kernel (the same bits as the kernels below). */
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], L->t[CGRTK_CP_T_WQKV], R, 3 * d, d,
-                          d, q, d, kv_local, 2 * d, GEMM_STORE, s, false, trigger),
+                          d, q, d, kv_local, 2 * d, GEMM_STORE, s, entry, trigger),
          "RMSNorm and QKV projection");
   } else {
-    STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s, false), "RMSNorm");
+    STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], xn, R, d, s, entry, w->trig),
+         "RMSNorm");
     if (small) { /* Q and K/V in one GEMM writing both */
       STEP(launch_norm_gemm(xn, NULL, L->t[CGRTK_CP_T_WQKV], R, 3 * d, d, d, q, d, kv_local, 2 * d,
                             GEMM_STORE, s, pdl, trigger),
            "QKV projection");
     } else {
-      STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl),
+      STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl, w->trig),
            "Wq projection");
       STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV] + (size_t)d * d, kv_local, R, 2 * d, d, 2 * d,
                        GEMM_STORE, s, pdl, trigger),
@@ -494,9 +502,9 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   }
 #endif
   STEP(launch_attention(q, w->kv, cu_seqlens, cu_seqlens_padded, padded_sequences, row0, R,
-                        w->cfg.heads, d, xn, s, pdl && (cp_size == 1 || w->pdl_after_ag)),
+                        w->cfg.heads, d, xn, s, pdl && (cp_size == 1 || w->pdl_after_ag), w->trig),
        "attention");
-  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WO], w->hidden, R, d, d, d, GEMM_RESIDUAL, s, pdl),
+  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WO], w->hidden, R, d, d, d, GEMM_RESIDUAL, s, pdl, w->trig),
        "Wo projection");
   e = w->ws ? cudaSuccess : cudaFreeAsync(tmp, s);
   if (rc == 0 && e != cudaSuccess)
@@ -529,16 +537,18 @@ extern "C" int cgrtk_cp_mlp(cgrtk_cp *w, int layer, int64_t rows, void *stream) 
   float *xn = (float *)tmp;
   float *act = (float *)((char *)tmp + part);
   int rc = 0;
-  const bool pdl = use_pdl(w, s);
+  const bool pdl = use_pdl(w, s), entry = pdl && w->pdl_entry;
   if (norm_gemm_fits(R, f, d) && w->fuse_norm) {
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], L->t[CGRTK_CP_T_W1], R, f, d, f,
-                          act, f, act, f, GEMM_SILU, s, false),
+                          act, f, act, f, GEMM_SILU, s, entry, w->trig),
          "RMSNorm and W1 projection");
   } else {
-    STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], xn, R, d, s, false), "RMSNorm");
-    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_W1], act, R, f, d, f, GEMM_SILU, s, pdl), "W1 projection");
+    STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], xn, R, d, s, entry, w->trig),
+         "RMSNorm");
+    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_W1], act, R, f, d, f, GEMM_SILU, s, pdl, w->trig),
+         "W1 projection");
   }
-  STEP(launch_gemm(act, L->t[CGRTK_CP_T_W2], w->hidden, R, d, f, d, GEMM_RESIDUAL, s, pdl),
+  STEP(launch_gemm(act, L->t[CGRTK_CP_T_W2], w->hidden, R, d, f, d, GEMM_RESIDUAL, s, pdl, w->trig),
        "W2 projection");
   e = w->ws ? cudaSuccess : cudaFreeAsync(tmp, s);
   if (rc == 0 && e != cudaSuccess)

@@ -60,7 +60,8 @@ extern "C" {
 #endif
 
 /* Shape of a cp workload. Defaults (cgrtk_cp_default_cfg): 4 layers, d_model 512, 8 heads,
- * ffn 1024, max_packed_tokens 0, seed 1. d_model must be heads * 64 and ffn a multiple of 64. */
+ * ffn 1024, max_packed_tokens 0, seed 1, fuse_norm 1, symmetric_kv 1, workspace and pdl_entry 0.
+ * d_model must be heads * 64 and ffn a multiple of 64. */
 struct cgrtk_cp_cfg {
   int layers;
   int d_model;
@@ -82,6 +83,16 @@ struct cgrtk_cp_cfg {
    * (NCCL 2.27+; otherwise, or 0, cudaMalloc and NCCL's plain all-gather). The same bits either
    * way. Environment CGRTK_CP_SYMMETRIC=0 turns it off. */
   int symmetric_kv;
+  /* 1: a call's first kernel too is a programmatic dependent of the kernel before it on the
+   * stream (sm_90+, with the other kernels of the call), so that inside one graph of several calls
+   * (a layer or the whole step) no call boundary costs a full kernel-launch gap. The kernel waits
+   * for that predecessor's completion before it reads or writes anything but weights, so this is
+   * safe wherever the predecessor's completion implies that of the work before it: any kernel
+   * launched without the programmatic attribute, and any programmatic dependent that waits for its
+   * own predecessor (all of this workload's kernels). A host that launches, right before a call, a
+   * programmatic dependent that never waits (griddepcontrol.wait) must leave this 0. The same bits
+   * either way. Environment CGRTK_CP_PDL_ENTRY=0|1 overrides. */
+  int pdl_entry;
 };
 
 typedef struct cgrtk_cp cgrtk_cp;
@@ -98,11 +109,11 @@ void cgrtk_cp_default_cfg(struct cgrtk_cp_cfg *cfg);
 
 /*
  * Fill *cfg with the launch-bound shape `cgrt bench --workload cp` measures by default: 16
- * layers, d_model 64 (one head), ffn 128, seed 1, temporaries from a workspace, and one kernel
+ * layers, d_model 64 (one head), ffn 128, seed 1, temporaries from a workspace, one kernel
  * per operation (fuse_norm 0: RMSNorm, QKV, attention, Wo; RMSNorm, W1, W2), as an eager
- * framework runs such a layer. Each kernel then has one to three microseconds of device time at
- * short packed batches (64 to a few hundred tokens), less than the host needs to launch it, so an
- * eager step is bound by launches, which is what a graph bank per cp size removes.
+ * framework runs such a layer, and pdl_entry 1. Each kernel then has one to three microseconds of
+ * device time at short packed batches (64 to a few hundred tokens), less than the host needs to
+ * launch it, so an eager step is bound by launches, which is what a graph bank per cp size removes.
  */
 void cgrtk_cp_launch_bound_cfg(struct cgrtk_cp_cfg *cfg);
 

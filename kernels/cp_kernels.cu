@@ -7,13 +7,18 @@
  * bitwise reproducible eagerly, replayed, and at any cp size.
  *
  * Programmatic dependent launch (sm_90+, as in decode_kernels.cu): the kernels of one module call
- * after its first are launched with the programmatic-serialization attribute (cp.cu decides).
- * Every step kernel lets its dependents launch early (griddepcontrol.launch_dependents) and
- * waits for its predecessor (griddepcontrol.wait) before it reads anything a kernel of the call
- * writes and before it writes anything; before the wait it reads only what no kernel of the call
- * writes (weights, THD metadata). Launched without the attribute both are no-ops. The GEMMs
- * take `trigger`: 0 keeps the dependents until the kernel completes, for the projection before
- * an all-gather (a collective's kernel may be a programmatic dependent that never waits).
+ * after its first, and with pdl_entry the first too, are launched with the
+ * programmatic-serialization attribute (cp.cu decides). Every step kernel waits for its
+ * predecessor (griddepcontrol.wait) before it reads anything a kernel of the call writes and
+ * before it writes anything; before the wait it reads only what no kernel of the call writes
+ * (weights, THD metadata). It lets its dependents launch (griddepcontrol.launch_dependents) when
+ * `trig` says (TRIG_*, cp_internal.h): by default once its wait returns, so one kernel at most is
+ * launched ahead of the one working. Triggering at the start let a chain launch every kernel up to
+ * the next call boundary ahead, all waiting on the GPU; with pdl_entry there is no such boundary
+ * in a step graph, and the cp 1 step replayed 9 us slower than with the trigger after the wait
+ * (H200, docs/DESIGN.md). Launched without the attribute both are no-ops. TRIG_NONE keeps the
+ * dependents until the kernel completes, for the projection before an all-gather (a collective's
+ * kernel may be a programmatic dependent that never waits).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -77,8 +82,9 @@ __global__ void stage_thd(int32_t *__restrict__ cu, int32_t *__restrict__ cu_pad
 /* One warp per row: y = x * rsqrt(mean(x^2) + eps) * gain. The sum of squares runs lane-strided
  * in a fixed order, then a butterfly (every lane ends with the same, order-fixed sum). */
 __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ gain,
-                        float *__restrict__ y, int rows, int d) {
-  pdl_trigger();
+                        float *__restrict__ y, int rows, int d, int trig) {
+  if (trig == TRIG_START)
+    pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int r = blockIdx.x * kNormWarps + (threadIdx.x >> 5);
   /* The gains (weights) before the wait, for rows up to kNormCached values a lane. */
@@ -87,6 +93,8 @@ __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ g
   for (int i = 0; i < kNormCached; i++)
     gv[i] = lane + 32 * i < d ? gain[lane + 32 * i] : 0.0f;
   pdl_wait();
+  if (trig == TRIG_AFTER_WAIT)
+    pdl_trigger();
   if (r >= rows)
     return;
   const float *xr = x + (size_t)r * d;
@@ -113,8 +121,8 @@ __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ g
 template <int EPI>
 __global__ void __launch_bounds__(256)
     gemm(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n, int k,
-         int ldy, int trigger) {
-  if (trigger)
+         int ldy, int trig) {
+  if (trig)
     pdl_trigger();
   pdl_wait();
   __shared__ float as[kBK][kBM + 4];
@@ -187,8 +195,8 @@ __global__ void __launch_bounds__(256)
 template <int EPI>
 __global__ void __launch_bounds__(256)
     gemm_small(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n,
-               int k, int ldy, int trigger) {
-  if (trigger)
+               int k, int ldy, int trig) {
+  if (trig)
     pdl_trigger();
   pdl_wait();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -234,11 +242,11 @@ template <int EPI, int K, bool NORM, int TR>
 __global__ void __launch_bounds__(TR *kTC)
     gemm_tile(const float *__restrict__ x, const float *__restrict__ gain,
               const float *__restrict__ w, int rows, int n0, float *y0, int ld0, float *y1, int ld1,
-              int trigger) {
+              int trig) {
   constexpr int kLd = K + 4, kThr = TR * kTC, kQ = K / 4;
   __shared__ __align__(16) float xs[TR][kLd];
   __shared__ __align__(16) float ws[kTC][kLd];
-  if (trigger)
+  if (trig)
     pdl_trigger();
   const int tid = threadIdx.x, tx = tid % kTC, ty = tid / kTC;
   const int r0 = blockIdx.y * TR, c0 = blockIdx.x * kTC;
@@ -249,6 +257,8 @@ __global__ void __launch_bounds__(TR *kTC)
         reinterpret_cast<const float4 *>(w + (size_t)(c0 + row) * K)[q];
   }
   pdl_wait();
+  if (trig == TRIG_AFTER_WAIT)
+    pdl_trigger();
 #pragma unroll
   for (int i = tid; i < TR * kQ; i += kThr) {
     const int row = i / kQ, q = i % kQ;
@@ -311,34 +321,32 @@ int tile_rows(int rows, int n) {
 
 template <int EPI, bool NORM, int K, int TR>
 int launch_tile_tr(const float *x, const float *gain, const float *w, int rows, int n, int n0,
-                   float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, bool trigger) {
+                   float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, int trig) {
   const dim3 grid((unsigned)(n / kTC), (unsigned)((rows + TR - 1) / TR)), block(TR * kTC);
   return launch(gemm_tile<EPI, K, NORM, TR>, grid, block, 0, s, pdl, x, gain, w, rows, n0, y0, ld0,
-                y1, ld1, (int)trigger);
+                y1, ld1, trig);
 }
 
 template <int EPI, bool NORM, int K>
 int launch_tile_k(const float *x, const float *gain, const float *w, int rows, int n, int n0,
-                  float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, bool trigger) {
+                  float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, int trig) {
   switch (tile_rows(rows, n)) {
   case 16:
     return launch_tile_tr<EPI, NORM, K, 16>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl,
-                                            trigger);
+                                            trig);
   case 8:
-    return launch_tile_tr<EPI, NORM, K, 8>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl,
-                                           trigger);
+    return launch_tile_tr<EPI, NORM, K, 8>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl, trig);
   default:
-    return launch_tile_tr<EPI, NORM, K, 4>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl,
-                                           trigger);
+    return launch_tile_tr<EPI, NORM, K, 4>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl, trig);
   }
 }
 
 template <int EPI, bool NORM>
 int launch_tile(const float *x, const float *gain, const float *w, int rows, int n, int k, int n0,
-                float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, bool trigger) {
+                float *y0, int ld0, float *y1, int ld1, cudaStream_t s, bool pdl, int trig) {
   if (k == 64)
-    return launch_tile_k<EPI, NORM, 64>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl, trigger);
-  return launch_tile_k<EPI, NORM, 128>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl, trigger);
+    return launch_tile_k<EPI, NORM, 64>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl, trig);
+  return launch_tile_k<EPI, NORM, 128>(x, gain, w, rows, n, n0, y0, ld0, y1, ld1, s, pdl, trig);
 }
 
 /* Plain global loads the compiler may neither sink to their first use nor repeat there (volatile
@@ -363,12 +371,13 @@ constexpr int kKeyLd = CGRTK_CP_HEAD_DIM + 4; /* a staged key row: 16-byte align
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention(const float *__restrict__ q, const float *__restrict__ kv,
               const int32_t *__restrict__ cu, const int32_t *__restrict__ cu_padded,
-              int padded_sequences, int64_t row0, int d, float *__restrict__ out) {
+              int padded_sequences, int64_t row0, int d, float *__restrict__ out, int trig) {
   __shared__ __align__(16) float keys[kAttnWarps][32][kKeyLd];
   __shared__ float part_m[kAttnWarps], part_l[kAttnWarps];
   __shared__ __align__(8) float part_acc[kAttnWarps][CGRTK_CP_HEAD_DIM];
   __shared__ int part_below[kAttnWarps];
-  pdl_trigger();
+  if (trig == TRIG_START)
+    pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lr = blockIdx.x, h = blockIdx.y;
   const int64_t g = row0 + lr;
@@ -389,6 +398,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const int64_t pos = g - start;
   float *o = out + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM;
   pdl_wait(); /* the THD metadata above is not written by the call's kernels; q and kv are */
+  if (trig == TRIG_AFTER_WAIT)
+    pdl_trigger();
   if (pos < 0 || pos >= len) { /* the same on the whole block */
     if (warp == 0)
       reinterpret_cast<float2 *>(o)[lane] = make_float2(0.0f, 0.0f);
@@ -522,15 +533,15 @@ int launch_thd(int32_t *cu, int32_t *cu_padded, int entries, const struct thd_le
 }
 
 int launch_rmsnorm(const float *x, const float *gain, float *y, int rows, int d, cudaStream_t s,
-                   bool pdl) {
+                   bool pdl, int trig) {
   if (rows == 0)
     return 0;
   const unsigned blocks = (unsigned)((rows + kNormWarps - 1) / kNormWarps);
-  return launch(rmsnorm, dim3(blocks), dim3(kNormWarps * 32), 0, s, pdl, x, gain, y, rows, d);
+  return launch(rmsnorm, dim3(blocks), dim3(kNormWarps * 32), 0, s, pdl, x, gain, y, rows, d, trig);
 }
 
 int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k, int ldy, int epi,
-                cudaStream_t s, bool pdl, bool trigger) {
+                cudaStream_t s, bool pdl, int trig) {
   if (rows == 0)
     return 0;
   if (n % kBN != 0 || k % kBK != 0 || misaligned(x) || misaligned(w))
@@ -541,31 +552,28 @@ int launch_gemm(const float *x, const float *w, float *y, int rows, int n, int k
     if (k == 64 || k == 128) {
       if (epi == GEMM_STORE)
         return launch_tile<GEMM_STORE, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl,
-                                              trigger);
+                                              trig);
       if (epi == GEMM_SILU)
         return launch_tile<GEMM_SILU, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl,
-                                             trigger);
+                                             trig);
       return launch_tile<GEMM_RESIDUAL, false>(x, nullptr, w, rows, n, k, n, y, ldy, y, ldy, s, pdl,
-                                               trigger);
+                                               trig);
     }
     const int64_t outputs = (int64_t)rows * n;
     const dim3 grid((unsigned)((outputs + kThreads - 1) / kThreads)), block(kThreads);
     if (epi == GEMM_STORE)
-      return launch(gemm_small<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy,
-                    (int)trigger);
+      return launch(gemm_small<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, trig);
     if (epi == GEMM_SILU)
-      return launch(gemm_small<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy,
-                    (int)trigger);
+      return launch(gemm_small<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, trig);
     return launch(gemm_small<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy,
-                  (int)trigger);
+                  trig);
   }
   const dim3 grid((unsigned)(n / kBN), (unsigned)((rows + kBM - 1) / kBM)), block(256);
   if (epi == GEMM_STORE)
-    return launch(gemm<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, (int)trigger);
+    return launch(gemm<GEMM_STORE>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, trig);
   if (epi == GEMM_SILU)
-    return launch(gemm<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, (int)trigger);
-  return launch(gemm<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy,
-                (int)trigger);
+    return launch(gemm<GEMM_SILU>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, trig);
+  return launch(gemm<GEMM_RESIDUAL>, grid, block, 0, s, pdl, x, w, y, rows, n, k, ldy, trig);
 }
 
 bool norm_gemm_fits(int rows, int n, int k) {
@@ -574,32 +582,31 @@ bool norm_gemm_fits(int rows, int n, int k) {
 
 int launch_norm_gemm(const float *x, const float *gain, const float *w, int rows, int n, int k,
                      int n0, float *y0, int ld0, float *y1, int ld1, int epi, cudaStream_t s,
-                     bool pdl, bool trigger) {
+                     bool pdl, int trig) {
   if (rows == 0)
     return 0;
   if (!norm_gemm_fits(rows, n, k) || epi == GEMM_RESIDUAL || misaligned(x) || misaligned(w))
     return (int)cudaErrorInvalidValue;
   if (!gain) /* the GEMM alone, on x as given */
     return epi == GEMM_STORE ? launch_tile<GEMM_STORE, false>(x, gain, w, rows, n, k, n0, y0, ld0,
-                                                              y1, ld1, s, pdl, trigger)
+                                                              y1, ld1, s, pdl, trig)
                              : launch_tile<GEMM_SILU, false>(x, gain, w, rows, n, k, n0, y0, ld0,
-                                                             y1, ld1, s, pdl, trigger);
+                                                             y1, ld1, s, pdl, trig);
   if (epi == GEMM_STORE)
     return launch_tile<GEMM_STORE, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl,
-                                         trigger);
-  return launch_tile<GEMM_SILU, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl,
-                                      trigger);
+                                         trig);
+  return launch_tile<GEMM_SILU, true>(x, gain, w, rows, n, k, n0, y0, ld0, y1, ld1, s, pdl, trig);
 }
 
 int launch_attention(const float *q, const float *kv, const int32_t *cu, const int32_t *cu_padded,
                      int padded_sequences, int64_t row0, int rows, int heads, int d, float *out,
-                     cudaStream_t s, bool pdl) {
+                     cudaStream_t s, bool pdl, int trig) {
   if (rows == 0)
     return 0;
   if (misaligned(q) || misaligned(kv) || padded_sequences < 1)
     return (int)cudaErrorInvalidValue;
   return launch(attention, dim3((unsigned)rows, (unsigned)heads), dim3(kAttnWarps * 32), 0, s, pdl,
-                q, kv, cu, cu_padded, padded_sequences, row0, d, out);
+                q, kv, cu, cu_padded, padded_sequences, row0, d, out, trig);
 }
 
 } // namespace cgrtk_cp_impl

@@ -5,8 +5,9 @@
  * equal to the eager reference (the same configuration with warmup_steps = 1000000), the graphs
  * (module graphs, and on the launch shape also graph_scope = step: one per step body) were
  * captured and replayed, and one step matches a host reference of the math within fp32
- * rounding (padding rows exactly 0). A step over a THD slot's capacity fails with
- * CGRT_E_CAPACITY naming max_packed_tokens under over_capacity = error, and under
+ * rounding (padding rows exactly 0). Fused and unfused RMSNorm, and calls chained by programmatic
+ * dependent launch or not (pdl_entry), give the same bits. A step over a THD slot's capacity fails
+ * with CGRT_E_CAPACITY naming max_packed_tokens under over_capacity = error, and under
  * over_capacity = eager runs and matches eager.
  */
 #include <math.h>
@@ -406,6 +407,100 @@ static void fused_norm_same_bits(void **state) {
   cudaStreamDestroy(st);
 }
 
+/* Programmatic edges (dependents that may launch before their predecessor completes) in g. */
+static size_t programmatic_edges(cudaGraph_t g) {
+  size_t e = 0, n = 0;
+  assert_int_equal(cudaGraphGetEdges(g, NULL, NULL, NULL, &e), cudaSuccess);
+  cudaGraphNode_t *from = calloc(e ? e : 1, sizeof(*from)), *to = calloc(e ? e : 1, sizeof(*to));
+  cudaGraphEdgeData *data = calloc(e ? e : 1, sizeof(*data));
+  assert_non_null(from);
+  assert_non_null(to);
+  assert_non_null(data);
+  assert_int_equal(cudaGraphGetEdges(g, from, to, data, &e), cudaSuccess);
+  for (size_t i = 0; i < e; i++)
+    n += data[i].type == cudaGraphDependencyTypeProgrammatic;
+  free(from);
+  free(to);
+  free(data);
+  return n;
+}
+
+/* Stage l eagerly, then every layer of w captured into one graph (as a layer or step scope
+ * holds several calls), replayed once into out; the graph's programmatic edges. */
+static size_t graph_forward(cgrtk_cp *w, const struct lengths *l, int64_t padded, uint64_t data,
+                            cudaStream_t st, float *out) {
+  const int32_t *cu = NULL, *cup = NULL;
+  int nps = 0;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t x = NULL;
+  assert_int_equal(cgrtk_cp_stage_thd(w, l->len, l->n, padded, st, &cu, &cup, &nps), 0);
+  assert_int_equal(cgrtk_cp_stage(w, data, l->len, l->n, padded, 1, 0, st), 0);
+  assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
+  assert_int_equal(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  int rc = 0;
+  for (int layer = 0; layer < cgrtk_cp_config(w)->layers && rc == 0; layer++)
+    rc = cgrtk_cp_attn(w, layer, cu, cup, nps, padded, 1, 0, NULL, st) ||
+         cgrtk_cp_mlp(w, layer, padded, st);
+  assert_int_equal(cudaStreamEndCapture(st, &g), cudaSuccess);
+  if (rc)
+    fail_msg("capturing the layers: %s", cgrtk_cp_last_error(w));
+  const size_t edges = programmatic_edges(g);
+  assert_int_equal(cudaGraphInstantiate(&x, g, 0), cudaSuccess);
+  assert_int_equal(cudaGraphLaunch(x, st), cudaSuccess);
+  assert_int_equal(cgrtk_cp_read(w, padded, out, st), 0);
+  assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
+  cudaGraphExecDestroy(x);
+  cudaGraphDestroy(g);
+  return edges;
+}
+
+/* pdl_entry 1 (a call's first kernel a programmatic dependent of the kernel before it, the
+ * launch shape's default) and 0 give bitwise the same output, eagerly and as one graph of every
+ * layer, where the calls' first kernels after the graph's first add one programmatic edge each:
+ * without them the test would compare a path with itself. */
+static void pdl_entry_same_bits(void **state) {
+  (void)state;
+  static const struct lengths l128 = {3, {60, 40, 20}}, l64 = {4, {1, 30, 0, 25}};
+  cgrtk_cp *w[2] = {NULL, NULL};
+  cudaStream_t st = NULL;
+  char err[256];
+  assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  for (int f = 0; f < 2; f++) {
+    struct cgrtk_cp_cfg cfg;
+    cgrtk_cp_launch_bound_cfg(&cfg);
+    cfg.layers = LAYERS;
+    cfg.pdl_entry = f;
+    if (cgrtk_cp_create(&w[f], &cfg, 128, err, sizeof(err)) != 0)
+      fail_msg("cgrtk_cp_create: %s", err);
+  }
+  const int64_t d = cgrtk_cp_config(w[0])->d_model;
+  size_t edges[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    const struct lengths *l = k == 0 ? &l128 : &l64;
+    const int64_t padded = k == 0 ? 128 : 64;
+    direct_forward(w[0], l, padded, (uint64_t)k, st, out_eager);
+    direct_forward(w[1], l, padded, (uint64_t)k, st, out_graph);
+    assert_same(padded, padded, d, "eager, pdl_entry 1 against 0", k);
+    for (int f = 0; f < 2; f++) {
+      edges[f] = graph_forward(w[f], l, padded, (uint64_t)k, st, out_graph);
+      assert_same(padded, padded, d, f ? "graph, pdl_entry 1" : "graph, pdl_entry 0", k);
+    }
+  }
+  cgrtk_cp_destroy(w[0]);
+  cgrtk_cp_destroy(w[1]);
+  cudaStreamDestroy(st);
+  if (edges[0] == 0) { /* no programmatic dependent launch at all: the paths are one */
+    printf("SKIPPED: pdl_entry_same_bits: no programmatic edge in either graph (device below "
+           "sm_90, or CGRTK_CP_PDL=0), so pdl_entry changes nothing to compare\n");
+    skip();
+    return;
+  }
+  if (edges[1] != edges[0] + 2 * LAYERS - 1)
+    fail_msg("%d layers captured %zu programmatic edges with pdl_entry 1 and %zu without: expected "
+             "%d more (every call's first kernel but the graph's first)",
+             LAYERS, edges[1], edges[0], 2 * LAYERS - 1);
+}
+
 static void over_capacity_error(void **state) {
   (void)state;
   struct side g = {0};
@@ -471,6 +566,7 @@ int main(void) {
       {"graphs_equal_eager (launch shape, graph_scope step)", graphs_equal_eager,
        use_launch_shape_step_scope, use_default_shape, NULL},
       cmocka_unit_test(fused_norm_same_bits),
+      cmocka_unit_test(pdl_entry_same_bits),
       cmocka_unit_test(over_capacity_error),
       cmocka_unit_test(over_capacity_eager),
   };
