@@ -373,6 +373,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
               const int32_t *__restrict__ cu, const int32_t *__restrict__ cu_padded,
               int padded_sequences, int64_t row0, int d, float *__restrict__ out, int trig) {
   __shared__ __align__(16) float keys[kAttnWarps][32][kKeyLd];
+  __shared__ __align__(16) float qsh[kAttnWarps][CGRTK_CP_HEAD_DIM];
   __shared__ float part_m[kAttnWarps], part_l[kAttnWarps];
   __shared__ __align__(8) float part_acc[kAttnWarps][CGRTK_CP_HEAD_DIM];
   __shared__ int part_below[kAttnWarps];
@@ -408,47 +409,49 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const size_t ld = 2 * (size_t)d;
   const float *kbase = kv + h * CGRTK_CP_HEAD_DIM;
   const float *vbase = kv + d + h * CGRTK_CP_HEAD_DIM;
-  /* The query, scaled by 1/sqrt(64) = 1/8 (exact), in registers: loaded with the first chunk. */
-  float4 qs[CGRTK_CP_HEAD_DIM / 4];
-  {
-    const float *qr = q + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM;
-#pragma unroll
-    for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++)
-      qs[e] = load_f4(qr + 4 * e);
-#pragma unroll
-    for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++)
-      qs[e] = make_float4(qs[e].x * 0.125f, qs[e].y * 0.125f, qs[e].z * 0.125f, qs[e].w * 0.125f);
-  }
+  /* Every global load of the warp's first chunk is issued before any of them is used, so the
+     chunk costs one memory latency: the query (a float2 a lane), then the chunk's key rows into
+     registers (lanes 0-15 one row, 16-31 the next, a float4 each), then this lane's value pairs.
+     Only then are the query, scaled by 1/sqrt(64) = 1/8 (exact), and the keys stored into the
+     warp's shared memory. */
+  const float2 qv = load_f2(q + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM + 2 * lane);
   float(*ks)[kKeyLd] = keys[warp];
+  float *qw = qsh[warp];
+  bool staged = false; /* the query is in qw */
   float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
   for (int64_t base = start + 32 * (int64_t)warp; base <= g; base += 32 * kAttnWarps) {
     const int cnt = (int)(g - base + 1 < 32 ? g - base + 1 : 32); /* the same on every lane */
-    /* Every load of the chunk first: its key rows into shared memory (lanes 0-15 one row,
-       16-31 the next, a float4 each), then this lane's value pairs. */
-    __syncwarp(); /* the previous chunk's reads of ks are done */
+    float4 kr[16];
 #pragma unroll
     for (int i = 0; i < 16; i++) {
       const int r = 2 * i + (lane >> 4);
-      if (r < cnt)
-        *reinterpret_cast<float4 *>(&ks[r][4 * (lane & 15)]) =
-            load_f4(kbase + (size_t)(base + r) * ld + 4 * (lane & 15));
+      kr[i] = load_f4(kbase + (size_t)(base + (r < cnt ? r : 0)) * ld + 4 * (lane & 15));
     }
     float2 v[32];
 #pragma unroll
     for (int t = 0; t < 32; t++)
       v[t] = load_f2(vbase + (size_t)(base + (t < cnt ? t : 0)) * ld + 2 * lane);
+    __syncwarp(); /* the previous chunk's reads of ks are done */
+    if (!staged) {
+      reinterpret_cast<float2 *>(qw)[lane] = make_float2(qv.x * 0.125f, qv.y * 0.125f);
+      staged = true;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+      *reinterpret_cast<float4 *>(&ks[2 * i + (lane >> 4)][4 * (lane & 15)]) = kr[i];
     __syncwarp();
     const bool valid = lane < cnt;
-    /* The score of this lane's key. */
-    const float4 *kr = reinterpret_cast<const float4 *>(&ks[valid ? lane : 0][0]);
+    /* The score of this lane's key (rows past cnt repeat row 0 and are not read). */
+    const float4 *krow = reinterpret_cast<const float4 *>(&ks[valid ? lane : 0][0]);
+    const float4 *q4 = reinterpret_cast<const float4 *>(qw);
     float dot = 0.0f;
 #pragma unroll
     for (int e = 0; e < CGRTK_CP_HEAD_DIM / 4; e++) {
-      const float4 kv4 = kr[e];
-      dot = fmaf(qs[e].x, kv4.x, dot);
-      dot = fmaf(qs[e].y, kv4.y, dot);
-      dot = fmaf(qs[e].z, kv4.z, dot);
-      dot = fmaf(qs[e].w, kv4.w, dot);
+      const float4 a = q4[e], b = krow[e];
+      dot = fmaf(a.x, b.x, dot);
+      dot = fmaf(a.y, b.y, dot);
+      dot = fmaf(a.z, b.z, dot);
+      dot = fmaf(a.w, b.w, dot);
     }
     const float s = valid ? dot : -INFINITY;
     float cmax = s;
