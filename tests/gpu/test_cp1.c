@@ -360,32 +360,45 @@ static void direct_forward(cgrtk_cp *w, const struct lengths *l, int64_t padded,
   assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
 }
 
+/* Two launch-shape workloads of LAYERS layers and 128 rows that differ in one setting only:
+ * `field` (fuse_norm or pdl_entry) 0 in w[0] and 1 in w[1]; and a stream for them. The packed
+ * batches both tests run: 128 and 64 rows. */
+static const struct lengths pair_len[2] = {{3, {60, 40, 20}}, {4, {1, 30, 0, 25}}};
+static const int64_t pair_rows[2] = {128, 64};
+
+static void open_pair(cgrtk_cp *w[2], cudaStream_t *st, size_t field) {
+  char err[256];
+  assert_int_equal(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking), cudaSuccess);
+  for (int f = 0; f < 2; f++) {
+    struct cgrtk_cp_cfg cfg;
+    cgrtk_cp_launch_bound_cfg(&cfg);
+    cfg.layers = LAYERS;
+    *(int *)((char *)&cfg + field) = f;
+    if (cgrtk_cp_create(&w[f], &cfg, 128, err, sizeof(err)) != 0)
+      fail_msg("cgrtk_cp_create: %s", err);
+  }
+}
+
+static void close_pair(cgrtk_cp *w[2], cudaStream_t st) {
+  cgrtk_cp_destroy(w[0]);
+  cgrtk_cp_destroy(w[1]);
+  cudaStreamDestroy(st);
+}
+
 /* On the launch shape at 128 and 64 rows, where every projection takes the small tiled path,
  * RMSNorm fused into the projections (cfg.fuse_norm = 1) and one kernel per operation (0) give
  * bitwise the same output: the fused kernels form each row's sum of squares in rmsnorm()'s order.
  * The two must differ in what they launch, or the test would compare a path with itself. */
 static void fused_norm_same_bits(void **state) {
   (void)state;
-  static const struct lengths l128 = {3, {60, 40, 20}}, l64 = {4, {1, 30, 0, 25}};
   cgrtk_cp *w[2] = {NULL, NULL};
   cudaStream_t st = NULL;
-  char err[256];
-  assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  for (int f = 0; f < 2; f++) {
-    struct cgrtk_cp_cfg cfg;
-    cgrtk_cp_launch_bound_cfg(&cfg);
-    cfg.layers = LAYERS;
-    cfg.fuse_norm = f;
-    if (cgrtk_cp_create(&w[f], &cfg, 128, err, sizeof(err)) != 0)
-      fail_msg("cgrtk_cp_create: %s", err);
-  }
+  open_pair(w, &st, offsetof(struct cgrtk_cp_cfg, fuse_norm));
   const int64_t d = cgrtk_cp_config(w[0])->d_model;
   for (int k = 0; k < 2; k++) {
-    const struct lengths *l = k == 0 ? &l128 : &l64;
-    const int64_t padded = k == 0 ? 128 : 64;
-    direct_forward(w[1], l, padded, (uint64_t)k, st, out_graph);
-    direct_forward(w[0], l, padded, (uint64_t)k, st, out_eager);
-    assert_same(padded, padded, d, "fused against unfused RMSNorm", k);
+    direct_forward(w[1], &pair_len[k], pair_rows[k], (uint64_t)k, st, out_graph);
+    direct_forward(w[0], &pair_len[k], pair_rows[k], (uint64_t)k, st, out_eager);
+    assert_same(pair_rows[k], pair_rows[k], d, "fused against unfused RMSNorm", k);
   }
   /* Distinct paths: the unfused workload launches more kernels for one layer. */
   int launches[2];
@@ -402,9 +415,7 @@ static void fused_norm_same_bits(void **state) {
   if (launches[0] <= launches[1])
     fail_msg("the unfused MLP captured %d nodes, the fused %d: the paths are not distinct",
              launches[0], launches[1]);
-  cgrtk_cp_destroy(w[0]);
-  cgrtk_cp_destroy(w[1]);
-  cudaStreamDestroy(st);
+  close_pair(w, st);
 }
 
 /* Programmatic edges (dependents that may launch before their predecessor completes) in g. */
@@ -460,35 +471,22 @@ static size_t graph_forward(cgrtk_cp *w, const struct lengths *l, int64_t padded
  * without them the test would compare a path with itself. */
 static void pdl_entry_same_bits(void **state) {
   (void)state;
-  static const struct lengths l128 = {3, {60, 40, 20}}, l64 = {4, {1, 30, 0, 25}};
   cgrtk_cp *w[2] = {NULL, NULL};
   cudaStream_t st = NULL;
-  char err[256];
-  assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  for (int f = 0; f < 2; f++) {
-    struct cgrtk_cp_cfg cfg;
-    cgrtk_cp_launch_bound_cfg(&cfg);
-    cfg.layers = LAYERS;
-    cfg.pdl_entry = f;
-    if (cgrtk_cp_create(&w[f], &cfg, 128, err, sizeof(err)) != 0)
-      fail_msg("cgrtk_cp_create: %s", err);
-  }
+  open_pair(w, &st, offsetof(struct cgrtk_cp_cfg, pdl_entry));
   const int64_t d = cgrtk_cp_config(w[0])->d_model;
   size_t edges[2] = {0, 0};
   for (int k = 0; k < 2; k++) {
-    const struct lengths *l = k == 0 ? &l128 : &l64;
-    const int64_t padded = k == 0 ? 128 : 64;
-    direct_forward(w[0], l, padded, (uint64_t)k, st, out_eager);
-    direct_forward(w[1], l, padded, (uint64_t)k, st, out_graph);
+    const int64_t padded = pair_rows[k];
+    direct_forward(w[0], &pair_len[k], padded, (uint64_t)k, st, out_eager);
+    direct_forward(w[1], &pair_len[k], padded, (uint64_t)k, st, out_graph);
     assert_same(padded, padded, d, "eager, pdl_entry 1 against 0", k);
     for (int f = 0; f < 2; f++) {
-      edges[f] = graph_forward(w[f], l, padded, (uint64_t)k, st, out_graph);
+      edges[f] = graph_forward(w[f], &pair_len[k], padded, (uint64_t)k, st, out_graph);
       assert_same(padded, padded, d, f ? "graph, pdl_entry 1" : "graph, pdl_entry 0", k);
     }
   }
-  cgrtk_cp_destroy(w[0]);
-  cgrtk_cp_destroy(w[1]);
-  cudaStreamDestroy(st);
+  close_pair(w, st);
   if (edges[0] == 0) { /* no programmatic dependent launch at all: the paths are one */
     printf("SKIPPED: pdl_entry_same_bits: no programmatic edge in either graph (device below "
            "sm_90, or CGRTK_CP_PDL=0), so pdl_entry changes nothing to compare\n");
