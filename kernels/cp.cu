@@ -39,7 +39,9 @@ struct cgrtk_cp {
      triggers: the attention waits for its predecessor's completion before it reads q and kv. */
   int pdl_after_ag;
   int pdl_entry; /* cfg.pdl_entry or CGRTK_CP_PDL_ENTRY, with pdl */
-  int trig;      /* when the step kernels let their dependents launch: TRIG_START or _AFTER_WAIT */
+  /* When RMSNorm and the attention let their dependents launch: TRIG_AFTER_WAIT, or TRIG_START
+     (CGRTK_CP_TRIGGER=1). The GEMMs trigger at their start (TRIG_NONE before an all-gather). */
+  int trig;
   void *ws;      /* the calls' temporaries when persistent (CGRTK_CP_TEMPS=workspace), else NULL */
   int fuse_norm; /* cfg.fuse_norm, or CGRTK_CP_FUSE_NORM */
   /* kv comes from ncclMemAlloc and is registered as a symmetric window on each communicator
@@ -185,7 +187,7 @@ extern "C" int cgrtk_cp_create(cgrtk_cp **out, const struct cgrtk_cp_cfg *cfg,
   w->fuse_norm = cgrtk_env_int("CGRTK_CP_FUSE_NORM", cfg->fuse_norm != 0, 0, 1);
   w->pdl_after_ag = w->pdl && cgrtk_env_int("CGRTK_CP_PDL_AFTER_AG", 0, 0, 1);
   w->pdl_entry = w->pdl && cgrtk_env_int("CGRTK_CP_PDL_ENTRY", cfg->pdl_entry != 0, 0, 1);
-  /* CGRTK_CP_TRIGGER=1 brings back the trigger at each kernel's start (cp_kernels.cu). */
+  /* CGRTK_CP_TRIGGER=1 brings back the trigger at every kernel's start (cp_kernels.cu). */
   w->trig = cgrtk_env_int("CGRTK_CP_TRIGGER", TRIG_AFTER_WAIT, TRIG_START, TRIG_AFTER_WAIT);
 
   {
@@ -469,7 +471,7 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   /* The projection writing the K/V rows lets the all-gather launch only once it completes: an
      NCCL kernel launched as a programmatic dependent (the symmetric kernels are) reads those rows
      and lets the peers write into kv, which this call's earlier kernels may still read. */
-  const int trigger = cp_size == 1 ? w->trig : TRIG_NONE;
+  const int trigger = cp_size == 1 ? TRIG_START : TRIG_NONE;
   if (small && w->fuse_norm) {
     /* Small rows: RMSNorm, Q and K/V in one kernel (the same bits as the kernels below). */
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_ATTN_NORM], L->t[CGRTK_CP_T_WQKV], R, 3 * d, d,
@@ -483,7 +485,7 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
                             GEMM_STORE, s, pdl, trigger),
            "QKV projection");
     } else {
-      STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl, w->trig),
+      STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV], q, R, d, d, d, GEMM_STORE, s, pdl, TRIG_START),
            "Wq projection");
       STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WQKV] + (size_t)d * d, kv_local, R, 2 * d, d, 2 * d,
                        GEMM_STORE, s, pdl, trigger),
@@ -504,7 +506,8 @@ extern "C" int cgrtk_cp_attn(cgrtk_cp *w, int layer, const int32_t *cu_seqlens,
   STEP(launch_attention(q, w->kv, cu_seqlens, cu_seqlens_padded, padded_sequences, row0, R,
                         w->cfg.heads, d, xn, s, pdl && (cp_size == 1 || w->pdl_after_ag), w->trig),
        "attention");
-  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WO], w->hidden, R, d, d, d, GEMM_RESIDUAL, s, pdl, w->trig),
+  STEP(launch_gemm(xn, L->t[CGRTK_CP_T_WO], w->hidden, R, d, d, d, GEMM_RESIDUAL, s, pdl,
+                   TRIG_START),
        "Wo projection");
   e = w->ws ? cudaSuccess : cudaFreeAsync(tmp, s);
   if (rc == 0 && e != cudaSuccess)
@@ -540,15 +543,16 @@ extern "C" int cgrtk_cp_mlp(cgrtk_cp *w, int layer, int64_t rows, void *stream) 
   const bool pdl = use_pdl(w, s), entry = pdl && w->pdl_entry;
   if (norm_gemm_fits(R, f, d) && w->fuse_norm) {
     STEP(launch_norm_gemm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], L->t[CGRTK_CP_T_W1], R, f, d, f,
-                          act, f, act, f, GEMM_SILU, s, entry, w->trig),
+                          act, f, act, f, GEMM_SILU, s, entry, TRIG_START),
          "RMSNorm and W1 projection");
   } else {
     STEP(launch_rmsnorm(w->hidden, L->t[CGRTK_CP_T_MLP_NORM], xn, R, d, s, entry, w->trig),
          "RMSNorm");
-    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_W1], act, R, f, d, f, GEMM_SILU, s, pdl, w->trig),
+    STEP(launch_gemm(xn, L->t[CGRTK_CP_T_W1], act, R, f, d, f, GEMM_SILU, s, pdl, TRIG_START),
          "W1 projection");
   }
-  STEP(launch_gemm(act, L->t[CGRTK_CP_T_W2], w->hidden, R, d, f, d, GEMM_RESIDUAL, s, pdl, w->trig),
+  STEP(launch_gemm(act, L->t[CGRTK_CP_T_W2], w->hidden, R, d, f, d, GEMM_RESIDUAL, s, pdl,
+                   TRIG_START),
        "W2 projection");
   e = w->ws ? cudaSuccess : cudaFreeAsync(tmp, s);
   if (rc == 0 && e != cudaSuccess)

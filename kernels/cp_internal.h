@@ -33,8 +33,8 @@ enum { TRIG_NONE = 0, TRIG_START = 1, TRIG_AFTER_WAIT = 2 };
 
 /* Each returns 0 or the cudaError_t of the launch (cudaErrorInvalidValue for a shape or
  * alignment the kernel does not take). pdl: launch with programmatic stream serialization (only
- * for a kernel whose predecessor on s is a step kernel of the same module call; see
- * cp_kernels.cu). */
+ * for a kernel whose predecessor on s is a step kernel of the same module call, or with
+ * pdl_entry any kernel that waits for its own predecessor; see cp.h and cp_kernels.cu). */
 int launch_init(float *dst, uint64_t n, uint64_t key, int is_gain, float scale, cudaStream_t s);
 int launch_stage(float *h, int d, int64_t row0, int64_t rows, int64_t tokens, uint64_t key,
                  cudaStream_t s);

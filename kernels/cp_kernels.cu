@@ -12,13 +12,14 @@
  * predecessor (griddepcontrol.wait) before it reads anything a kernel of the call writes and
  * before it writes anything; before the wait it reads only what no kernel of the call writes
  * (weights, THD metadata). It lets its dependents launch (griddepcontrol.launch_dependents) when
- * `trig` says (TRIG_*, cp_internal.h): by default once its wait returns, so one kernel at most is
- * launched ahead of the one working. Triggering at the start let a chain launch every kernel up to
- * the next call boundary ahead, all waiting on the GPU; with pdl_entry there is no such boundary
- * in a step graph, and the cp 1 step replayed 9 us slower than with the trigger after the wait
- * (H200, docs/DESIGN.md). Launched without the attribute both are no-ops. TRIG_NONE keeps the
- * dependents until the kernel completes, for the projection before an all-gather (a collective's
- * kernel may be a programmatic dependent that never waits).
+ * `trig` says (TRIG_*, cp_internal.h): the GEMMs as they start, RMSNorm and the attention once
+ * their wait returns, so a chain launches at most a few kernels ahead of the one working.
+ * Triggering every kernel at its start let a chain launch every kernel up to the next call
+ * boundary ahead, all waiting on the GPU; with pdl_entry there is no such boundary in a step
+ * graph, and the cp 1 step replayed 9 us slower; every kernel after its wait, 4.6 us slower than
+ * the GEMMs at their start (H200, docs/DESIGN.md). Launched without the attribute both are no-ops.
+ * TRIG_NONE keeps the dependents until the kernel completes, for the projection before an
+ * all-gather (a collective's kernel may be a programmatic dependent that never waits).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -43,6 +44,19 @@ constexpr int64_t kSmallGemmOutputs = 64 * 1024;
 using cgrtk_launch::launch;
 using cgrtk_launch::pdl_trigger;
 using cgrtk_launch::pdl_wait;
+
+/* Where a step kernel lets its programmatic dependents launch (TRIG_*, cp_internal.h): call
+ * trigger_at_start(trig) as the kernel starts and wait_predecessor(trig) in place of pdl_wait. */
+__device__ __forceinline__ void trigger_at_start(int trig) {
+  if (trig == TRIG_START)
+    pdl_trigger();
+}
+
+__device__ __forceinline__ void wait_predecessor(int trig) {
+  pdl_wait();
+  if (trig == TRIG_AFTER_WAIT)
+    pdl_trigger();
+}
 
 unsigned grid_for(uint64_t n) {
   uint64_t b = (n + kThreads - 1) / kThreads;
@@ -83,8 +97,7 @@ __global__ void stage_thd(int32_t *__restrict__ cu, int32_t *__restrict__ cu_pad
  * in a fixed order, then a butterfly (every lane ends with the same, order-fixed sum). */
 __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ gain,
                         float *__restrict__ y, int rows, int d, int trig) {
-  if (trig == TRIG_START)
-    pdl_trigger();
+  trigger_at_start(trig);
   const int lane = threadIdx.x & 31;
   const int r = blockIdx.x * kNormWarps + (threadIdx.x >> 5);
   /* The gains (weights) before the wait, for rows up to kNormCached values a lane. */
@@ -92,9 +105,7 @@ __global__ void rmsnorm(const float *__restrict__ x, const float *__restrict__ g
 #pragma unroll
   for (int i = 0; i < kNormCached; i++)
     gv[i] = lane + 32 * i < d ? gain[lane + 32 * i] : 0.0f;
-  pdl_wait();
-  if (trig == TRIG_AFTER_WAIT)
-    pdl_trigger();
+  wait_predecessor(trig);
   if (r >= rows)
     return;
   const float *xr = x + (size_t)r * d;
@@ -122,9 +133,8 @@ template <int EPI>
 __global__ void __launch_bounds__(256)
     gemm(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n, int k,
          int ldy, int trig) {
-  if (trig)
-    pdl_trigger();
-  pdl_wait();
+  trigger_at_start(trig);
+  wait_predecessor(trig);
   __shared__ float as[kBK][kBM + 4];
   __shared__ float bs[kBK][kBN + 4];
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
@@ -196,9 +206,8 @@ template <int EPI>
 __global__ void __launch_bounds__(256)
     gemm_small(const float *__restrict__ x, const float *__restrict__ w, float *y, int rows, int n,
                int k, int ldy, int trig) {
-  if (trig)
-    pdl_trigger();
-  pdl_wait();
+  trigger_at_start(trig);
+  wait_predecessor(trig);
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (int64_t)rows * n)
     return;
@@ -246,8 +255,7 @@ __global__ void __launch_bounds__(TR *kTC)
   constexpr int kLd = K + 4, kThr = TR * kTC, kQ = K / 4;
   __shared__ __align__(16) float xs[TR][kLd];
   __shared__ __align__(16) float ws[kTC][kLd];
-  if (trig)
-    pdl_trigger();
+  trigger_at_start(trig);
   const int tid = threadIdx.x, tx = tid % kTC, ty = tid / kTC;
   const int r0 = blockIdx.y * TR, c0 = blockIdx.x * kTC;
 #pragma unroll
@@ -256,9 +264,7 @@ __global__ void __launch_bounds__(TR *kTC)
     *reinterpret_cast<float4 *>(&ws[row][4 * q]) =
         reinterpret_cast<const float4 *>(w + (size_t)(c0 + row) * K)[q];
   }
-  pdl_wait();
-  if (trig == TRIG_AFTER_WAIT)
-    pdl_trigger();
+  wait_predecessor(trig);
 #pragma unroll
   for (int i = tid; i < TR * kQ; i += kThr) {
     const int row = i / kQ, q = i % kQ;
@@ -377,8 +383,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   __shared__ float part_m[kAttnWarps], part_l[kAttnWarps];
   __shared__ __align__(8) float part_acc[kAttnWarps][CGRTK_CP_HEAD_DIM];
   __shared__ int part_below[kAttnWarps];
-  if (trig == TRIG_START)
-    pdl_trigger();
+  trigger_at_start(trig);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int lr = blockIdx.x, h = blockIdx.y;
   const int64_t g = row0 + lr;
@@ -398,9 +403,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const int64_t len = (int64_t)cu[seq + 1] - cu[seq];
   const int64_t pos = g - start;
   float *o = out + (size_t)lr * d + h * CGRTK_CP_HEAD_DIM;
-  pdl_wait(); /* the THD metadata above is not written by the call's kernels; q and kv are */
-  if (trig == TRIG_AFTER_WAIT)
-    pdl_trigger();
+  /* The THD metadata above is not written by the call's kernels; q and kv are. */
+  wait_predecessor(trig);
   if (pos < 0 || pos >= len) { /* the same on the whole block */
     if (warp == 0)
       reinterpret_cast<float2 *>(o)[lane] = make_float2(0.0f, 0.0f);
