@@ -1,0 +1,72 @@
+#!/bin/sh
+# The part of issue 15 that needs two GPUs, in one command on a machine with at least two:
+#   1. the multi-GPU tests (ctest -L multigpu: test_multigpu_cp with NCCL graph mixing on and off,
+#      bench_cp, cp_suite);
+#   2. `cgrt bench --workload cp --ranks 2` under the default settings and under each candidate
+#      that has not been measured at 2 ranks yet, interleaved over ROUNDS rounds (default 2) so that
+#      host drift spreads over all of them.
+# It prints one line per cp-2 row (candidate, round, scope, eager_us, cgrt_us, speedup, bitwise) and,
+# per candidate, the lowest step-scope speedup: the target is at least 1.5x on every run, with every
+# row bitwise equal. Logs go to LOG_DIR (default build-dir/gpu-cp2).
+# Usage: scripts/gpu-cp2.sh [BUILD_DIR [LOG_DIR]]   (BUILD_DIR default: build; it must be built
+# with CUDA and NCCL). Exit 0: every run completed and every row was bitwise equal; 1: a test
+# failed, a run failed, or a row differed; 2: fewer than two GPUs (nothing run).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+build=${1:-build}
+logs=${2:-$build/gpu-cp2}
+rounds=${ROUNDS:-2}
+cgrt=$build/bin/cgrt
+[ -x "$cgrt" ] || { echo "gpu-cp2: $cgrt not found: build first (cmake --build $build)"; exit 1; }
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$gpus" -lt 2 ]; then
+  echo "gpu-cp2: needs 2 GPUs, $gpus visible (nvidia-smi -L); nothing run"
+  exit 2
+fi
+mkdir -p "$logs"
+status=0
+echo "== ctest -L multigpu (log: $logs/ctest.log)"
+if ! ctest --test-dir "$build" -L multigpu -V >"$logs/ctest.log" 2>&1; then status=1; fi
+grep -E "tests passed|\(Failed\)|Not Run|Timeout|SKIPPED" "$logs/ctest.log" | head -12
+
+# Candidates: a name, then the environment it runs under. "default" sets nothing (X_UNUSED=1 keeps
+# env's argument list non-empty).
+# - mix0: NCCL_GRAPH_MIXING_SUPPORT=0: NCCL's kernels in a graph no longer get event nodes that
+#   order them against work outside the graph (DESIGN.md, issue 15, sixth session).
+# - fold: CGRT_FOLD_EVENT_LEAVES=1: the cuda driver folds the leaf event-record nodes NCCL adds into
+#   one join (core/src/driver_cuda.c).
+# - pdl_ag: CGRTK_CP_PDL_AFTER_AG=1: the kernel after each all-gather is a programmatic dependent
+#   (kernels/cp.cu).
+echo "== cgrt bench --workload cp --ranks 2, $rounds rounds (logs: $logs/bench_*.log)"
+printf '%-8s %5s %8s %10s %10s %8s %8s\n' candidate round scope eager_us cgrt_us speedup bitwise
+summary=$logs/summary.txt
+: >"$summary"
+round=1
+while [ "$round" -le "$rounds" ]; do
+  for cand in "default X_UNUSED=1" "mix0 NCCL_GRAPH_MIXING_SUPPORT=0" \
+      "fold CGRT_FOLD_EVENT_LEAVES=1" "pdl_ag CGRTK_CP_PDL_AFTER_AG=1"; do
+    name=${cand%% *}
+    setting=${cand#* }
+    log=$logs/bench_${round}_$name.log
+    rc=0
+    env "$setting" timeout 300 "$cgrt" bench --workload cp --ranks 2 >"$log" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      status=1
+      echo "$name, round $round: exit $rc ($setting); last lines of $log:"
+      tail -5 "$log"
+    fi
+    # Table rows: cp scope rows/rank eager_us eager_host cgrt_us cgrt_host speedup ... bitwise.
+    awk -v n="$name" -v r="$round" '$1 == 2 && ($2 == "step" || $2 == "modules") {
+        printf "%-8s %5s %8s %10s %10s %8s %8s\n", n, r, $2, $4, $6, $8, $NF }' "$log" |
+      tee -a "$summary"
+  done
+  round=$((round + 1))
+done
+grep -q 'DIFFER' "$summary" && status=1
+[ -s "$summary" ] || { echo "gpu-cp2: no cp 2 row was printed"; status=1; }
+echo "== lowest step-scope speedup per candidate (target: at least 1.50x, every row equal)"
+awk '$3 == "step" { s = $6; sub(/x$/, "", s); s += 0
+    if (!(($1) in lo) || s < lo[$1]) lo[$1] = s; n[$1]++ }
+  END { for (c in lo) printf "%-8s %5.2fx over %d runs%s\n", c, lo[c], n[c],
+    (lo[c] >= 1.5 ? "" : " (below target)") }' "$summary" | sort
+exit "$status"
