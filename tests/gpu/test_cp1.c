@@ -344,18 +344,37 @@ static int use_launch_shape_step_scope(void **state) {
   return 0;
 }
 
+/* The THD metadata and input rows (data) of the packed lengths l at cp 1, staged on st. */
+struct staged {
+  const int32_t *cu, *cup;
+  int nps;
+};
+
+static struct staged stage_batch(cgrtk_cp *w, const struct lengths *l, int64_t padded,
+                                 uint64_t data, cudaStream_t st) {
+  struct staged b = {NULL, NULL, 0};
+  assert_int_equal(cgrtk_cp_stage_thd(w, l->len, l->n, padded, st, &b.cu, &b.cup, &b.nps), 0);
+  assert_int_equal(cgrtk_cp_stage(w, data, l->len, l->n, padded, 1, 0, st), 0);
+  return b;
+}
+
+/* Every layer's attn and mlp call of w over b on st (no cgrt); the layer whose call failed, or
+ * -1. */
+static int issue_layers(cgrtk_cp *w, const struct staged *b, int64_t padded, cudaStream_t st) {
+  for (int layer = 0; layer < cgrtk_cp_config(w)->layers; layer++)
+    if (cgrtk_cp_attn(w, layer, b->cu, b->cup, b->nps, padded, 1, 0, NULL, st) != 0 ||
+        cgrtk_cp_mlp(w, layer, padded, st) != 0)
+      return layer;
+  return -1;
+}
+
 /* One eager forward of w over the packed lengths l (cp 1, no cgrt) into out. */
 static void direct_forward(cgrtk_cp *w, const struct lengths *l, int64_t padded, uint64_t data,
                            cudaStream_t st, float *out) {
-  const int32_t *cu = NULL, *cup = NULL;
-  int nps = 0;
-  assert_int_equal(cgrtk_cp_stage_thd(w, l->len, l->n, padded, st, &cu, &cup, &nps), 0);
-  assert_int_equal(cgrtk_cp_stage(w, data, l->len, l->n, padded, 1, 0, st), 0);
-  for (int layer = 0; layer < cgrtk_cp_config(w)->layers; layer++) {
-    if (cgrtk_cp_attn(w, layer, cu, cup, nps, padded, 1, 0, NULL, st) != 0 ||
-        cgrtk_cp_mlp(w, layer, padded, st) != 0)
-      fail_msg("layer %d: %s", layer, cgrtk_cp_last_error(w));
-  }
+  const struct staged b = stage_batch(w, l, padded, data, st);
+  const int failed = issue_layers(w, &b, padded, st);
+  if (failed >= 0)
+    fail_msg("layer %d: %s", failed, cgrtk_cp_last_error(w));
   assert_int_equal(cgrtk_cp_read(w, padded, out, st), 0);
   assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
 }
@@ -440,21 +459,15 @@ static size_t programmatic_edges(cudaGraph_t g) {
  * holds several calls), replayed once into out; the graph's programmatic edges. */
 static size_t graph_forward(cgrtk_cp *w, const struct lengths *l, int64_t padded, uint64_t data,
                             cudaStream_t st, float *out) {
-  const int32_t *cu = NULL, *cup = NULL;
-  int nps = 0;
   cudaGraph_t g = NULL;
   cudaGraphExec_t x = NULL;
-  assert_int_equal(cgrtk_cp_stage_thd(w, l->len, l->n, padded, st, &cu, &cup, &nps), 0);
-  assert_int_equal(cgrtk_cp_stage(w, data, l->len, l->n, padded, 1, 0, st), 0);
+  const struct staged b = stage_batch(w, l, padded, data, st);
   assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
   assert_int_equal(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  int rc = 0;
-  for (int layer = 0; layer < cgrtk_cp_config(w)->layers && rc == 0; layer++)
-    rc = cgrtk_cp_attn(w, layer, cu, cup, nps, padded, 1, 0, NULL, st) ||
-         cgrtk_cp_mlp(w, layer, padded, st);
+  const int failed = issue_layers(w, &b, padded, st);
   assert_int_equal(cudaStreamEndCapture(st, &g), cudaSuccess);
-  if (rc)
-    fail_msg("capturing the layers: %s", cgrtk_cp_last_error(w));
+  if (failed >= 0)
+    fail_msg("capturing layer %d: %s", failed, cgrtk_cp_last_error(w));
   const size_t edges = programmatic_edges(g);
   assert_int_equal(cudaGraphInstantiate(&x, g, 0), cudaSuccess);
   assert_int_equal(cudaGraphLaunch(x, st), cudaSuccess);
