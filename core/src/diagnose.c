@@ -1,13 +1,15 @@
 /*
  * diagnose.c - findings about the calls made while capturing: recording around cgrt__record, the
  * host driver's notes, the caller of a call (backtrace and dladdr), the log lines and the public
- * list (cgrt_findings_count, cgrt_finding_get, cgrt_findings_clear). The CUDA side of recording
- * is diagnose_cupti.c.
+ * list (cgrt_findings_count, cgrt_finding_get, cgrt_findings_clear), and the allocations of the
+ * host's declared pool allocator (cgrt_set_capture_hooks_ex) that are not findings. The CUDA side
+ * of recording is diagnose_cupti.c.
  */
 #include "diagnose.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,8 +78,11 @@ static _Unwind_Reason_Code collect(struct _Unwind_Context *ctx, void *arg) {
   return _URC_NO_REASON;
 }
 
-void cgrt__diag_caller(const void *host_frame, char *buf, size_t len) {
+void cgrt__diag_caller(const void *host_frame, struct cgrt_diag_call *c) {
+  char *buf = c->caller;
+  size_t len = sizeof(c->caller);
   buf[0] = '\0';
+  c->object[0] = '\0';
   /* Only frames inside the host callback now running: none if cgrt itself made the call. */
   uintptr_t boundary = (uintptr_t)host_frame;
   if (!boundary)
@@ -116,6 +121,7 @@ void cgrt__diag_caller(const void *host_frame, char *buf, size_t len) {
     obj = obj ? obj + 1 : di.dli_fname;
     if (!obj[0])
       obj = "the executable";
+    snprintf(c->object, sizeof(c->object), "%s", di.dli_fname);
     if (name)
       snprintf(buf, len, "%s+0x%lx (%s)", name,
                (unsigned long)((char *)fr.ip[i] - (char *)di.dli_saddr), obj);
@@ -144,7 +150,7 @@ static void dev_note(struct cgrt_dev *dev, cgrt_finding_kind kind, int refused, 
   snprintf(c->result_name, sizeof(c->result_name), "%s",
            result == 0 ? "success" : cgrt_strerror(result));
   snprintf(c->detail, sizeof(c->detail), "%s", detail ? detail : "");
-  cgrt__diag_caller(rt->host_frame, c->caller, sizeof(c->caller));
+  cgrt__diag_caller(rt->host_frame, c);
 }
 
 void cgrt__diagnose_open(cgrt_runtime *rt) {
@@ -176,6 +182,49 @@ void cgrt__diagnose_close(cgrt_runtime *rt) {
   findings_free(d);
   free(d);
   rt->diag = NULL;
+}
+
+/* ---------------------------------------------------------------- the host's pool allocator */
+
+/* Whether two paths name the same file once symbolic links, "." and ".." are resolved. */
+static int same_file(const char *a, const char *b) {
+  if (strcmp(a, b) == 0)
+    return 1;
+  char *ra = realpath(a, NULL), *rb = realpath(b, NULL);
+  int same = ra && rb && strcmp(ra, rb) == 0;
+  free(ra);
+  free(rb);
+  return same;
+}
+
+/*
+ * Whether `object` (a caller's dladdr file name) is one of the ':'-separated entries of `pool`
+ * (cgrt_set_capture_hooks_ex's pool_allocator): a file name without '/' matches the object's file
+ * name, a path the object's path.
+ */
+static int in_pool(const char *pool, const char *object) {
+  if (!pool || !object[0])
+    return 0;
+  const char *base = strrchr(object, '/');
+  base = base ? base + 1 : object;
+  for (const char *p = pool; *p;) {
+    size_t n = strcspn(p, ":");
+    if (n > 0 && memchr(p, '/', n)) {
+      char path[PATH_MAX];
+      if (n < sizeof(path)) {
+        memcpy(path, p, n);
+        path[n] = '\0';
+        if (same_file(path, object))
+          return 1;
+      }
+    } else if (n > 0 && strlen(base) == n && strncmp(base, p, n) == 0) {
+      return 1;
+    }
+    p += n;
+    if (*p == ':')
+      p++;
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------- reporting */
@@ -350,10 +399,20 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
   if (!failed && rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON)
     return;
   int broke = 0;
+  size_t pooled = 0;
   for (size_t i = 0; i < d->rec.n; i++) {
     const struct cgrt_diag_call *c = &d->rec.calls[i];
     if (c->refused && broke)
       continue; /* calls refused after the first: the capture was already invalidated */
+    /*
+     * The host's pool allocator, declared with its hooks: its allocations while capturing come
+     * from the pool its begin hook opened, reserved for the graph, as the host meant. One that
+     * was refused broke the capture all the same: reported below.
+     */
+    if (c->kind == CGRT_FINDING_MALLOC && !c->refused && in_pool(rt->hook_pool, c->object)) {
+      pooled++;
+      continue;
+    }
     if (c->refused) {
       broke = 1;
       snprintf(why_more, len, "; diagnose: the first call refused was %s (%s)%s%s", c->call,
@@ -361,6 +420,11 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
     }
     add_finding(rt, c, c->refused, what);
   }
+  if (pooled)
+    cgrt__log(rt, CGRT_LOG_DEBUG,
+              "diagnose: %zu allocations or frees by the host's pool allocator (%s) while "
+              "capturing %s (step %llu) are not reported: they come from its pool",
+              pooled, rt->hook_pool, what, (unsigned long long)rt->step_index);
   if (d->rec.dropped)
     cgrt__log(rt, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
               d->rec.dropped, what);

@@ -32,6 +32,7 @@ struct cgrt_diag_call {
   char call[64];
   char result_name[64];
   char caller[256];
+  char object[512]; /* the caller's shared object (dladdr's file name), "" if unknown */
   char detail[384]; /* what the call did, e.g. "copies 64 bytes from pageable memory" */
   /* CUPTI: copies are classified after the capture (pointer attributes cannot be asked inside) */
   int domain; /* 0 host driver, 1 runtime API, 2 driver API */
@@ -57,10 +58,11 @@ struct cgrt_diag_call *cgrt__diag_rec_add(struct cgrt_diag_rec *rec);
 /*
  * The function that made the device call being recorded, from a backtrace of the calling thread:
  * the first frame below `boundary` (the runtime's host_frame) outside libcgrt, CUDA's libraries and
- * CUPTI, as "symbol+0xoff (object)" or "object+0xoff" when the symbol is not exported; "" if the
- * call was made by cgrt itself, or no frame qualifies.
+ * CUPTI, into c->caller as "symbol+0xoff (object)" or "object+0xoff" when the symbol is not
+ * exported, and its object's file name into c->object; both "" if the call was made by cgrt
+ * itself, or no frame qualifies.
  */
-void cgrt__diag_caller(const void *boundary, char *buf, size_t len);
+void cgrt__diag_caller(const void *boundary, struct cgrt_diag_call *c);
 
 /* Sets up diagnose for an opened runtime (the driver's note hook); close frees the findings. */
 void cgrt__diagnose_open(struct cgrt_runtime *rt);

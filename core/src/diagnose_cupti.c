@@ -218,7 +218,7 @@ static void note_runtime(struct cgrt_diag_rec *rec, CUpti_CallbackId cbid,
   c->copy_kind = copy_kind;
   snprintf(c->call, sizeof(c->call), "%s", name);
   snprintf(c->detail, sizeof(c->detail), "%s", detail);
-  cgrt__diag_caller(*tls_host_frame, c->caller, sizeof(c->caller));
+  cgrt__diag_caller(*tls_host_frame, c);
 }
 
 static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb) {
@@ -251,7 +251,7 @@ static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb)
   c->refused = refused;
   c->result = r;
   snprintf(c->call, sizeof(c->call), "%s", name);
-  cgrt__diag_caller(*tls_host_frame, c->caller, sizeof(c->caller));
+  cgrt__diag_caller(*tls_host_frame, c);
 }
 
 static void CUPTIAPI on_call(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,

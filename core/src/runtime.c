@@ -269,6 +269,7 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   free(rt->buckets);
   cgrt__adaptive_close(rt);
   cgrt__diagnose_close(rt);
+  free(rt->hook_pool);
   cgrt__config_free(&rt->cfg);
   free(rt);
   return first;
@@ -295,9 +296,37 @@ CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgr
   if (rt->in_step)
     return cgrt__fail(rt, CGRT_E_STATE,
                       "cgrt_set_capture_hooks: not allowed inside a step (a capture may be open)");
-  rt->hook_begin = begin;
-  rt->hook_end = end;
-  rt->hook_user = user;
+  cgrt_capture_hooks h = {.struct_size = sizeof(h), .begin = begin, .end = end, .user = user};
+  return cgrt_set_capture_hooks_ex(rt, &h);
+}
+
+/* The fields every caller of cgrt_set_capture_hooks_ex sets (pool_allocator came with them). */
+#define CAPTURE_HOOKS_MIN (offsetof(cgrt_capture_hooks, user) + sizeof(void *))
+
+CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hooks *hooks) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (!hooks || hooks->struct_size < CAPTURE_HOOKS_MIN)
+    return cgrt__fail(rt, CGRT_E_INVAL,
+                      "cgrt_set_capture_hooks_ex: hooks must be non-NULL, with hooks->struct_size "
+                      "set to sizeof(cgrt_capture_hooks)");
+  if (rt->in_step)
+    return cgrt__fail(rt, CGRT_E_STATE,
+                      "cgrt_set_capture_hooks_ex: not allowed inside a step (a capture may be "
+                      "open)");
+  /* A shorter struct (an older header) lacks the fields after it: they read as NULL. */
+  cgrt_capture_hooks h;
+  memset(&h, 0, sizeof(h));
+  memcpy(&h, hooks, hooks->struct_size < sizeof(h) ? hooks->struct_size : sizeof(h));
+  char *pool = NULL;
+  if (h.pool_allocator && h.pool_allocator[0] && !(pool = strdup(h.pool_allocator)))
+    return cgrt__fail(rt, CGRT_E_NOMEM,
+                      "cgrt_set_capture_hooks_ex: out of memory copying pool_allocator");
+  free(rt->hook_pool);
+  rt->hook_pool = pool;
+  rt->hook_begin = h.begin;
+  rt->hook_end = h.end;
+  rt->hook_user = h.user;
   return 0;
 }
 

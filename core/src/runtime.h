@@ -82,6 +82,7 @@ struct cgrt_runtime {
   cgrt_capture_fn hook_end;
   void *hook_user;
   int hook_depth;
+  char *hook_pool; /* cgrt_set_capture_hooks_ex's pool_allocator (a copy), or NULL (diagnose) */
 
   struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
   struct cgrt_faults faults;

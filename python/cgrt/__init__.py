@@ -32,6 +32,7 @@ __all__ = [
     "Buffer",
     "Ctx",
     "Error",
+    "Finding",
     "Kind",
     "LibraryNotFound",
     "Mode",
@@ -389,6 +390,25 @@ class Stats:
     comm_waits: int
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One thing diagnose found about the calls made while capturing (cgrt_finding): `kind` is
+    "sync", "host_read", "pageable_copy", "malloc", "legacy_stream" or "other"; `broke_capture`
+    says it was the call refused that invalidated the capture (else captured but suspicious);
+    `detail` is the log line's sentence."""
+
+    kind: str
+    broke_capture: bool
+    call: str
+    result: int
+    result_name: str
+    what: str
+    step: int
+    caller: str
+    detail: str
+    count: int
+
+
 class Module:
     """A registered module: name, kind, layer and the callbacks. Owned by its Runtime."""
 
@@ -591,6 +611,42 @@ class Runtime:
             findings=s.findings,
             comm_waits=s.comm_waits,
         )
+
+    def findings(self) -> Tuple[Finding, ...]:
+        """What diagnose found so far (`[runtime] diagnose`), oldest first; repeats of one are
+        counted in it. Empty when nothing was found or diagnose is off."""
+        if not _lib.has(self._lib, "cgrt_finding_get"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_finding_get (diagnose)")
+        n = ctypes.c_size_t()
+        rc = self._lib.cgrt_findings_count(self._handle(), ctypes.byref(n))
+        if rc != 0:
+            raise self._fail(rc)
+        out = []
+        for i in range(n.value):
+            f = _lib.CFinding()
+            f.struct_size = ctypes.sizeof(_lib.CFinding)
+            rc = self._lib.cgrt_finding_get(self._handle(), i, ctypes.byref(f))
+            if rc != 0:
+                raise self._fail(rc)
+
+            def text(b):
+                return b.decode(errors="replace") if b else ""
+
+            out.append(
+                Finding(
+                    kind=text(self._lib.cgrt_finding_kind_name(f.kind)),
+                    broke_capture=bool(f.broke_capture),
+                    call=text(f.call),
+                    result=f.result,
+                    result_name=text(f.result_name),
+                    what=text(f.what),
+                    step=f.step,
+                    caller=text(f.caller),
+                    detail=text(f.detail),
+                    count=f.count,
+                )
+            )
+        return tuple(out)
 
     # -- modules
 
@@ -858,13 +914,31 @@ class Runtime:
         self,
         begin: Optional[Callable[[int], None]] = None,
         end: Optional[Callable[[int], None]] = None,
+        pool_allocator=None,
     ) -> None:
         """`begin(stream)` runs right before every capture cgrt begins, `end(stream)` right after
         it ended, on this thread, inside step(). A begin that raises refuses the capture (the work
-        runs eagerly); an end that raises discards the graph (likewise). None removes a hook."""
-        if not hasattr(self._lib, "cgrt_set_capture_hooks") or not getattr(
-            self._lib.cgrt_set_capture_hooks, "argtypes", None
-        ):
+        runs eagerly); an end that raises discards the graph (likewise). None removes a hook.
+
+        `pool_allocator` declares the host's pool allocator: a shared object, or several (a
+        sequence, or one string separated by ':'), named by file name ("libc10_cuda.so") or path,
+        whose device allocations and frees made while cgrt captures come from a pool `begin`
+        routes them to; diagnose does not report those (cgrt_set_capture_hooks_ex). None declares
+        none. An older libcgrt without cgrt_set_capture_hooks_ex sets the hooks without it (a
+        RuntimeWarning says so): only what diagnose reports differs."""
+        if pool_allocator is not None and not _lib.has(self._lib, "cgrt_set_capture_hooks_ex"):
+            warnings.warn(
+                f"cgrt: {_LIB_PATH} has no cgrt_set_capture_hooks_ex: the pool allocator is not "
+                "declared, and diagnose may report its allocations while capturing as suspicious",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            pool_allocator = None
+        if pool_allocator is not None:
+            if isinstance(pool_allocator, (str, bytes, os.PathLike)):
+                pool_allocator = [pool_allocator]
+            pool = b":".join(os.fsencode(p) for p in pool_allocator)
+        elif not _lib.has(self._lib, "cgrt_set_capture_hooks"):
             raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_set_capture_hooks")
 
         def wrap(fn, which):
@@ -887,7 +961,13 @@ class Runtime:
             return _lib.CAPTURE_FN(hook)
 
         b, e = wrap(begin, "begin"), wrap(end, "end")
-        rc = self._lib.cgrt_set_capture_hooks(self._handle(), b, e, None)
+        if pool_allocator is not None:
+            h = _lib.CCaptureHooks()
+            h.struct_size = ctypes.sizeof(_lib.CCaptureHooks)
+            h.begin, h.end, h.user, h.pool_allocator = b, e, None, pool
+            rc = self._lib.cgrt_set_capture_hooks_ex(self._handle(), ctypes.byref(h))
+        else:
+            rc = self._lib.cgrt_set_capture_hooks(self._handle(), b, e, None)
         if rc != 0:
             raise self._fail(rc)
         self._hooks = (b, e)  # kept alive while cgrt may call them

@@ -165,6 +165,32 @@ class CStats(Structure):
     ]
 
 
+class CCaptureHooks(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("begin", CAPTURE_FN),
+        ("end", CAPTURE_FN),
+        ("user", c_void_p),
+        ("pool_allocator", c_char_p),
+    ]
+
+
+class CFinding(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("kind", c_int),
+        ("broke_capture", c_int),
+        ("call", c_char_p),
+        ("result", c_int),
+        ("result_name", c_char_p),
+        ("what", c_char_p),
+        ("step", c_uint64),
+        ("caller", c_char_p),
+        ("detail", c_char_p),
+        ("count", c_uint32),
+    ]
+
+
 class COpenOptions(Structure):
     _fields_ = [
         ("struct_size", c_size_t),
@@ -272,6 +298,22 @@ def load_library():
     )
 
 
+# Entry points an older libcgrt lacks; the package loads it all the same (see has()).
+OPTIONAL = (
+    "cgrt_set_capture_hooks",
+    "cgrt_set_capture_hooks_ex",
+    "cgrt_findings_count",
+    "cgrt_finding_get",
+    "cgrt_finding_kind_name",
+)
+
+
+def has(lib, name):
+    """Whether the loaded library has entry point `name` (declared by _declare)."""
+    fn = getattr(lib, name, None)
+    return fn is not None and getattr(fn, "argtypes", None) is not None
+
+
 def _declare(lib):
     R = c_void_p  # cgrt_runtime *
     sig = {
@@ -298,12 +340,16 @@ def _declare(lib):
         "cgrt_mode_name": (c_char_p, [c_int]),
         "cgrt_kind_name": (c_char_p, [c_int]),
         "cgrt_set_capture_hooks": (c_int, [R, CAPTURE_FN, CAPTURE_FN, c_void_p]),
+        "cgrt_set_capture_hooks_ex": (c_int, [R, POINTER(CCaptureHooks)]),
+        "cgrt_findings_count": (c_int, [R, POINTER(c_size_t)]),
+        "cgrt_finding_get": (c_int, [R, c_size_t, POINTER(CFinding)]),
+        "cgrt_finding_kind_name": (c_char_p, [c_int]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name, None)
         if fn is None:
-            if name == "cgrt_set_capture_hooks":
-                continue  # an older library: Runtime.set_capture_hooks says so when called
+            if name in OPTIONAL:
+                continue  # an older library: the method that needs it says so when called
             raise LibraryNotFound(f"{lib._name} has no symbol {name}: not a libcgrt of this version")
         fn.restype = restype
         fn.argtypes = argtypes

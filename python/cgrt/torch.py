@@ -391,7 +391,17 @@ class Runtime(cgrt.Runtime):
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.torch_stream = torch.cuda.ExternalStream(self.stream, device=self.device)
         self._thread = threading.get_ident()
-        self.set_capture_hooks(self._capture_begin, self._capture_end)
+        # PyTorch's caching allocator (libc10_cuda.so, in torch's lib directory in its wheels)
+        # calls cudaMalloc while cgrt captures, for the pool _capture_begin routes it to: declared,
+        # diagnose does not call those allocations suspicious. The file name if not found there.
+        import os
+
+        c10 = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10_cuda.so")
+        self.set_capture_hooks(
+            self._capture_begin,
+            self._capture_end,
+            pool_allocator=c10 if os.path.exists(c10) else "libc10_cuda.so",
+        )
         self.last_report = None
 
     # -- the pool

@@ -7,12 +7,15 @@
  * one: the call, its result, the work, the step and the calling function (the fixture is exported
  * so that dladdr can name it). With the default diagnose = failures, a failed capture is captured
  * once more with CUPTI recording. Every step's work still runs and the stream is never left
- * capturing.
+ * capturing. A host's pool allocator in an object of its own (tests/fixtures/pool_allocator.c,
+ * cudaMalloc through the cuda driver, as PyTorch's caching allocator in libc10_cuda.so), declared
+ * with cgrt_set_capture_hooks_ex: its allocations are not reported, the host's own still are.
  *
  * Verify: a module whose kernel takes an argument computed on the host that changes every step
  * (the replay keeps the value of the capture): caught on the first replay with verify = first,
  * and with verify_action = eager every output is right, before and after.
  */
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,11 +29,32 @@
 
 #include "cgrt/cgrt.h"
 #include "cgrt_kernels.h"
+#include "driver.h"  /* struct cgrt_dev: the pool allocator fixture allocates through it */
 #include "runtime.h" /* step_index: the step a check expects */
 
 #define N 256
 
-enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY };
+enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY, F_POOL };
+
+/* The pool allocator fixture's allocation function (libcgrt-test-pool.so). */
+typedef int (*pool_alloc_fn)(struct cgrt_dev *dev, void **ptr, size_t bytes);
+
+/* The fixture, loaded once from "$CGRT_TEST_FIXTURES/libcgrt-test-pool.so". */
+static pool_alloc_fn pool_library_fn(void) {
+  static pool_alloc_fn fn;
+  if (!fn) {
+    const char *dir = getenv("CGRT_TEST_FIXTURES");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/libcgrt-test-pool.so", dir ? dir : "tests/fixtures/lib");
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      fail_msg("dlopen %s: %s", path, dlerror());
+    fn = (pool_alloc_fn)dlsym(lib, "cgrt_test_pool_alloc");
+    if (!fn)
+      fail_msg("%s has no cgrt_test_pool_alloc", path);
+  }
+  return fn;
+}
 
 struct fx {
   cgrt_runtime *rt;
@@ -43,6 +67,7 @@ struct fx {
   int num_leaked;
   int stale; /* verify fixture: fill with step + 1 (else 7) */
   int lines;
+  int pool_lines; /* debug lines about the pool allocator's calls, not reported */
 };
 
 static void log_sink(void *user, cgrt_log_level level, const char *msg) {
@@ -50,6 +75,8 @@ static void log_sink(void *user, cgrt_log_level level, const char *msg) {
   if (level == CGRT_LOG_WARN &&
       (strncmp(msg, "diagnose:", 9) == 0 || strncmp(msg, "verify:", 7) == 0))
     f->lines++;
+  if (level == CGRT_LOG_DEBUG && strncmp(msg, "diagnose:", 9) == 0 && strstr(msg, "pool allocator"))
+    f->pool_lines++;
 }
 
 /* The fault, then the real work: y = 7 (or step + 1 for the verify fixture). */
@@ -73,6 +100,12 @@ CGRT_API int gpu_fixture_module(const cgrt_ctx *ctx, const cgrt_args *args, void
   case F_LEGACY:
     (void)cgrtk_fill_f32(f->other, 1.0f, N, NULL);
     break;
+  case F_POOL: {
+    pool_alloc_fn pool_alloc = pool_library_fn();
+    if (pool_alloc(&f->rt->dev, &f->leaked[f->num_leaked], 256) == 0)
+      f->num_leaked++;
+    break;
+  }
   case F_NONE:
     break;
   }
@@ -253,6 +286,58 @@ static void clean_module_has_no_finding(void **state) {
   fx_close(f);
 }
 
+/* ---------------------------------------------------------------- the host's pool allocator */
+
+static int declare_pool(struct fx *f, const char *pool) {
+  cgrt_capture_hooks h = {.struct_size = sizeof(h), .pool_allocator = pool};
+  return cgrt_set_capture_hooks_ex(f->rt, &h);
+}
+
+/* A pool declared to be other objects does not hide the host's own cudaMalloc. */
+static void malloc_reported_with_another_pool_declared(void **state) {
+  (void)state;
+  struct fx *f = fx_open(F_MALLOC, "capture_mode = relaxed", "diagnose = on");
+  assert_int_equal(declare_pool(f, "libc10_cuda.so:libcgrt-test-pool.so"), 0);
+  run_steps(f, 3);
+  cgrt_finding g = find(f, CGRT_FINDING_MALLOC);
+  assert_string_equal(g.call, "cudaMalloc");
+  assert_int_equal(g.broke_capture, 0); /* relaxed: captured, suspicious */
+  assert_contains(g.detail, "suspicious [malloc]");
+  assert_contains(g.caller, "gpu_fixture_module");
+  fx_close(f);
+}
+
+/* cudaMalloc made by the declared pool allocator's object while capturing: not a finding. */
+static void declared_pool_malloc_not_reported(void **state) {
+  (void)state;
+  for (int declared = 1; declared >= 0; declared--) {
+    struct fx *f = fx_open(F_POOL, "capture_mode = relaxed", "diagnose = on");
+    f->rt->log_level = CGRT_LOG_DEBUG;
+    if (declared)
+      assert_int_equal(declare_pool(f, "libcgrt-test-pool.so"), 0);
+    run_steps(f, 3);
+    assert_int_equal(f->num_leaked, 2); /* warm-up and capture allocated */
+    size_t n = 99;
+    assert_int_equal(cgrt_findings_count(f->rt, &n), 0);
+    if (declared) {
+      if (n != 0) {
+        cgrt_finding g = {.struct_size = sizeof(g)};
+        assert_int_equal(cgrt_finding_get(f->rt, 0, &g), 0);
+        fail_msg("%zu findings with the pool allocator declared, the first: %s", n, g.detail);
+      }
+      assert_int_equal(f->pool_lines, 1);
+    } else {
+      cgrt_finding g = find(f, CGRT_FINDING_MALLOC);
+      assert_string_equal(g.call, "cudaMalloc");
+      assert_int_equal(g.broke_capture, 0);
+      assert_contains(g.caller, "cgrt_test_pool_alloc");
+      assert_contains(g.caller, "libcgrt-test-pool.so");
+      assert_int_equal(f->pool_lines, 0);
+    }
+    fx_close(f);
+  }
+}
+
 /* ---------------------------------------------------------------- verify */
 
 static void stale_argument_unnoticed_without_verify(void **state) {
@@ -323,6 +408,8 @@ int main(void) {
       cmocka_unit_test(pageable_copy_named),
       cmocka_unit_test(legacy_stream_named),
       cmocka_unit_test(clean_module_has_no_finding),
+      cmocka_unit_test(malloc_reported_with_another_pool_declared),
+      cmocka_unit_test(declared_pool_malloc_not_reported),
       cmocka_unit_test(stale_argument_unnoticed_without_verify),
       cmocka_unit_test(stale_argument_caught_and_run_eagerly),
       cmocka_unit_test(correct_graph_passes_every_n),

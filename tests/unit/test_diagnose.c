@@ -7,8 +7,12 @@
  * tests/gpu/test_diagnose.c does the same through CUPTI on the cuda driver.
  *
  * The modules call the driver directly (as a host calls CUDA) and are exported (the test is
- * linked with -rdynamic) so that the caller can be named.
+ * linked with -rdynamic) so that the caller can be named. One allocates through a host's pool
+ * allocator in a shared object of its own (tests/fixtures/pool_allocator.c, as PyTorch's caching
+ * allocator in libc10_cuda.so): declared with cgrt_set_capture_hooks_ex, its allocations are not
+ * findings; the host's own still are.
  */
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,7 +27,10 @@
 #include "driver.h"
 #include "runtime.h"
 
-enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY };
+enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY, F_POOL };
+
+/* The pool allocator fixture's allocation function (libcgrt-test-pool.so). */
+typedef int (*pool_alloc_fn)(struct cgrt_dev *dev, void **ptr, size_t bytes);
 
 struct fx {
   cgrt_runtime *rt;
@@ -36,10 +43,34 @@ struct fx {
   int ran;   /* host functions run */
   int lines; /* "diagnose:" log lines */
   char last[2048];
+  int pool_lines; /* debug lines about the pool allocator's calls, not reported */
+  char pool_last[2048];
+  int begins, ends; /* the capture hooks' calls */
 };
 
 static void count_run(void *arg) {
   ((struct fx *)arg)->ran++;
+}
+
+static const char *fixtures(void) {
+  const char *dir = getenv("CGRT_TEST_FIXTURES");
+  return dir ? dir : "tests/fixtures/lib";
+}
+
+/* The pool allocator fixture, loaded once; its path is "<fixtures>/libcgrt-test-pool.so". */
+static pool_alloc_fn pool_library_fn(void) {
+  static pool_alloc_fn fn;
+  if (!fn) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/libcgrt-test-pool.so", fixtures());
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      fail_msg("dlopen %s: %s", path, dlerror());
+    fn = (pool_alloc_fn)dlsym(lib, "cgrt_test_pool_alloc");
+    if (!fn)
+      fail_msg("%s has no cgrt_test_pool_alloc", path);
+  }
+  return fn;
 }
 
 /* Each fixture does its fault, then its real work (a host function on ctx->stream). */
@@ -66,6 +97,12 @@ CGRT_API int diag_fixture_module(const cgrt_ctx *ctx, const cgrt_args *args, voi
   case F_LEGACY:
     (void)drv->host_fn(dev, CGRT_LEGACY_STREAM, count_run, f);
     break;
+  case F_POOL: {
+    pool_alloc_fn pool_alloc = pool_library_fn();
+    if (pool_alloc(dev, &f->leaked[f->num_leaked], 64) == 0)
+      f->num_leaked++;
+    break;
+  }
   case F_NONE:
     break;
   }
@@ -84,6 +121,11 @@ static void log_sink(void *user, cgrt_log_level level, const char *msg) {
   if (strncmp(msg, "diagnose:", 9) == 0 && level == CGRT_LOG_WARN) {
     f->lines++;
     snprintf(f->last, sizeof(f->last), "%s", msg);
+  }
+  if (strncmp(msg, "diagnose:", 9) == 0 && level == CGRT_LOG_DEBUG &&
+      strstr(msg, "pool allocator")) {
+    f->pool_lines++;
+    snprintf(f->pool_last, sizeof(f->pool_last), "%s", msg);
   }
 }
 
@@ -285,6 +327,144 @@ static void clean_capture_has_no_finding(void **state) {
   fx_close(f);
 }
 
+/* ---------------------------------------------------------------- the host's pool allocator */
+
+static int hook_begin(void *user, void *stream) {
+  (void)stream;
+  ((struct fx *)user)->begins++;
+  return 0;
+}
+
+static int hook_end(void *user, void *stream) {
+  (void)stream;
+  ((struct fx *)user)->ends++;
+  return 0;
+}
+
+/* Sets the capture hooks, declaring `pool` (NULL: none) as the host's pool allocator. */
+static int declare_pool(struct fx *f, const char *pool) {
+  cgrt_capture_hooks h = {.struct_size = sizeof(h),
+                          .begin = hook_begin,
+                          .end = hook_end,
+                          .user = f,
+                          .pool_allocator = pool};
+  return cgrt_set_capture_hooks_ex(f->rt, &h);
+}
+
+/* relaxed lets the allocations be captured; diagnose = on reports those of successful captures */
+#define RELAXED "capture_mode = relaxed"
+
+/* Steps to a capture and a replay; the allocations were made (eagerly and while capturing). */
+static void capture_and_replay(struct fx *f) {
+  assert_int_equal(fx_step(f), CGRT_MODE_WARMUP);
+  assert_int_equal(fx_step(f), CGRT_MODE_CAPTURE);
+  assert_int_equal(fx_step(f), CGRT_MODE_REPLAY);
+  assert_int_equal(f->num_leaked, 2);
+}
+
+static void declared_pool_allocations_are_not_findings(void **state) {
+  (void)state;
+  char dir_path[4096], dotted_path[4096];
+  snprintf(dir_path, sizeof(dir_path), "%s/libcgrt-test-pool.so", fixtures());
+  snprintf(dotted_path, sizeof(dotted_path), "%s/../lib/./libcgrt-test-pool.so", fixtures());
+  /* by file name, among others; by path; by a path that resolves to it */
+  const char *declarations[] = {"libc10_cuda.so:libcgrt-test-pool.so", dir_path, dotted_path};
+  for (size_t i = 0; i < sizeof(declarations) / sizeof(declarations[0]); i++) {
+    struct fx *f = fx_open(F_POOL, RELAXED, "diagnose = on");
+    f->rt->log_level = CGRT_LOG_DEBUG;
+    char copy[4096];
+    snprintf(copy, sizeof(copy), "%s", declarations[i]);
+    assert_int_equal(declare_pool(f, copy), 0);
+    memset(copy, 0, sizeof(copy)); /* the runtime keeps its own copy */
+    capture_and_replay(f);
+    if (count(f) != 0)
+      fail_msg("declared as \"%s\": %s", declarations[i], get(f, 0).detail);
+    assert_int_equal(f->lines, 0);
+    cgrt_stats s = {.struct_size = sizeof(s)};
+    assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+    assert_int_equal(s.findings, 0);
+    assert_int_equal(s.fallbacks, 0);
+    /* the hooks bracketed the capture; the allocation is counted in a debug line */
+    assert_int_equal(f->begins, 1);
+    assert_int_equal(f->ends, 1);
+    assert_int_equal(f->pool_lines, 1);
+    assert_contains(f->pool_last, "1 allocations or frees by the host's pool allocator");
+    assert_contains(f->pool_last, "while capturing layer0.fixture fwd (step 1)");
+    fx_close(f);
+  }
+}
+
+static void undeclared_pool_allocations_are_findings(void **state) {
+  (void)state;
+  /* no pool declared, another object declared, the declaration removed by the older setter */
+  for (int i = 0; i < 3; i++) {
+    struct fx *f = fx_open(F_POOL, RELAXED, "diagnose = on");
+    if (i == 1)
+      assert_int_equal(declare_pool(f, "libc10_cuda.so:/nonexistent/libcgrt-test-pool.so"), 0);
+    if (i == 2) {
+      assert_int_equal(declare_pool(f, "libcgrt-test-pool.so"), 0);
+      assert_int_equal(cgrt_set_capture_hooks(f->rt, hook_begin, hook_end, f), 0);
+    }
+    capture_and_replay(f);
+    assert_int_equal(count(f), 1);
+    cgrt_finding g = get(f, 0);
+    assert_int_equal(g.kind, CGRT_FINDING_MALLOC);
+    assert_int_equal(g.broke_capture, 0);
+    assert_string_equal(g.call, "mem_alloc");
+    assert_contains(g.caller, "cgrt_test_pool_alloc+0x");
+    assert_contains(g.caller, "(libcgrt-test-pool.so)");
+    assert_contains(g.detail, "suspicious [malloc]");
+    assert_int_equal(f->lines, 1);
+    fx_close(f);
+  }
+}
+
+/* The host's own allocation in its module is reported, a pool declared or not. */
+static void host_malloc_reported_with_a_pool_declared(void **state) {
+  (void)state;
+  struct fx *f = fx_open(F_MALLOC, RELAXED, "diagnose = on");
+  assert_int_equal(declare_pool(f, "libcgrt-test-pool.so"), 0);
+  capture_and_replay(f);
+  cgrt_finding g = find(f, CGRT_FINDING_MALLOC);
+  assert_int_equal(g.broke_capture, 0);
+  assert_string_equal(g.call, "mem_alloc");
+  assert_contains(g.caller, "diag_fixture_module+0x");
+  assert_contains(g.detail, "suspicious [malloc]");
+  fx_close(f);
+}
+
+/* An allocation the capture refused broke it: reported even from the declared pool allocator. */
+static void refused_pool_allocation_is_reported(void **state) {
+  (void)state;
+  struct fx *f = fx_open(F_POOL, "", "");
+  assert_int_equal(declare_pool(f, "libcgrt-test-pool.so"), 0);
+  assert_int_equal(fx_step(f), CGRT_MODE_WARMUP);
+  assert_int_equal(fx_step(f), CGRT_MODE_EAGER); /* capture failed, ran eagerly */
+  cgrt_finding g = find(f, CGRT_FINDING_MALLOC);
+  assert_int_equal(g.broke_capture, 1);
+  assert_contains(g.caller, "cgrt_test_pool_alloc");
+  assert_contains(cgrt_last_error(f->rt), "diagnose: the first call refused was mem_alloc");
+  fx_close(f);
+}
+
+static void capture_hooks_ex_checks_arguments(void **state) {
+  (void)state;
+  struct fx *f = fx_open(F_NONE, "", "");
+  assert_int_equal(cgrt_set_capture_hooks_ex(NULL, NULL), CGRT_E_INVAL);
+  assert_int_equal(cgrt_set_capture_hooks_ex(f->rt, NULL), CGRT_E_INVAL);
+  cgrt_capture_hooks h = {.begin = hook_begin, .end = hook_end, .user = f};
+  assert_int_equal(cgrt_set_capture_hooks_ex(f->rt, &h), CGRT_E_INVAL);
+  assert_contains(cgrt_last_error(f->rt), "struct_size");
+  /* a struct of an older header, without pool_allocator, still sets the hooks */
+  h.struct_size = offsetof(cgrt_capture_hooks, pool_allocator);
+  assert_int_equal(cgrt_set_capture_hooks_ex(f->rt, &h), 0);
+  fx_step(f);
+  assert_int_equal(fx_step(f), CGRT_MODE_CAPTURE);
+  assert_int_equal(f->begins, 1);
+  assert_int_equal(f->ends, 1);
+  fx_close(f);
+}
+
 /* ---------------------------------------------------------------- switches and the list */
 
 static void environment_overrides_the_key(void **state) {
@@ -346,6 +526,11 @@ int main(void) {
       cmocka_unit_test(host_read_and_the_sync_it_needs),
       cmocka_unit_test(legacy_stream_reported_when_on),
       cmocka_unit_test(clean_capture_has_no_finding),
+      cmocka_unit_test(declared_pool_allocations_are_not_findings),
+      cmocka_unit_test(undeclared_pool_allocations_are_findings),
+      cmocka_unit_test(host_malloc_reported_with_a_pool_declared),
+      cmocka_unit_test(refused_pool_allocation_is_reported),
+      cmocka_unit_test(capture_hooks_ex_checks_arguments),
       cmocka_unit_test(environment_overrides_the_key),
       cmocka_unit_test(list_api_checks_arguments),
       cmocka_unit_test(injected_sync_has_no_caller),

@@ -523,6 +523,36 @@ CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgr
                                     void *user);
 
 /*
+ * The capture hooks with what the host declares about them (appended after 0.3). `begin`, `end`
+ * and `user` are cgrt_set_capture_hooks's.
+ *
+ * `pool_allocator` declares the host's pool allocator: the shared objects, separated by ':', whose
+ * device allocations and frees made while cgrt captures come from a pool that `begin` routes them
+ * to (PyTorch's caching allocator, in "libc10_cuda.so"). An entry without '/' names an object by
+ * its file name ("libc10_cuda.so" is /any/dir/libc10_cuda.so), one with '/' by its path (symbolic
+ * links resolved). Diagnose ([runtime] diagnose) then does not report, as a suspicious malloc, an
+ * allocation or free that succeeded while capturing when the first function outside CUDA's
+ * libraries and libcgrt on its call stack lies in a declared object; it logs their number at
+ * level debug. Calls made by any other code (the host's own cudaMalloc in a module) are reported
+ * as before, and so is a call refused because of the capture, wherever it comes from. NULL or ""
+ * declares none.
+ *
+ * hooks->struct_size must be set (sizeof(cgrt_capture_hooks)); fields beyond it read as NULL. The
+ * string is copied. Replaces whatever either function set before: cgrt_set_capture_hooks
+ * declares no pool.
+ * Errors: CGRT_E_INVAL (rt or hooks NULL, struct_size unset), CGRT_E_STATE (inside a step),
+ * CGRT_E_NOMEM. On error nothing changes.
+ */
+typedef struct cgrt_capture_hooks {
+  size_t struct_size;
+  cgrt_capture_fn begin;
+  cgrt_capture_fn end;
+  void *user;
+  const char *pool_allocator; /* "libc10_cuda.so", "/opt/x/libpool.so:libother.so", or NULL */
+} cgrt_capture_hooks;
+CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hooks *hooks);
+
+/*
  * Diagnose (appended after 0.3). When a capture fails, or for every capture with `[runtime]
  * diagnose = on` (or CGRT_DIAGNOSE=1), cgrt records the device API calls made while capturing
  * (on the cuda driver through CUPTI's callback API, loaded only then; on the host driver through
