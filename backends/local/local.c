@@ -334,7 +334,7 @@ static int local_release(void *state) {
 static int local_describe(void *state, void (*emit)(void *user, const char *line), void *user) {
   struct local_state *s = state;
   const struct cgrt_config_view *c = s->cfg;
-  static const char *const rebind[] = {"update", "copy", "recapture", "error"};
+  static const char *const rebind[] = {"update", "copy", "recapture", "error", "auto"};
   char line[512];
   int n = 0;
   if (c->modules == 0)

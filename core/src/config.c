@@ -285,7 +285,7 @@ void cgrt__config_defaults(struct cgrt_config *cfg) {
   v->warmup_steps = 3;
   v->inference_scope = CGRT_SCOPE_NONE; /* layer once impl = local */
   v->capture_mode = CGRT_CAPTURE_THREAD_LOCAL;
-  v->rebind = CGRT_REBIND_UPDATE;
+  v->rebind = CGRT_REBIND_AUTO;
   v->max_graphs = 512;
   v->buckets = CGRT_BUCKETS_EXPONENTIAL;
   v->max_tokens = 512;

@@ -30,7 +30,7 @@ _Static_assert(sizeof(cgrt_diagnose) == sizeof(int), "enum size");
 /* Spellings, indexed by the value they stand for. */
 static const char *const scope_names[] = {"none", "layer", "block"};
 static const char *const capture_mode_names[] = {"global", "thread_local", "relaxed"};
-static const char *const rebind_names[] = {"update", "copy", "recapture", "error"};
+static const char *const rebind_names[] = {"update", "copy", "recapture", "error", "auto"};
 static const char *const bucket_names[] = {"exponential", "linear", "list", "adaptive"};
 static const char *const capture_names[] = {"lazy", "eager"};
 static const char *const over_capacity_names[] = {"error", "eager"};

@@ -17,18 +17,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_stage.h"
 #include "runtime.h"
 #include "verify.h"
 
 struct entry {
   struct cgrt_graph_key key;
   uint64_t hash;
-  void *exec;         /* NULL while warming up or after eviction */
-  int warm;           /* eager runs so far */
-  int failures;       /* captures that failed in a row; at CAPTURE_ATTEMPTS the key stays eager */
-  cgrt_buffer *bufs;  /* the addresses the executable uses (private ones under copy) */
-  cgrt_buffer *given; /* copy policy: the host's addresses at capture, for messages */
-  size_t num_bufs;
+  void *exec;        /* NULL while warming up or after eviction */
+  int warm;          /* eager runs so far */
+  int failures;      /* captures that failed in a row; at CAPTURE_ATTEMPTS the key stays eager */
+  cgrt_buffer *bufs; /* the addresses the executable uses: the host's, or private ones */
+  size_t num_bufs;   /* entries of bufs */
+  struct cgrt__stage st;       /* the host's buffers as followed, and the private copies (staged) */
+  int eager;                   /* auto: its buffers move on most calls and copies cannot serve it */
+  int own;                     /* its module stages its own inputs (never handed private copies) */
   struct cgrt__graph_rec rec;  /* what its executable cost (the last one, after an eviction) */
   int has_rec;                 /* rec holds a measured build */
   int charged;                 /* rec is in the runtime's ledger (the executable is live) */
@@ -80,12 +83,14 @@ static int key_equal(const struct cgrt_graph_key *a, const struct cgrt_graph_key
          a->phase == b->phase && a->shape == b->shape && a->extra == b->extra;
 }
 
+/* 1 if e's executable can serve a call with b[0..n) as it is (staged buffers are copied). */
 static int buffers_match(const struct entry *e, const cgrt_buffer *b, size_t n) {
+  if (e->st.staged)
+    return cgrt__stage_match(&e->st, e->bufs, b, n);
   if (e->num_bufs != n)
     return 0;
-  const cgrt_buffer *mine = e->given ? e->given : e->bufs;
   for (size_t i = 0; i < n; i++)
-    if (mine[i].ptr != b[i].ptr || mine[i].bytes != b[i].bytes)
+    if (e->bufs[i].ptr != b[i].ptr || e->bufs[i].bytes != b[i].bytes)
       return 0;
   return 1;
 }
@@ -123,16 +128,9 @@ static void touch(struct cgrt_graph_cache *c, struct entry *e) {
 
 /* ---------------------------------------------------------------- entries */
 
+/* The executable's addresses and private copies go (the moves followed stay). */
 static void free_private(struct cgrt_graph_cache *c, struct entry *e) {
-  const struct cgrt_host_api *h = &c->rt->host;
-  if (e->given) {
-    /* Launched copies may still read or write the private buffers: let them finish. */
-    h->stream_sync(h, h->stream(h));
-    for (size_t i = 0; i < e->num_bufs; i++)
-      h->mem_free(h, e->bufs[i].ptr);
-    free(e->given);
-    e->given = NULL;
-  }
+  cgrt__stage_unstage(c->rt, &e->st);
   free(e->bufs);
   e->bufs = NULL;
   e->num_bufs = 0;
@@ -158,6 +156,7 @@ static void entry_remove(struct cgrt_graph_cache *c, struct entry *e) {
   *p = e->chain;
   list_unlink(c, e);
   drop_exec(c, e);
+  cgrt__stage_free(c->rt, &e->st);
   c->count--;
   free(e);
 }
@@ -346,68 +345,18 @@ static int record_work(void *arg) {
   return r->work->fn(r->work->arg, CGRT_MODE_CAPTURE, r->bufs, r->work->num_buffers);
 }
 
+/* e->bufs: the addresses the executable will use for a call with b[0..n) (private where staged). */
 static int save_buffers(struct entry *e, const cgrt_buffer *b, size_t n) {
-  e->bufs = n ? malloc(n * sizeof(*b)) : NULL;
-  if (n && !e->bufs)
-    return CGRT_E_NOMEM;
-  if (n)
-    memcpy(e->bufs, b, n * sizeof(*b));
+  cgrt_buffer *u = NULL;
+  int rc = cgrt__stage_compose(&e->st, b, n, &u);
+  if (rc != 0)
+    return rc;
+  free(e->bufs);
+  e->bufs = u;
   e->num_bufs = n;
   return 0;
 }
 
-/* Copy policy: private device buffers the executable works on, for good. */
-static int make_private(struct cgrt_graph_cache *c, struct entry *e, const cgrt_buffer *b,
-                        size_t n) {
-  const struct cgrt_host_api *h = &c->rt->host;
-  e->given = n ? malloc(n * sizeof(*b)) : NULL;
-  e->bufs = n ? calloc(n, sizeof(*b)) : NULL;
-  if (n && (!e->given || !e->bufs)) {
-    free(e->given);
-    free(e->bufs);
-    e->given = e->bufs = NULL;
-    return CGRT_E_NOMEM;
-  }
-  e->num_bufs = n;
-  if (n)
-    memcpy(e->given, b, n * sizeof(*b));
-  for (size_t i = 0; i < n; i++) {
-    e->bufs[i] = b[i];
-    e->bufs[i].ptr = NULL;
-    int rc = h->mem_alloc(h, &e->bufs[i].ptr, b[i].bytes ? b[i].bytes : 1);
-    if (rc != 0)
-      return rc;
-  }
-  return 0;
-}
-
-/* Copy policy: the host's inputs into the private buffers, or the outputs back. */
-static int copy_buffers(struct cgrt_graph_cache *c, struct entry *e, const cgrt_buffer *b, size_t n,
-                        int inputs, const char *what) {
-  const struct cgrt_host_api *h = &c->rt->host;
-  if (n != e->num_bufs)
-    return h->set_error(h, CGRT_E_REBIND,
-                        "%s: called with %zu buffers, captured with %zu; give calls with other "
-                        "buffers another key",
-                        what, n, e->num_bufs);
-  for (size_t i = 0; i < n; i++) {
-    if (b[i].bytes > e->bufs[i].bytes)
-      return h->set_error(h, CGRT_E_REBIND,
-                          "%s: buffer '%s' (#%zu) grew from %zu to %zu bytes under the same key; "
-                          "give calls of another shape another key",
-                          what, b[i].name ? b[i].name : "?", i, e->bufs[i].bytes, b[i].bytes);
-    unsigned want = inputs ? CGRT_IN : CGRT_OUT;
-    if (!(b[i].access & want) || b[i].bytes == 0)
-      continue;
-    int rc = inputs ? h->memcpy_async(h, e->bufs[i].ptr, b[i].ptr, b[i].bytes, h->stream(h))
-                    : h->memcpy_async(h, b[i].ptr, e->bufs[i].ptr, b[i].bytes, h->stream(h));
-    if (rc != 0)
-      return rc;
-  }
-  return 0;
-}
-
-/* Launches e's executable, with the copies the copy policy needs around it. */
 static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mode) {
   *mode = m;
   return w->fn(w->arg, m, w->buffers, w->num_buffers);
@@ -432,8 +381,8 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
   e->rec.last_use = c->rt->step_index;
   if (*mode == CGRT_MODE_REPLAY)
     e->rec.replays++;
-  if (e->given)
-    rc = copy_buffers(c, e, w->buffers, w->num_buffers, 1, w->what);
+  if (e->st.staged)
+    rc = cgrt__stage_copy(c->rt, &e->st, w->buffers, w->num_buffers, 1);
   if (rc != 0)
     return rc;
   rc = h->exec_launch(h, e->exec, h->stream(h));
@@ -442,7 +391,7 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
     drop_exec(c, e);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
-  return e->given ? copy_buffers(c, e, w->buffers, w->num_buffers, 0, w->what) : 0;
+  return e->st.staged ? cgrt__stage_copy(c->rt, &e->st, w->buffers, w->num_buffers, 0) : 0;
 }
 
 /*
@@ -465,7 +414,7 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
     due =
         nth == 1 || (c->verify == CGRT_VERIFY_EVERY && (nth - 1) % (uint64_t)c->verify_every == 0);
   }
-  int rc = e->given ? copy_buffers(c, e, w->buffers, w->num_buffers, 1, w->what) : 0;
+  int rc = e->st.staged ? cgrt__stage_copy(rt, &e->st, w->buffers, w->num_buffers, 1) : 0;
   if (rc != 0)
     return rc;
   struct cgrt_verify_shadow s = {0};
@@ -513,8 +462,8 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
     if (act != CGRT_VERIFY_WARN)
       rc = cgrt__verify_adopt(rt, e->bufs, &s);
   }
-  if (rc == 0 && e->given)
-    rc = copy_buffers(c, e, w->buffers, w->num_buffers, 0, w->what);
+  if (rc == 0 && e->st.staged)
+    rc = cgrt__stage_copy(rt, &e->st, w->buffers, w->num_buffers, 0);
   cgrt__verify_free(rt, &s);
   if (differ && act != CGRT_VERIFY_WARN) {
     drop_exec(c, e);
@@ -523,6 +472,66 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
       rc = h->set_error(h, CGRT_E_VERIFY, "verify: %s (step %llu) differs from an eager run: %s",
                         w->what, (unsigned long long)rt->step_index, msg);
   }
+  return rc;
+}
+
+/*
+ * rebind = auto met a key whose buffers move on most calls and that private copies cannot serve:
+ * it runs eagerly from now on (until cgrt_release_graphs), said once.
+ */
+static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
+                   const char *why, cgrt_mode *mode) {
+  cgrt_runtime *rt = c->rt;
+  drop_exec(c, e);
+  e->eager = 1;
+  rt->stats.rebind_eager_keys++;
+  cgrt__log(rt, CGRT_LOG_WARN,
+            "%s: its buffers moved on %d of its last %d calls and %s: it runs eagerly from now on "
+            "(rebind = auto, until cgrt_release_graphs); keep the buffers it is handed in place "
+            "(allocate them once, outside the step) to graph it",
+            w->what, AUTO_MOVES, AUTO_WINDOW, why);
+  return run_eager(w, CGRT_MODE_EAGER, mode);
+}
+
+/* rebind = auto staged buffers of a key whose buffers move on most calls: said once per key. */
+static void say_staged(struct cgrt_graph_cache *c, const struct entry *e,
+                       const struct cgrt_graph_work *w) {
+  cgrt_runtime *rt = c->rt;
+  char names[512];
+  cgrt__stage_names(&e->st, w->buffers, w->num_buffers, names, sizeof(names));
+  rt->stats.rebind_copy_keys++;
+  cgrt__log(rt, CGRT_LOG_WARN,
+            "%s: buffer%s %s moved on %d of its last %d calls (rebind = auto): its graph now works "
+            "on private copies, copied in before and out after each replay (%llu bytes a call); "
+            "keep %s in place (allocate it once, outside the step, and hand the same address) to "
+            "save the copies",
+            w->what, e->st.staged == 1 ? "" : "s", names, AUTO_MOVES, AUTO_WINDOW,
+            (unsigned long long)e->st.copy_bytes_per_call, e->st.staged == 1 ? "it" : "them");
+}
+
+/*
+ * The private copies a new capture of e works on: every buffer under copy; under auto those of a
+ * key that thrashes (or was staged before its executable was evicted). A module that stages its
+ * own inputs gets none. 0, or an error with the reason in why.
+ */
+static int stage_for_capture(struct cgrt_graph_cache *c, struct entry *e,
+                             const struct cgrt_graph_work *w, char *why, size_t whylen) {
+  int all = c->rebind == CGRT_REBIND_COPY;
+  if (e->own || (c->rebind != CGRT_REBIND_COPY && c->rebind != CGRT_REBIND_AUTO))
+    return 0;
+  if (!all) {
+    int sticky = 0;
+    for (size_t i = 0; i < e->st.n; i++)
+      sticky |= e->st.b[i].sticky;
+    if (!sticky && !cgrt__stage_thrashing(&e->st))
+      return 0;
+  }
+  size_t added = 0;
+  uint64_t budget = all ? 0 : cgrt__mem_budget(c->rt);
+  int rc = cgrt__stage_alloc(c->rt, &e->st, w->buffers, w->num_buffers, all, budget, &added, why,
+                             whylen);
+  if (rc == 0 && added && !all)
+    say_staged(c, e, w);
   return rc;
 }
 
@@ -540,11 +549,15 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
       return budget_eager(c, e, w, x.pool + x.exec, mode);
   }
   make_room(c, e);
-  int rc = c->rebind == CGRT_REBIND_COPY ? make_private(c, e, w->buffers, w->num_buffers)
-                                         : save_buffers(e, w->buffers, w->num_buffers);
+  char why[512] = "";
+  int rc = stage_for_capture(c, e, w, why, sizeof(why));
+  if (rc != 0 && c->rebind == CGRT_REBIND_AUTO)
+    return give_up(c, e, w, why, mode);
+  if (rc == 0)
+    rc = save_buffers(e, w->buffers, w->num_buffers);
   if (rc != 0) {
     /* Out of memory for the private buffers: this call runs eagerly instead. */
-    cgrt__capture_fallback(c->rt, rc, w->what, h->last_error(h));
+    cgrt__capture_fallback(c->rt, rc, w->what, why[0] ? why : h->last_error(h));
     free_private(c, e);
     e->failures++;
     return run_eager(w, CGRT_MODE_EAGER, mode);
@@ -597,13 +610,22 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
   const struct cgrt_host_api *h = &rt->host;
   char why[sizeof(rt->err)];
   void *graph = NULL;
-  struct record_arg r = {w, w->buffers};
+  /* The new addresses: the host's, and the private copies of staged buffers. */
+  cgrt_buffer *bufs = NULL;
+  int rc = cgrt__stage_compose(&e->st, w->buffers, w->num_buffers, &bufs);
+  if (rc != 0)
+    return rc;
+  struct record_arg r = {w, bufs ? bufs : w->buffers};
   struct cgrt__mem_probe before, after;
   if (e->charged)
     cgrt__mem_probe(rt, &before);
-  int rc = cgrt__record(rt, h->stream(h), record_work, &r, w->what, why, sizeof(why), &graph);
+  rc = cgrt__record(rt, h->stream(h), record_work, &r, w->what, why, sizeof(why), &graph);
   if (rc != 0) {
-    /* The old executable stays for its own addresses; this call runs eagerly. */
+    /* The old executable stays for its own addresses, unless it now has private copies it was
+       not recorded with; this call runs eagerly. */
+    free(bufs);
+    if (e->st.staged)
+      drop_exec(c, e);
     cgrt__capture_fallback(rt, rc, w->what, why);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
@@ -625,17 +647,16 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
     cgrt__mem_adjust(rt, &e->rec, &before, &after);
   }
   if (rc != 0) {
+    free(bufs);
+    if (e->st.staged)
+      drop_exec(c, e);
     cgrt__capture_fallback(rt, rc, w->what, rt->err);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
   free(e->bufs);
-  e->bufs = NULL;
+  e->bufs = bufs;
+  e->num_bufs = w->num_buffers;
   e->replays = 0; /* new arguments: the next replay is checked again */
-  rc = save_buffers(e, w->buffers, w->num_buffers);
-  if (rc != 0) {
-    drop_exec(c, e);
-    return rc;
-  }
   *mode = CGRT_MODE_CAPTURE;
   return replay(c, e, w, mode);
 }
@@ -670,9 +691,64 @@ static struct entry *sibling(struct cgrt_graph_cache *c, const struct cgrt_graph
   return NULL;
 }
 
-static int c_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
-                 const struct cgrt_graph_key *key, const struct cgrt_graph_work *w,
-                 cgrt_mode *mode) {
+/* Copy policy: a call the private copies cannot take (another count of buffers, one grew). */
+static int copy_refused(struct cgrt_graph_cache *c, const struct entry *e,
+                        const struct cgrt_graph_work *w) {
+  const struct cgrt_host_api *h = &c->rt->host;
+  if (w->num_buffers != e->st.n)
+    return h->set_error(h, CGRT_E_REBIND,
+                        "%s: called with %zu buffers, captured with %zu; give calls with other "
+                        "buffers another key",
+                        w->what, w->num_buffers, e->st.n);
+  for (size_t i = 0; i < e->st.n; i++)
+    if (e->st.b[i].priv && w->buffers[i].bytes > e->st.b[i].priv_bytes)
+      return h->set_error(h, CGRT_E_REBIND,
+                          "%s: buffer '%s' (#%zu) grew from %zu to %zu bytes under the same key; "
+                          "give calls of another shape another key",
+                          w->what, w->buffers[i].name ? w->buffers[i].name : "?", i,
+                          e->st.b[i].priv_bytes, w->buffers[i].bytes);
+  return rebind_refused(c, e, w);
+}
+
+/*
+ * rebind = auto, a call whose buffers do not fit e's executable: staged buffers that grew get
+ * larger private copies; a key whose buffers moved on most of its recent calls gets private
+ * copies of those that move; then the call is recorded again into the executable (update).
+ */
+static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
+                       cgrt_mode *mode) {
+  char why[512] = "";
+  if (w->num_buffers != e->st.n)
+    free_private(c, e); /* private copies follow buffers by index: gone with another count */
+  int rc = cgrt__stage_regrow(c->rt, &e->st, w->buffers, w->num_buffers, why, sizeof(why));
+  if (rc < 0)
+    return give_up(c, e, w, why, mode);
+  rc = cgrt__stage_track(&e->st, w->buffers, w->num_buffers);
+  if (rc < 0)
+    return rc;
+  if (cgrt__stage_thrashing(&e->st)) {
+    if (e->own)
+      return give_up(c, e, w,
+                     "its module stages its own inputs (stages_inputs), so it cannot run on "
+                     "private copies",
+                     mode);
+    size_t added = 0;
+    rc = cgrt__stage_alloc(c->rt, &e->st, w->buffers, w->num_buffers, 0, cgrt__mem_budget(c->rt),
+                           &added, why, sizeof(why));
+    if (rc != 0)
+      return give_up(c, e, w, why, mode);
+    if (added)
+      say_staged(c, e, w);
+  }
+  if (!e->exec) /* dropped above with its private copies: captured anew */
+    return capture_new(c, e, w, mode);
+  return rebind_update(c, e, w, mode);
+}
+
+/* cache_run, for a unit whose module may stage its own inputs (`own`: never private copies). */
+static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
+                    const struct cgrt_graph_work *w, int own, cgrt_mode *mode) {
+  const struct cgrt_host_api *h = &c->rt->host;
   if (w->num_buffers && !w->buffers)
     return h->set_error(h, CGRT_E_INVAL, "%s: num_buffers is %zu but buffers is NULL", w->what,
                         w->num_buffers);
@@ -689,24 +765,48 @@ static int c_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
     }
   }
   touch(c, e);
+  e->own = own;
   if (!e->exec) {
-    if (e->failures >= CAPTURE_ATTEMPTS)
+    if (e->failures >= CAPTURE_ATTEMPTS || e->eager)
       return run_eager(w, CGRT_MODE_EAGER, mode);
+    /* The moves of warm-up calls count: a key whose buffers move every call is captured on
+       private copies at once. */
+    if (c->rebind == CGRT_REBIND_AUTO || c->rebind == CGRT_REBIND_COPY) {
+      int rc = cgrt__stage_track(&e->st, w->buffers, w->num_buffers);
+      if (rc < 0)
+        return rc;
+    }
     if (e->warm < w->warmup) {
       e->warm++;
       return run_eager(w, CGRT_MODE_WARMUP, mode);
     }
     return capture_new(c, e, w, mode);
   }
-  if (e->given || buffers_match(e, w->buffers, w->num_buffers)) {
+  if (buffers_match(e, w->buffers, w->num_buffers)) {
+    cgrt__stage_tick(&e->st);
     *mode = CGRT_MODE_REPLAY;
     return replay(c, e, w, mode);
   }
   /* The buffers moved (recapture never gets here: find() matched or made another entry). */
   c->rt->stats.rebinds++;
-  if (c->rebind == CGRT_REBIND_UPDATE)
+  switch (c->rebind) {
+  case CGRT_REBIND_AUTO:
+    return rebind_auto(c, e, w, mode);
+  case CGRT_REBIND_COPY:
+    /* A module that stages its own inputs has no private copies: its moves are re-recorded. */
+    return e->st.staged ? copy_refused(c, e, w) : rebind_update(c, e, w, mode);
+  case CGRT_REBIND_UPDATE:
     return rebind_update(c, e, w, mode);
-  return rebind_refused(c, e, w);
+  default:
+    return rebind_refused(c, e, w);
+  }
+}
+
+static int c_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                 const struct cgrt_graph_key *key, const struct cgrt_graph_work *w,
+                 cgrt_mode *mode) {
+  (void)h;
+  return run_unit(c, key, w, 0, mode);
 }
 
 static int c_has(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
@@ -759,7 +859,7 @@ static void c_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache *c)
 static int c_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind rebind,
                     struct cgrt_graph_cache **out) {
   *out = NULL;
-  if (max_graphs < 1 || (unsigned)rebind > CGRT_REBIND_ERROR)
+  if (max_graphs < 1 || (unsigned)rebind > CGRT_REBIND_AUTO)
     return h->set_error(h, CGRT_E_INVAL, "cache_create: max_graphs %d must be >= 1", max_graphs);
   struct cgrt_graph_cache *c = calloc(1, sizeof(*c));
   if (!c)
@@ -903,7 +1003,8 @@ static int c_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
       .warmup = warmup,
       .what = cgrt__call_name(call),
   };
-  int rc = c_run(h, c, key, &work, mode);
+  const struct cgrt_module *m = (const struct cgrt_module *)call->module;
+  int rc = run_unit(c, key, &work, m->stages_inputs, mode);
   call->ctx->mode = *mode;
   return rc;
 }

@@ -140,7 +140,7 @@ uint64_t cgrt__mem_budget(const cgrt_runtime *rt) {
 }
 
 uint64_t cgrt__mem_total(const cgrt_runtime *rt) {
-  return rt->mem.pool + rt->mem.exec + rt->mem.idle;
+  return rt->mem.pool + rt->mem.exec + rt->mem.idle + rt->mem.staged;
 }
 
 void cgrt__mem_format(uint64_t bytes, char *buf, size_t len) {

@@ -52,6 +52,7 @@ struct cgrt__graph_mem {
   uint64_t graphs;              /* live executables with a record */
   uint64_t pool, exec, nodes;   /* sums over them */
   uint64_t idle;                /* pool memory the driver keeps for no live graph (until a trim) */
+  uint64_t staged;              /* private copies the graph caches' executables work on */
   uint64_t peak;                /* highest pool + exec + idle */
   uint64_t budget_eager;        /* calls run eagerly because their graph did not fit */
   uint64_t budget_evictions;    /* executables evicted to fit the budget */
@@ -95,7 +96,7 @@ void cgrt__mem_reclaim(struct cgrt_runtime *rt, uint64_t *released);
 /* The configured budget in bytes, 0 if off. */
 uint64_t cgrt__mem_budget(const struct cgrt_runtime *rt);
 
-/* What the budget is compared with: the live graphs' bytes plus idle pool memory. */
+/* What the budget is compared with: the live graphs' bytes, idle pool memory and private copies. */
 uint64_t cgrt__mem_total(const struct cgrt_runtime *rt);
 
 /* "graph memory: 12.0 MiB in 4 live graphs (+0.0 MiB idle), budget 16.0 MiB" for log lines. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "buckets.h"
+#include "config_impl.h"
 #include "diagnose.h"
 #include "runtime.h"
 #include "topology.h"
@@ -21,6 +22,7 @@ static __thread char open_error[2048];
 #define ARGS_MIN             MIN_SIZE(cgrt_args, num_buffers)
 #define MODULE_DESC_MIN      MIN_SIZE(cgrt_module_desc, user)
 #define MODULE_DESC_NO_COMM  MIN_SIZE(cgrt_module_desc, no_cp_comm)
+#define MODULE_DESC_STAGES   MIN_SIZE(cgrt_module_desc, stages_inputs)
 #define OPEN_OPTS_MIN        MIN_SIZE(cgrt_open_options, log_user)
 #define STATS_MIN            MIN_SIZE(cgrt_stats, struct_size)
 #define REPORT_MIN           MIN_SIZE(cgrt_step_report, struct_size)
@@ -338,6 +340,33 @@ CGRT_API const char *cgrt_backend_name(const cgrt_runtime *rt) {
   return rt && rt->lib.vt ? rt->lib.vt->name : "";
 }
 
+CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *key, char *buf,
+                             size_t len) {
+  if (!rt || !section || !key || !buf || !len)
+    return CGRT_E_INVAL;
+  buf[0] = '\0';
+  int id = cgrt__cfg_key_find(section, key);
+  char *text = id >= 0 ? cgrt__cfg_value_text(&rt->cfg, id) : NULL;
+  const char *value = text;
+  if (id < 0) {
+    /* A backend's own section: the raw value as given, if any. */
+    value = rt->cfg.view.get(&rt->cfg.view, section, key);
+    if (!value)
+      return cgrt__fail(rt, CGRT_E_NOTFOUND,
+                        "cgrt_config_get: [%s] %s is not a configuration key of this runtime",
+                        section, key);
+  } else if (!text) {
+    return CGRT_E_NOMEM;
+  }
+  int fits = strlen(value) < len;
+  snprintf(buf, len, "%s", value);
+  free(text);
+  if (!fits)
+    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_config_get: [%s] %s does not fit in %zu bytes",
+                      section, key, len);
+  return 0;
+}
+
 CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, cgrt_module **out) {
   if (!rt)
     return CGRT_E_INVAL;
@@ -385,6 +414,7 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, c
   m->user = d->user;
   m->rt = rt;
   m->no_cp_comm = d->struct_size >= MODULE_DESC_NO_COMM && d->no_cp_comm != 0;
+  m->stages_inputs = d->struct_size >= MODULE_DESC_STAGES && d->stages_inputs != 0;
   m->info.struct_size = sizeof(m->info);
   m->info.id = (uint32_t)rt->num_modules;
   m->info.name = name;
@@ -677,6 +707,7 @@ CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
   s.memory_budget = rt->cfg.view.memory_budget;
   s.budget_eager = rt->mem.budget_eager;
   s.budget_evictions = rt->mem.budget_evictions;
+  s.staged_bytes = rt->mem.staged;
   if (CGRT_BACKEND_HAS(rt->lib.vt, stats)) {
     int rc = rt->lib.vt->stats(rt->be_state, &s);
     if (rc != 0)

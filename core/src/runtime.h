@@ -25,7 +25,8 @@ struct cgrt_module {
   cgrt_module_fn backward;
   void *user;
   cgrt_runtime *rt;
-  int no_cp_comm; /* cgrt_module_desc.no_cp_comm: its calls see ctx->comm NULL and never wait */
+  int no_cp_comm;    /* cgrt_module_desc.no_cp_comm: its calls see ctx->comm NULL and never wait */
+  int stages_inputs; /* cgrt_module_desc.stages_inputs: never handed private copies */
 };
 
 /*

@@ -388,6 +388,10 @@ class Stats:
     verify_skipped: int
     findings: int
     comm_waits: int
+    rebind_copy_keys: int
+    rebind_eager_keys: int
+    copy_bytes: int
+    staged_bytes: int
 
 
 @dataclass(frozen=True)
@@ -419,6 +423,7 @@ class Module:
         "forward",
         "backward",
         "no_cp_comm",
+        "stages_inputs",
         "handle",
         "index",
         "runtime",
@@ -558,6 +563,17 @@ class Runtime:
         """The loaded backend's name, e.g. "local"."""
         return self._lib.cgrt_backend_name(self._handle()).decode()
 
+    def config(self, section: str, key: str) -> str:
+        """The value in force of a configuration key as `cgrt check` prints it, e.g.
+        rt.config("cuda_graph", "rebind") -> "auto". Error(NOTFOUND) for an unknown key."""
+        if not _lib.has(self._lib, "cgrt_config_get"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_config_get")
+        buf = ctypes.create_string_buffer(4096)
+        rc = self._lib.cgrt_config_get(self._handle(), section.encode(), key.encode(), buf, 4096)
+        if rc != 0:
+            raise self._fail(rc)
+        return buf.value.decode()
+
     @property
     def stream(self) -> int:
         """The stream cgrt runs on (a cudaStream_t on the cuda driver), as an int."""
@@ -610,6 +626,10 @@ class Runtime:
             verify_skipped=s.verify_skipped,
             findings=s.findings,
             comm_waits=s.comm_waits,
+            rebind_copy_keys=s.rebind_copy_keys,
+            rebind_eager_keys=s.rebind_eager_keys,
+            copy_bytes=s.copy_bytes,
+            staged_bytes=s.staged_bytes,
         )
 
     def findings(self) -> Tuple[Finding, ...]:
@@ -658,6 +678,7 @@ class Runtime:
         backward: Optional[Callable] = None,
         layer: int = -1,
         no_cp_comm: bool = False,
+        stages_inputs: bool = False,
     ) -> Module:
         """Registers a module: `forward(ctx, args)` (and `backward(ctx, args)`, optional) enqueue
         the call's work on ctx.stream and return None (or 0); a nonzero int or an exception fails
@@ -665,7 +686,10 @@ class Runtime:
         scoped backends graph the module. `no_cp_comm=True` says the calls issue no collectives
         on ctx.comm (the step's context-parallel communicator): they then see ctx.comm 0, and with
         NCCL's graph mixing off cgrt runs them outside a graph without waiting for the graphs it
-        launched (Stats.comm_waits). Register every module before the first step."""
+        launched (Stats.comm_waits). `stages_inputs=True` says the host keeps the buffers the
+        module reads in place itself and its callbacks address their own buffers, not
+        args.buffers: cgrt never hands it private copies (cgrt.torch registers its modules so).
+        Register every module before the first step."""
         if not callable(forward):
             raise Error(Status.INVAL, f"register('{name}'): forward must be callable")
         if backward is not None and not callable(backward):
@@ -677,6 +701,7 @@ class Runtime:
         m.forward = forward
         m.backward = backward
         m.no_cp_comm = bool(no_cp_comm)
+        m.stages_inputs = bool(stages_inputs)
         m.index = len(self._modules)
         m.runtime = self
         d = _lib.CModuleDesc()
@@ -688,6 +713,7 @@ class Runtime:
         d.backward = self._bwd_cb if backward is not None else self._null_module_fn
         d.user = m.index
         d.no_cp_comm = 1 if no_cp_comm else 0
+        d.stages_inputs = 1 if stages_inputs else 0
         handle = ctypes.c_void_p()
         rc = self._lib.cgrt_module_register(self._handle(), ctypes.byref(d), ctypes.byref(handle))
         if rc != 0:

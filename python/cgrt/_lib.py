@@ -88,6 +88,7 @@ class CModuleDesc(Structure):
         ("user", c_void_p),
         # appended after 0.3
         ("no_cp_comm", c_int),
+        ("stages_inputs", c_int),
     ]
 
 
@@ -162,6 +163,10 @@ class CStats(Structure):
         ("verify_skipped", c_uint64),
         ("findings", c_uint64),
         ("comm_waits", c_uint64),
+        ("rebind_copy_keys", c_uint64),
+        ("rebind_eager_keys", c_uint64),
+        ("copy_bytes", c_uint64),
+        ("staged_bytes", c_uint64),
     ]
 
 
@@ -300,6 +305,7 @@ def load_library():
 
 # Entry points an older libcgrt lacks; the package loads it all the same (see has()).
 OPTIONAL = (
+    "cgrt_config_get",
     "cgrt_set_capture_hooks",
     "cgrt_set_capture_hooks_ex",
     "cgrt_findings_count",
@@ -327,6 +333,7 @@ def _declare(lib):
         "cgrt_set_log": (c_int, [R, LOG_FN, c_void_p]),
         "cgrt_stream": (c_void_p, [R]),
         "cgrt_backend_name": (c_char_p, [R]),
+        "cgrt_config_get": (c_int, [R, c_char_p, c_char_p, c_char_p, c_size_t]),
         "cgrt_module_register": (c_int, [R, POINTER(CModuleDesc), POINTER(c_void_p)]),
         "cgrt_step": (c_int, [R, POINTER(CStepDesc), POINTER(CStepReport)]),
         "cgrt_forward": (c_int, [R, c_void_p, POINTER(CCtx), POINTER(CArgs)]),

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import host_ini
+from conftest import HostModel, host_ini
 
 import cgrt
 from cgrt import Error, Mode, Phase, Status
@@ -304,6 +304,41 @@ def test_moved_buffer_under_rebind_error_is_named(make_model):
     with pytest.raises(Error) as e:
         md.step("infer", 1)
     assert e.value.code == Status.REBIND and "moved_input" in e.value.message
+
+
+def test_fresh_inputs_under_the_default_rebind_are_copied_and_said_once():
+    lines = []
+    rt = cgrt.Runtime(
+        "[cuda_graph]\nimpl = local\nwarmup_steps = 1\n[runtime]\ndriver = host\nlog = warn\n",
+        log=lambda level, msg: lines.append(msg),
+    )
+    try:
+        assert rt.config("cuda_graph", "rebind") == "auto"
+        md = HostModel(rt, backward=False)
+        d = ctypes.sizeof(ctypes.c_double)
+        fresh = [(ctypes.c_double * md.n)() for _ in range(40)]  # a new input block every step
+        for s, block in enumerate(fresh):
+            for i in range(md.n):
+                block[i] = s + i
+                md.args[i] = cgrt.Args(
+                    buffers=[
+                        cgrt.Buffer(ctypes.addressof(block) + i * d, d, cgrt.Access.IN, "x"),
+                        md.args[i].buffers[1],
+                    ]
+                )
+            md.step("infer", 1)
+            assert [md.out(i) for i in range(md.n)] == [(s + i) * 2 + 1 for i in range(md.n)]
+        st = rt.stats()
+        assert st.rebind_copy_keys == md.n and st.rebind_eager_keys == 0
+        assert st.captures <= 3 * md.n
+        assert st.staged_bytes == md.n * d and st.copy_bytes >= 30 * md.n * d
+        moved = [m for m in lines if "moved on 3 of its last 4 calls" in m]
+        assert len(moved) == md.n and all("'x' (#0)" in m for m in moved)
+        with pytest.raises(Error) as e:
+            rt.config("cuda_graph", "rebnd")
+        assert e.value.code == Status.NOTFOUND
+    finally:
+        rt.close()
 
 
 def test_host_function_that_raises_is_reported_at_synchronize(make_model):

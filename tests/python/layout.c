@@ -55,6 +55,7 @@ int main(void) {
   FIELD(cgrt_module_desc, backward);
   FIELD(cgrt_module_desc, user);
   FIELD(cgrt_module_desc, no_cp_comm);
+  FIELD(cgrt_module_desc, stages_inputs);
 
   SIZE(cgrt_step_desc);
   FIELD(cgrt_step_desc, struct_size);
@@ -117,6 +118,10 @@ int main(void) {
   FIELD(cgrt_stats, verify_skipped);
   FIELD(cgrt_stats, findings);
   FIELD(cgrt_stats, comm_waits);
+  FIELD(cgrt_stats, rebind_copy_keys);
+  FIELD(cgrt_stats, rebind_eager_keys);
+  FIELD(cgrt_stats, copy_bytes);
+  FIELD(cgrt_stats, staged_bytes);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);

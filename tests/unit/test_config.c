@@ -114,7 +114,7 @@ static void assert_defaults(const struct cgrt_config_view *v) {
   assert_int_equal(v->warmup_steps, 3);
   assert_int_equal(v->inference_scope, CGRT_SCOPE_NONE);
   assert_int_equal(v->capture_mode, CGRT_CAPTURE_THREAD_LOCAL);
-  assert_int_equal(v->rebind, CGRT_REBIND_UPDATE);
+  assert_int_equal(v->rebind, CGRT_REBIND_AUTO);
   assert_int_equal(v->max_graphs, 512);
   assert_int_equal(v->buckets, CGRT_BUCKETS_EXPONENTIAL);
   assert_int_equal(v->max_tokens, 512);
@@ -457,7 +457,7 @@ static void enumerated_bad_values_list_the_valid_ones(void **state) {
   struct fx *f = *state;
   assert_refused(f, "[cuda_graph]\nrebind = updte\n",
                  "t.ini:2: [cuda_graph] rebind = 'updte': expected one of update, copy, "
-                 "recapture, error; did you mean 'update'?");
+                 "recapture, error, auto; did you mean 'update'?");
   assert_refused(f, "[cuda_graph]\ncapture_mode = sometimes\n",
                  "t.ini:2: [cuda_graph] capture_mode = 'sometimes': expected one of global, "
                  "thread_local, relaxed");
@@ -1195,7 +1195,7 @@ static void print_writes_every_key_in_order(void **state) {
       "warmup_steps = 3\n",
       "inference_scope = none\n",
       "capture_mode = thread_local\n",
-      "rebind = update\n",
+      "rebind = auto\n",
       "max_graphs = 512\n",
       "backend_path =\n",
       "[inference]\n",

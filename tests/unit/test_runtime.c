@@ -508,6 +508,27 @@ static void cgrt_config_env_names_the_default(void **state) {
   unlink(path);
 }
 
+static void config_values_in_force_are_readable(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(cgrt_open_string(&rt, "[cuda_graph]\nimpl = local\nmodules = mlp attn\n"
+                                         "[runtime]\ndriver = host\nlog = off\n"),
+                   0);
+  char v[64];
+  assert_int_equal(cgrt_config_get(rt, "cuda_graph", "rebind", v, sizeof(v)), 0);
+  assert_string_equal(v, "auto"); /* the default */
+  assert_int_equal(cgrt_config_get(rt, "cuda_graph", "modules", v, sizeof(v)), 0);
+  assert_string_equal(v, "attn mlp");
+  assert_int_equal(cgrt_config_get(rt, "inference", "max_tokens", v, sizeof(v)), 0);
+  assert_string_equal(v, "512");
+  assert_int_equal(cgrt_config_get(rt, "cuda_graph", "rebnd", v, sizeof(v)), CGRT_E_NOTFOUND);
+  assert_contains(cgrt_last_error(rt), "[cuda_graph] rebnd");
+  char small[3];
+  assert_int_equal(cgrt_config_get(rt, "cuda_graph", "impl", small, sizeof(small)), CGRT_E_INVAL);
+  assert_string_equal(small, "lo");
+  cgrt_close(rt);
+}
+
 static void strerror_covers_every_code(void **state) {
   (void)state;
   for (int c = 0; c >= CGRT_E_VERIFY; c--) {
@@ -546,6 +567,7 @@ int main(void) {
       cmocka_unit_test(failed_open_explains_itself),
       cmocka_unit_test(default_config_is_none_on_cuda),
       cmocka_unit_test(cgrt_config_env_names_the_default),
+      cmocka_unit_test(config_values_in_force_are_readable),
       cmocka_unit_test(strerror_covers_every_code),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

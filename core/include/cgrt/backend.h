@@ -69,7 +69,11 @@ typedef enum cgrt_rebind {
   CGRT_REBIND_UPDATE = 0,
   CGRT_REBIND_COPY = 1,
   CGRT_REBIND_RECAPTURE = 2,
-  CGRT_REBIND_ERROR = 3
+  CGRT_REBIND_ERROR = 3,
+  /* appended after 0.3: update while a key's buffers move now and then; a key whose buffers move
+     on most calls works on private copies (see cache_run), or runs eagerly if copies cannot serve
+   */
+  CGRT_REBIND_AUTO = 4
 } cgrt_rebind;
 typedef enum cgrt_bucket_dist {
   CGRT_BUCKETS_EXPONENTIAL = 0,
@@ -375,7 +379,10 @@ struct cgrt_host_api {
    *   and update the executable in place, re-instantiating if the driver refuses), copy (the
    *   executable works on private copies of the buffers: inputs are copied in and outputs out
    *   around every replay), recapture (another executable for the new address set, within the
-   *   bound), error (CGRT_E_REBIND naming the buffer). A stale address is never replayed.
+   *   bound), error (CGRT_E_REBIND naming the buffer), auto (update; a key whose buffers moved on
+   *   3 of its last 4 calls, warm-up calls included, works from then on on private copies of the
+   *   buffers that move, copied in and out around each replay, or runs eagerly if copies cannot
+   *   serve it; each said once in the log). A stale address is never replayed.
    * work->fn must enqueue the work on the runtime's stream using the buffer addresses it is
    * given (they differ from work->buffers under the copy policy).
    */

@@ -211,6 +211,15 @@ typedef struct cgrt_module_desc {
    * collectives on ctx->comm.
    */
   int no_cp_comm;
+  /*
+   * -- appended after 0.3 (reads as 0 in an older desc) --
+   * 1: the host keeps the buffers this module reads in place itself (cgrt.torch copies moved
+   * inputs into static tensors before the call, as torch's make_graphed_callables does), and the
+   * module's callbacks address its own buffers rather than args->buffers. cgrt never hands it
+   * private copies: under rebind = copy or auto a moved buffer is re-recorded (as update), and
+   * under auto a key whose buffers still move on most calls runs eagerly (said once).
+   */
+  int stages_inputs;
 } cgrt_module_desc;
 
 /* A step-level callback: prepare or body. `ctx->user` is the step's user pointer. */
@@ -302,6 +311,15 @@ typedef struct cgrt_stats {
   uint64_t comm_waits; /* times work cgrt ran outside a graph with a cp communicator first waited
                           for the graphs it had launched, because NCCL's graph mixing support is
                           off (NCCL_GRAPH_MIXING_SUPPORT=0); 0 while it is on */
+  /* -- appended after 0.3: moved buffers (rebind = auto and copy) -- */
+  uint64_t rebind_copy_keys;  /* keys rebind = auto switched to private copies: their buffers
+                                 moved on 3 of 4 calls */
+  uint64_t rebind_eager_keys; /* keys sent eager for good because their buffers moved on most
+                                 calls and private copies could not serve them */
+  uint64_t copy_bytes;        /* bytes copied into and out of private copies around replays
+                                 (rebind = copy and auto), summed; per step: / steps */
+  uint64_t staged_bytes;      /* device memory the private copies hold now (counted against
+                                 [cuda_graph] memory_budget) */
 } cgrt_stats;
 
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
@@ -362,6 +380,16 @@ CGRT_API void *cgrt_stream(cgrt_runtime *rt);
 
 /* The loaded backend's name, e.g. "local". Valid while rt is open. */
 CGRT_API const char *cgrt_backend_name(const cgrt_runtime *rt);
+
+/*
+ * The value in force of configuration key `key` of `section` (appended after 0.3), as `cgrt
+ * check` prints it ("auto", "512", "attn mlp"), into buf (len bytes, always terminated): a host
+ * that adapts to the configuration reads it here (cgrt.torch reads [cuda_graph] rebind). Keys
+ * of a backend's own section give their text as written. Errors: CGRT_E_INVAL (an argument
+ * NULL, or the value longer than len - 1: it is cut), CGRT_E_NOTFOUND (no such key).
+ */
+CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *key, char *buf,
+                             size_t len);
 
 /*
  * Registers a module. Register all modules before the first step that calls them; a name is
