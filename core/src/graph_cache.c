@@ -770,8 +770,11 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
     if (e->failures >= CAPTURE_ATTEMPTS || e->eager)
       return run_eager(w, CGRT_MODE_EAGER, mode);
     /* The moves of warm-up calls count: a key whose buffers move every call is captured on
-       private copies at once. */
-    if (c->rebind == CGRT_REBIND_AUTO || c->rebind == CGRT_REBIND_COPY) {
+       private copies at once. A unit whose host stages its inputs is followed from its capture
+       on (its host stages what moves during warm-up, where a module's inputs are the fresh
+       outputs of eager modules before it). */
+    if ((c->rebind == CGRT_REBIND_AUTO || c->rebind == CGRT_REBIND_COPY) &&
+        (!own || e->warm >= w->warmup)) {
       int rc = cgrt__stage_track(&e->st, w->buffers, w->num_buffers);
       if (rc < 0)
         return rc;
@@ -962,7 +965,7 @@ static int c_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
       .warmup = warmup,
       .what = what,
   };
-  int rc = c_run(h, c, key, &work, mode);
+  int rc = run_unit(c, key, &work, b.rt->body_stages, mode);
   f->ctx->mode = *mode;
   return rc;
 }

@@ -19,6 +19,7 @@ static __thread char open_error[2048];
 /* Smallest struct_size accepted for each public struct: the fields of version 0.1. */
 #define MIN_SIZE(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
 #define STEP_DESC_MIN        MIN_SIZE(cgrt_step_desc, user)
+#define STEP_DESC_STAGES     MIN_SIZE(cgrt_step_desc, stages_inputs)
 #define ARGS_MIN             MIN_SIZE(cgrt_args, num_buffers)
 #define MODULE_DESC_MIN      MIN_SIZE(cgrt_module_desc, user)
 #define MODULE_DESC_NO_COMM  MIN_SIZE(cgrt_module_desc, no_cp_comm)
@@ -291,6 +292,13 @@ CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user) {
   return 0;
 }
 
+CGRT_API int cgrt_log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg) {
+  if (!rt || !msg)
+    return CGRT_E_INVAL;
+  cgrt__log(rt, level, "%s", msg);
+  return 0;
+}
+
 CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgrt_capture_fn end,
                                     void *user) {
   if (!rt)
@@ -551,6 +559,7 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
   struct cgrt_step_frame frame = {
       .struct_size = sizeof(frame), .desc = desc, .ctx = &ctx, .report = &rep};
   rt->in_step = 1;
+  rt->body_stages = desc->struct_size >= STEP_DESC_STAGES && desc->stages_inputs != 0;
   rt->ctx = &ctx;
   rt->rep = &rep;
   rt->call_modes = 0;

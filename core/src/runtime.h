@@ -74,6 +74,7 @@ struct cgrt_runtime {
   int open_captures;     /* captures begun through the host API and not ended yet */
   int in_body_graph;     /* the body runs as one unit of a graph cache (run_body_graph) */
   unsigned call_modes;   /* bit per cgrt_mode among the step's module calls */
+  int body_stages;       /* the step's desc->stages_inputs: its body never gets private copies */
   cgrt_ctx *ctx;         /* the ctx of the step in flight */
   cgrt_step_report *rep; /* its report */
   uint64_t step_index;

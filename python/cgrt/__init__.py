@@ -563,6 +563,12 @@ class Runtime:
         """The loaded backend's name, e.g. "local"."""
         return self._lib.cgrt_backend_name(self._handle()).decode()
 
+    def log(self, level: int, msg: str) -> None:
+        """Writes msg to the runtime's log at `level` (1 error, 2 warn, 3 info, 4 debug) if that
+        level is enabled, through the same sink as cgrt's own lines."""
+        if _lib.has(self._lib, "cgrt_log_message"):
+            self._lib.cgrt_log_message(self._handle(), int(level), msg.encode())
+
     def config(self, section: str, key: str) -> str:
         """The value in force of a configuration key as `cgrt check` prints it, e.g.
         rt.config("cuda_graph", "rebind") -> "auto". Error(NOTFOUND) for an unknown key."""
@@ -795,11 +801,14 @@ class Runtime:
         seqlens: Optional[Sequence[int]] = None,
         cp_size: int = 1,
         microbatches: int = 1,
+        stages_inputs: bool = False,
     ) -> StepReport:
         """Runs one step: `prepare(ctx)` (always eager: stage ctx.tokens inputs into the static
         buffers and pad to ctx.padded_tokens), then `body(ctx)`, eagerly, captured or replaced by
         a replay as the backend decides; the body calls forward()/backward() per module.
-        `buffers` are the step's static buffers (Buffer or (ptr, bytes, access)). Raises Error."""
+        `buffers` are the step's static buffers (Buffer or (ptr, bytes, access));
+        `stages_inputs=True`: the body reads its own buffers, not ctx.buffers (never private
+        copies). Raises Error."""
         if body is None:
             raise Error(Status.INVAL, "step: body is required")
         h = self._handle()
@@ -822,6 +831,7 @@ class Runtime:
             d.num_buffers = len(arr)
         d.prepare = self._prepare_cb if prepare is not None else self._null_step_fn
         d.body = self._body_cb
+        d.stages_inputs = 1 if stages_inputs else 0
         rep = _lib.CStepReport()
         rep.struct_size = ctypes.sizeof(_lib.CStepReport)
         saved = self._step_fns

@@ -106,6 +106,8 @@ class CStepDesc(Structure):
         ("prepare", STEP_FN),
         ("body", STEP_FN),
         ("user", c_void_p),
+        # appended after 0.3
+        ("stages_inputs", c_int),
     ]
 
 
@@ -306,6 +308,7 @@ def load_library():
 # Entry points an older libcgrt lacks; the package loads it all the same (see has()).
 OPTIONAL = (
     "cgrt_config_get",
+    "cgrt_log_message",
     "cgrt_set_capture_hooks",
     "cgrt_set_capture_hooks_ex",
     "cgrt_findings_count",
@@ -334,6 +337,7 @@ def _declare(lib):
         "cgrt_stream": (c_void_p, [R]),
         "cgrt_backend_name": (c_char_p, [R]),
         "cgrt_config_get": (c_int, [R, c_char_p, c_char_p, c_char_p, c_size_t]),
+        "cgrt_log_message": (c_int, [R, c_int, c_char_p]),
         "cgrt_module_register": (c_int, [R, POINTER(CModuleDesc), POINTER(c_void_p)]),
         "cgrt_step": (c_int, [R, POINTER(CStepDesc), POINTER(CStepReport)]),
         "cgrt_forward": (c_int, [R, c_void_p, POINTER(CCtx), POINTER(CArgs)]),

@@ -22,19 +22,30 @@ How it works:
   between, PyTorch's caching allocator serves allocations made on cgrt's stream from one private
   graph pool (as torch.cuda.graph does for its own captures), so the memory a graph uses is never
   handed to other work. The pool lives until release_graphs() or close().
-- A module call declares its input tensors to cgrt as buffers, so a graph is never replayed with
-  inputs that moved (cgrt re-records or refuses, per `rebind`). Its outputs are allocated by the
-  module inside the capture, from the pool: they are the graph's static outputs, kept here and
-  returned by every replay of that graph (valid until the next step, like torch.cuda.graph's).
+- A module call declares its input tensors to cgrt as buffers (positional and keyword inputs,
+  inside tuples and lists too), so a graph is never replayed with inputs that moved. Under
+  rebind = auto (the default) an input that moved on 2 of its last 3 calls, and under copy every
+  input, is staged as torch's make_graphed_callables does: the graph reads a static tensor this
+  adapter owns (allocated from the graph pool) and each call first copies the input into it on
+  cgrt's stream (once a step for a tensor handed to several modules); said once per module in
+  the log. Under update the call is re-recorded, under error refused. Its outputs are allocated
+  by the module inside the capture, from the pool: they are the graph's static outputs, kept
+  here and returned by every replay of that graph (valid until the next step, like
+  torch.cuda.graph's).
   Parameters are assumed to stay in place (declare_params=True declares them too).
 - Training: a module registered with backward=True records its forward's autograd graph; its
   backward(ctx, *grad_outputs) computes the input gradients and accumulates the parameter
   gradients into p.grad in place (p.grad is allocated at registration: use
   zero_grad(set_to_none=False)). A backward is captured only against a captured forward.
-- rebind = copy is refused (torch modules address their own tensors, not cgrt's private copies);
-  captured work must not use CUDA random numbers (dropout) or synchronize.
+- For the best speed keep what a module reads in place: pass the previous module's output (a
+  graph's static output) and compute per-step tables into tensors allocated once; a tensor
+  computed afresh in the body costs a copy per step. Captured work must not use CUDA random
+  numbers (dropout) or synchronize. A whole-body graph (block scope) replays the body's own
+  tensors: its step `inputs` must stay in place (prepare copies new values into them).
 """
 
+import dataclasses
+import os
 import threading
 
 import torch
@@ -120,10 +131,209 @@ def _tensors(x):
     return ()
 
 
+def _span(t):
+    """Elements from t's first to its last in memory (strided and expanded views included)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()) if n > 1)
+
+
 def _tensor_buffer(t, access, name):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    return Buffer(t.data_ptr(), max(t.numel() * t.element_size(), 1), access, name)
+    return Buffer(t.data_ptr(), max(_span(t) * t.element_size(), 1), access, name)
+
+
+class _Slot:
+    """Where a tensor sat among a call's inputs (a placeholder while they are rebuilt)."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+
+def _walk(v, found):
+    if isinstance(v, torch.Tensor):
+        found.append(v)
+        return _Slot(len(found) - 1)
+    nested = (torch.Tensor, tuple, list)
+    if isinstance(v, (tuple, list)) and v and any(isinstance(x, nested) for x in v):
+        return type(v)(_walk(x, found) for x in v)
+    return v
+
+
+def _fill(v, tensors):
+    if isinstance(v, _Slot):
+        return tensors[v.i]
+    if isinstance(v, (tuple, list)):
+        return type(v)(_fill(x, tensors) for x in v)
+    return v
+
+
+def _flatten(inputs, kwargs):
+    """The tensors of a call's positional and keyword inputs (inside tuples and lists too), in
+    order, and a template to put others in their places (None when the inputs are the tensors)."""
+    if not kwargs and all(isinstance(x, torch.Tensor) for x in inputs):
+        return inputs, None
+    found = []
+    args = tuple(_walk(v, found) for v in inputs)
+    template = (args, {k: _walk(v, found) for k, v in kwargs.items()})
+    return tuple(found), template
+
+
+def _rebuild(template, inputs, kwargs, tensors):
+    if template is None:
+        return tuple(tensors), kwargs
+    args, kw = template
+    return tuple(_fill(v, tensors) for v in args), {k: _fill(v, tensors) for k, v in kw.items()}
+
+
+# ---------------------------------------------------------------- staging moved inputs
+
+
+class _StageKey:
+    """One call signature of one module, as the stager follows its inputs."""
+
+    __slots__ = ("last", "moved", "calls", "statics")
+
+    def __init__(self):
+        self.last = None  # the inputs' addresses at the last call
+        self.moved = []  # per input: the calls of its last two moves
+        self.calls = 0
+        self.statics = {}  # input index -> the static tensor its graph reads
+
+
+class _Stager:
+    """Moved inputs staged into static tensors, as torch's make_graphed_callables does:
+    rebind = copy stages every tensor input from the first call; auto stages an input that moved
+    on 2 of its last 3 calls (before cgrt's own rule, 3 of 4, would send the key eager: modules
+    are registered with stages_inputs). A staged input's graph reads a static tensor the stager
+    owns (allocated from the runtime's graph pool); each call copies the input into it on cgrt's
+    stream first, unless the static already holds that very tensor in this step (one fresh table
+    handed to every layer is copied once a step: layers that switch together share the static)."""
+
+    def __init__(self, rt, policy):
+        self.rt = rt
+        self.all = policy == "copy"
+        self.held = {}  # id(static) -> (static, the tensor it holds this step, its _version)
+        # ids of this step's tensors returned by module calls run in warm-up or capture mode, or
+        # replayed: outputs that stay in place once their producer replays, never staged
+        self.produced = set()
+        self.switched = 0  # signatures auto switched to statics
+        self.copy_bytes = 0
+        self.statics = {}  # id -> static tensor, for staged_bytes
+
+    def step_begins(self):
+        self.held.clear()
+        self.produced.clear()
+
+    def note_outputs(self, out):
+        """A module call's outputs, when its producer is or will be a graph (not eager)."""
+        for t in _tensors(out) if not isinstance(out, torch.Tensor) else (out,):
+            self.produced.add(id(t))
+
+    def drop(self):
+        self.held.clear()
+        self.statics.clear()
+
+    def staged_bytes(self):
+        return sum(_span(s) * s.element_size() for s in self.statics.values())
+
+    def _alloc_like(self, t):
+        """A tensor of t's shape, strides and dtype over memory of its own, from the graph pool."""
+        rt = self.rt
+        api = pool_api()
+        if rt._pool is None:
+            rt._pool = torch.cuda.graph_pool_handle()
+        routed = False
+        try:
+            api.begin(rt.device.index, rt._pool)
+            rt._pool_refs += 1
+            routed = True
+        except (RuntimeError, TypeError):
+            pass  # this torch cannot route outside a capture: a plain allocation
+        try:
+            base = torch.empty(max(_span(t), 1), dtype=t.dtype, device=t.device)
+        finally:
+            if routed:
+                api.end(rt.device.index, rt._pool)
+        s = base.as_strided(t.shape, t.stride())
+        self.statics[id(s)] = s
+        return s
+
+    def _static_for(self, t):
+        for s, src, version in self.held.values():
+            if src is t and version == t._version and s.stride() == t.stride():
+                return s  # another module's static holds this very tensor: share it
+        return self._alloc_like(t)
+
+    def _copy(self, s, t):
+        if s is t:
+            return
+        h = self.held.get(id(s))
+        if h is not None and h[1] is t and h[2] == t._version:
+            return
+        n = _span(t)
+        with torch.no_grad():
+            dst = s.as_strided((n,), (1,), s.storage_offset())
+            dst.copy_(t.as_strided((n,), (1,), t.storage_offset()), non_blocking=True)
+        self.held[id(s)] = (s, t, t._version)
+        self.copy_bytes += n * t.element_size()
+
+    def stage(self, tm, skey, tensors):
+        """The tensors the call hands its module: staged inputs replaced by their statics."""
+        st = tm._stage.get(skey)
+        if st is None:
+            st = tm._stage[skey] = _StageKey()
+        st.calls += 1
+        n = st.calls
+        cur = tuple(t.data_ptr() for t in tensors)
+        if st.last is None or len(st.last) != len(cur):
+            st.moved = [[0, 0] for _ in cur]
+        else:
+            for i, (a, b) in enumerate(zip(st.last, cur)):
+                if a != b:
+                    m = st.moved[i]
+                    m[1], m[0] = m[0], n
+        st.last = cur
+        out = None
+        fresh = []
+        for i, t in enumerate(tensors):
+            s = st.statics.get(i)
+            if s is None and id(t) in self.produced:
+                st.moved[i] = [0, 0]  # another module's output: in place once that one replays
+                continue
+            if s is None:
+                m = st.moved[i]
+                if not (self.all or (m[0] == n and m[1] and m[1] >= n - 2)):
+                    continue
+                s = st.statics[i] = self._static_for(t)
+                fresh.append(i)
+            elif s.shape != t.shape or s.stride() != t.stride() or s.dtype != t.dtype:
+                s = st.statics[i] = self._static_for(t)
+            self._copy(s, t)
+            if out is None:
+                out = list(tensors)
+            out[i] = s
+        if fresh and not self.all:
+            self.switched += 1
+        if fresh and not self.all and not tm._stage_said:
+            tm._stage_said = True
+            what = ", ".join(
+                f"input {i} ({tuple(tensors[i].shape)}, {str(tensors[i].dtype)[6:]})"
+                for i in fresh
+            )
+            per_call = sum(_span(tensors[i]) * tensors[i].element_size() for i in fresh)
+            self.rt.log(
+                2,
+                f"cgrt.torch: module '{tm.name}': {what} moved on 2 of its last 3 calls "
+                f"(rebind = auto): its graph now reads a static copy, refreshed on cgrt's stream "
+                f"before each call (up to {per_call} bytes a call, once a step for a tensor "
+                f"handed to several modules); keep the tensor in place (compute it into one "
+                f"allocated once, outside the step) to save the copies",
+            )
+        return tensors if out is None else tuple(out)
 
 
 _MISSING = object()
@@ -144,11 +354,26 @@ class _Record:
 class _Call:
     """A call in flight between TorchModule.__call__/backward and the cgrt callback."""
 
-    __slots__ = ("inputs", "ptrs", "ran", "captured", "result", "xs", "grads", "rec")
+    __slots__ = (
+        "mode",
+        "inputs",
+        "kwargs",
+        "req",
+        "ptrs",
+        "ran",
+        "captured",
+        "result",
+        "xs",
+        "grads",
+        "rec",
+    )
 
-    def __init__(self, inputs, ptrs):
+    def __init__(self, inputs, ptrs, kwargs=None, req=None):
         self.inputs = inputs
+        self.kwargs = kwargs or {}
+        self.req = req  # requires_grad of the positional inputs as the host gave them
         self.ptrs = ptrs
+        self.mode = None
         self.ran = False
         self.captured = False
         self.result = None
@@ -178,11 +403,14 @@ class TorchModule:
             backward=self._backward_cb if backward else None,
             layer=layer,
             no_cp_comm=no_cp_comm,
+            stages_inputs=True,  # cgrt.torch stages moved inputs itself (_Stager)
         )
         self._call = None
         self._static = {}  # (dir, phase, padded, key, microbatch) -> {ptrs: value}
         self._args = {}  # signature -> cgrt.Args (reused while addresses stay)
         self._records = {}  # microbatch -> _Record of this step
+        self._stage = {}  # call signature -> _StageKey (inputs staged into statics)
+        self._stage_said = False  # the staging of its inputs was logged
 
     def __repr__(self):
         return f"cgrt.torch.TorchModule({self.name!r}, {type(self.module).__name__})"
@@ -222,9 +450,9 @@ class TorchModule:
             if args.buffer_ptr(i) != p:
                 raise Error(
                     Status.UNSUPPORTED,
-                    f"module '{self.name}': cgrt handed the call other buffers than its tensors "
-                    f"(rebind = copy); cgrt.torch needs [cuda_graph] rebind = update, recapture "
-                    f"or error",
+                    f"module '{self.name}': cgrt handed the call other buffers than its tensors, "
+                    f"which a module registered with stages_inputs never gets (a libcgrt older "
+                    f"than this package?)",
                 )
 
     # -- static outputs
@@ -249,12 +477,30 @@ class TorchModule:
 
     # -- forward
 
-    def __call__(self, ctx, *inputs, microbatch=0, key=None):
+    def _staged(self, direction, ctx, tensors, microbatch, key):
+        """The call's tensors, moved inputs replaced by their statics (rebind = auto, copy)."""
+        stager = self.rt._stager
+        if stager is None or not tensors:
+            return tensors
+        c = ctx._live()
+        skey = (direction, c.phase, c.padded_tokens, microbatch, key)
+        if key is None:
+            skey += tuple(t.shape for t in tensors)
+        return stager.stage(self, skey, tensors)
+
+    def __call__(self, ctx, *inputs, microbatch=0, key=None, **kwargs):
         rt = self.rt
-        tensors = _tensors(inputs)
+        tensors, template = _flatten(inputs, kwargs)
+        staged = self._staged(0, ctx, tensors, microbatch, key)
+        req = None
+        if staged is not tensors:
+            if torch.is_grad_enabled() and self.params:
+                req = tuple(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+            inputs, kwargs = _rebuild(template, inputs, kwargs, staged)
+            tensors = staged
         extra = self.params if self.declare_params else ()
         args, ptrs = self._args_for(0, tensors, extra, microbatch, key)
-        call = _Call(inputs, ptrs)
+        call = _Call(inputs, ptrs, kwargs, req)
         self._call = call
         try:
             self._run(rt._lib.cgrt_forward, ctx, args)
@@ -270,8 +516,12 @@ class TorchModule:
             if grad:
                 kind = "body" if rt._in_body_capture else ("graph" if call.captured else "eager")
                 self._records[microbatch] = _Record(call.xs, out, kind)
+            if rt._stager is not None and call.mode != Mode.EAGER:
+                rt._stager.note_outputs(out)
             return out
         out, xs = self._static_get(skey, ptrs, "forward")
+        if rt._stager is not None:
+            rt._stager.note_outputs(out)
         if grad:
             self._records[microbatch] = _Record(xs, out, "graph")
         return out
@@ -281,14 +531,19 @@ class TorchModule:
         self._check_addresses(call, args)
         captured = ctx.mode == Mode.CAPTURE
         if torch.is_grad_enabled() and self.params:
-            # Each module's autograd graph starts at its own inputs, as make_graphed_callables'.
+            # Each module's autograd graph starts at its own inputs, as make_graphed_callables'
+            # (a staged input needs a gradient if the host's tensor did).
+            req = call.req or tuple(
+                isinstance(x, torch.Tensor) and x.requires_grad for x in call.inputs
+            )
             xs = tuple(
-                x.detach().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
-                for x in call.inputs
+                x.detach().requires_grad_(r) if isinstance(x, torch.Tensor) else x
+                for x, r in zip(call.inputs, req)
             )
         else:
             xs = call.inputs
-        out = self.module(*xs)
+        out = self.module(*xs, **call.kwargs)
+        call.mode = ctx.mode
         call.ran = True
         call.captured = captured
         call.result = out
@@ -314,7 +569,13 @@ class TorchModule:
                     f"module '{self.name}': a parameter's .grad is None; graphs accumulate into "
                     f"p.grad in place: use optimizer.zero_grad(set_to_none=False)",
                 )
-        tensors = _tensors(grad_outputs)
+        given = _tensors(grad_outputs)
+        tensors = self._staged(1, ctx, given, microbatch, key)
+        if tensors is not given:
+            it = iter(tensors)
+            grad_outputs = tuple(
+                next(it) if isinstance(g, torch.Tensor) else g for g in grad_outputs
+            )
         extra = [p.grad for p in self.params]
         args, ptrs = self._args_for(1, tensors, extra, microbatch, key)
         ptrs += tuple(g.data_ptr() for g in extra)
@@ -394,8 +655,6 @@ class Runtime(cgrt.Runtime):
         # PyTorch's caching allocator (libc10_cuda.so, in torch's lib directory in its wheels)
         # calls cudaMalloc while cgrt captures, for the pool _capture_begin routes it to: declared,
         # diagnose does not call those allocations suspicious. The file name if not found there.
-        import os
-
         c10 = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10_cuda.so")
         self.set_capture_hooks(
             self._capture_begin,
@@ -403,6 +662,12 @@ class Runtime(cgrt.Runtime):
             pool_allocator=c10 if os.path.exists(c10) else "libc10_cuda.so",
         )
         self.last_report = None
+        # Moved inputs are staged here, not by cgrt (modules are registered with stages_inputs).
+        try:
+            policy = self.config("cuda_graph", "rebind")
+        except Error:
+            policy = "update"  # a libcgrt without cgrt_config_get: no staging
+        self._stager = _Stager(self, policy) if policy in ("auto", "copy") else None
 
     # -- the pool
 
@@ -426,6 +691,9 @@ class Runtime(cgrt.Runtime):
         for m in self._modules_t:
             m._static.clear()
             m._records.clear()
+            m._stage.clear()
+        if getattr(self, "_stager", None) is not None:
+            self._stager.drop()
         self._body_static.clear()
         self._runs = []
         if self._pool is not None:
@@ -440,6 +708,21 @@ class Runtime(cgrt.Runtime):
 
     def _closed_hook(self):
         self._drop_pool()
+
+    def stats(self):
+        """cgrt's counters, with the inputs this adapter staged: signatures switched to statics
+        (rebind_copy_keys), bytes copied into them (copy_bytes), the statics' memory
+        (staged_bytes)."""
+        s = super().stats()
+        st = self._stager
+        if st is None:
+            return s
+        return dataclasses.replace(
+            s,
+            rebind_copy_keys=s.rebind_copy_keys + st.switched,
+            copy_bytes=s.copy_bytes + st.copy_bytes,
+            staged_bytes=s.staged_bytes + st.staged_bytes(),
+        )
 
     @property
     def pool(self):
@@ -460,8 +743,11 @@ class Runtime(cgrt.Runtime):
         no_cp_comm=False,
     ) -> TorchModule:
         """Registers `module` with cgrt as `name` (kind decides whether scoped backends graph
-        it). backward=True allows tm.backward() and allocates p.grad for its trainable
-        parameters. declare_params=True also declares the parameters as the call's buffers.
+        it). Call it from the body as ``tm(ctx, *inputs, **kwargs)``; its tensors are declared to
+        cgrt, and one that moves on most calls is copied into a static before each call
+        (rebind = auto or copy): keep inputs in place for the best speed (the previous module's
+        output, per-step tables computed into tensors allocated once). backward=True allows
+        tm.backward() and allocates p.grad for its trainable parameters. declare_params=True also declares the parameters as the call's buffers.
         no_cp_comm=True: its calls issue no collectives on the cp communicator (see
         cgrt.Runtime.register)."""
         tm = TorchModule(self, name, module, kind, layer, backward, declare_params, no_cp_comm)
@@ -507,6 +793,8 @@ class Runtime(cgrt.Runtime):
         for m in self._modules_t:
             if m._records:
                 m._records.clear()
+        if self._stager is not None:
+            self._stager.step_begins()
         self._runs = []
         runs = self._runs
 
@@ -516,8 +804,9 @@ class Runtime(cgrt.Runtime):
                 if (c.buffers[i].ptr or 0) != p:
                     raise Error(
                         Status.UNSUPPORTED,
-                        "cgrt.torch: cgrt handed the body private copies of the step's buffers "
-                        "(rebind = copy); use rebind = update, recapture or error",
+                        "cgrt.torch: cgrt handed the body private copies of the step's buffers, "
+                        "which a step run with stages_inputs never gets (a libcgrt older than "
+                        "this package?)",
                     )
             captured = ctx.mode == Mode.CAPTURE
             padded = ctx.padded_tokens
@@ -545,6 +834,7 @@ class Runtime(cgrt.Runtime):
                 seqlens=seqlens,
                 microbatches=microbatches,
                 cp_size=cp_size,
+                stages_inputs=True,  # the body reads its own tensors, never private copies
             )
         finally:
             if switch:

@@ -70,6 +70,7 @@ int main(void) {
   FIELD(cgrt_step_desc, prepare);
   FIELD(cgrt_step_desc, body);
   FIELD(cgrt_step_desc, user);
+  FIELD(cgrt_step_desc, stages_inputs);
 
   SIZE(cgrt_step_report);
   FIELD(cgrt_step_report, struct_size);

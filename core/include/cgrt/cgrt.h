@@ -245,6 +245,13 @@ typedef struct cgrt_step_desc {
   cgrt_step_fn prepare;
   cgrt_step_fn body; /* required; the graphable work, may be replaced by a replay */
   void *user;        /* passed to both callbacks as `user` and ctx->user */
+  /*
+   * -- appended after 0.3 (reads as 0 in an older desc) --
+   * 1: the body addresses its own buffers, not ctx->buffers (a PyTorch body reads its tensors):
+   * a whole-body graph is never handed private copies of the step's buffers; moved buffers are
+   * re-recorded, and under rebind = auto a body whose buffers move on most steps runs eagerly.
+   */
+  int stages_inputs;
 } cgrt_step_desc;
 
 /* What happened during one step, filled by cgrt_step() if the host passes one. */
@@ -374,6 +381,13 @@ CGRT_API const char *cgrt_strerror(int code);
 
 /* Replaces the log sink (NULL restores stderr). */
 CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user);
+
+/*
+ * Writes `msg` to the runtime's log at `level` if that level is enabled ([runtime] log,
+ * CGRT_LOG), through the sink cgrt's own lines take: for an adapter that adds lines of its own
+ * (cgrt.torch). Appended after 0.3. Errors: CGRT_E_INVAL (rt or msg NULL).
+ */
+CGRT_API int cgrt_log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg);
 
 /* The stream cgrt runs on (cudaStream_t on the cuda driver). Owned by the runtime. */
 CGRT_API void *cgrt_stream(cgrt_runtime *rt);

@@ -167,6 +167,104 @@ def test_moved_input_rebinds_or_is_refused():
                     assert e.code == Status.REBIND and "l0" in e.message
 
 
+class _FreshLayer(torch.nn.Module):
+    """A layer that reads per-step tensors the body computes afresh: a rotary-like table and a
+    mask (keyword input), as HuggingFace decoder layers read their position embeddings."""
+
+    def __init__(self, d, seed):
+        super().__init__()
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.w = torch.nn.Parameter(torch.randn(d, d, device="cuda", generator=g) / d**0.5)
+
+    def forward(self, h, table, mask=None):
+        a = (h * table) @ self.w
+        scores = (a @ h.t()) * mask
+        return h + 0.01 * (scores @ a)
+
+
+def _fresh_inputs(policy):
+    import cgrt.torch as ct
+
+    _require_gpu()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    d, n_layers, vocab = 64, 4, 100
+    emb = torch.nn.Embedding(vocab, d, device="cuda")
+    layers = [_FreshLayer(d, 10 + i) for i in range(n_layers)]
+    freq = torch.linspace(0.1, 1.0, d, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    toks = [torch.randint(0, vocab, (8,), device="cuda", generator=gen) for _ in range(6)]
+    lines = []
+    extra = f"rebind = {policy}\n" if policy else ""
+    ini = _ini("local", extra + "[inference]\nbuckets = list\nlist = 4 8\nmax_tokens = 8")
+    keep = []  # the last steps' tensors stay referenced: each step's land elsewhere (they move)
+
+    def per_step(tok, p, step):
+        pos = torch.arange(p, device="cuda", dtype=torch.float32) + step
+        table = torch.cos(pos[:, None] * freq)
+        mask = torch.ones(p, p, device="cuda").tril()
+        return emb(tok), table, mask
+
+    with ct.Runtime(ini, log=lambda level, msg: lines.append(msg)) as rt, torch.no_grad():
+        with torch.cuda.stream(rt.torch_stream):
+            assert rt.config("cuda_graph", "rebind") == (policy or "auto")
+            mods = [rt.register_module(f"layer{i}", m, layer=i) for i, m in enumerate(layers)]
+            static_tok = torch.zeros(8, dtype=torch.long, device="cuda")
+            plan = [8] * 6 + [3] * 6 + [8, 3, 7, 2, 8, 4]
+            copied = []
+            for step, t in enumerate(plan):
+                tok = toks[step % len(toks)]
+
+                def prepare(ctx):
+                    static_tok[: ctx.tokens].copy_(tok[: ctx.tokens])
+                    static_tok[ctx.tokens : ctx.padded_tokens].zero_()
+
+                def body(ctx):
+                    p = ctx.padded_tokens
+                    h, table, mask = per_step(static_tok[:p], p, step)
+                    keep.append((h, table, mask))
+                    del keep[:-2]
+                    for m in mods:
+                        h = m(ctx, h, table, mask=mask)
+                    return h
+
+                before = rt.stats().copy_bytes
+                out = rt.run("infer", t, prepare, body, inputs=[static_tok])
+                copied.append(rt.stats().copy_bytes - before)
+                p = rt.last_report.padded_tokens
+                ref_tok = torch.zeros(p, dtype=torch.long, device="cuda")
+                ref_tok[:t] = tok[:t]
+                h, table, mask = per_step(ref_tok, p, step)
+                for m in layers:
+                    h = m(h, table, mask=mask)
+                mode = rt.last_report.mode.name
+                assert torch.equal(out[:t], h[:t]), f"step {step} (T={t}, {mode})"
+                _scribble()
+        torch.cuda.synchronize()
+        s = rt.stats()
+    assert s.fallbacks == 0 and s.rebind_eager_keys == 0, s
+    assert s.captures == n_layers * 2, s  # one graph per module and bucket, no re-recording
+    assert rt.last_report.mode == Mode.REPLAY
+    # a replayed step copies each fresh tensor once: the embedding (layer 0) and the table and
+    # mask (shared by every layer), not once per layer
+    p = 4
+    assert copied[-1] == 4 * (p * d + p * d + p * p), copied
+    staged = [m for m in lines if "cgrt.torch: module" in m and "static copy" in m]
+    if policy == "copy":
+        assert not staged
+    else:
+        assert len(staged) == n_layers, lines  # one line per module (its first bucket)
+        assert "input 1" in staged[-1] and "keep the tensor in place" in staged[-1]
+        assert s.rebind_copy_keys >= n_layers
+
+
+def test_fresh_inputs_are_staged_bitwise():
+    _fresh_inputs(None)
+
+
+def test_fresh_inputs_under_rebind_copy_bitwise():
+    _fresh_inputs("copy")
+
+
 def test_module_that_raises_is_named():
     import cgrt.torch as ct
 
