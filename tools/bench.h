@@ -107,8 +107,9 @@ int plan_config(const char *conf, const char *default_conf, const char *name,
 int plan_train(const char *conf, plan_report_fn report, void *user);
 
 /*
- * What verify and diagnose found in rt: text lines (only when there is something to say), or
- * with json the fields ,"verifications":..,"findings":[...] to close an object with.
+ * What went wrong or was checked in rt (fallbacks, moved buffers, the memory budget, verify,
+ * diagnose): text lines (only when there is something to say), or with json the fields
+ * ,"fallbacks":..,"findings":[...] to close an object with.
  */
 void bench_print_checks(cgrt_runtime *rt, int json);
 

@@ -1,7 +1,8 @@
 /*
- * bench_checks.c - what verify and diagnose found during a `cgrt bench` run: replays checked
- * against eager and how many differed ([cuda_graph] verify), and diagnose's findings (the calls
- * that broke a capture, or looked suspicious), as text lines or as JSON fields.
+ * bench_checks.c - what went wrong or was checked during a `cgrt bench` run: fallbacks, moved
+ * buffers (keys on private copies, keys sent eager, bytes copied), calls eager for the memory
+ * budget, replays checked against eager and how many differed ([cuda_graph] verify), and
+ * diagnose's findings, as text lines or as JSON fields.
  */
 #include <stdio.h>
 
@@ -27,6 +28,11 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
   if (cgrt_stats_get(rt, &s) != 0 || cgrt_findings_count(rt, &n) != 0)
     return;
   if (json) {
+    printf(",\"fallbacks\":%llu,\"rebinds\":%llu,\"rebind_copy_keys\":%llu,"
+           "\"rebind_eager_keys\":%llu,\"copy_bytes\":%llu,\"budget_eager\":%llu",
+           (unsigned long long)s.fallbacks, (unsigned long long)s.rebinds,
+           (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.rebind_eager_keys,
+           (unsigned long long)s.copy_bytes, (unsigned long long)s.budget_eager);
     printf(",\"verifications\":%llu,\"verify_mismatches\":%llu,\"verify_skipped\":%llu,"
            "\"findings\":[",
            (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
@@ -49,6 +55,14 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
     printf("]");
     return;
   }
+  /* What went wrong, or cost more than a replay, whenever it is not zero. */
+  if (s.fallbacks || s.rebind_copy_keys || s.rebind_eager_keys || s.budget_eager)
+    printf("checks: %llu fallbacks (failed captures run eagerly), %llu calls with moved buffers, "
+           "%llu keys on private copies (%llu bytes copied), %llu keys eager for moving buffers, "
+           "%llu calls eager for the memory budget\n",
+           (unsigned long long)s.fallbacks, (unsigned long long)s.rebinds,
+           (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.copy_bytes,
+           (unsigned long long)s.rebind_eager_keys, (unsigned long long)s.budget_eager);
   if (s.verifications || s.verify_skipped)
     printf("verify: %llu replays checked against eager, %llu differed, %llu not checked (no "
            "memory for the private copies)\n",

@@ -20,6 +20,7 @@
 #include "tool.h"
 
 #ifdef CGRT_HAVE_CUDA
+#include "bench_fresh.h"
 #include "bench_gpu.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -30,6 +31,11 @@ static int hm_prepare(const cgrt_ctx *ctx, void *user) {
   /* The real tokens: the host's count, or fewer when cgrt prepares a smaller bucket. */
   int64_t tokens = hm->tokens < ctx->tokens ? hm->tokens : ctx->tokens;
   int rc = hm->w->stage(hm->ws, tokens, ctx->padded_tokens, ctx->stream);
+  if (rc == 0 && hm->fresh)
+    rc = cudaMemcpyAsync(hm->cur, hm->buf, (size_t)ctx->padded_tokens * hm->row_bytes,
+                         cudaMemcpyDeviceToDevice, (cudaStream_t)ctx->stream) == cudaSuccess
+             ? 0
+             : CGRT_E_DEVICE;
   hm->prepare_ns += cgrt_tool_now_ns() - t0;
   return rc;
 }
@@ -89,10 +95,51 @@ int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws, int
   return rc;
 }
 
+/* A fresh host's step: a new hidden buffer before it (declared as the step's buffer). */
+static int fresh_begin(struct hm_stepper *st) {
+  struct host_model *hm = st->hm;
+  cudaStream_t s = (cudaStream_t)cgrt_stream(hm->rt);
+  if (cudaMallocAsync(&hm->cur, (size_t)hm->max_rows * hm->row_bytes, s) != cudaSuccess)
+    return CGRT_E_NOMEM;
+  st->stat.ptr = hm->cur;
+  return 0;
+}
+
+/* After it: the output out to the workload's buffer (read from there), the previous one freed. */
+static int fresh_end(struct hm_stepper *st) {
+  struct host_model *hm = st->hm;
+  cudaStream_t s = (cudaStream_t)cgrt_stream(hm->rt);
+  cudaError_t e = cudaMemcpyAsync(hm->buf, hm->cur, (size_t)st->rep.padded_tokens * hm->row_bytes,
+                                  cudaMemcpyDeviceToDevice, s);
+  if (e == cudaSuccess && hm->prev)
+    e = cudaFreeAsync(hm->prev, s);
+  hm->prev = hm->cur;
+  hm->cur = NULL;
+  return e == cudaSuccess ? 0 : CGRT_E_DEVICE;
+}
+
+void hm_close(struct host_model *hm) {
+  if (hm->rt && hm->prev) {
+    cudaStream_t s = (cudaStream_t)cgrt_stream(hm->rt);
+    cudaFreeAsync(hm->prev, s);
+    cudaStreamSynchronize(s);
+  }
+  hm->prev = NULL;
+  cgrt_close(hm->rt);
+  hm->rt = NULL;
+}
+
 int hm_step(void *arg, int timed) {
   struct hm_stepper *st = arg;
   uint64_t prepared = st->hm->prepare_ns;
-  int rc = cgrt_step(st->hm->rt, &st->desc, &st->rep);
+  int rc = st->hm->fresh ? fresh_begin(st) : 0;
+  if (rc != 0)
+    return rc;
+  rc = cgrt_step(st->hm->rt, &st->desc, &st->rep);
+  if (st->hm->fresh) {
+    int frc = fresh_end(st);
+    rc = rc ? rc : frc;
+  }
   if (timed) {
     st->host_ns += st->rep.host_ns;
     st->timed++;
@@ -224,46 +271,46 @@ int floor_step(void *arg, int timed) {
 /* ---------------------------------------------------------------- host dispatch cost */
 
 /*
- * Host time of the graph launches of one step with an idle stream (synchronized before each
- * step, so no launch waits for room in the queue): median over n steps, in us.
+ * What dispatching a replayed step costs the host above launching the same graphs by hand, in
+ * pairs: n times in turn, each onto an idle stream (synchronized first, so no launch waits for
+ * room in the queue) after the same staging kernel: one cgrt step (its host time less
+ * prepare's), then the floor's graphs launched by hand on the same stream (their launches' host
+ * time). The difference is taken within each pair, which shares the host's conditions of the
+ * moment (clock, caches, other load), and its median kept: two medians taken one block after the
+ * other differed by more than the difference itself (an H100, 0.58 and -0.67 us a graph in two
+ * runs). *raw_us: the median of the launches by hand.
  */
-static int hm_dispatch(struct host_model *hm, int64_t tokens, int n, double *us) {
-  void *stream = cgrt_stream(hm->rt);
+static int dispatch_paired(struct host_model *hm, struct floor *f, int per_module, int64_t tokens,
+                           int n, double *diff_us, double *raw_us) {
+  cudaStream_t s = (cudaStream_t)cgrt_stream(hm->rt);
   struct hm_stepper st;
   hm_stepper_init(&st, hm, tokens, tokens);
-  double *t = calloc((size_t)n, sizeof(*t));
-  int rc = 0;
-  for (int i = 0; i < n && rc == 0; i++) {
-    cudaStreamSynchronize((cudaStream_t)stream);
-    hm->prepare_ns = 0;
-    rc = cgrt_step(hm->rt, &st.desc, &st.rep);
-    t[i] = (double)(st.rep.host_ns - hm->prepare_ns) / 1e3;
-  }
-  cudaStreamSynchronize((cudaStream_t)stream);
-  if (rc == 0)
-    *us = bench_median(t, n);
-  free(t);
-  return rc;
-}
-
-/* The same for the raw graphs: host time of their cudaGraphLaunch calls, median, in us. */
-static int floor_dispatch(struct floor *f, cudaStream_t s, int per_module, int n, double *us) {
-  double *t = calloc((size_t)n, sizeof(*t));
-  int rc = 0;
+  double *d = calloc((size_t)n, sizeof(*d)), *raw = calloc((size_t)n, sizeof(*raw));
+  int rc = d && raw ? 0 : CGRT_E_NOMEM;
   for (int i = 0; i < n && rc == 0; i++) {
     cudaStreamSynchronize(s);
-    uint64_t t0 = cgrt_tool_now_ns();
+    hm->prepare_ns = 0;
+    rc = cgrt_step(hm->rt, &st.desc, &st.rep);
+    const double cgrt_us = (double)(st.rep.host_ns - hm->prepare_ns) / 1e3;
+    cudaStreamSynchronize(s);
+    if (rc == 0)
+      rc = hm->w->stage(hm->ws, tokens, f->rows, s);
+    const uint64_t t0 = cgrt_tool_now_ns();
     if (per_module)
       for (int m = 0; m < f->n && rc == 0; m++)
         rc = cudaGraphLaunch(f->each[m], s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
-    else
+    else if (rc == 0)
       rc = cudaGraphLaunch(f->whole, s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
-    t[i] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
+    raw[i] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
+    d[i] = cgrt_us - raw[i];
   }
   cudaStreamSynchronize(s);
-  if (rc == 0)
-    *us = bench_median(t, n);
-  free(t);
+  if (rc == 0) {
+    *diff_us = bench_median(d, n);
+    *raw_us = bench_median(raw, n);
+  }
+  free(d);
+  free(raw);
   return rc;
 }
 
@@ -339,9 +386,10 @@ static const char *scope_of(const struct cgrt_config_view *v) {
 }
 
 static void print_table(const struct bench_opts *o, const struct cgrt_config_view *v,
-                        const char *what, const char *device, struct row *rows, int n,
-                        double dispatch_us, double raw_launch_us, double mem_all, double mem_one,
-                        uint64_t graphs, double copy_bw, cgrt_runtime *rt) {
+                        const char *what, const char *device, struct row *rows,
+                        const struct fresh_row *fresh, int n, double dispatch_us,
+                        double raw_launch_us, double mem_all, double mem_one, uint64_t graphs,
+                        double copy_bw, cgrt_runtime *rt) {
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"scope\":\"%s\",\"device\":\"%s\","
@@ -367,6 +415,7 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
       printf("}");
     }
     printf("]");
+    bench_fresh_print(fresh, n, 1);
     bench_print_checks(rt, 1);
     printf("}\n");
     return;
@@ -402,8 +451,9 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
              r->backend.step_us / r->limit_us);
     printf("\n");
   }
+  bench_fresh_print(fresh, n, 0);
   printf("replay dispatch: %.3f us of host time per replayed graph (%s) above cudaGraphLaunch "
-         "(raw launch %.3f us)\n",
+         "(raw launch %.3f us; median of 400 paired steps)\n",
          dispatch_us, block ? "one per step" : "one per module call", raw_launch_us);
   if (mem_one > 0)
     printf("graph memory: every bucket captured (%llu graphs) %.1f MiB reserved, the largest "
@@ -567,24 +617,34 @@ static int measure_row(struct host_model *backend, struct host_model *eager, str
   return 0;
 }
 
+int bench_gpu_configs(const struct bench_opts *o, cgrt_tool_config **cfg,
+                      cgrt_tool_config **eager_cfg) {
+  static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
+                                    "log = warn\n";
+  *cfg = *eager_cfg = NULL;
+  int status = tool_load_config(o->conf, default_conf, "<bench default: local>", cfg, 0);
+  if (status != EXIT_VALID)
+    return status;
+  cgrt_tool_config_view(*cfg)->driver = CGRT_DRIVER_CUDA;
+  if (o->set_budget)
+    cgrt_tool_config_view(*cfg)->memory_budget = o->memory_budget;
+  if (tool_eager_config(cgrt_tool_config_view(*cfg), eager_cfg) != EXIT_VALID) {
+    cgrt_tool_config_free(*cfg);
+    *cfg = NULL;
+    return EXIT_UNUSABLE;
+  }
+  return EXIT_VALID;
+}
+
 int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   if (bench_no_device("cgrt bench"))
     return EXIT_UNUSABLE;
-  static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
-                                    "log = warn\n";
   cgrt_tool_config *cfg = NULL, *eager_cfg = NULL;
-  int status = tool_load_config(o->conf, default_conf, "<bench default: local>", &cfg, 0);
+  int status = bench_gpu_configs(o, &cfg, &eager_cfg);
   if (status != EXIT_VALID)
     return status;
-  cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
-  if (o->set_budget)
-    cgrt_tool_config_view(cfg)->memory_budget = o->memory_budget;
   const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   int device = v->device;
-  if (tool_eager_config(v, &eager_cfg) != EXIT_VALID) {
-    cgrt_tool_config_free(cfg);
-    return EXIT_UNUSABLE;
-  }
 
   int64_t *buckets = NULL;
   size_t nb = 0;
@@ -607,6 +667,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   void *ws = NULL;
   struct host_model backend = {0}, eager = {0};
   struct row rows[BENCH_MAX_TOKENS];
+  struct fresh_row fresh[BENCH_MAX_TOKENS];
   struct floor fl = {0};
   cudaStream_t fs = NULL;
   char what[256] = "";
@@ -655,16 +716,18 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     if (r->backend.mode == CGRT_MODE_REPLAY) {
       int per_module = r->backend.calls > 0;
       int graphs = per_module ? (int)r->backend.calls : 1;
-      double cgrt_us = 0, raw_us = 0;
-      if (hm_dispatch(&backend, r->tokens, 100, &cgrt_us) != 0 ||
-          floor_dispatch(&fl, fs, per_module, 100, &raw_us) != 0)
+      double diff_us = 0, raw_us = 0;
+      if (dispatch_paired(&backend, &fl, per_module, r->tokens, 400, &diff_us, &raw_us) != 0)
         goto out;
-      dispatch_sum += (cgrt_us - raw_us) / graphs;
+      dispatch_sum += diff_us / graphs;
       launch_sum += raw_us / graphs;
       dispatch_n++;
     }
     floor_free(&fl);
   }
+  /* The same host handing its layers a fresh buffer every step (bench_fresh.c). */
+  if (bench_fresh_rows(w, ws, max_rows, &backend, o, fresh) != 0)
+    goto out;
   double mem_all = 0, mem_one = 0;
   cgrt_release_graphs(eager.rt);
   cgrt_release_graphs(backend.rt);
@@ -672,7 +735,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     goto out;
   cgrt_stats st = {.struct_size = sizeof(st)};
   cgrt_stats_get(backend.rt, &st);
-  print_table(o, &shown, what, prop.name, rows, o->num_tokens,
+  print_table(o, &shown, what, prop.name, rows, fresh, o->num_tokens,
               dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? launch_sum / dispatch_n : 0,
               mem_all, mem_one, st.live_graphs, copy_bw, backend.rt);
   status = o->plot && plot_rows(o, &shown, what, prop.name, rows, o->num_tokens) != 0
@@ -682,8 +745,8 @@ out:
   floor_free(&fl);
   if (fs)
     cudaStreamDestroy(fs);
-  cgrt_close(backend.rt);
-  cgrt_close(eager.rt);
+  hm_close(&backend);
+  hm_close(&eager);
   if (ws)
     w->destroy(ws);
   cgrt_tool_free(buckets);

@@ -27,6 +27,14 @@ struct host_model {
   void *buf;
   size_t row_bytes;
   int64_t max_rows;
+  /*
+   * A host that hands its layers a fresh input every step (bench_fresh.c): before each step it
+   * allocates the hidden buffer with cudaMallocAsync, prepare stages the input into it, the body
+   * hands it to every module, and after the step the output is copied out and the previous
+   * step's buffer freed (so consecutive steps never share an address).
+   */
+  int fresh;
+  void *cur, *prev;
 };
 
 struct measure {
@@ -41,6 +49,15 @@ struct measure {
 /* Opens a runtime from cfg (consumed) and registers the workload's modules with it. */
 int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws, int64_t max_rows,
             cgrt_tool_config *cfg);
+/* Closes it (NULL runtime accepted) and frees a fresh host's last buffer. */
+void hm_close(struct host_model *hm);
+
+/*
+ * The configuration of the backend under test (o->conf, or the bench's default: local) on the
+ * cuda driver with o's budget, and the same for impl = none. EXIT_VALID or the exit code.
+ */
+int bench_gpu_configs(const struct bench_opts *o, cgrt_tool_config **cfg,
+                      cgrt_tool_config **eager_cfg);
 
 /* cgrt steps of a host model as a bench_stepper (bs); timed steps add to the host-time sums. */
 struct hm_stepper {
