@@ -29,15 +29,17 @@ struct entry {
   int failures;      /* captures that failed in a row; at CAPTURE_ATTEMPTS the key stays eager */
   cgrt_buffer *bufs; /* the addresses the executable uses: the host's, or private ones */
   size_t num_bufs;   /* entries of bufs */
-  struct cgrt__stage st;       /* the host's buffers as followed, and the private copies (staged) */
-  int eager;                   /* auto: its buffers move on most calls and copies cannot serve it */
-  int own;                     /* its module stages its own inputs (never handed private copies) */
-  struct cgrt__graph_rec rec;  /* what its executable cost (the last one, after an eviction) */
-  int has_rec;                 /* rec holds a measured build */
-  int charged;                 /* rec is in the runtime's ledger (the executable is live) */
-  int budget_logged;           /* the budget's refusal of this key was logged */
-  uint64_t replays;            /* replays since the capture or update (counted only by verify) */
-  struct entry *chain;         /* next in the hash bucket */
+  struct cgrt__stage st;      /* the host's buffers as followed, and the private copies (staged) */
+  int eager;                  /* auto: its buffers move on most calls and copies cannot serve it */
+  int variants;               /* auto: its buffers cycle among a few address sets, each of which has
+                                 an entry of the key (as under recapture), at most AUTO_VARIANTS */
+  int own;                    /* its module stages its own inputs (never handed private copies) */
+  struct cgrt__graph_rec rec; /* what its executable cost (the last one, after an eviction) */
+  int has_rec;                /* rec holds a measured build */
+  int charged;                /* rec is in the runtime's ledger (the executable is live) */
+  int budget_logged;          /* the budget's refusal of this key was logged */
+  uint64_t replays;           /* replays since the capture or update (counted only by verify) */
+  struct entry *chain;        /* next in the hash bucket */
   struct entry *newer, *older; /* recency list */
 };
 
@@ -175,10 +177,13 @@ static int grow(struct cgrt_graph_cache *c) {
   return 0;
 }
 
+/* rebind = auto: address sets a key that cycles among them keeps an executable for each. */
+#define AUTO_VARIANTS 4
+
 /*
- * The entry of key for these buffers: under recapture, several entries share a key (one per
- * address set) and the one whose buffers match is wanted, else one without an executable; under
- * the other policies a key has one entry.
+ * The entry of key for these buffers: under recapture, and for a key whose buffers cycle (auto),
+ * several entries share a key (one per address set) and the one whose buffers match is wanted,
+ * else one without an executable; otherwise a key has one entry.
  */
 static struct entry *find(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
                           uint64_t hash, const cgrt_buffer *bufs, size_t n) {
@@ -186,7 +191,7 @@ static struct entry *find(struct cgrt_graph_cache *c, const struct cgrt_graph_ke
   for (struct entry *e = c->table[hash & (c->table_size - 1)]; e; e = e->chain) {
     if (e->hash != hash || !key_equal(&e->key, key))
       continue;
-    if (c->rebind != CGRT_REBIND_RECAPTURE)
+    if (c->rebind != CGRT_REBIND_RECAPTURE && !e->variants)
       return e;
     if (e->exec && buffers_match(e, bufs, n))
       return e;
@@ -506,6 +511,18 @@ static void say_staged(struct cgrt_graph_cache *c, const struct entry *e,
             (unsigned long long)e->st.copy_bytes_per_call, e->st.staged == 1 ? "it" : "them");
 }
 
+/* rebind = auto: a key whose buffers cycle among a few address sets keeps an executable for
+   each (entries of the key, as under recapture): no copies, no recording once all are built. */
+static void to_variants(struct cgrt_graph_cache *c, struct entry *e,
+                        const struct cgrt_graph_work *w) {
+  e->variants = 1;
+  c->rt->stats.rebind_variant_keys++;
+  cgrt__log(c->rt, CGRT_LOG_INFO,
+            "%s: its buffers moved on %d of its last %d calls, among address sets it had before "
+            "(rebind = auto): it keeps a graph per address set, at most %d, and copies nothing",
+            w->what, AUTO_MOVES, AUTO_WINDOW, AUTO_VARIANTS);
+}
+
 /*
  * The private copies a new capture of e works on: every buffer under copy; under auto those of a
  * key that thrashes (or was staged before its executable was evicted). A module that stages its
@@ -513,8 +530,8 @@ static void say_staged(struct cgrt_graph_cache *c, const struct entry *e,
  */
 static int stage_for_capture(struct cgrt_graph_cache *c, struct entry *e,
                              const struct cgrt_graph_work *w, char *why, size_t whylen) {
-  int all = c->rebind == CGRT_REBIND_COPY;
-  if (e->own || (c->rebind != CGRT_REBIND_COPY && c->rebind != CGRT_REBIND_AUTO))
+  const int all = c->rebind == CGRT_REBIND_COPY;
+  if (e->variants || (!all && c->rebind != CGRT_REBIND_AUTO))
     return 0;
   if (!all) {
     int sticky = 0;
@@ -522,7 +539,13 @@ static int stage_for_capture(struct cgrt_graph_cache *c, struct entry *e,
       sticky |= e->st.b[i].sticky;
     if (!sticky && !cgrt__stage_thrashing(&e->st))
       return 0;
+    if (!sticky && cgrt__stage_cycling(&e->st)) {
+      to_variants(c, e, w);
+      return 0;
+    }
   }
+  if (e->own)
+    return 0; /* its host stages: captured as it is, its later moves are followed from here */
   size_t added = 0;
   uint64_t budget = all ? 0 : cgrt__mem_budget(c->rt);
   int rc = cgrt__stage_alloc(c->rt, &e->st, w->buffers, w->num_buffers, all, budget, &added, why,
@@ -708,6 +731,51 @@ static int copy_refused(struct cgrt_graph_cache *c, const struct entry *e,
 }
 
 /*
+ * A key whose buffers cycle took more address sets than AUTO_VARIANTS: its entries but `keep` go,
+ * and keep works on private copies of the buffers its address set does not share with this call.
+ */
+static int fold_variants(struct cgrt_graph_cache *c, struct entry *keep,
+                         const struct cgrt_graph_work *w, cgrt_mode *mode) {
+  for (struct entry *o = c->oldest, *newer; o; o = newer) {
+    newer = o->newer;
+    if (o != keep && o->hash == keep->hash && key_equal(&o->key, &keep->key))
+      entry_remove(c, o);
+  }
+  keep->variants = 0;
+  int rc = cgrt__stage_track(&keep->st, w->buffers, w->num_buffers);
+  if (rc < 0)
+    return rc;
+  if (keep->own)
+    return give_up(c, keep, w,
+                   "more address sets than a graph each can serve, and its module stages its "
+                   "own inputs (stages_inputs), so it cannot run on private copies",
+                   mode);
+  if (!keep->exec || keep->num_bufs != w->num_buffers)
+    return capture_new(c, keep, w, mode);
+  for (size_t i = 0; i < keep->st.n; i++)
+    if (keep->bufs[i].ptr != w->buffers[i].ptr || keep->bufs[i].bytes != w->buffers[i].bytes)
+      keep->st.b[i].sticky = 1;
+  char why[512] = "";
+  size_t added = 0;
+  rc = cgrt__stage_alloc(c->rt, &keep->st, w->buffers, w->num_buffers, 0, cgrt__mem_budget(c->rt),
+                         &added, why, sizeof(why));
+  if (rc != 0)
+    return give_up(c, keep, w, why, mode);
+  if (added)
+    say_staged(c, keep, w);
+  return rebind_update(c, keep, w, mode);
+}
+
+/* Entries of a key (several: recapture, or auto's address sets of a cycling key). */
+static size_t count_entries(const struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
+                            uint64_t hash) {
+  size_t n = 0;
+  for (const struct entry *e = c->table[hash & (c->table_size - 1)]; e; e = e->chain)
+    n += e->hash == hash && key_equal(&e->key, key);
+  return n;
+}
+
+/*
  * rebind = auto, a call whose buffers do not fit e's executable: staged buffers that grew get
  * larger private copies; a key whose buffers moved on most of its recent calls gets private
  * copies of those that move; then the call is recorded again into the executable (update).
@@ -723,6 +791,18 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
   rc = cgrt__stage_track(&e->st, w->buffers, w->num_buffers);
   if (rc < 0)
     return rc;
+  if (cgrt__stage_thrashing(&e->st) && cgrt__stage_cycling(&e->st) && !e->st.staged) {
+    /* The executable serves the address set it has; this call's set gets an entry of its own. */
+    to_variants(c, e, w);
+    struct entry *v = insert(c, &e->key, e->hash);
+    if (!v)
+      return c->rt->host.set_error(&c->rt->host, CGRT_E_NOMEM,
+                                   "out of memory in the graph cache (%s)", w->what);
+    v->warm = e->warm;
+    v->variants = 1;
+    v->own = e->own;
+    return capture_new(c, v, w, mode);
+  }
   if (cgrt__stage_thrashing(&e->st)) {
     if (e->own)
       return give_up(c, e, w,
@@ -754,10 +834,17 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
   if (!e) {
     /* Under recapture a key seen with other addresses is warm already: capture at once. */
     struct entry *other = sibling(c, key, hash);
+    if (other && other->variants && count_entries(c, key, hash) >= AUTO_VARIANTS) {
+      touch(c, other);
+      c->rt->stats.rebinds++;
+      return fold_variants(c, other, w, mode);
+    }
     if (!(e = insert(c, key, hash)))
       return h->set_error(h, CGRT_E_NOMEM, "out of memory in the graph cache (%s)", w->what);
     if (other) {
       e->warm = other->warm;
+      e->variants = other->variants;
+      e->own = other->own;
       c->rt->stats.rebinds++;
     }
   }

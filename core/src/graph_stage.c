@@ -10,6 +10,15 @@
 
 #include "runtime.h"
 
+static uint64_t set_signature(const cgrt_buffer *b, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull ^ n;
+  for (size_t i = 0; i < n; i++) {
+    h = (h ^ (uint64_t)(uintptr_t)b[i].ptr) * 0x100000001b3ull;
+    h = (h ^ (uint64_t)b[i].bytes) * 0x100000001b3ull;
+  }
+  return h | 1; /* never 0: 0 is an empty slot */
+}
+
 int cgrt__stage_track(struct cgrt__stage *s, const cgrt_buffer *b, size_t n) {
   uint64_t call = ++s->calls;
   int any = 0;
@@ -44,12 +53,23 @@ int cgrt__stage_track(struct cgrt__stage *s, const cgrt_buffer *b, size_t n) {
     memmove(&s->moves[1], &s->moves[0], (AUTO_MOVES - 1) * sizeof(s->moves[0]));
     s->moves[0] = call;
   }
+  if (any || call == 1) {
+    memmove(&s->sets[1], &s->sets[0], (AUTO_WINDOW - 1) * sizeof(s->sets[0]));
+    s->sets[0] = set_signature(b, n);
+  }
   return any;
 }
 
 int cgrt__stage_thrashing(const struct cgrt__stage *s) {
   const uint64_t oldest = s->moves[AUTO_MOVES - 1];
   return s->moves[0] == s->calls && oldest != 0 && oldest + AUTO_WINDOW > s->calls;
+}
+
+int cgrt__stage_cycling(const struct cgrt__stage *s) {
+  for (int i = 1; i < AUTO_WINDOW; i++)
+    if (s->sets[i] == s->sets[0])
+      return 1;
+  return 0;
 }
 
 static int wanted(const struct cgrt__stage *s, size_t i, int all) {

@@ -9,7 +9,8 @@
  * host may hand a new address at every call without a new recording. Under copy every buffer is
  * staged at capture; under auto only those that moved within the last AUTO_WINDOW calls when the
  * unit's buffers moved on AUTO_MOVES of them ("thrash": more than half of its recent calls), and
- * the others stay the host's.
+ * the others stay the host's. The address sets of the unit's recent calls are kept too: a unit
+ * whose buffers cycle among a few sets (a host that double-buffers) needs no copies at all.
  */
 #ifndef CGRT_GRAPH_STAGE_H
 #define CGRT_GRAPH_STAGE_H
@@ -43,6 +44,7 @@ struct cgrt__stage {
   size_t staged;                /* buffers with a private copy */
   uint64_t calls;               /* calls followed */
   uint64_t moves[AUTO_MOVES];   /* the calls of the unit's last moves, the latest first */
+  uint64_t sets[AUTO_WINDOW];   /* signatures of its last address sets, the latest first */
   uint64_t copy_bytes_per_call; /* what the staged buffers copy around one replay */
 };
 
@@ -60,6 +62,10 @@ static inline void cgrt__stage_tick(struct cgrt__stage *s) {
 
 /* 1 if the last call moved and the unit's buffers moved on AUTO_MOVES of its last AUTO_WINDOW. */
 int cgrt__stage_thrashing(const struct cgrt__stage *s);
+
+/* 1 if the last call's address set is one of the unit's AUTO_WINDOW - 1 sets before it: its
+   buffers cycle among a few sets. */
+int cgrt__stage_cycling(const struct cgrt__stage *s);
 
 /*
  * Gives private buffers to the buffers of b[0..n) not staged yet that should be: all of them

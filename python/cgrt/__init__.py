@@ -392,6 +392,7 @@ class Stats:
     rebind_eager_keys: int
     copy_bytes: int
     staged_bytes: int
+    rebind_variant_keys: int
 
 
 @dataclass(frozen=True)
@@ -636,6 +637,7 @@ class Runtime:
             rebind_eager_keys=s.rebind_eager_keys,
             copy_bytes=s.copy_bytes,
             staged_bytes=s.staged_bytes,
+            rebind_variant_keys=s.rebind_variant_keys,
         )
 
     def findings(self) -> Tuple[Finding, ...]:

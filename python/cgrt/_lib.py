@@ -169,6 +169,7 @@ class CStats(Structure):
         ("rebind_eager_keys", c_uint64),
         ("copy_bytes", c_uint64),
         ("staged_bytes", c_uint64),
+        ("rebind_variant_keys", c_uint64),
     ]
 
 

@@ -123,6 +123,7 @@ int main(void) {
   FIELD(cgrt_stats, rebind_eager_keys);
   FIELD(cgrt_stats, copy_bytes);
   FIELD(cgrt_stats, staged_bytes);
+  FIELD(cgrt_stats, rebind_variant_keys);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);

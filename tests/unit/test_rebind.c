@@ -203,15 +203,63 @@ static void rare_moves_update_in_place(void **state) {
   fx_close(f);
 }
 
-/* Two buffers alternating are "most calls" too: a moving input goes private. */
-static void alternating_addresses_are_staged(void **state) {
+/* A host that double-buffers: the key keeps a graph per address set and copies nothing. */
+static void alternating_addresses_get_a_graph_each(void **state) {
+  (void)state;
+  struct fx *f = fx_open("warmup_steps = 1", 0);
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  for (int s = 0; s < 30; s++)
+    step_with(f, &f->fresh[s % 2], s, &rep);
+  cgrt_stats st = stats(f);
+  assert_int_equal(st.rebind_variant_keys, MODS);
+  assert_int_equal(st.rebind_copy_keys, 0);
+  assert_int_equal(st.copy_bytes, 0);
+  assert_int_equal(st.live_graphs, 2 * MODS);
+  assert_true(st.captures <= 3 * MODS);
+  assert_int_equal(rep.calls_replayed, MODS);
+  assert_int_equal(f->moved_warnings, 0); /* no cost to warn about */
+  fx_close(f);
+
+  /* A module whose host stages its inputs cycles the same way (no copies needed). */
+  f = fx_open("warmup_steps = 1", 1);
+  for (int s = 0; s < 30; s++)
+    step_with(f, &f->fresh[s % 2], s, &rep);
+  st = stats(f);
+  assert_int_equal(st.rebind_variant_keys, MODS);
+  assert_int_equal(st.rebind_eager_keys, 0);
+  assert_int_equal(rep.calls_replayed, MODS);
+  assert_int_equal(f->own_addresses_seen_private, 0);
+  fx_close(f);
+}
+
+/* A cycle longer than the window is not seen as one: private copies at once. A key that
+   cycled, then meets more address sets than the graphs it may keep: back to private copies. */
+static void long_cycles_fold_to_copies(void **state) {
   (void)state;
   struct fx *f = fx_open("warmup_steps = 1", 0);
   for (int s = 0; s < 30; s++)
-    step_with(f, &f->fresh[s % 2], s, NULL);
+    step_with(f, &f->fresh[s % 6], s, NULL);
+  assert_int_equal(stats(f).rebind_variant_keys, 0);
+  assert_int_equal(stats(f).rebind_copy_keys, MODS);
+  fx_close(f);
+
+  f = fx_open("warmup_steps = 1", 0);
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  for (int s = 0; s < 10; s++)
+    step_with(f, &f->fresh[s % 2], s, &rep);
+  assert_int_equal(stats(f).rebind_variant_keys, MODS);
+  for (int s = 10; s < 60; s++)
+    step_with(f, &f->fresh[2 + s % 6], s, &rep);
   cgrt_stats st = stats(f);
+  assert_int_equal(st.rebind_variant_keys, MODS);
   assert_int_equal(st.rebind_copy_keys, MODS);
-  assert_true(st.captures <= 3 * MODS);
+  assert_int_equal(st.live_graphs, MODS);
+  assert_int_equal(rep.calls_replayed, MODS);
+  uint64_t captures = st.captures;
+  for (int s = 60; s < 80; s++)
+    step_with(f, &f->fresh[s % 6], s, NULL);
+  assert_int_equal(stats(f).captures, captures); /* steady: no recording */
+  assert_int_equal(f->moved_warnings, MODS);
   fx_close(f);
 }
 
@@ -323,7 +371,8 @@ int main(void) {
       cmocka_unit_test(fresh_inputs_are_staged_once_per_key),
       cmocka_unit_test(moves_during_warmup_stage_at_capture),
       cmocka_unit_test(rare_moves_update_in_place),
-      cmocka_unit_test(alternating_addresses_are_staged),
+      cmocka_unit_test(alternating_addresses_get_a_graph_each),
+      cmocka_unit_test(long_cycles_fold_to_copies),
       cmocka_unit_test(copies_that_cannot_be_made_send_the_key_eager),
       cmocka_unit_test(copies_over_the_budget_send_the_key_eager),
       cmocka_unit_test(stages_inputs_modules_get_no_private_copies),

@@ -319,14 +319,16 @@ typedef struct cgrt_stats {
                           for the graphs it had launched, because NCCL's graph mixing support is
                           off (NCCL_GRAPH_MIXING_SUPPORT=0); 0 while it is on */
   /* -- appended after 0.3: moved buffers (rebind = auto and copy) -- */
-  uint64_t rebind_copy_keys;  /* keys rebind = auto switched to private copies: their buffers
-                                 moved on 3 of 4 calls */
-  uint64_t rebind_eager_keys; /* keys sent eager for good because their buffers moved on most
-                                 calls and private copies could not serve them */
-  uint64_t copy_bytes;        /* bytes copied into and out of private copies around replays
-                                 (rebind = copy and auto), summed; per step: / steps */
-  uint64_t staged_bytes;      /* device memory the private copies hold now (counted against
-                                 [cuda_graph] memory_budget) */
+  uint64_t rebind_copy_keys;    /* keys rebind = auto switched to private copies: their buffers
+                                   moved on 3 of 4 calls */
+  uint64_t rebind_eager_keys;   /* keys sent eager for good because their buffers moved on most
+                                   calls and private copies could not serve them */
+  uint64_t copy_bytes;          /* bytes copied into and out of private copies around replays
+                                   (rebind = copy and auto), summed; per step: / steps */
+  uint64_t staged_bytes;        /* device memory the private copies hold now (counted against
+                                   [cuda_graph] memory_budget) */
+  uint64_t rebind_variant_keys; /* keys rebind = auto gave a graph per address set: their buffers
+                                   moved on 3 of 4 calls among at most 4 sets they had before */
 } cgrt_stats;
 
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
