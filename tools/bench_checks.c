@@ -29,10 +29,12 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
     return;
   if (json) {
     printf(",\"fallbacks\":%llu,\"rebinds\":%llu,\"rebind_copy_keys\":%llu,"
-           "\"rebind_eager_keys\":%llu,\"copy_bytes\":%llu,\"budget_eager\":%llu",
+           "\"rebind_variant_keys\":%llu,\"rebind_eager_keys\":%llu,\"copy_bytes\":%llu,"
+           "\"budget_eager\":%llu",
            (unsigned long long)s.fallbacks, (unsigned long long)s.rebinds,
-           (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.rebind_eager_keys,
-           (unsigned long long)s.copy_bytes, (unsigned long long)s.budget_eager);
+           (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.rebind_variant_keys,
+           (unsigned long long)s.rebind_eager_keys, (unsigned long long)s.copy_bytes,
+           (unsigned long long)s.budget_eager);
     printf(",\"verifications\":%llu,\"verify_mismatches\":%llu,\"verify_skipped\":%llu,"
            "\"findings\":[",
            (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
@@ -56,13 +58,15 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
     return;
   }
   /* What went wrong, or cost more than a replay, whenever it is not zero. */
-  if (s.fallbacks || s.rebind_copy_keys || s.rebind_eager_keys || s.budget_eager)
+  if (s.fallbacks || s.rebind_copy_keys || s.rebind_variant_keys || s.rebind_eager_keys ||
+      s.budget_eager)
     printf("checks: %llu fallbacks (failed captures run eagerly), %llu calls with moved buffers, "
-           "%llu keys on private copies (%llu bytes copied), %llu keys eager for moving buffers, "
-           "%llu calls eager for the memory budget\n",
+           "%llu keys on private copies (%llu bytes copied), %llu keys with a graph per address "
+           "set, %llu keys eager for moving buffers, %llu calls eager for the memory budget\n",
            (unsigned long long)s.fallbacks, (unsigned long long)s.rebinds,
            (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.copy_bytes,
-           (unsigned long long)s.rebind_eager_keys, (unsigned long long)s.budget_eager);
+           (unsigned long long)s.rebind_variant_keys, (unsigned long long)s.rebind_eager_keys,
+           (unsigned long long)s.budget_eager);
   if (s.verifications || s.verify_skipped)
     printf("verify: %llu replays checked against eager, %llu differed, %llu not checked (no "
            "memory for the private copies)\n",

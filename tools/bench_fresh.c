@@ -11,9 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench_fresh.h"
-
 #ifdef CGRT_HAVE_CUDA
+#include "bench_fresh.h"
 
 /* Steady-state counters: this many more steps after the timing. */
 #define PROBE_STEPS 20
@@ -34,6 +33,7 @@ static int probe(struct host_model *hm, int64_t tokens, struct fresh_row *r) {
   r->recordings_per_step = (double)(s1.captures - s0.captures) / PROBE_STEPS;
   r->copy_bytes_per_step = (double)(s1.copy_bytes - s0.copy_bytes) / PROBE_STEPS;
   r->copy_keys = s1.rebind_copy_keys;
+  r->variant_keys = s1.rebind_variant_keys;
   r->eager_keys = s1.rebind_eager_keys;
   r->fallbacks = s1.fallbacks;
   r->mode = st.rep.mode;
@@ -98,12 +98,13 @@ void bench_fresh_print(const struct fresh_row *rows, int n, int json) {
       printf("%s{\"tokens\":%lld,\"bucket\":%lld,\"eager_us\":%.2f,\"backend_us\":%.2f,"
              "\"static_us\":%.2f,\"vs_static\":%.4f,\"vs_eager\":%.4f,\"bitwise\":%s,"
              "\"recordings_per_step\":%.3f,\"copy_bytes_per_step\":%.0f,\"copy_keys\":%llu,"
-             "\"eager_keys\":%llu,\"fallbacks\":%llu,\"mode\":\"%s\"}",
+             "\"variant_keys\":%llu,\"eager_keys\":%llu,\"fallbacks\":%llu,\"mode\":\"%s\"}",
              i ? "," : "", (long long)r->tokens, (long long)r->bucket, r->eager_us, r->cgrt_us,
              r->static_us, r->cgrt_us / r->static_us, r->cgrt_us / r->eager_us,
              r->bitwise ? "true" : "false", r->recordings_per_step, r->copy_bytes_per_step,
-             (unsigned long long)r->copy_keys, (unsigned long long)r->eager_keys,
-             (unsigned long long)r->fallbacks, cgrt_mode_name(r->mode));
+             (unsigned long long)r->copy_keys, (unsigned long long)r->variant_keys,
+             (unsigned long long)r->eager_keys, (unsigned long long)r->fallbacks,
+             cgrt_mode_name(r->mode));
     }
     printf("]");
     return;
@@ -111,19 +112,27 @@ void bench_fresh_print(const struct fresh_row *rows, int n, int json) {
   printf("fresh inputs (the host allocates the hidden buffer with cudaMallocAsync every step and "
          "frees the last one after; same host code under eager and cgrt): vs_static = cgrt_us / "
          "static_us (the same backend, buffer in place, timed in turn); rec/step and copy_B/step "
-         "over %d steady steps; keys on private copies and sent eager since the runtime opened\n",
+         "over %d steady steps; keys on private copies, with a graph per address set (var_keys) "
+         "and sent eager, since the runtime opened\n",
          PROBE_STEPS);
-  printf("%6s %6s %10s %10s %10s %10s %9s %8s %9s %11s %10s %10s %9s\n", "tokens", "bucket",
+  printf("%6s %6s %10s %10s %10s %10s %9s %8s %9s %11s %10s %9s %10s %9s\n", "tokens", "bucket",
          "eager_us", "cgrt_us", "static_us", "vs_static", "vs_eager", "bitwise", "rec/step",
-         "copy_B/step", "copy_keys", "eager_keys", "fallback");
+         "copy_B/step", "copy_keys", "var_keys", "eager_keys", "fallback");
   for (int i = 0; i < n; i++) {
     const struct fresh_row *r = &rows[i];
-    printf("%6lld %6lld %10.1f %10.1f %10.1f %9.3fx %8.3fx %8s %9.2f %11.0f %10llu %10llu %9llu\n",
+    printf("%6lld %6lld %10.1f %10.1f %10.1f %9.3fx %8.3fx %8s %9.2f %11.0f %10llu %9llu %10llu "
+           "%9llu\n",
            (long long)r->tokens, (long long)r->bucket, r->eager_us, r->cgrt_us, r->static_us,
            r->cgrt_us / r->static_us, r->cgrt_us / r->eager_us, r->bitwise ? "equal" : "DIFFER",
            r->recordings_per_step, r->copy_bytes_per_step, (unsigned long long)r->copy_keys,
-           (unsigned long long)r->eager_keys, (unsigned long long)r->fallbacks);
+           (unsigned long long)r->variant_keys, (unsigned long long)r->eager_keys,
+           (unsigned long long)r->fallbacks);
   }
 }
+
+#else
+
+/* Built without CUDA: nothing to measure (bench_gpu() says so first). */
+typedef int bench_fresh_unused;
 
 #endif

@@ -16,8 +16,8 @@ struct fresh_row {
   int bitwise;      /* the backend's output equal to eager's at the same padded size */
   double recordings_per_step; /* captures and re-recordings per step, once steady */
   double copy_bytes_per_step; /* bytes copied into and out of private copies per step */
-  uint64_t copy_keys, eager_keys, fallbacks; /* cgrt_stats of the fresh runtime */
-  cgrt_mode mode;                            /* the mode of its last step */
+  uint64_t copy_keys, variant_keys, eager_keys, fallbacks; /* cgrt_stats of the fresh runtime */
+  cgrt_mode mode;                                          /* the mode of its last step */
 };
 
 /*

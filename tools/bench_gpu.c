@@ -270,46 +270,78 @@ int floor_step(void *arg, int timed) {
 
 /* ---------------------------------------------------------------- host dispatch cost */
 
+/* The executables one cgrt step launched, in order (through cgrt_tool_watch_graphs). */
+struct launched {
+  cudaGraphExec_t exec[BENCH_MAX_MODULES];
+  int n;
+};
+
+static void on_launch(void *user, const struct cgrt_tool_graph_event *ev) {
+  struct launched *l = user;
+  if (ev->op == CGRT_TOOL_GRAPH_LAUNCHED && l->n < BENCH_MAX_MODULES)
+    l->exec[l->n++] = (cudaGraphExec_t)ev->exec;
+}
+
+/* Host time of launching n graphs on s (after the same staging as a step), in us. */
+static double launch_by_hand(struct host_model *hm, int64_t tokens, int64_t rows,
+                             const cudaGraphExec_t *g, int n, cudaStream_t s, int *rc) {
+  if (*rc == 0)
+    *rc = hm->w->stage(hm->ws, tokens, rows, s);
+  const uint64_t t0 = cgrt_tool_now_ns();
+  for (int m = 0; m < n && *rc == 0; m++)
+    *rc = cudaGraphLaunch(g[m], s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
+  return (double)(cgrt_tool_now_ns() - t0) / 1e3;
+}
+
 /*
  * What dispatching a replayed step costs the host above launching the same graphs by hand, in
- * pairs: n times in turn, each onto an idle stream (synchronized first, so no launch waits for
+ * triples: n times in turn, each onto an idle stream (synchronized first, so no launch waits for
  * room in the queue) after the same staging kernel: one cgrt step (its host time less
- * prepare's), then the floor's graphs launched by hand on the same stream (their launches' host
- * time). The difference is taken within each pair, which shares the host's conditions of the
- * moment (clock, caches, other load), and its median kept: two medians taken one block after the
- * other differed by more than the difference itself (an H100, 0.58 and -0.67 us a graph in two
- * runs). *raw_us: the median of the launches by hand.
+ * prepare's), cgrt's own executables of that step launched by hand, and the floor's graphs
+ * launched by hand, all on cgrt's stream. Differences are taken within each triple, which shares
+ * the host's conditions of the moment (clock, caches, other load), and their medians kept: two
+ * medians taken one block after the other differed by more than the difference itself (an H100,
+ * 0.58 and -0.67 us a graph in two runs). *own_us: cgrt step less its executables by hand (what
+ * cgrt's code costs); *floor_us: cgrt step less the floor's graphs (that, and any difference
+ * between the graphs); *raw_us: the median launch of cgrt's executables by hand. Per step.
  */
 static int dispatch_paired(struct host_model *hm, struct floor *f, int per_module, int64_t tokens,
-                           int n, double *diff_us, double *raw_us) {
+                           int n, double *own_us, double *floor_us, double *raw_us) {
   cudaStream_t s = (cudaStream_t)cgrt_stream(hm->rt);
   struct hm_stepper st;
   hm_stepper_init(&st, hm, tokens, tokens);
-  double *d = calloc((size_t)n, sizeof(*d)), *raw = calloc((size_t)n, sizeof(*raw));
-  int rc = d && raw ? 0 : CGRT_E_NOMEM;
+  static struct launched own; /* large: off the stack */
+  own.n = 0;
+  cudaStreamSynchronize(s);
+  cgrt_tool_watch_graphs(hm->rt, on_launch, &own);
+  int rc = cgrt_step(hm->rt, &st.desc, &st.rep);
+  cgrt_tool_watch_graphs(hm->rt, NULL, NULL);
+  double *d_own = calloc((size_t)n, sizeof(double)), *d_floor = calloc((size_t)n, sizeof(double));
+  double *raw = calloc((size_t)n, sizeof(double));
+  if (!d_own || !d_floor || !raw)
+    rc = CGRT_E_NOMEM;
+  const cudaGraphExec_t *fg = per_module ? f->each : &f->whole;
+  const int fn = per_module ? f->n : 1;
   for (int i = 0; i < n && rc == 0; i++) {
     cudaStreamSynchronize(s);
     hm->prepare_ns = 0;
     rc = cgrt_step(hm->rt, &st.desc, &st.rep);
     const double cgrt_us = (double)(st.rep.host_ns - hm->prepare_ns) / 1e3;
     cudaStreamSynchronize(s);
-    if (rc == 0)
-      rc = hm->w->stage(hm->ws, tokens, f->rows, s);
-    const uint64_t t0 = cgrt_tool_now_ns();
-    if (per_module)
-      for (int m = 0; m < f->n && rc == 0; m++)
-        rc = cudaGraphLaunch(f->each[m], s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
-    else if (rc == 0)
-      rc = cudaGraphLaunch(f->whole, s) == cudaSuccess ? 0 : CGRT_E_DEVICE;
-    raw[i] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
-    d[i] = cgrt_us - raw[i];
+    raw[i] = launch_by_hand(hm, tokens, f->rows, own.exec, own.n, s, &rc);
+    cudaStreamSynchronize(s);
+    const double floor_raw = launch_by_hand(hm, tokens, f->rows, fg, fn, s, &rc);
+    d_own[i] = cgrt_us - raw[i];
+    d_floor[i] = cgrt_us - floor_raw;
   }
   cudaStreamSynchronize(s);
   if (rc == 0) {
-    *diff_us = bench_median(d, n);
+    *own_us = bench_median(d_own, n);
+    *floor_us = bench_median(d_floor, n);
     *raw_us = bench_median(raw, n);
   }
-  free(d);
+  free(d_own);
+  free(d_floor);
   free(raw);
   return rc;
 }
@@ -387,16 +419,17 @@ static const char *scope_of(const struct cgrt_config_view *v) {
 
 static void print_table(const struct bench_opts *o, const struct cgrt_config_view *v,
                         const char *what, const char *device, struct row *rows,
-                        const struct fresh_row *fresh, int n, double dispatch_us,
+                        const struct fresh_row *fresh, int n, double dispatch_us, double floor_us,
                         double raw_launch_us, double mem_all, double mem_one, uint64_t graphs,
                         double copy_bw, cgrt_runtime *rt) {
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"scope\":\"%s\",\"device\":\"%s\","
-           "\"dispatch_us_per_call\":%.3f,\"raw_launch_us\":%.3f,\"graph_mem_all_mib\":%.1f,"
+           "\"dispatch_us_per_call\":%.3f,\"dispatch_vs_floor_us\":%.3f,\"raw_launch_us\":%.3f,"
+           "\"graph_mem_all_mib\":%.1f,"
            "\"graph_mem_largest_mib\":%.1f,\"graphs\":%llu,\"copy_gb_per_s\":%.1f,\"rows\":[",
-           o->workload, v->impl, scope_of(v), device, dispatch_us, raw_launch_us, mem_all / MIB,
-           mem_one / MIB, (unsigned long long)graphs, copy_bw / 1e9);
+           o->workload, v->impl, scope_of(v), device, dispatch_us, floor_us, raw_launch_us,
+           mem_all / MIB, mem_one / MIB, (unsigned long long)graphs, copy_bw / 1e9);
     for (int i = 0; i < n; i++) {
       struct row *r = &rows[i];
       printf("%s{\"tokens\":%lld,\"bucket\":%lld,\"eager_us\":%.2f,\"backend_us\":%.2f,"
@@ -452,9 +485,10 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
     printf("\n");
   }
   bench_fresh_print(fresh, n, 0);
-  printf("replay dispatch: %.3f us of host time per replayed graph (%s) above cudaGraphLaunch "
-         "(raw launch %.3f us; median of 400 paired steps)\n",
-         dispatch_us, block ? "one per step" : "one per module call", raw_launch_us);
+  printf("replay dispatch: %.3f us of host time per replayed graph (%s) above cudaGraphLaunch of "
+         "the same executables by hand (raw launch %.3f us), %.3f us above the floor's graphs "
+         "by hand; medians of 400 differences within triples of steps\n",
+         dispatch_us, block ? "one per step" : "one per module call", raw_launch_us, floor_us);
   if (mem_one > 0)
     printf("graph memory: every bucket captured (%llu graphs) %.1f MiB reserved, the largest "
            "bucket alone %.1f MiB (%.2fx)\n",
@@ -697,7 +731,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking);
   const double copy_bw = w->step_bytes ? copy_bandwidth() : 0;
 
-  double dispatch_sum = 0, launch_sum = 0;
+  double dispatch_sum = 0, floor_sum = 0, launch_sum = 0;
   int dispatch_n = 0;
   for (int i = 0; i < o->num_tokens; i++) {
     struct row *r = &rows[i];
@@ -716,10 +750,12 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
     if (r->backend.mode == CGRT_MODE_REPLAY) {
       int per_module = r->backend.calls > 0;
       int graphs = per_module ? (int)r->backend.calls : 1;
-      double diff_us = 0, raw_us = 0;
-      if (dispatch_paired(&backend, &fl, per_module, r->tokens, 400, &diff_us, &raw_us) != 0)
+      double own_us = 0, floor_us = 0, raw_us = 0;
+      if (dispatch_paired(&backend, &fl, per_module, r->tokens, 400, &own_us, &floor_us, &raw_us) !=
+          0)
         goto out;
-      dispatch_sum += diff_us / graphs;
+      dispatch_sum += own_us / graphs;
+      floor_sum += floor_us / graphs;
       launch_sum += raw_us / graphs;
       dispatch_n++;
     }
@@ -736,8 +772,9 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   cgrt_stats st = {.struct_size = sizeof(st)};
   cgrt_stats_get(backend.rt, &st);
   print_table(o, &shown, what, prop.name, rows, fresh, o->num_tokens,
-              dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? launch_sum / dispatch_n : 0,
-              mem_all, mem_one, st.live_graphs, copy_bw, backend.rt);
+              dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? floor_sum / dispatch_n : 0,
+              dispatch_n ? launch_sum / dispatch_n : 0, mem_all, mem_one, st.live_graphs, copy_bw,
+              backend.rt);
   status = o->plot && plot_rows(o, &shown, what, prop.name, rows, o->num_tokens) != 0
                ? EXIT_UNUSABLE
                : 0;
