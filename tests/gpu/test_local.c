@@ -327,6 +327,81 @@ static void rebind_recapture(void **state) {
   rebind_policy("recapture", MODS + 2); /* modules 1 and 2 hold one per address set */
 }
 
+static void rebind_auto_alternating(void **state) {
+  (void)state;
+  rebind_policy("auto", MODS + 2); /* modules 1 and 2 keep a graph per address set */
+}
+
+static int moved_lines;
+static char moved_last[1024];
+
+static void count_moved(void *user, cgrt_log_level level, const char *msg) {
+  (void)user;
+  if (level == CGRT_LOG_WARN && strstr(msg, "moved on 3 of its last 4 calls (rebind = auto)")) {
+    moved_lines++;
+    snprintf(moved_last, sizeof(moved_last), "%s", msg);
+  }
+}
+
+/*
+ * The default policy, a host that hands module 0 a fresh input every step (a new allocation,
+ * never an address seen before): 100 steps, every output right, each key recorded a bounded
+ * number of times, one warning naming the moving buffer.
+ */
+static void rebind_auto_fresh_inputs(void **state) {
+  (void)state;
+  enum { STEPS = 100 };
+  struct axpy_host h;
+  memset(&h, 0, sizeof(h));
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = "[cuda_graph]\nimpl = local\nwarmup_steps = 1\n"
+                                "[runtime]\ndriver = cuda\nlog = warn\n",
+                         .log = count_moved};
+  moved_lines = 0;
+  assert_int_equal(cgrt_open_ex(&h.rt, &o), 0);
+  for (int i = 0; i < MODS; i++) {
+    char name[16];
+    snprintf(name, sizeof(name), "axpy%d", i);
+    cgrt_module_desc d = {.struct_size = sizeof(d),
+                          .name = name,
+                          .kind = CGRT_KIND_MLP,
+                          .forward = axpy,
+                          .user = &coef[i]};
+    assert_int_equal(cgrt_module_register(h.rt, &d, &h.mods[i]), 0);
+    h.x[i] = dev_fill(1.0f + (float)i);
+    h.y[i] = dev_fill(0.0f);
+  }
+  float *fresh[STEPS], *x0 = h.x[0];
+  float e_y0 = 0;
+  for (int s = 0; s < STEPS; s++) {
+    fresh[s] = dev_fill((float)(s % 7)); /* kept: every step's address is new */
+    h.x[0] = fresh[s];
+    if (axpy_step(&h, NULL) != 0)
+      fail_msg("step %d: %s", s, cgrt_last_error(h.rt));
+    e_y0 += 0.5f * (float)(s % 7);
+    assert_true(dev_get(h.y[0], N - 1) == e_y0);
+    assert_true(dev_get(h.y[1], 3) == 0.25f * 2.0f * (float)(s + 1));
+  }
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(h.rt, &st), 0);
+  assert_true(st.captures <= 3 + (MODS - 1)); /* module 0: capture, update, update to copies */
+  assert_int_equal(st.rebind_copy_keys, 1);
+  assert_int_equal(st.rebind_eager_keys, 0);
+  assert_int_equal(st.staged_bytes, N * sizeof(float));
+  assert_int_equal(moved_lines, 1);
+  assert_contains(moved_last, "axpy0 fwd");
+  assert_contains(moved_last, "buffer 'x' (#0)");
+  cgrt_close(h.rt);
+  for (int s = 0; s < STEPS; s++)
+    cudaFree(fresh[s]);
+  cudaFree(x0);
+  for (int i = 0; i < MODS; i++) {
+    cudaFree(h.y[i]);
+    if (i)
+      cudaFree(h.x[i]);
+  }
+}
+
 static void rebind_error(void **state) {
   (void)state;
   struct axpy_host h;
@@ -384,6 +459,8 @@ int main(void) {
       cmocka_unit_test(rebind_update),
       cmocka_unit_test(rebind_copy),
       cmocka_unit_test(rebind_recapture),
+      cmocka_unit_test(rebind_auto_alternating),
+      cmocka_unit_test(rebind_auto_fresh_inputs),
       cmocka_unit_test(rebind_error),
       cmocka_unit_test(lru_bound_under_many_keys),
   };

@@ -466,6 +466,44 @@ def test_diagnose_reports_the_modules_cudamalloc_not_the_pools():
                 cudart.cudaFree(p)
 
 
+# ---------------------------------------------------------------- a model from a library
+
+
+def test_huggingface_llama_decode_layer_scope_bitwise():
+    """transformers' Llama with its StaticCache, its forward computing embeddings, rotary tables,
+    positions and the mask afresh every step, each decoder layer a cgrt module: every step's
+    logits bitwise equal to the model run eagerly, one graph per layer, nothing sent eager."""
+    _require_gpu()
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        skip("transformers is not installed")
+    import bench_hf
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = bench_hf.build(layers=2, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
+    ids = bench_hf.token_ids(20, 2, 1000)
+    ref = bench_hf.eager_steps(model, ids, 32)
+    v = bench_hf.CgrtDecode(model, 2, 32)
+    try:
+        outs = []
+        with torch.cuda.stream(v.rt.torch_stream):
+            for i, x in enumerate(ids):
+                outs.append(v.step(x).clone())
+                if i == 11:
+                    steady = v.rt.stats().captures
+        torch.cuda.synchronize()
+        for i, (o, e) in enumerate(zip(outs, ref)):
+            assert torch.equal(o, e), f"step {i}"
+        s = v.rt.stats()
+        assert v.rt.last_report.mode == Mode.REPLAY
+        # a graph per layer, re-recorded at most while the adapter learns what moves; none after
+        assert 2 <= s.captures <= 2 * 3 and s.captures == steady, s
+        assert s.fallbacks == 0 and s.rebind_eager_keys == 0, s
+    finally:
+        v.close()
+
+
 # ---------------------------------------------------------------- alone
 
 
