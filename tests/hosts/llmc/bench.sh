@@ -1,0 +1,120 @@
+#!/bin/sh
+# ms per training step of llm.c through cgrt under each backend, against unpatched llm.c, in the
+# manner of `cgrt bench`: one row per shape and run, the median step time, the speedup over
+# unpatched llm.c, and whether every step's loss and grad norm equal llm.c's bit for bit.
+#   usage: bench.sh [BUILD_DIR]   (see run.sh for LLMC_DIR, LLMC_WORK)
+# A step's time is llm.c's own (train_gpt2.cu's events around the training section: the batch,
+# forward, backward, grad norm, update and, for the port, the read of the loss), as stepbits.c
+# prints it with all its digits. Each run trains STEPS steps (default 40) and the median is taken
+# over the steps after SKIP (default 8: cuBLAS's first calls, cgrt's warm-up and capture), pooled
+# over ROUNDS rounds (default 2) that interleave the runs. SHAPES defaults to the issue's four.
+# Targets (issue 29): full_iteration >= 2x llm.c at d6 B1 T64 and >= 1.5x at d12 B4 T64; no backend
+# slower than llm.c at any shape. Exit 0 when they are met, 1 when a run failed, 3 when one is missed.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+build=${1:-${CGRT_BUILD:-build}}
+case "$build" in /*) ;; *) build=$root/$build ;; esac
+work=${LLMC_WORK:-$build/llmc-host}
+export LLMC_WORK="$work"
+steps=${STEPS:-40}
+skip=${SKIP:-8}
+rounds=${ROUNDS:-2}
+shapes=${SHAPES:-"d6,1,64 d6,1,16 d12,4,64 d12,4,256"}
+runs="llmc none local transformer_engine full_iteration"
+
+if "$build/bin/cgrt" info 2>&1 | grep -q "no CUDA device"; then
+  echo "SKIPPED: no CUDA device"
+  exit 77
+fi
+sh "$here/run.sh" "$build" build
+out=$work/bench
+rm -rf "$out"
+mkdir -p "$out"
+
+# one run: its step lines appended to $out/TAG.RUN.steps, its log kept
+run_one() { # TAG RUN ARGS...
+  tag=$1 name=$2
+  shift 2
+  log=$out/$tag.$name.log
+  if [ "$name" = llmc ]; then
+    sh "$here/run.sh" "$build" llmc "$@" >"$log" 2>&1 || return 1
+  else
+    sh "$here/run.sh" "$build" port "$name" "$@" >"$log" 2>&1 || return 1
+  fi
+  grep '^stepbits ' "$log" >>"$out/$tag.$name.steps"
+}
+
+median_ms() { # FILE: the median of the ms of steps > skip
+  awk -v skip="$skip" '$2 > skip { print $10 }' "$1" | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) printf "%.3f\n", v[(NR + 1) / 2];
+           else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+failed=0
+r=1
+while [ "$r" -le "$rounds" ]; do
+  for shape in $shapes; do
+    IFS=, read -r d b t <<EOF
+$shape
+EOF
+    for name in $runs; do
+      run_one "$d-b$b-t$t" "$name" -e "$d" -b "$b" -t "$t" -x "$steps" ||
+        { echo "FAILED: $name at $shape (see $out/$d-b$b-t$t.$name.log)"; failed=1; }
+    done
+  done
+  r=$((r + 1))
+done
+
+echo "llm.c through cgrt: ms per step, median of steps $((skip + 1))-$steps over $rounds round(s), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+printf '%-14s %-20s %10s %9s %8s %s\n' shape run ms/step speedup losses "cgrt (last round)"
+missed=""
+for shape in $shapes; do
+  IFS=, read -r d b t <<EOF
+$shape
+EOF
+  tag=$d-b$b-t$t
+  label="$d B$b T$t"
+  base=$(median_ms "$out/$tag.llmc.steps" 2>/dev/null || echo nan)
+  awk '{ print $2, $4, $6 }' "$out/$tag.llmc.steps" 2>/dev/null | sort -u >"$out/$tag.llmc.bits" || true
+  for name in $runs; do
+    f=$out/$tag.$name.steps
+    ms=$(median_ms "$f" 2>/dev/null || echo nan)
+    speedup=$(awk -v a="$base" -v b="$ms" 'BEGIN { if (b + 0 > 0 && a + 0 > 0) printf "%.2fx", a / b; else print "-" }')
+    same="-"
+    if [ "$name" != llmc ]; then
+      awk '{ print $2, $4, $6 }' "$f" 2>/dev/null | sort -u >"$out/$tag.$name.bits" || true
+      if [ -s "$out/$tag.$name.bits" ] && cmp -s "$out/$tag.llmc.bits" "$out/$tag.$name.bits"; then
+        same=equal
+      else
+        same=DIFFER
+      fi
+      run_name=$name
+    else
+      run_name="llm.c (unpatched)"
+    fi
+    stats=$(grep '^cgrt: backend ' "$out/$tag.$name.log" 2>/dev/null | sed -E 's/^cgrt: backend [a-z_]+ \| //; s/ \| module calls.*\| / | /' || true)
+    printf '%-14s %-20s %10s %9s %8s %s\n' "$label" "$run_name" "$ms" "$speedup" "$same" "$stats"
+    if [ "$name" != llmc ]; then
+      ratio=$(awk -v a="$base" -v b="$ms" 'BEGIN { if (b + 0 > 0) print a / b; else print 0 }')
+      awk -v x="$ratio" 'BEGIN { exit !(x < 1.0) }' && missed="$missed; $name slower than llm.c at $label"
+      [ "$same" = equal ] || missed="$missed; $name's losses differ from llm.c's at $label"
+      if [ "$name" = full_iteration ]; then
+        need=""
+        [ "$tag" = d6-b1-t64 ] && need=2.0
+        [ "$tag" = d12-b4-t64 ] && need=1.5
+        if [ -n "$need" ] && awk -v x="$ratio" -v n="$need" 'BEGIN { exit !(x < n) }'; then
+          missed="$missed; full_iteration ${speedup} < ${need}x at $label"
+        fi
+      fi
+    fi
+  done
+done
+if [ "$failed" -ne 0 ]; then
+  exit 1
+fi
+if [ -n "$missed" ]; then
+  echo "targets MISSED${missed}"
+  exit 3
+fi
+echo "targets met: full_iteration >= 2x at d6 B1 T64 and >= 1.5x at d12 B4 T64; no backend slower than llm.c"

@@ -1,0 +1,153 @@
+#!/bin/sh
+# llm.c's GPT-2 trainer (karpathy/llm.c, not written for cgrt) through cgrt.
+#
+#   run.sh [BUILD_DIR] build
+#       copies LLMC_DIR twice into the work dir: llmc/ gets only the CUDA 13 fix of cgrt.patch (its
+#       llmc/cuda_utils.cuh part: "unpatched llm.c"), port/ the whole patch; builds train_gpt2cu in
+#       both (make train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=0), port/ against the libcgrt
+#       of BUILD_DIR; builds stepbits.so; writes the synthetic token shards (gen_shards.py).
+#   run.sh [BUILD_DIR] llmc [llm.c options]          runs unpatched llm.c
+#   run.sh [BUILD_DIR] port CONFIG [llm.c options]   runs the port under CGRT_CONFIG=CONFIG:
+#       none | local | transformer_engine | full_iteration (conf/NAME.ini), a path to an INI file,
+#       naive (full_iteration with LLMC_CGRT_NAIVE=1: llm.c's own step functions as the body) or
+#       off (LLMC_CGRT=0: the patched binary runs llm.c's own step)
+#
+# Runs start in the copy's directory with the shards, no sampling and one validation batch
+# (-i -j -s 0 -v 100000 -m 1), then the options given: e.g. -e d12 -b 4 -t 64 -x 20. Every step
+# also prints a "stepbits" line (stepbits.c): the loss and grad norm exactly, and the step's time.
+#
+# BUILD_DIR: the argument, else $CGRT_BUILD, else build (relative to the repository root).
+# LLMC_DIR: the llm.c tree (default: ../shared/hosts/llm.c from the repository root, else
+# shared/hosts/llm.c inside it).
+# LLMC_WORK: the work dir (default: BUILD_DIR/llmc-host). LLMC_SM: the compute capability to build
+# for (default: llm.c's Makefile asks nvidia-smi; 90 where there is none).
+# Exit 77 (skipped) with the reason when LLMC_DIR, nvcc or python3 is missing.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+is_cmd() { case "$1" in build | llmc | port) return 0 ;; *) return 1 ;; esac; }
+if [ $# -ge 1 ] && is_cmd "$1" && ! { [ $# -ge 2 ] && is_cmd "$2"; }; then
+  build=${CGRT_BUILD:-build}
+else
+  build=${1:?usage: run.sh [BUILD_DIR] build|llmc|port ...}
+  shift
+fi
+cmd=${1:?usage: run.sh [BUILD_DIR] build|llmc|port ...}
+shift
+case "$build" in /*) ;; *) build=$root/$build ;; esac
+llmc_dir=${LLMC_DIR:-$root/../shared/hosts/llm.c}
+if [ -z "${LLMC_DIR:-}" ] && [ ! -d "$llmc_dir" ] && [ -d "$root/shared/hosts/llm.c" ]; then
+  llmc_dir=$root/shared/hosts/llm.c
+fi
+work=${LLMC_WORK:-$build/llmc-host}
+
+skip() {
+  echo "SKIPPED: $*"
+  exit 77
+}
+
+# make_train_gpt2cu [make variables]: llm.c's own build, single GPU, no MPI, no cuDNN
+make_train_gpt2cu() {
+  make train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=0 NVCC_LDFLAGS="$ldflags" \
+    ${sm:+GPU_COMPUTE_CAPABILITY=$sm} "$@" >build.log 2>&1
+}
+
+do_build() {
+  [ -f "$llmc_dir/train_gpt2.cu" ] || skip "no llm.c tree at LLMC_DIR=$llmc_dir (set LLMC_DIR)"
+  command -v nvcc >/dev/null || skip "nvcc not found: llm.c is built with it"
+  command -v python3 >/dev/null || skip "python3 not found: it writes the token shards"
+  [ -f "$build/lib/libcgrt.so" ] || {
+    echo "no libcgrt in $build/lib: build cgrt first (cmake --build $build)"
+    exit 1
+  }
+  mkdir -p "$work"
+  # -lnvidia-ml: llm.c's Makefile links it on Linux; NVML comes with the driver, often without the
+  # unversioned name the linker wants, and not at all on a build machine without a GPU.
+  ldflags="-lcublas -lcublasLt"
+  nvml_dir=$work/nvml
+  rm -rf "$nvml_dir"
+  for d in /usr/local/cuda/lib64/stubs /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib; do
+    if [ -e "$d/libnvidia-ml.so" ]; then
+      ldflags="$ldflags -L$d -lnvidia-ml"
+      break
+    elif [ -e "$d/libnvidia-ml.so.1" ]; then
+      mkdir -p "$nvml_dir"
+      ln -sf "$d/libnvidia-ml.so.1" "$nvml_dir/libnvidia-ml.so"
+      ldflags="$ldflags -L$nvml_dir -lnvidia-ml"
+      break
+    fi
+  done
+  sm=${LLMC_SM:-}
+  if [ -z "$sm" ] && ! command -v nvidia-smi >/dev/null; then sm=90; fi
+  for tree in llmc port; do
+    rm -rf "${work:?}/$tree"
+    cp -R "$llmc_dir" "$work/$tree"
+  done
+  # unpatched llm.c: the patch's CUDA 13 fix only (cudaMemAdvise takes a cudaMemLocation)
+  awk '/^diff /{ keep = ($0 ~ /llmc\/cuda_utils\.cuh/) } keep' "$here/cgrt.patch" >"$work/cuda13.patch"
+  (cd "$work/llmc" && patch -s -p1 <"$work/cuda13.patch")
+  (cd "$work/port" && patch -s -p1 <"$here/cgrt.patch")
+  (cd "$work/llmc" && make_train_gpt2cu) || {
+    cat "$work/llmc/build.log"
+    echo "FAILED: building unpatched llm.c in $work/llmc"
+    exit 1
+  }
+  # the port: cgrt's header and library; cudart shared and the executable's symbols exported, so
+  # that diagnose can name the llm.c function that made a call (dladdr)
+  libs="-L$build/lib -lcgrt -Xlinker -rpath=$build/lib -Xlinker --export-dynamic -cudart shared"
+  (cd "$work/port" && make_train_gpt2cu NVCC_INCLUDES="-I$root/core/include" NVCC_LDLIBS="$libs") || {
+    cat "$work/port/build.log"
+    echo "FAILED: building the port in $work/port"
+    exit 1
+  }
+  cc -shared -fPIC -O2 -o "$work/stepbits.so" "$here/stepbits.c" -ldl
+  [ -f "$work/data/train_000000.bin" ] || python3 "$here/gen_shards.py" "$work/data" >/dev/null
+  echo "built: $work/llmc/train_gpt2cu (unpatched) and $work/port/train_gpt2cu (port, $(awk '/^(\+\+\+|---) /{ next } /^[-+]/{ n++ } END { print n }' "$here/cgrt.patch") changed lines)"
+}
+
+# run TREE [llm.c options]: one training run, from the tree's directory
+run_trainer() {
+  tree=$1
+  shift
+  [ -x "$work/$tree/train_gpt2cu" ] || {
+    echo "no $work/$tree/train_gpt2cu: run '$0 $build build' first"
+    exit 1
+  }
+  cd "$work/$tree"
+  LD_PRELOAD="$work/stepbits.so" exec ./train_gpt2cu -i "$work/data/train_*.bin" \
+    -j "$work/data/val_*.bin" -s 0 -v 100000 -m 1 "$@"
+}
+
+case "$cmd" in
+build)
+  [ $# -eq 0 ] || {
+    echo "run.sh build takes no options (got: $*)"
+    exit 2
+  }
+  do_build
+  ;;
+llmc) run_trainer llmc "$@" ;;
+port)
+  conf=${1:?usage: run.sh [BUILD_DIR] port CONFIG [llm.c options]}
+  shift
+  export CGRT_BACKEND_PATH="$build/lib/cgrt/backends"
+  case "$conf" in
+  off) export LLMC_CGRT=0 ;;
+  naive)
+    export LLMC_CGRT_NAIVE=1
+    export CGRT_CONFIG="$here/conf/full_iteration.ini"
+    ;;
+  */* | *.ini) export CGRT_CONFIG="$conf" ;;
+  *) export CGRT_CONFIG="$here/conf/$conf.ini" ;;
+  esac
+  if [ -n "${CGRT_CONFIG:-}" ] && [ ! -f "$CGRT_CONFIG" ]; then
+    echo "no configuration $CGRT_CONFIG"
+    exit 1
+  fi
+  run_trainer port "$@"
+  ;;
+*)
+  echo "unknown command '$cmd': build, llmc or port"
+  exit 2
+  ;;
+esac
