@@ -243,8 +243,16 @@ typedef struct cgrt_step_desc {
    * bucket, then once for the step itself), so it must only write the step's static inputs.
    */
   cgrt_step_fn prepare;
-  cgrt_step_fn body; /* required; the graphable work, may be replaced by a replay */
-  void *user;        /* passed to both callbacks as `user` and ctx->user */
+  /*
+   * Required; the graphable work, replaced by a replay once a whole-step graph holds it. It may
+   * run more than once in a step (a failed capture is run again eagerly, and diagnose may record
+   * it once more), so host state it changes belongs in prepare or is reset at its start. A graph
+   * replays the kernel arguments it was recorded with: a value that changes every step (a
+   * learning rate, a seed, a grid size from the batch) is staged by prepare into device memory
+   * that the kernels read.
+   */
+  cgrt_step_fn body;
+  void *user; /* passed to both callbacks as `user` and ctx->user */
   /*
    * -- appended after 0.3 (reads as 0 in an older desc) --
    * 1: the body addresses its own buffers, not ctx->buffers (a PyTorch body reads its tensors):
