@@ -245,14 +245,12 @@ static float dev_get(const float *p, int i) {
   return v;
 }
 
-static void axpy_open(struct axpy_host *h, const char *policy, int max_graphs) {
+/* Opens h's runtime from ini (log lines to `log`, NULL: stderr) and registers its modules. */
+static void axpy_open_ini(struct axpy_host *h, const char *ini, cgrt_log_fn log) {
   memset(h, 0, sizeof(*h));
-  char ini[512];
-  snprintf(ini, sizeof(ini),
-           "[cuda_graph]\nimpl = local\nwarmup_steps = 1\nrebind = %s\nmax_graphs = %d\n"
-           "[runtime]\ndriver = cuda\nlog = warn\n",
-           policy, max_graphs);
-  h->rt = open_ini(ini);
+  cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .log = log};
+  if (cgrt_open_ex(&h->rt, &o) != 0)
+    fail_msg("open: %s", cgrt_last_error(NULL));
   for (int i = 0; i < MODS; i++) {
     char name[16];
     snprintf(name, sizeof(name), "axpy%d", i);
@@ -265,6 +263,15 @@ static void axpy_open(struct axpy_host *h, const char *policy, int max_graphs) {
     h->x[i] = dev_fill(1.0f + (float)i);
     h->y[i] = dev_fill(0.0f);
   }
+}
+
+static void axpy_open(struct axpy_host *h, const char *policy, int max_graphs) {
+  char ini[512];
+  snprintf(ini, sizeof(ini),
+           "[cuda_graph]\nimpl = local\nwarmup_steps = 1\nrebind = %s\nmax_graphs = %d\n"
+           "[runtime]\ndriver = cuda\nlog = warn\n",
+           policy, max_graphs);
+  axpy_open_ini(h, ini, NULL);
 }
 
 static int axpy_step(struct axpy_host *h, cgrt_step_report *rep) {
@@ -352,25 +359,10 @@ static void rebind_auto_fresh_inputs(void **state) {
   (void)state;
   enum { STEPS = 100 };
   struct axpy_host h;
-  memset(&h, 0, sizeof(h));
-  cgrt_open_options o = {.struct_size = sizeof(o),
-                         .ini = "[cuda_graph]\nimpl = local\nwarmup_steps = 1\n"
-                                "[runtime]\ndriver = cuda\nlog = warn\n",
-                         .log = count_moved};
   moved_lines = 0;
-  assert_int_equal(cgrt_open_ex(&h.rt, &o), 0);
-  for (int i = 0; i < MODS; i++) {
-    char name[16];
-    snprintf(name, sizeof(name), "axpy%d", i);
-    cgrt_module_desc d = {.struct_size = sizeof(d),
-                          .name = name,
-                          .kind = CGRT_KIND_MLP,
-                          .forward = axpy,
-                          .user = &coef[i]};
-    assert_int_equal(cgrt_module_register(h.rt, &d, &h.mods[i]), 0);
-    h.x[i] = dev_fill(1.0f + (float)i);
-    h.y[i] = dev_fill(0.0f);
-  }
+  axpy_open_ini(
+      &h, "[cuda_graph]\nimpl = local\nwarmup_steps = 1\n[runtime]\ndriver = cuda\nlog = warn\n",
+      count_moved);
   float *fresh[STEPS], *x0 = h.x[0];
   float e_y0 = 0;
   for (int s = 0; s < STEPS; s++) {
