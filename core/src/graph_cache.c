@@ -481,17 +481,27 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
  * rebind = auto met a key whose buffers move on most calls and that private copies cannot serve:
  * it runs eagerly from now on (until cgrt_release_graphs), said once.
  */
+/* "key 64, microbatch 0, 8 tokens": the parts of a graph key that tell a module's keys apart. */
+static void key_text(const struct cgrt_graph_key *k, char *buf, size_t len) {
+  int n = snprintf(buf, len, "key %llu, microbatch %d", (unsigned long long)k->shape,
+                   (int)k->microbatch);
+  if (k->extra && n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, ", %llu tokens", (unsigned long long)k->extra);
+}
+
 static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
                    const char *why, cgrt_mode *mode) {
   cgrt_runtime *rt = c->rt;
+  char key[96];
+  key_text(&e->key, key, sizeof(key));
   drop_exec(c, e);
   e->eager = 1;
   rt->stats.rebind_eager_keys++;
   cgrt__log(rt, CGRT_LOG_WARN,
-            "%s: its buffers moved on %d of its last %d calls and %s: it runs eagerly from now on "
-            "(rebind = auto, until cgrt_release_graphs); keep the buffers it is handed in place "
-            "(allocate them once, outside the step) to graph it",
-            w->what, AUTO_MOVES, AUTO_WINDOW, why);
+            "%s (%s): its buffers moved on %d of its last %d calls and %s: it runs eagerly from "
+            "now on (rebind = auto, until cgrt_release_graphs); keep the buffers it is handed in "
+            "place (allocate them once, outside the step) to graph it",
+            w->what, key, AUTO_MOVES, AUTO_WINDOW, why);
   return run_eager(w, CGRT_MODE_EAGER, mode);
 }
 
@@ -499,15 +509,16 @@ static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgr
 static void say_staged(struct cgrt_graph_cache *c, const struct entry *e,
                        const struct cgrt_graph_work *w) {
   cgrt_runtime *rt = c->rt;
-  char names[512];
+  char names[512], key[96];
   cgrt__stage_names(&e->st, w->buffers, w->num_buffers, names, sizeof(names));
+  key_text(&e->key, key, sizeof(key));
   rt->stats.rebind_copy_keys++;
   cgrt__log(rt, CGRT_LOG_WARN,
-            "%s: buffer%s %s moved on %d of its last %d calls (rebind = auto): its graph now works "
-            "on private copies, copied in before and out after each replay (%llu bytes a call); "
-            "keep %s in place (allocate it once, outside the step, and hand the same address) to "
-            "save the copies",
-            w->what, e->st.staged == 1 ? "" : "s", names, AUTO_MOVES, AUTO_WINDOW,
+            "%s (%s): buffer%s %s moved on %d of its last %d calls (rebind = auto): its graph now "
+            "works on private copies, copied in before and out after each replay (%llu bytes a "
+            "call; its module must read their addresses from args->buffers); keep %s in place "
+            "(allocate it once, outside the step, and hand the same address) to save the copies",
+            w->what, key, e->st.staged == 1 ? "" : "s", names, AUTO_MOVES, AUTO_WINDOW,
             (unsigned long long)e->st.copy_bytes_per_call, e->st.staged == 1 ? "it" : "them");
 }
 
@@ -515,12 +526,15 @@ static void say_staged(struct cgrt_graph_cache *c, const struct entry *e,
    each (entries of the key, as under recapture): no copies, no recording once all are built. */
 static void to_variants(struct cgrt_graph_cache *c, struct entry *e,
                         const struct cgrt_graph_work *w) {
+  char key[96];
+  key_text(&e->key, key, sizeof(key));
   e->variants = 1;
   c->rt->stats.rebind_variant_keys++;
   cgrt__log(c->rt, CGRT_LOG_INFO,
-            "%s: its buffers moved on %d of its last %d calls, among address sets it had before "
-            "(rebind = auto): it keeps a graph per address set, at most %d, and copies nothing",
-            w->what, AUTO_MOVES, AUTO_WINDOW, AUTO_VARIANTS);
+            "%s (%s): its buffers moved on %d of its last %d calls, among address sets it had "
+            "before (rebind = auto): it keeps a graph per address set, at most %d, and copies "
+            "nothing",
+            w->what, key, AUTO_MOVES, AUTO_WINDOW, AUTO_VARIANTS);
 }
 
 /*

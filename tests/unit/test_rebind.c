@@ -171,8 +171,9 @@ static void fresh_inputs_are_staged_once_per_key(void **state) {
   assert_int_equal(st.staged_bytes, MODS * sizeof(double));
   assert_true(st.copy_bytes >= (STEPS - 4) * MODS * sizeof(double));
   assert_int_equal(f->moved_warnings, MODS);
-  if (!strstr(f->last, "buffer 'x' (#0)") || !strstr(f->last, "keep it in place"))
-    fail_msg("the warning does not name the buffer and the remedy: %s", f->last);
+  if (!strstr(f->last, "layer2 fwd (key 2, microbatch 0)") || !strstr(f->last, "buffer 'x' (#0)") ||
+      !strstr(f->last, "keep it in place"))
+    fail_msg("the warning does not name the module, key, buffer and remedy: %s", f->last);
   fx_close(f);
 }
 
