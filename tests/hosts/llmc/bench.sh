@@ -12,11 +12,8 @@
 # slower than llm.c at any shape. Exit 0 when they are met, 1 when a run failed, 3 when one is missed.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-build=${1:-${CGRT_BUILD:-build}}
-case "$build" in /*) ;; *) build=$root/$build ;; esac
-work=${LLMC_WORK:-$build/llmc-host}
-export LLMC_WORK="$work"
+# shellcheck source=paths.sh
+. "$here/paths.sh"
 steps=${STEPS:-40}
 skip=${SKIP:-8}
 rounds=${ROUNDS:-2}

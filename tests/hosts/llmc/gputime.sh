@@ -7,11 +7,8 @@
 #   usage: gputime.sh [BUILD_DIR]   SHAPES (default "d6,1,64 d12,4,64"), see run.sh for LLMC_DIR
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-build=${1:-${CGRT_BUILD:-build}}
-case "$build" in /*) ;; *) build=$root/$build ;; esac
-work=${LLMC_WORK:-$build/llmc-host}
-export LLMC_WORK="$work"
+# shellcheck source=paths.sh
+. "$here/paths.sh"
 ncu=$(command -v ncu || true)
 [ -n "$ncu" ] || {
   echo "SKIPPED: no ncu on PATH"

@@ -13,11 +13,8 @@
 # shellcheck disable=SC2015 # A && B || fail: A and B are both tests
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
-build=${1:-${CGRT_BUILD:-build}}
-case "$build" in /*) ;; *) build=$root/$build ;; esac
-work=${LLMC_WORK:-$build/llmc-host}
-export LLMC_WORK="$work"
+# shellcheck source=paths.sh
+. "$here/paths.sh"
 steps=20
 warmup=3 # warmup_steps of conf/*.ini
 
