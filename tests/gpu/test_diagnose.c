@@ -31,30 +31,11 @@
 #include "cgrt_kernels.h"
 #include "driver.h"  /* struct cgrt_dev: the pool allocator fixture allocates through it */
 #include "runtime.h" /* step_index: the step a check expects */
+#include "common/pool_fixture.h"
 
 #define N 256
 
 enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY, F_POOL };
-
-/* The pool allocator fixture's allocation function (libcgrt-test-pool.so). */
-typedef int (*pool_alloc_fn)(struct cgrt_dev *dev, void **ptr, size_t bytes);
-
-/* The fixture, loaded once from "$CGRT_TEST_FIXTURES/libcgrt-test-pool.so". */
-static pool_alloc_fn pool_library_fn(void) {
-  static pool_alloc_fn fn;
-  if (!fn) {
-    const char *dir = getenv("CGRT_TEST_FIXTURES");
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/libcgrt-test-pool.so", dir ? dir : "tests/fixtures/lib");
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      fail_msg("dlopen %s: %s", path, dlerror());
-    fn = (pool_alloc_fn)dlsym(lib, "cgrt_test_pool_alloc");
-    if (!fn)
-      fail_msg("%s has no cgrt_test_pool_alloc", path);
-  }
-  return fn;
-}
 
 struct fx {
   cgrt_runtime *rt;

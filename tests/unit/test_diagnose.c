@@ -26,11 +26,9 @@
 #include "cgrt/cgrt.h"
 #include "driver.h"
 #include "runtime.h"
+#include "common/pool_fixture.h"
 
 enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY, F_POOL };
-
-/* The pool allocator fixture's allocation function (libcgrt-test-pool.so). */
-typedef int (*pool_alloc_fn)(struct cgrt_dev *dev, void **ptr, size_t bytes);
 
 struct fx {
   cgrt_runtime *rt;
@@ -50,27 +48,6 @@ struct fx {
 
 static void count_run(void *arg) {
   ((struct fx *)arg)->ran++;
-}
-
-static const char *fixtures(void) {
-  const char *dir = getenv("CGRT_TEST_FIXTURES");
-  return dir ? dir : "tests/fixtures/lib";
-}
-
-/* The pool allocator fixture, loaded once; its path is "<fixtures>/libcgrt-test-pool.so". */
-static pool_alloc_fn pool_library_fn(void) {
-  static pool_alloc_fn fn;
-  if (!fn) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/libcgrt-test-pool.so", fixtures());
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      fail_msg("dlopen %s: %s", path, dlerror());
-    fn = (pool_alloc_fn)dlsym(lib, "cgrt_test_pool_alloc");
-    if (!fn)
-      fail_msg("%s has no cgrt_test_pool_alloc", path);
-  }
-  return fn;
 }
 
 /* Each fixture does its fault, then its real work (a host function on ctx->stream). */
