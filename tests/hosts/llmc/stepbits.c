@@ -37,11 +37,16 @@ static void note_step(const char *fmt, va_list ap) {
   fprintf(stdout, "stepbits %d loss %a norm %a lr %a ms %.6f\n", step, loss, norm, lr, ms);
 }
 
+/* A step's exact line first (if it is a step's), then llm.c's line as it printed it. */
+static int print_noted(const char *fmt, va_list ap) {
+  note_step(fmt, ap);
+  return vprintf(fmt, ap);
+}
+
 int printf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  note_step(fmt, ap);
-  int n = vprintf(fmt, ap);
+  int n = print_noted(fmt, ap);
   va_end(ap);
   return n;
 }
@@ -51,8 +56,7 @@ int __printf_chk(int flag, const char *fmt, ...) {
   (void)flag;
   va_list ap;
   va_start(ap, fmt);
-  note_step(fmt, ap);
-  int n = vprintf(fmt, ap);
+  int n = print_noted(fmt, ap);
   va_end(ap);
   return n;
 }
