@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Where a step's device time goes, from libcgrt-trace.so's CSV (tools/trace/cupti_trace.c).
+
+    trace_summary.py RUN.csv --step encoder_forward [--skip 2] [--top 12] [--against OTHER.csv]
+
+A step begins at each kernel whose name starts with --step (a step's first kernel). Per step:
+kernels and copies run, the sum of the kernels' durations, the time the device was busy (the
+union of every kernel, copy and memset interval), the span from this step's first kernel to the
+next step's, and the idle time of that span. The medians over the steps after --skip are
+printed, then the kernels by time per step; with --against, the same for a second trace and the
+kernels whose time per step differs most between the two.
+Standard library only.
+"""
+import argparse
+import csv
+import statistics
+import sys
+
+DEVICE_KINDS = ("kernel", "memcpy", "memset", "graph")
+
+
+def demangled_base(name):
+    """The function name of an Itanium-mangled symbol (_Z12encoder_fwdPfi -> encoder_fwd;
+    nested names joined by ::), without its template and function arguments; None if not one."""
+    if not name.startswith("_Z"):
+        return None
+    i, parts = 2, []
+    nested = name[i:i + 1] == "N"
+    i += nested
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        n = int(name[i:j])
+        parts.append(name[j:j + n])
+        i = j + n
+        if not nested:
+            break
+    return "::".join(parts) or None
+
+
+def short(name):
+    """A kernel's name without its argument list and template arguments."""
+    base = demangled_base(name)
+    if base:
+        return base
+    cut = len(name)
+    for ch in "(<":
+        i = name.find(ch)
+        if i > 0:
+            cut = min(cut, i)
+    return name[:cut]
+
+
+def load(path):
+    recs = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["kind"] in DEVICE_KINDS:
+                recs.append((int(row["start_ns"]), int(row["end_ns"]), row["kind"],
+                             row["name"], int(row["graph"])))
+    recs.sort()
+    return recs
+
+
+def steps_of(recs, marker):
+    starts = [i for i, r in enumerate(recs) if r[2] == "kernel" and short(r[3]).startswith(marker)]
+    return [(recs[a:b], recs[b][0]) for a, b in zip(starts, starts[1:])]
+
+
+def busy_ns(recs):
+    total, cur_s, cur_e = 0, None, None
+    for s, e, *_ in recs:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def summarize(path, marker, skip):
+    recs = load(path)
+    steps = steps_of(recs, marker)[skip:]
+    if not steps:
+        sys.exit(f"{path}: fewer than {skip + 2} kernels named {marker}*: no whole step to measure")
+    rows, per_name = [], {}
+    for seg, next_start in steps:
+        kernels = [r for r in seg if r[2] == "kernel"]
+        rows.append({
+            "kernels": len(kernels),
+            "copies": sum(1 for r in seg if r[2] in ("memcpy", "memset")),
+            "in_graphs": sum(1 for r in kernels if r[4]),
+            "kernel_us": sum(e - s for s, e, *_ in kernels) / 1e3,
+            "busy_us": busy_ns(seg) / 1e3,
+            "span_us": (next_start - seg[0][0]) / 1e3,
+        })
+        step_names = {}
+        for s, e, kind, name, _ in seg:
+            key = short(name) if kind == "kernel" else kind
+            t, n = step_names.get(key, (0, 0))
+            step_names[key] = (t + (e - s), n + 1)
+        for key, tn in step_names.items():
+            per_name.setdefault(key, []).append(tn)
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    med["idle_us"] = med["span_us"] - med["busy_us"]
+    names = {}
+    for key, tns in per_name.items():
+        tns = tns + [(0, 0)] * (len(rows) - len(tns))
+        names[key] = (statistics.median(t for t, _ in tns) / 1e3,
+                      statistics.median(n for _, n in tns))
+    return len(rows), med, names
+
+
+def print_summary(path, n, med, names, top):
+    print(f"{path}: {n} steps")
+    print("  per step (median): " + ", ".join(
+        f"{k} {med[k]:.1f}" if k.endswith("_us") else f"{k} {med[k]:g}"
+        for k in ("kernels", "in_graphs", "copies", "kernel_us", "busy_us", "span_us", "idle_us")))
+    for key, (t, cnt) in sorted(names.items(), key=lambda x: -x[1][0])[:top]:
+        print(f"    {t:9.1f} us  x{cnt:<4g} {key[:80]}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("csv")
+    ap.add_argument("--step", required=True, help="name prefix of a step's first kernel")
+    ap.add_argument("--skip", type=int, default=2, help="steps left out at the start (warm-up)")
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--against", help="a second trace of the same program, to compare")
+    a = ap.parse_args()
+    n, med, names = summarize(a.csv, a.step, a.skip)
+    print_summary(a.csv, n, med, names, a.top)
+    if not a.against:
+        return
+    n2, med2, names2 = summarize(a.against, a.step, a.skip)
+    print_summary(a.against, n2, med2, names2, a.top)
+    print(f"  {a.against} - {a.csv}, per step: " + ", ".join(
+        f"{k} {med2[k] - med[k]:+.1f}" for k in ("kernel_us", "busy_us", "span_us", "idle_us")))
+    diff = {k: names2.get(k, (0, 0))[0] - names.get(k, (0, 0))[0] for k in set(names) | set(names2)}
+    for key, d in sorted(diff.items(), key=lambda x: -abs(x[1]))[:a.top]:
+        print(f"    {d:+9.1f} us  {key[:80]}  ({names.get(key, (0, 0))[1]:g} -> "
+              f"{names2.get(key, (0, 0))[1]:g} a step)")
+
+
+if __name__ == "__main__":
+    main()
