@@ -2,6 +2,8 @@
  * tool.c - cgrt/tool.h: the internal-but-stable interface of the `cgrt` command, as thin
  * wrappers over the core's own functions, so the command links libcgrt.so like any host.
  */
+#include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +201,24 @@ CGRT_API int cgrt_tool_cores_near_gpu(int device, char *cores, size_t len, char 
     return CGRT_E_UNSUPPORTED;
   }
   return drv->cores_near(device, 0, cores, len, err, errlen);
+}
+
+CGRT_API int cgrt_tool_library_path(char *buf, size_t len) {
+  Dl_info info;
+  char path[PATH_MAX];
+  if (!buf || !len)
+    return CGRT_E_INVAL;
+  buf[0] = '\0';
+  const char *from = "/proc/self/exe";
+  if (dladdr((void *)&cgrt_tool_library_path, &info) && info.dli_fname &&
+      strchr(info.dli_fname, '/'))
+    from = info.dli_fname;
+  if (!realpath(from, path))
+    return CGRT_E_IO;
+  if (strlen(path) + 1 > len)
+    return CGRT_E_INVAL;
+  snprintf(buf, len, "%s", path);
+  return 0;
 }
 
 CGRT_API int cgrt_tool_driver_search_dirs(char ***dirs, size_t *count) {

@@ -172,6 +172,11 @@ CGRT_API int cgrt_tool_backend_check(void *dl, const char *path, const struct cg
 CGRT_API int cgrt_tool_cores_near_gpu(int device, char *cores, size_t len, char *err,
                                       size_t errlen);
 
+/* The file libcgrt was loaded from (the executable's, when the core is linked into it), into buf:
+ * tools find their own objects beside it (LIBDIR/cgrt/). CGRT_E_IO if it cannot be told,
+ * CGRT_E_INVAL if buf is too small. (Added in tool API 2.) */
+CGRT_API int cgrt_tool_library_path(char *buf, size_t len);
+
 /* The directories `[runtime] driver = NAME` is searched in, in order: CGRT_DRIVER_PATH, beside
  * libcgrt (LIBDIR/cgrt/drivers), the install directory. Free with cgrt_tool_free_strings.
  * (Added in tool API 2.) */
