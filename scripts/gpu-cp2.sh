@@ -34,7 +34,7 @@ grep -E "tests passed|\(Failed\)|Not Run|Timeout|SKIPPED" "$logs/ctest.log" | he
 # - mix0: NCCL_GRAPH_MIXING_SUPPORT=0: NCCL's kernels in a graph no longer get event nodes that
 #   order them against work outside the graph (DESIGN.md, issue 15, sixth session).
 # - fold: CGRT_FOLD_EVENT_LEAVES=1: the cuda driver folds the leaf event-record nodes NCCL adds into
-#   one join (core/src/driver_cuda.c).
+#   one join (drivers/cuda/driver_cuda.c).
 # - pdl_ag: CGRTK_CP_PDL_AFTER_AG=1: the kernel after each all-gather is a programmatic dependent
 #   (kernels/cp.cu).
 echo "== cgrt bench --workload cp --ranks 2, $rounds rounds (logs: $logs/bench_*.log)"

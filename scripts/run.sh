@@ -2,8 +2,9 @@
 # Sets up a fresh Debian machine, builds cgrt and runs its main job: `cgrt bench`, the decode
 # workload under the per-layer and the whole-body strategy of the local backend and the chain
 # workload, each against eager and the raw-graph floor. Before that: what the installation holds
-# (cgrt info), every shipped configuration checked and dry-run on the host driver, and the
-# per-call dispatch cost (host only). Without a GPU the GPU benches say so and are skipped.
+# (cgrt info), every shipped configuration checked and dry-run on the host driver, the time and
+# memory of the commands that need no GPU (at most 20 ms and 20 MB each) and the per-call
+# dispatch cost (host only). Without a GPU the GPU benches say so and are skipped.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
@@ -18,6 +19,7 @@ for f in conf/*.ini conf/legacy/*.ini; do
   [ "$rc" -eq 1 ] && exit 1
   [ "$rc" -ne 0 ] && echo "(exit $rc)"
 done
+build/bin/cgrt-bench-light build/bin/cgrt .
 build/bin/cgrt bench --workload dispatch
 rc=0
 build/bin/cgrt bench conf/local.ini --workload decode || rc=$?

@@ -1,5 +1,6 @@
 /* cgrt.c - the `cgrt` command: inspect the installation, check configs, print buckets, bench,
- * plan graph memory. */
+ * plan graph memory. It links libcgrt alone; the GPU workloads of bench and plan are loaded on
+ * demand (bench_plugin.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,7 +12,9 @@ static void usage(FILE *out) {
       out,
       "usage: cgrt COMMAND [ARGS]\n"
       "\n"
-      "  info                      versions, devices, cores near each GPU, backends found\n"
+      "  info [--probe]            versions, drivers, devices and the cores near each GPU,\n"
+      "                            backends found (the cuda driver is asked only when an\n"
+      "                            NVIDIA GPU driver is seen, or with --probe)\n"
       "  check FILE [--dry-run]    validate a config; print warnings and the normalized\n"
       "                            config; --dry-run also loads the backend on the host\n"
       "                            driver and prints its plan (exit 0 valid, 1 invalid,\n"

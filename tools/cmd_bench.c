@@ -9,13 +9,16 @@
  *             process per GPU (bench_cp.c; needs --ranks GPUs and NCCL)
  *   dispatch  the host-side cost of one module call through cgrt (core, backend vtable, host API)
  *             over a direct call of the same callback; runs on the host driver, no GPU needed.
+ *
+ * The GPU workloads live in libcgrt-bench.so (bench_plugin.h), loaded when one is asked for;
+ * dispatch and the checks of the options run here, with no CUDA library loaded.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cgrt/cgrt.h"
-#include "bench.h"
+#include "bench_plugin.h"
 #include "tool.h"
 
 #define REPS 9
@@ -238,18 +241,12 @@ int cmd_bench(int argc, char **argv) {
                     "use --workload decode\n");
     return EXIT_UNUSABLE;
   }
-  if (o.traffic)
-    return bench_traffic(&bench_decode, &o);
-  if (o.explain)
-    return bench_explain(is_chain ? &bench_chain : &bench_decode, &o);
-  if (strcmp(o.workload, "decode") == 0)
-    return bench_gpu(&bench_decode, &o);
-  if (is_chain)
-    return bench_gpu(&bench_chain, &o);
-  if (strcmp(o.workload, "train") == 0)
-    return bench_train(&o);
-  if (strcmp(o.workload, "cp") == 0)
-    return bench_cp(&o);
+  /* The GPU workloads are libcgrt-bench.so, loaded only now: dispatch runs on the host. */
+  if (o.traffic || gpu_rows || strcmp(o.workload, "train") == 0 || strcmp(o.workload, "cp") == 0) {
+    const struct cgrt_bench_plugin *p = NULL;
+    int status = bench_plugin_load("cgrt bench", &p);
+    return status == EXIT_VALID ? p->bench(&o) : status;
+  }
   if (strcmp(o.workload, "dispatch") != 0) {
     fprintf(stderr, "cgrt bench: unknown workload '%s' (decode, chain, train, cp, dispatch)\n",
             o.workload);

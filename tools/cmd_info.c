@@ -1,19 +1,20 @@
-/* cmd_info.c - `cgrt info`: versions, devices, the cores near each GPU, the backends found. */
+/*
+ * cmd_info.c - `cgrt info`: versions, the drivers found, devices and the cores near each GPU,
+ * the backends found.
+ *
+ * Light on a machine without a GPU: the cuda driver (which loads the CUDA runtime and NCCL) is
+ * asked about versions and devices only when the machine shows an NVIDIA GPU driver (its device
+ * files), or with --probe; otherwise the drivers are listed from their directories, unloaded.
+ */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cgrt/backend.h"
 #include "tool.h"
-
-#ifdef CGRT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-#ifdef CGRT_HAVE_NCCL
-#include <nccl.h>
-#endif
 
 static void print_caps(uint64_t caps) {
   static const struct {
@@ -35,91 +36,122 @@ static void print_caps(uint64_t caps) {
 static void print_versions(void) {
   printf("cgrt %s (backend ABI %d, host API minor %d)\n", CGRT_VERSION_STRING,
          CGRT_BACKEND_ABI_MAJOR, CGRT_HOST_API_MINOR);
-#ifdef CGRT_HAVE_CUDA
-  int rtv = 0, drv = 0;
-  cudaRuntimeGetVersion(&rtv);
-  cudaError_t e = cudaDriverGetVersion(&drv);
-  printf("CUDA runtime %d.%d", rtv / 1000, (rtv % 1000) / 10);
-  if (e == cudaSuccess && drv > 0)
-    printf(", driver supports CUDA %d.%d\n", drv / 1000, (drv % 1000) / 10);
-  else
-    printf(", no CUDA driver found\n");
-#else
-  printf("CUDA: not built in (cgrt was built without the CUDA Toolkit)\n");
-#endif
-#ifdef CGRT_HAVE_NCCL
-  int nv = 0;
-  if (ncclGetVersion(&nv) == ncclSuccess)
-    printf("NCCL %d.%d.%d\n", nv / 10000, (nv % 10000) / 100, nv % 100);
-  else
-    printf("NCCL: ncclGetVersion failed\n");
-#else
-  printf("NCCL: not built in\n");
-#endif
 }
 
-static void print_devices(void) {
-#ifdef CGRT_HAVE_CUDA
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    printf("devices: none (no CUDA device: %s)\n",
-           e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0");
-    cudaGetLastError();
-    return;
-  }
-  printf("devices: %d\n", n);
-  for (int d = 0; d < n; d++) {
-    struct cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, d) != cudaSuccess) {
-      printf("  GPU %d: cudaGetDeviceProperties failed\n", d);
-      continue;
-    }
-    char cores[512], err[256];
-    if (cgrt_tool_cores_near_gpu(d, cores, sizeof(cores), err, sizeof(err)) != 0)
-      snprintf(cores, sizeof(cores), "unknown (%.200s)", err);
-    printf("  GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB, PCI %04x:%02x:%02x.0\n", d, p.name, p.major,
-           p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1u << 30), p.pciDomainID,
-           p.pciBusID, p.pciDeviceID);
-    printf("         cores near it (hwloc): %s\n", cores);
-  }
-#else
-  printf("devices: none (no CUDA device: cgrt was built without CUDA support)\n");
-#endif
+/* Whether this machine shows an NVIDIA GPU driver, asked of its files only (no CUDA library). */
+static int gpu_driver_present(void) {
+  static const char *const files[] = {"/dev/nvidiactl", "/proc/driver/nvidia/version",
+                                      "/dev/dxg"}; /* the last: WSL */
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+    if (access(files[i], F_OK) == 0)
+      return 1;
+  return 0;
 }
 
-/* Loads each libcgrt-backend-*.so of dir, prints its table, unloads it. */
-static void print_backends_in(const char *dir) {
+/* The names of dir's files that start with prefix and end in ".so", sorted; *n of them. */
+static char **objects_in(const char *dir, const char *prefix, size_t *n) {
   DIR *d = opendir(dir);
-  if (!d) {
-    printf("  %s: (not present)\n", dir);
-    return;
-  }
-  int found = 0;
-  struct dirent *e;
   char **names = NULL;
-  size_t n = 0;
+  size_t plen = strlen(prefix);
+  *n = 0;
+  if (!d)
+    return NULL;
+  struct dirent *e;
   while ((e = readdir(d))) {
     size_t len = strlen(e->d_name);
-    if (strncmp(e->d_name, "libcgrt-backend-", 16) != 0 || len < 20 ||
+    if (strncmp(e->d_name, prefix, plen) != 0 || len < plen + 4 ||
         strcmp(e->d_name + len - 3, ".so") != 0)
       continue;
-    char **v = realloc(names, (n + 1) * sizeof(*v));
+    char **v = realloc(names, (*n + 1) * sizeof(*v));
     if (!v)
       break;
     names = v;
-    names[n] = strdup(e->d_name);
-    if (names[n])
-      n++;
+    names[*n] = strdup(e->d_name);
+    if (names[*n])
+      (*n)++;
   }
   closedir(d);
-  for (size_t i = 0; i < n; i++)
-    for (size_t j = i + 1; j < n; j++)
+  for (size_t i = 0; i < *n; i++)
+    for (size_t j = i + 1; j < *n; j++)
       if (strcmp(names[j], names[i]) < 0) {
         char *t = names[i];
         names[i] = names[j];
         names[j] = t;
       }
+  return names;
+}
+
+/* The driver objects of each directory of the driver search path, named, not loaded. */
+static void print_drivers(void) {
+  char **dirs = NULL;
+  size_t n = 0;
+  printf("drivers ([runtime] driver): host built in; others searched in CGRT_DRIVER_PATH, "
+         "then:\n");
+  if (cgrt_tool_driver_search_dirs(&dirs, &n) != 0)
+    return;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = 0;
+    char **names = objects_in(dirs[i], "libcgrt-driver-", &k);
+    if (!names && access(dirs[i], F_OK) != 0) {
+      printf("  %s: (not present)\n", dirs[i]);
+      continue;
+    }
+    printf("  %s:%s\n", dirs[i], k ? "" : " (no drivers)");
+    for (size_t j = 0; j < k; j++) {
+      const char *name = names[j] + strlen("libcgrt-driver-");
+      printf("    %.*s\n", (int)(strlen(name) - 3), name);
+    }
+    cgrt_tool_free_strings(names, k);
+  }
+  cgrt_tool_free_strings(dirs, n);
+}
+
+struct text {
+  char *s;
+  size_t len;
+};
+
+/* Collects the driver's lines, printed after the line that names the driver. */
+static void add_line(void *user, const char *line) {
+  struct text *t = user;
+  size_t n = strlen(line);
+  char *s = realloc(t->s, t->len + n + 2);
+  if (!s)
+    return;
+  memcpy(s + t->len, line, n);
+  s[t->len + n] = '\n';
+  s[t->len + n + 1] = '\0';
+  t->s = s;
+  t->len += n + 1;
+}
+
+/* What the cuda driver sees (versions, devices, cores near each), if it is to be asked. */
+static void print_devices(int probe) {
+  if (!probe && !gpu_driver_present()) {
+    printf("devices: none (no CUDA device: no NVIDIA GPU driver on this machine: /dev/nvidiactl, "
+           "/proc/driver/nvidia and /dev/dxg are absent; the cuda driver was not loaded, "
+           "`cgrt info --probe` loads it)\n");
+    return;
+  }
+  char path[4096], err[2048];
+  struct text t = {0};
+  int rc = cgrt_tool_driver_describe("cuda", add_line, &t, path, sizeof(path), err, sizeof(err));
+  if (rc == 0)
+    printf("cuda driver: %s\n%s", path, t.s ? t.s : "");
+  else
+    printf("devices: none (%s)\n", err);
+  free(t.s);
+}
+
+/* Loads each libcgrt-backend-*.so of dir, prints its table, unloads it. */
+static void print_backends_in(const char *dir) {
+  if (access(dir, F_OK) != 0) {
+    printf("  %s: (not present)\n", dir);
+    return;
+  }
+  int found = 0;
+  size_t n = 0;
+  char **names = objects_in(dir, "libcgrt-backend-", &n);
   printf("  %s:\n", dir);
   for (size_t i = 0; i < n; i++) {
     char path[4096], err[1024];
@@ -147,13 +179,14 @@ static void print_backends_in(const char *dir) {
 }
 
 int cmd_info(int argc, char **argv) {
-  (void)argv;
-  if (argc > 1) {
-    fprintf(stderr, "usage: cgrt info\n");
+  int probe = argc == 2 && strcmp(argv[1], "--probe") == 0;
+  if (argc > 2 || (argc == 2 && !probe)) {
+    fprintf(stderr, "usage: cgrt info [--probe]\n");
     return EXIT_UNUSABLE;
   }
   print_versions();
-  print_devices();
+  print_drivers();
+  print_devices(probe);
   char **dirs = NULL;
   size_t n = 0;
   if (cgrt_tool_backend_search_dirs(&dirs, &n) != 0) {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cgrt/cgrt.h"
-#include "bench.h"
+#include "bench_plugin.h"
 #include "tool.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -161,15 +161,15 @@ int cmd_plan(int argc, char **argv) {
     usage();
     return EXIT_UNUSABLE;
   }
-  int status;
-  if (strcmp(p.workload, "decode") == 0)
-    status = plan_decode(conf, report, &p);
-  else if (strcmp(p.workload, "train") == 0)
-    status = plan_train(conf, report, &p);
-  else {
+  if (strcmp(p.workload, "decode") != 0 && strcmp(p.workload, "train") != 0) {
     fprintf(stderr, "cgrt plan: unknown workload '%s' (decode, train)\n", p.workload);
-    status = EXIT_UNUSABLE;
+    return EXIT_UNUSABLE;
   }
+  /* The workloads are libcgrt-bench.so (bench_plugin.h), loaded only now. */
+  const struct cgrt_bench_plugin *plugin = NULL;
+  int status = bench_plugin_load("cgrt plan", &plugin);
+  if (status == EXIT_VALID)
+    status = plugin->plan(p.workload, conf, report, &p);
   free(p.rows);
   return status;
 }

@@ -23,10 +23,6 @@
 
 #include "runtime.h"
 
-#ifdef CGRT_HAVE_NCCL
-#include <nccl.h>
-#endif
-
 int cgrt__comms_find(const struct cgrt_comms *c, int cp, void **comm, int *cp_rank) {
   for (int i = 0; i < c->count; i++)
     if (c->cp[i] == cp) {
@@ -129,31 +125,25 @@ static int split_placeholders(cgrt_runtime *rt, struct cgrt_comms *c) {
   return 0;
 }
 
-#ifdef CGRT_HAVE_NCCL
-static int split_nccl(cgrt_runtime *rt, struct cgrt_comms *c, void *world) {
+/* The driver's communicators (NCCL on the cuda driver): one split of the world per cp size. */
+static int split_world(cgrt_runtime *rt, struct cgrt_comms *c, void *world) {
   const struct cgrt_config_view *v = &rt->cfg.view;
-  ncclComm_t w = (ncclComm_t)world;
-  ncclResult_t r = ncclCommCount(w, &c->world_size);
-  if (r == ncclSuccess)
-    r = ncclCommUserRank(w, &c->world_rank);
-  if (r != ncclSuccess)
-    return cgrt__fail(rt, CGRT_E_DEVICE, "cgrt_set_world_comm: ncclCommCount/UserRank: %s",
-                      ncclGetErrorString(r));
+  struct cgrt_dev *dev = &rt->dev;
+  if (dev->drv->comm_info(dev, world, &c->world_size, &c->world_rank) != 0)
+    return cgrt__fail(rt, CGRT_E_DEVICE, "cgrt_set_world_comm: %s", dev->err);
   for (size_t i = 0; i < v->num_cp_sizes; i++)
     if (c->world_size % v->cp_sizes[i] != 0)
       return cgrt__fail(rt, CGRT_E_INVAL,
                         "cgrt_set_world_comm: [dynamic_cp] cp_sizes has %d, which does not divide "
                         "the world of %d ranks; use divisors of the world size",
                         v->cp_sizes[i], c->world_size);
-  c->nccl = 1;
+  c->dev = dev;
   for (size_t i = 0; i < v->num_cp_sizes; i++) {
     int cp = v->cp_sizes[i];
-    ncclComm_t split = NULL;
+    void *split = NULL;
     /* Collective over the world: every rank splits every size, in the same order. */
-    r = ncclCommSplit(w, c->world_rank / cp, c->world_rank, &split, NULL);
-    if (r != ncclSuccess)
-      return cgrt__fail(rt, CGRT_E_DEVICE, "cgrt_set_world_comm: ncclCommSplit for cp size %d: %s",
-                        cp, ncclGetErrorString(r));
+    if (dev->drv->comm_split(dev, world, c->world_rank / cp, c->world_rank, &split) != 0)
+      return cgrt__fail(rt, CGRT_E_DEVICE, "cgrt_set_world_comm: for cp size %d: %s", cp, dev->err);
     c->cp[c->count] = cp;
     c->cp_rank[c->count] = c->world_rank % cp;
     c->comm[c->count] = split;
@@ -161,7 +151,6 @@ static int split_nccl(cgrt_runtime *rt, struct cgrt_comms *c, void *world) {
   }
   return 0;
 }
-#endif
 
 int cgrt__comms_split(cgrt_runtime *rt, void *world) {
   struct cgrt_comms *c = &rt->comms;
@@ -175,14 +164,17 @@ int cgrt__comms_split(cgrt_runtime *rt, void *world) {
     rc = split_placeholders(rt, c);
   } else if (!world) {
     rc = cgrt__fail(rt, CGRT_E_INVAL, "cgrt_set_world_comm: world_comm is NULL");
-  } else {
-#ifdef CGRT_HAVE_NCCL
-    rc = split_nccl(rt, c, world);
-#else
+  } else if (rt->cfg.view.driver == CGRT_DRIVER_HOST) {
+    rc = cgrt__fail(rt, CGRT_E_INVAL,
+                    "cgrt_set_world_comm: the host driver has no NCCL; pass NULL for its "
+                    "stand-in communicators");
+  } else if (!rt->dev.drv->comm_split || !rt->dev.drv->comm_info || !rt->dev.drv->comm_destroy) {
     rc = cgrt__fail(rt, CGRT_E_UNSUPPORTED,
-                    "cgrt_set_world_comm: cgrt was built without NCCL; rebuild with NCCL to "
-                    "use context parallelism");
-#endif
+                    "cgrt_set_world_comm: the %s driver was built without NCCL; rebuild it with "
+                    "NCCL to use context parallelism",
+                    rt->dev.drv->name);
+  } else {
+    rc = split_world(rt, c, world);
   }
   if (rc != 0) {
     cgrt__comms_destroy(c);
@@ -200,11 +192,9 @@ int cgrt__comms_split(cgrt_runtime *rt, void *world) {
 
 void cgrt__comms_destroy(struct cgrt_comms *c) {
   free(c->clean_execs);
-#ifdef CGRT_HAVE_NCCL
-  if (c->nccl)
+  if (c->dev)
     for (int i = 0; i < c->count; i++)
       if (c->comm[i])
-        ncclCommDestroy((ncclComm_t)c->comm[i]);
-#endif
+        c->dev->drv->comm_destroy(c->dev, c->comm[i]);
   memset(c, 0, sizeof(*c));
 }

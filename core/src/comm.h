@@ -1,6 +1,7 @@
 /*
  * comm.h - communicators per context-parallel size, split from the host's world communicator
- * (ncclCommSplit). Internal. The host driver, which has no NCCL, stands in placeholders.
+ * through the driver (the cuda driver's comm_split: ncclCommSplit). Internal. The host driver,
+ * which has no NCCL, stands in placeholders.
  */
 #ifndef CGRT_COMM_H
 #define CGRT_COMM_H
@@ -11,11 +12,12 @@
 
 struct cgrt_runtime;
 struct cgrt_ctx;
+struct cgrt_dev;
 
 struct cgrt_comms {
-  int ready;      /* cgrt_set_world_comm done */
-  int nccl;       /* real NCCL communicators (else placeholders) */
-  int world_size; /* ranks of the world communicator */
+  int ready;            /* cgrt_set_world_comm done */
+  struct cgrt_dev *dev; /* the driver's communicators were split on it (else placeholders) */
+  int world_size;       /* ranks of the world communicator */
   int world_rank;
   int count;
   int cp[CGRT_MAX_CP_SIZES];

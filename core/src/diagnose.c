@@ -3,7 +3,7 @@
  * host driver's notes, the caller of a call (backtrace and dladdr), the log lines and the public
  * list (cgrt_findings_count, cgrt_finding_get, cgrt_findings_clear), and the allocations of the
  * host's declared pool allocator (cgrt_set_capture_hooks_ex) that are not findings. The CUDA side
- * of recording is diagnose_cupti.c.
+ * of recording is the cuda driver's recorder (drivers/cuda/diagnose_cupti.c).
  */
 #include "diagnose.h"
 
@@ -27,10 +27,10 @@ struct finding {
 };
 
 struct cgrt_diag_state {
-  int recording;    /* between begin and pause: the host driver's notes are kept */
-  int cupti;        /* this recording goes through CUPTI */
-  int cupti_used;   /* this runtime subscribed at least once (release at close) */
-  int cupti_warned; /* CUPTI could not be used: said once */
+  int recording;       /* between begin and pause: the host driver's notes are kept */
+  int recorder;        /* this recording goes through the driver's recorder (CUPTI) */
+  int recorder_used;   /* this runtime used the recorder at least once (release at close) */
+  int recorder_warned; /* the recorder could not be used: said once */
   struct cgrt_diag_rec rec;
   struct finding *findings;
   size_t count;
@@ -38,21 +38,13 @@ struct cgrt_diag_state {
 
 /* ---------------------------------------------------------------- the caller */
 
-struct cgrt_diag_call *cgrt__diag_rec_add(struct cgrt_diag_rec *rec) {
-  if (rec->n == CGRT_DIAG_MAX_CALLS) {
-    rec->dropped++;
-    return NULL;
-  }
-  struct cgrt_diag_call *c = &rec->calls[rec->n++];
-  memset(c, 0, sizeof(*c));
-  return c;
-}
-
+/* CUDA's libraries, CUPTI, and cgrt's driver objects (whose recorder runs in the call). */
 static int is_device_library(const char *path) {
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
   return strncmp(base, "libcupti", 8) == 0 || strncmp(base, "libcudart", 9) == 0 ||
-         strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libnvidia", 9) == 0;
+         strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libnvidia", 9) == 0 ||
+         strncmp(base, "libcgrt-driver-", 15) == 0;
 }
 
 /* Names of the CUDA APIs themselves (a statically linked cudart lives in the caller's object). */
@@ -177,8 +169,8 @@ void cgrt__diagnose_close(cgrt_runtime *rt) {
   struct cgrt_diag_state *d = rt->diag;
   if (!d)
     return;
-  if (d->cupti_used)
-    cgrt__cupti_release();
+  if (d->recorder_used)
+    rt->dev.drv->record_release();
   findings_free(d);
   free(d);
   rt->diag = NULL;
@@ -322,16 +314,17 @@ void cgrt__diagnose_begin(cgrt_runtime *rt) {
     return;
   memset(&d->rec, 0, sizeof(d->rec));
   d->recording = 1;
-  d->cupti = 0;
-  if (rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON || rt->dev.drv != &cgrt__driver_cuda)
+  d->recorder = 0;
+  const struct cgrt_driver *drv = rt->dev.drv;
+  if (rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON || !drv->record_start)
     return;
   char err[512];
-  if (cgrt__cupti_start(&d->rec, &rt->host_frame, err, sizeof(err)) == 0) {
-    d->cupti = 1;
-    if (!d->cupti_used++)
-      cgrt__cupti_acquire();
-  } else if (!d->cupti_warned) {
-    d->cupti_warned = 1;
+  if (drv->record_start(&d->rec, &rt->host_frame, cgrt__diag_caller, err, sizeof(err)) == 0) {
+    d->recorder = 1;
+    if (!d->recorder_used++)
+      drv->record_acquire();
+  } else if (!d->recorder_warned) {
+    d->recorder_warned = 1;
     cgrt__log(rt, CGRT_LOG_WARN,
               "diagnose: the CUDA calls made while capturing are not recorded: %s", err);
   }
@@ -341,12 +334,13 @@ void cgrt__diagnose_pause(cgrt_runtime *rt) {
   struct cgrt_diag_state *d = rt->diag;
   if (!d || !d->recording)
     return;
-  if (d->cupti)
-    cgrt__cupti_stop();
+  if (d->recorder)
+    rt->dev.drv->record_stop();
   d->recording = 0;
 }
 
-/* The cuda driver, diagnose = failures: the failed work captured once more with CUPTI on. */
+/* A driver with a recorder (cuda), diagnose = failures: the failed work captured once more with
+ * recording on. */
 static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg), void *arg) {
   struct cgrt_diag_state *d = rt->diag;
   char err[512], saved[sizeof(rt->err)], saved_dev[sizeof(rt->dev.err)];
@@ -360,20 +354,21 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
     (void)cgrt__hook_end(rt, stream);
     goto out;
   }
-  if (cgrt__cupti_start(&d->rec, &rt->host_frame, err, sizeof(err)) != 0) {
-    if (!d->cupti_warned) {
-      d->cupti_warned = 1;
+  const struct cgrt_driver *drv = rt->dev.drv;
+  if (drv->record_start(&d->rec, &rt->host_frame, cgrt__diag_caller, err, sizeof(err)) != 0) {
+    if (!d->recorder_warned) {
+      d->recorder_warned = 1;
       cgrt__log(rt, CGRT_LOG_WARN,
                 "diagnose: cannot record the CUDA calls of the failed capture: %s", err);
     }
   } else {
-    d->cupti = 1;
-    if (!d->cupti_used++)
-      cgrt__cupti_acquire();
+    d->recorder = 1;
+    if (!d->recorder_used++)
+      drv->record_acquire();
   }
   (void)again(arg);
-  if (d->cupti)
-    cgrt__cupti_stop();
+  if (d->recorder)
+    drv->record_stop();
   void *graph = NULL;
   rt->dev.drv->capture_end(&rt->dev, stream, &graph);
   (void)cgrt__hook_end(rt, stream);
@@ -391,11 +386,11 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
   if (!d || rt->cfg.view.diagnose == CGRT_DIAGNOSE_OFF)
     return;
   d->recording = 0;
-  if (failed && !d->cupti && rt->dev.drv == &cgrt__driver_cuda && again)
+  if (failed && !d->recorder && rt->dev.drv->record_start && again)
     record_again(rt, stream, again, arg);
-  if (d->cupti)
-    cgrt__cupti_finish(&d->rec);
-  d->cupti = 0;
+  if (d->recorder)
+    rt->dev.drv->record_finish(&d->rec);
+  d->recorder = 0;
   if (!failed && rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON)
     return;
   int broke = 0;

@@ -2,11 +2,13 @@
  * diagnose.h - what broke a capture ([runtime] diagnose). Internal.
  *
  * While the core records work into a graph (cgrt__record), the device API calls made on the
- * capturing thread are recorded: on the cuda driver through CUPTI's callback API (diagnose_cupti.c,
- * libcupti loaded with dlopen only when needed), on the host driver through the driver's own
- * capture checks (struct cgrt_dev's note hook). After the capture, the first call refused because
- * of the capture and every capturable but suspicious call become findings: one log line each and
- * an entry of the runtime's list (cgrt_findings_count / cgrt_finding_get).
+ * capturing thread are recorded: on the cuda driver through its recorder (struct cgrt_driver's
+ * record_* operations: CUPTI's callback API in drivers/cuda/diagnose_cupti.c, libcupti loaded with
+ * dlopen only when needed), on the host driver through the driver's own capture checks (struct
+ * cgrt_dev's note hook). The structs below are part of the driver interface (driver.h). After the
+ * capture, the first call refused because of the capture and every capturable but suspicious call
+ * become findings: one log line each and an entry of the runtime's list (cgrt_findings_count /
+ * cgrt_finding_get).
  *
  * When: diagnose = failures (default) reports only captures that failed; on the cuda driver a
  * failed capture is captured once more with CUPTI recording (the callbacks run again in capture
@@ -19,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cgrt/cgrt.h"
 
@@ -52,8 +55,17 @@ struct cgrt_diag_rec {
   size_t dropped; /* candidates beyond CGRT_DIAG_MAX_CALLS */
 };
 
-/* Appends a call to rec (counts it as dropped if full); returns the slot or NULL. */
-struct cgrt_diag_call *cgrt__diag_rec_add(struct cgrt_diag_rec *rec);
+/* Appends a call to rec (counts it as dropped if full); returns the slot or NULL. Inline: the
+ * cuda driver's recorder uses it too. */
+static inline struct cgrt_diag_call *cgrt__diag_rec_add(struct cgrt_diag_rec *rec) {
+  if (rec->n == CGRT_DIAG_MAX_CALLS) {
+    rec->dropped++;
+    return NULL;
+  }
+  struct cgrt_diag_call *c = &rec->calls[rec->n++];
+  memset(c, 0, sizeof(*c));
+  return c;
+}
 
 /*
  * The function that made the device call being recorded, from a backtrace of the calling thread:
@@ -78,20 +90,5 @@ void cgrt__diagnose_begin(struct cgrt_runtime *rt);
 void cgrt__diagnose_pause(struct cgrt_runtime *rt);
 void cgrt__diagnose_end(struct cgrt_runtime *rt, const char *what, int failed, void *stream,
                         int (*again)(void *arg), void *arg, char *why_more, size_t len);
-
-/* CUPTI recorder (diagnose_cupti.c, or a stand-in when cgrt was built without CUPTI headers). */
-/*
- * Starts recording this thread's CUDA calls into rec, naming callers below *host_frame (the
- * runtime's field, read at each call); 0, or an error with the reason in err.
- */
-int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame, char *err,
-                      size_t len);
-/* Stops recording on this thread. */
-void cgrt__cupti_stop(void);
-/* After the capture: classifies the recorded copies and names the results. */
-void cgrt__cupti_finish(struct cgrt_diag_rec *rec);
-/* A runtime starts using CUPTI (once), and stops at close: the last one unsubscribes. */
-void cgrt__cupti_acquire(void);
-void cgrt__cupti_release(void);
 
 #endif

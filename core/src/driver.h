@@ -6,6 +6,19 @@
  * streams are FIFO queues of host functions, capture records them into a graph, instantiate
  * freezes it, launch replays it, update swaps parameters when the topology matches).
  *
+ * Drivers are loaded like backends (driver.c, loader.h): the host driver is built into the core
+ * (drivers/host/), every other one is a shared object, libcgrt-driver-NAME.so (drivers/NAME/),
+ * that exports its table as the data symbol `cgrt_driver_v1` (CGRT_DRIVER_EXPORT) and links what
+ * it needs (the cuda driver: the CUDA runtime, NCCL, hwloc; CUPTI through dlopen), so that
+ * libcgrt itself needs no device library to load. A driver object calls nothing of the core: it
+ * is linked with --no-undefined, and what it needs of the core comes through its arguments.
+ *
+ * This interface is internal: a driver object is built from the same source tree as the core it
+ * is loaded into. The table starts with abi_major and struct_size; the core refuses a table of
+ * another major, or one smaller than this header's (an object built from an older tree), naming
+ * both. Appending a field keeps the major; changing a field, struct cgrt_dev, struct
+ * cgrt_diag_rec or the meaning of an operation is a new major (CGRT_DRIVER_ABI_MAJOR).
+ *
  * Handles (streams, graphs, executables, events) are opaque `void *` of the driver. Every function
  * returning int gives 0 or a negative CGRT_E_* code and, on error, writes a sentence into
  * dev->err naming the operation and what to do (cgrt__dev_fail()).
@@ -13,12 +26,23 @@
 #ifndef CGRT_DRIVER_H
 #define CGRT_DRIVER_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cgrt/backend.h"
 
+/* The major of the driver table this core speaks. */
+#define CGRT_DRIVER_ABI_MAJOR 1
+/* The symbol a driver object exports its table as. */
+#define CGRT_DRIVER_SYMBOL "cgrt_driver_v1"
+/* Marks that table for export (driver objects are built with hidden visibility). */
+#define CGRT_DRIVER_EXPORT __attribute__((visibility("default")))
+
 struct cgrt_driver;
+struct cgrt_diag_rec;
+struct cgrt_diag_call;
 
 /* One opened driver instance. */
 struct cgrt_dev {
@@ -49,8 +73,20 @@ struct cgrt_dev {
  */
 #define CGRT_LEGACY_STREAM ((void *)0x1)
 
+/*
+ * Names the caller of a device call being recorded into c (diagnose.c's cgrt__diag_caller, lent
+ * to the driver's recorder): the first frame below boundary outside cgrt, its drivers and the
+ * device's libraries.
+ */
+typedef void (*cgrt_diag_caller_fn)(const void *boundary, struct cgrt_diag_call *c);
+
+/* Receives one line of a driver's description (versions, devices). Lives during the call. */
+typedef void (*cgrt_driver_emit_fn)(void *user, const char *line);
+
 struct cgrt_driver {
-  const char *name; /* "cuda" or "host" */
+  uint32_t abi_major;   /* CGRT_DRIVER_ABI_MAJOR */
+  uint32_t struct_size; /* sizeof(struct cgrt_driver) as the driver was built */
+  const char *name;     /* "cuda" or "host": the [runtime] driver value it answers to */
 
   /*
    * Opens device `dev->device`. The cuda driver fails with CGRT_E_NODEV and a message starting
@@ -126,17 +162,88 @@ struct cgrt_driver {
    */
   int (*host_alloc)(struct cgrt_dev *dev, void **ptr, size_t bytes);
   void (*host_free)(struct cgrt_dev *dev, void *ptr);
+
+  /*
+   * Optional operations: NULL when the driver has no such thing (the host driver has none). The
+   * core checks before each use and says what is missing.
+   */
+
+  /*
+   * Communicators (NCCL on the cuda driver). comm_info: the size of a communicator the host
+   * handed over and this process's rank in it. comm_split: a new communicator of the ranks of
+   * `world` that pass the same color, ordered by key (collective over world: every rank calls
+   * it, in the same order). comm_destroy: destroys one comm_split made.
+   */
+  int (*comm_info)(struct cgrt_dev *dev, void *comm, int *size, int *rank);
+  int (*comm_split)(struct cgrt_dev *dev, void *world, int color, int key, void **comm);
+  void (*comm_destroy)(struct cgrt_dev *dev, void *comm);
+
+  /*
+   * The CPU cores near device `device`, as a list ("0-15,32-47") into cores; with bind, also
+   * binds the calling thread there. Needs no open dev (`cgrt info` asks before any runtime).
+   * Errors leave a sentence in err.
+   */
+  int (*cores_near)(int device, int bind, char *cores, size_t len, char *err, size_t errlen);
+
+  /*
+   * Diagnose's recorder of the device API calls a thread makes while it captures (diagnose.h):
+   * record_start begins recording this thread's calls into rec, naming callers below
+   * *host_frame with `caller`; 0, or an error with the reason in err. record_stop ends it on
+   * this thread. record_finish, after the capture: classifies what needs device queries and
+   * names results. record_acquire and record_release bracket a runtime's use (the last release
+   * frees what recording holds).
+   */
+  int (*record_start)(struct cgrt_diag_rec *rec, const void *const *host_frame,
+                      cgrt_diag_caller_fn caller, char *err, size_t len);
+  void (*record_stop)(void);
+  void (*record_finish)(struct cgrt_diag_rec *rec);
+  void (*record_acquire)(void);
+  void (*record_release)(void);
+
+  /*
+   * What the driver sees, line by line for `cgrt info`: the versions of what it links (CUDA
+   * runtime and driver, NCCL) and each device with the cores near it. Needs no open dev.
+   */
+  void (*describe)(cgrt_driver_emit_fn emit, void *user);
 };
 
+/* The built-in host driver (drivers/host/driver_host.c). */
 extern const struct cgrt_driver cgrt__driver_host;
-extern const struct cgrt_driver cgrt__driver_cuda;
 
-/* The driver of that kind. */
-const struct cgrt_driver *cgrt__driver_for(cgrt_driver_kind kind);
+/*
+ * The driver of that kind: the host driver, or the object libcgrt-driver-NAME.so found on the
+ * driver search path (loader.h) and loaded once per process (it stays loaded: CUDA and CUPTI keep
+ * state and callbacks in it). On failure *drv is NULL and err holds the sentence; CGRT_E_NODEV,
+ * the sentence starting "no CUDA device: " for the cuda driver (not found, or its libraries
+ * missing: this process has no CUDA), or CGRT_E_BACKEND (found and loaded, but not a driver of
+ * this core: no table, another major, a short table, a mandatory operation missing).
+ */
+int cgrt__driver_get(cgrt_driver_kind kind, const struct cgrt_driver **drv, char *err,
+                     size_t errlen);
 
-/* Writes the formatted sentence into dev->err and returns code. */
-int cgrt__dev_fail(struct cgrt_dev *dev, int code, const char *fmt, ...)
+/*
+ * The steps of cgrt__driver_get for a driver object named `name` on the directories of
+ * `path_list` (NULL: CGRT_DRIVER_PATH and the default ones), without the process's cache: for
+ * tests and for `cgrt info`. *dl, *path (malloc'ed) and *drv are set on success; the caller may
+ * dlclose(*dl) and free(*path).
+ */
+int cgrt__driver_object_open(const char *name, const char *path_list, void **dl, char **path,
+                             const struct cgrt_driver **drv, char *err, size_t errlen);
+
+/* Checks a driver table found in `path` answers to `name`; CGRT_E_BACKEND with the reason. */
+int cgrt__driver_check(const struct cgrt_driver *d, const char *name, const char *path, char *err,
+                       size_t errlen);
+
+/* Writes the formatted sentence into dev->err and returns code. Inline: driver objects use it. */
+static inline int cgrt__dev_fail(struct cgrt_dev *dev, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+static inline int cgrt__dev_fail(struct cgrt_dev *dev, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(dev->err, sizeof(dev->err), fmt, ap);
+  va_end(ap);
+  return code;
+}
 
 /*
  * Host driver fault injection, for tests of failure handling (no GPU needed). Each flag makes the

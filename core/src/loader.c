@@ -1,4 +1,4 @@
-/* loader.c - resolve, dlopen and check backend shared objects. */
+/* loader.c - resolve and dlopen the objects the core loads (backends, drivers); check backends. */
 #include "loader.h"
 
 #include <dlfcn.h>
@@ -16,6 +16,36 @@
 #ifndef CGRT_INSTALL_BACKEND_DIR
 #define CGRT_INSTALL_BACKEND_DIR "/usr/local/lib/cgrt/backends"
 #endif
+#ifndef CGRT_INSTALL_DRIVER_DIR
+#define CGRT_INSTALL_DRIVER_DIR "/usr/local/lib/cgrt/drivers"
+#endif
+
+const struct cgrt_object_kind cgrt__kind_backend = {
+    .what = "backend",
+    .prefix = "libcgrt-backend-",
+    .subdir = "backends",
+    .env = "CGRT_BACKEND_PATH",
+    .install_dir = CGRT_INSTALL_BACKEND_DIR,
+    .where_to = "set [cuda_graph] backend_path or CGRT_BACKEND_PATH to the directory that holds "
+                "it, or give its path as impl",
+    .not_loaded = "is not a loadable object",
+    .load_advice = "rebuild it as a shared object for this machine",
+};
+
+const struct cgrt_object_kind cgrt__kind_driver = {
+    .what = "driver",
+    .prefix = "libcgrt-driver-",
+    .subdir = "drivers",
+    .env = "CGRT_DRIVER_PATH",
+    .install_dir = CGRT_INSTALL_DRIVER_DIR,
+    .where_to = "it is built with the CUDA Toolkit and installed beside the backends; set "
+                "CGRT_DRIVER_PATH to the directory that holds it, or set [runtime] driver = host "
+                "to run without a GPU",
+    .not_loaded = "could not be loaded",
+    .load_advice = "the libraries it links (the CUDA runtime, NCCL, hwloc) must be installed where "
+                   "the dynamic loader finds them; or set [runtime] driver = host to run without "
+                   "a GPU",
+};
 
 /* The highest major a future core might speak; used only to explain a refusal. */
 #define CGRT_ABI_MAJOR_PROBE_MAX 9
@@ -31,8 +61,13 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
   return code;
 }
 
+static void object_file_name(const struct cgrt_object_kind *kind, const char *name, char *buf,
+                             size_t len) {
+  snprintf(buf, len, "%s%s.so", kind->prefix, name);
+}
+
 void cgrt__backend_file_name(const char *name, char *buf, size_t len) {
-  snprintf(buf, len, "libcgrt-backend-%s.so", name);
+  object_file_name(&cgrt__kind_backend, name, buf, len);
 }
 
 void cgrt__free_strings(char **v, size_t n) {
@@ -101,23 +136,24 @@ static int own_dir(char *buf, size_t len) {
   return 0;
 }
 
-int cgrt__backend_search_dirs(const char *backend_path, char ***dirs, size_t *count) {
+int cgrt__object_search_dirs(const struct cgrt_object_kind *kind, const char *path_list,
+                             char ***dirs, size_t *count) {
   struct dir_list l = {0};
   char here[PATH_MAX], buf[PATH_MAX + 64];
-  dirs_add_list(&l, backend_path);
-  dirs_add_list(&l, cgrt__getenv("CGRT_BACKEND_PATH"));
+  dirs_add_list(&l, path_list);
+  dirs_add_list(&l, cgrt__getenv(kind->env));
   if (own_dir(here, sizeof(here)) == 0) {
-    /* LIBDIR/libcgrt.so -> LIBDIR/cgrt/backends; BINDIR/exe -> BINDIR/../lib/cgrt/backends. */
-    snprintf(buf, sizeof(buf), "%s/cgrt/backends", here);
+    /* LIBDIR/libcgrt.so -> LIBDIR/cgrt/SUBDIR; BINDIR/exe -> BINDIR/../lib/cgrt/SUBDIR. */
+    snprintf(buf, sizeof(buf), "%s/cgrt/%s", here, kind->subdir);
     dirs_add(&l, buf, strlen(buf));
     char *slash = strrchr(here, '/');
     if (slash && slash != here) {
       *slash = '\0';
-      snprintf(buf, sizeof(buf), "%s/lib/cgrt/backends", here);
+      snprintf(buf, sizeof(buf), "%s/lib/cgrt/%s", here, kind->subdir);
       dirs_add(&l, buf, strlen(buf));
     }
   }
-  dirs_add(&l, CGRT_INSTALL_BACKEND_DIR, strlen(CGRT_INSTALL_BACKEND_DIR));
+  dirs_add(&l, kind->install_dir, strlen(kind->install_dir));
   if (l.oom) {
     cgrt__free_strings(l.v, l.n);
     return CGRT_E_NOMEM;
@@ -127,30 +163,35 @@ int cgrt__backend_search_dirs(const char *backend_path, char ***dirs, size_t *co
   return 0;
 }
 
+int cgrt__backend_search_dirs(const char *backend_path, char ***dirs, size_t *count) {
+  return cgrt__object_search_dirs(&cgrt__kind_backend, backend_path, dirs, count);
+}
+
 static int is_path(const char *impl) {
   size_t n = strlen(impl);
   return strchr(impl, '/') != NULL || (n > 3 && strcmp(impl + n - 3, ".so") == 0);
 }
 
-/* Finds the file for impl; CGRT_E_NOTFOUND with the directories searched. */
-static int resolve(const char *impl, const char *backend_path, char *out, size_t outlen, char *err,
-                   size_t errlen) {
+int cgrt__object_resolve(const struct cgrt_object_kind *kind, const char *name,
+                         const char *path_list, char *out, size_t outlen, char *err,
+                         size_t errlen) {
   struct stat st;
-  if (is_path(impl)) {
-    snprintf(out, outlen, "%s%s", strchr(impl, '/') ? "" : "./", impl);
+  if (is_path(name)) {
+    snprintf(out, outlen, "%s%s", strchr(name, '/') ? "" : "./", name);
     if (stat(out, &st) != 0)
       return fail(err, errlen, CGRT_E_NOTFOUND,
-                  "backend '%s' not found: %s does not exist (%s); fix [cuda_graph] impl, or "
+                  "%s '%s' not found: %s does not exist (%s); fix [cuda_graph] impl, or "
                   "give a backend name to search the backend path",
-                  impl, out, strerror(errno));
+                  kind->what, name, out, strerror(errno));
     return 0;
   }
   char file[NAME_MAX + 1];
-  cgrt__backend_file_name(impl, file, sizeof(file));
+  object_file_name(kind, name, file, sizeof(file));
   char **dirs = NULL;
   size_t n = 0;
-  if (cgrt__backend_search_dirs(backend_path, &dirs, &n) != 0)
-    return fail(err, errlen, CGRT_E_NOMEM, "out of memory while searching for backend '%s'", impl);
+  if (cgrt__object_search_dirs(kind, path_list, &dirs, &n) != 0)
+    return fail(err, errlen, CGRT_E_NOMEM, "out of memory while searching for %s '%s'", kind->what,
+                name);
   for (size_t i = 0; i < n; i++) {
     snprintf(out, outlen, "%s/%s", dirs[i], file);
     if (stat(out, &st) == 0) {
@@ -158,13 +199,12 @@ static int resolve(const char *impl, const char *backend_path, char *out, size_t
       return 0;
     }
   }
-  size_t used = (size_t)snprintf(err, errlen, "backend '%s' not found: no %s in", impl, file);
+  size_t used =
+      (size_t)snprintf(err, errlen, "%s '%s' not found: no %s in", kind->what, name, file);
   for (size_t i = 0; i < n && used < errlen; i++)
     used += (size_t)snprintf(err + used, errlen - used, "%s %s", i ? "," : "", dirs[i]);
   if (used < errlen)
-    snprintf(err + used, errlen - used,
-             "; set [cuda_graph] backend_path or CGRT_BACKEND_PATH to the directory that holds "
-             "it, or give its path as impl");
+    snprintf(err + used, errlen - used, "; %s", kind->where_to);
   cgrt__free_strings(dirs, n);
   return CGRT_E_NOTFOUND;
 }
@@ -221,58 +261,72 @@ int cgrt__backend_check(void *dl, const char *path, const struct cgrt_backend_v1
 }
 
 /*
- * A backend is code that runs with the host's rights: refuse one that someone else could have
- * written. The file and its directory must not be writable by others (a directory with the
- * sticky bit, like /tmp, protects files it does not own from others) and must belong to the
+ * A backend or a driver is code that runs with the host's rights: refuse one that someone else
+ * could have written. The file and its directory must not be writable by others (a directory with
+ * the sticky bit, like /tmp, protects files it does not own from others) and must belong to the
  * effective user or to root.
  */
-static int check_trust(const char *what, const char *path, int is_dir, char *err, size_t errlen) {
+static int check_trust(const struct cgrt_object_kind *kind, const char *path, int is_dir,
+                       const char *what, char *err, size_t errlen) {
   struct stat st;
   if (stat(path, &st) != 0)
     return 0; /* resolve() or dlopen() reports what is missing */
   uid_t me = geteuid();
   if (st.st_uid != me && st.st_uid != 0)
     return fail(err, errlen, CGRT_E_BACKEND,
-                "refusing to load backend %s: %s %s belongs to uid %u, neither this process's "
-                "user (uid %u) nor root; a backend runs with the host's rights, so install it "
+                "refusing to load %s %s: %s %s belongs to uid %u, neither this process's "
+                "user (uid %u) nor root; a %s runs with the host's rights, so install it "
                 "as your user or root",
-                what, is_dir ? "its directory" : "the file", path, (unsigned)st.st_uid,
-                (unsigned)me);
+                kind->what, what, is_dir ? "its directory" : "the file", path, (unsigned)st.st_uid,
+                (unsigned)me, kind->what);
   int open_to_others = (st.st_mode & S_IWOTH) && !(is_dir && (st.st_mode & S_ISVTX));
   if (open_to_others)
     return fail(err, errlen, CGRT_E_BACKEND,
-                "refusing to load backend %s: %s %s is writable by every user, so anyone could "
+                "refusing to load %s %s: %s %s is writable by every user, so anyone could "
                 "replace the code this process would run; fix it with chmod o-w %s",
-                what, is_dir ? "its directory" : "the file", path, path);
+                kind->what, what, is_dir ? "its directory" : "the file", path, path);
   return 0;
 }
 
-int cgrt__backend_open(struct cgrt_backend_lib *lib, const char *impl, const char *backend_path,
-                       char *err, size_t errlen) {
-  char path[PATH_MAX + NAME_MAX + 2], dir[PATH_MAX + NAME_MAX + 2];
-  memset(lib, 0, sizeof(*lib));
-  int rc = resolve(impl, backend_path, path, sizeof(path), err, errlen);
-  if (rc != 0)
-    return rc;
+int cgrt__object_trusted(const struct cgrt_object_kind *kind, const char *path, char *err,
+                         size_t errlen) {
+  char dir[PATH_MAX + NAME_MAX + 2];
   snprintf(dir, sizeof(dir), "%s", path);
   char *slash = strrchr(dir, '/');
   if (slash)
     *(slash == dir ? slash + 1 : slash) = '\0';
-  rc = check_trust(path, path, 0, err, errlen);
+  int rc = check_trust(kind, path, 0, path, err, errlen);
   if (rc == 0)
-    rc = check_trust(path, slash ? dir : ".", 1, err, errlen);
+    rc = check_trust(kind, slash ? dir : ".", 1, path, err, errlen);
+  return rc;
+}
+
+int cgrt__object_dlopen(const struct cgrt_object_kind *kind, const char *name, const char *path,
+                        int flags, void **dl, char *err, size_t errlen) {
+  dlerror();
+  *dl = dlopen(path, flags);
+  if (*dl)
+    return 0;
+  const char *why = dlerror();
+  snprintf(err, errlen, "%s '%s' was found at %s but %s: %s (%s)", kind->what, name, path,
+           kind->not_loaded, why ? why : "dlopen failed", kind->load_advice);
+  return CGRT_E_BACKEND;
+}
+
+int cgrt__backend_open(struct cgrt_backend_lib *lib, const char *impl, const char *backend_path,
+                       char *err, size_t errlen) {
+  char path[PATH_MAX + NAME_MAX + 2];
+  memset(lib, 0, sizeof(*lib));
+  int rc = cgrt__object_resolve(&cgrt__kind_backend, impl, backend_path, path, sizeof(path), err,
+                                errlen);
+  void *dl = NULL;
+  if (rc == 0)
+    rc = cgrt__object_trusted(&cgrt__kind_backend, path, err, errlen);
+  if (rc == 0)
+    rc = cgrt__object_dlopen(&cgrt__kind_backend, impl, path, RTLD_NOW | RTLD_LOCAL, &dl, err,
+                             errlen);
   if (rc != 0)
     return rc;
-  dlerror();
-  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!dl) {
-    const char *why = dlerror();
-    snprintf(err, errlen,
-             "backend '%s' was found at %s but is not a loadable object: %s (rebuild it as a "
-             "shared object for this machine)",
-             impl, path, why ? why : "dlopen failed");
-    return CGRT_E_BACKEND;
-  }
   const struct cgrt_backend_v1 *vt = NULL;
   rc = cgrt__backend_check(dl, path, &vt, err, errlen);
   if (rc != 0) {

@@ -11,7 +11,6 @@
 #include "config_impl.h"
 #include "diagnose.h"
 #include "runtime.h"
-#include "topology.h"
 
 /* The last failed open of this thread, for cgrt_last_error(NULL). */
 static __thread char open_error[2048];
@@ -71,12 +70,13 @@ static void bind_thread(cgrt_runtime *rt) {
   const struct cgrt_config_view *v = &rt->cfg.view;
   if (!v->bind_cpu)
     return;
-  if (v->driver != CGRT_DRIVER_CUDA) {
-    cgrt__log(rt, CGRT_LOG_DEBUG, "bind_cpu = auto: no GPU with the host driver, thread not bound");
+  if (!rt->dev.drv->cores_near) {
+    cgrt__log(rt, CGRT_LOG_DEBUG, "bind_cpu = auto: no GPU with the %s driver, thread not bound",
+              rt->dev.drv->name);
     return;
   }
   char cores[256], err[512];
-  if (cgrt__bind_near_gpu(v->device, cores, sizeof(cores), err, sizeof(err)) == 0)
+  if (rt->dev.drv->cores_near(v->device, 1, cores, sizeof(cores), err, sizeof(err)) == 0)
     cgrt__log(rt, CGRT_LOG_INFO, "bind_cpu = auto: bound this thread to cores %s near GPU %d",
               cores, v->device);
   else
@@ -134,7 +134,10 @@ static int open_runtime(cgrt_runtime *rt) {
   if (rc != 0)
     return rc;
 
-  rt->dev.drv = cgrt__driver_for(v->driver);
+  /* The driver object is loaded only now: a host on the host driver never loads it. */
+  rc = cgrt__driver_get(v->driver, &rt->dev.drv, err, sizeof(err));
+  if (rc != 0)
+    return cgrt__fail(rt, rc, "%s", err);
   rt->dev.device = v->device;
   rt->dev.capture_mode = v->capture_mode;
   const char *fold = cgrt__getenv("CGRT_FOLD_EVENT_LEAVES");

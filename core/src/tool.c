@@ -2,6 +2,9 @@
  * tool.c - cgrt/tool.h: the internal-but-stable interface of the `cgrt` command, as thin
  * wrappers over the core's own functions, so the command links libcgrt.so like any host.
  */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,7 +13,6 @@
 #include "config.h"
 #include "loader.h"
 #include "runtime.h"
-#include "topology.h"
 
 struct cgrt_tool_config {
   struct cgrt_config cfg; /* first: view.get() finds the config from the view's address */
@@ -188,7 +190,65 @@ CGRT_API int cgrt_tool_backend_check(void *dl, const char *path, const struct cg
 
 CGRT_API int cgrt_tool_cores_near_gpu(int device, char *cores, size_t len, char *err,
                                       size_t errlen) {
-  return cgrt__cores_near_gpu(device, cores, len, err, errlen);
+  const struct cgrt_driver *drv = NULL;
+  if (len)
+    cores[0] = '\0';
+  int rc = cgrt__driver_get(CGRT_DRIVER_CUDA, &drv, err, errlen);
+  if (rc != 0)
+    return rc == CGRT_E_NODEV ? CGRT_E_UNSUPPORTED : rc;
+  if (!drv->cores_near) {
+    snprintf(err, errlen, "the %s driver cannot place a GPU", drv->name);
+    return CGRT_E_UNSUPPORTED;
+  }
+  return drv->cores_near(device, 0, cores, len, err, errlen);
+}
+
+CGRT_API int cgrt_tool_library_path(char *buf, size_t len) {
+  Dl_info info;
+  char path[PATH_MAX];
+  if (!buf || !len)
+    return CGRT_E_INVAL;
+  buf[0] = '\0';
+  const char *from = "/proc/self/exe";
+  if (dladdr((void *)&cgrt_tool_library_path, &info) && info.dli_fname &&
+      strchr(info.dli_fname, '/'))
+    from = info.dli_fname;
+  if (!realpath(from, path))
+    return CGRT_E_IO;
+  if (strlen(path) + 1 > len)
+    return CGRT_E_INVAL;
+  snprintf(buf, len, "%s", path);
+  return 0;
+}
+
+CGRT_API int cgrt_tool_driver_search_dirs(char ***dirs, size_t *count) {
+  return cgrt__object_search_dirs(&cgrt__kind_driver, NULL, dirs, count);
+}
+
+CGRT_API int cgrt_tool_driver_describe(const char *name, void (*emit)(void *user, const char *line),
+                                       void *user, char *path, size_t pathlen, char *err,
+                                       size_t errlen) {
+  if (!name || !emit)
+    return CGRT_E_INVAL;
+  if (path && pathlen)
+    path[0] = '\0';
+  if (strcmp(name, "host") == 0) {
+    if (path)
+      snprintf(path, pathlen, "(built in)");
+    return 0;
+  }
+  void *dl = NULL;
+  char *file = NULL;
+  const struct cgrt_driver *drv = NULL;
+  int rc = cgrt__driver_object_open(name, NULL, &dl, &file, &drv, err, errlen);
+  if (rc != 0)
+    return rc;
+  if (path)
+    snprintf(path, pathlen, "%s", file);
+  free(file);
+  if (drv->describe)
+    drv->describe(emit, user);
+  return 0; /* dl stays loaded (RTLD_NODELETE): the driver's libraries hold process state */
 }
 
 CGRT_API uint64_t cgrt_tool_now_ns(void) {

@@ -31,10 +31,19 @@ struct fx {
   void *stream;
 };
 
+/* The cuda driver object, loaded as a runtime loads it (libcgrt-driver-cuda.so, driver.c). */
+static const struct cgrt_driver *cuda_driver(void) {
+  const struct cgrt_driver *d = NULL;
+  char err[1024];
+  if (cgrt__driver_get(CGRT_DRIVER_CUDA, &d, err, sizeof(err)) != 0)
+    fail_msg("loading the cuda driver: %s", err);
+  return d;
+}
+
 static int setup_mode(void **state, cgrt_capture_mode mode) {
   struct fx *f = calloc(1, sizeof(*f));
   assert_non_null(f);
-  f->d = &cgrt__driver_cuda;
+  f->d = cuda_driver();
   f->dev.drv = f->d;
   f->dev.device = 0;
   f->dev.capture_mode = mode;
@@ -546,7 +555,7 @@ static void test_open_beyond_device_count_names_the_count(void **state) {
   (void)state;
   int n = 0;
   assert_int_equal(cudaGetDeviceCount(&n), cudaSuccess);
-  struct cgrt_dev dev = {.drv = &cgrt__driver_cuda, .device = n};
+  struct cgrt_dev dev = {.drv = cuda_driver(), .device = n};
   char want[64];
   snprintf(want, sizeof(want), "sees %d CUDA device", n);
   assert_int_equal(dev.drv->open(&dev), CGRT_E_NODEV);

@@ -48,8 +48,8 @@ typedef enum cgrt_status {
   CGRT_E_IO = -3,        /* a file could not be read */
   CGRT_E_CONFIG = -4,    /* the configuration is invalid */
   CGRT_E_NOTFOUND = -5,  /* the backend was not found on the search path */
-  CGRT_E_BACKEND = -6,   /* the backend was found but cannot be used */
-  CGRT_E_NODEV = -7,     /* the configured driver has no usable device */
+  CGRT_E_BACKEND = -6,   /* the backend (or driver object) was found but cannot be used */
+  CGRT_E_NODEV = -7,     /* the configured driver has no usable device (or cannot be loaded) */
   CGRT_E_DEVICE = -8,    /* a device operation failed */
   CGRT_E_CAPTURE = -9,   /* a capture failed or was invalidated */
   CGRT_E_UPDATE = -10,   /* an executable graph could not be updated in place */
@@ -358,8 +358,10 @@ CGRT_API const char *cgrt_version(void);
 /*
  * Opens a runtime from an INI file. `path` NULL opens the default configuration: the file named by
  * CGRT_CONFIG if set (ignored in setuid processes), else the embedded default (impl = none).
- * Reads and validates the configuration, loads the backend, opens the device driver and creates
- * the stream cgrt works on. On failure *out is NULL and cgrt_last_error(NULL) says why.
+ * Reads and validates the configuration, loads the backend, loads the device driver ([runtime]
+ * driver: `host` is built in, `cuda` is libcgrt-driver-cuda.so, found as backends are), opens it
+ * and creates the stream cgrt works on. On failure *out is NULL and cgrt_last_error(NULL) says
+ * why.
  * Errors: CGRT_E_IO, CGRT_E_CONFIG, CGRT_E_NOTFOUND, CGRT_E_BACKEND, CGRT_E_NODEV, CGRT_E_DEVICE,
  * CGRT_E_NOMEM, CGRT_E_INVAL.
  */

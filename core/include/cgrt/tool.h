@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define CGRT_TOOL_API_VERSION 1
+#define CGRT_TOOL_API_VERSION 2
 
 /* ---------------------------------------------------------------- configurations */
 
@@ -166,10 +166,34 @@ CGRT_API void cgrt_tool_free_strings(char **v, size_t n);
 CGRT_API int cgrt_tool_backend_check(void *dl, const char *path, const struct cgrt_backend_v1 **vt,
                                      char *err, size_t errlen);
 
-/* The CPU cores near CUDA device `device` ("0-15,32-47", hwloc). CGRT_E_UNSUPPORTED without
- * CUDA, CGRT_E_DEVICE otherwise, with a sentence in err. */
+/* The CPU cores near CUDA device `device` ("0-15,32-47", hwloc), asked of the cuda driver
+ * (which this loads). CGRT_E_UNSUPPORTED when the cuda driver cannot be loaded (cgrt built
+ * without CUDA, or no CUDA here), CGRT_E_DEVICE otherwise, with a sentence in err. */
 CGRT_API int cgrt_tool_cores_near_gpu(int device, char *cores, size_t len, char *err,
                                       size_t errlen);
+
+/* The file libcgrt was loaded from (the executable's, when the core is linked into it), into buf:
+ * tools find their own objects beside it (LIBDIR/cgrt/). CGRT_E_IO if it cannot be told,
+ * CGRT_E_INVAL if buf is too small. (Added in tool API 2.) */
+CGRT_API int cgrt_tool_library_path(char *buf, size_t len);
+
+/* The directories `[runtime] driver = NAME` is searched in, in order: CGRT_DRIVER_PATH, beside
+ * libcgrt (LIBDIR/cgrt/drivers), the install directory. Free with cgrt_tool_free_strings.
+ * (Added in tool API 2.) */
+CGRT_API int cgrt_tool_driver_search_dirs(char ***dirs, size_t *count);
+
+/*
+ * Loads the driver `name` as a runtime would (the host driver is built in: nothing is loaded)
+ * and has it describe what it sees, line by line into emit: for the cuda driver the CUDA runtime
+ * and driver versions, NCCL's, and each device with the cores near it. path (may be NULL) gets
+ * the file it was loaded from. Loading the cuda driver loads the CUDA runtime and NCCL: a tool
+ * that must stay light asks only when a GPU is there. Errors as a runtime's open gives them
+ * (CGRT_E_NODEV: not found or its libraries missing; CGRT_E_BACKEND: not a driver of this cgrt),
+ * with the sentence in err. (Added in tool API 2.)
+ */
+CGRT_API int cgrt_tool_driver_describe(const char *name, void (*emit)(void *user, const char *line),
+                                       void *user, char *path, size_t pathlen, char *err,
+                                       size_t errlen);
 
 /* Whether rt's split communicators run with NCCL's graph mixing off, as cgrt read
  * NCCL_GRAPH_MIXING_SUPPORT at cgrt_set_world_comm (so it waits for queued graphs before work

@@ -1,5 +1,7 @@
 /*
- * driver_cuda.c - the `cuda` driver: the device operations on the CUDA runtime API (cudart).
+ * driver_cuda.c - the `cuda` driver: the device operations on the CUDA runtime API (cudart), and
+ * the table of libcgrt-driver-cuda.so with the communicators (comm_nccl.c), the cores near a GPU
+ * (topology.c), the CUPTI recorder (diagnose_cupti.c) and the description (describe.c).
  *
  * Handles are the CUDA ones cast to void *: cudaStream_t, cudaGraph_t, cudaGraphExec_t,
  * cudaEvent_t. Every CUDA call is checked; a failure writes a sentence naming the call and the
@@ -23,7 +25,7 @@
  * executable can be evicted during a capture. mem_free is refused as CUDA refuses it (freeing
  * memory during a capture is a bug to report), then freed in relaxed mode, so nothing leaks.
  */
-#include "driver.h"
+#include "cuda_driver.h"
 
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
@@ -582,7 +584,9 @@ static int cuda_graph_mem_trim(struct cgrt_dev *dev) {
   return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaDeviceGraphMemTrim", NULL);
 }
 
-const struct cgrt_driver cgrt__driver_cuda = {
+CGRT_DRIVER_EXPORT const struct cgrt_driver cgrt_driver_v1 = {
+    .abi_major = CGRT_DRIVER_ABI_MAJOR,
+    .struct_size = sizeof(struct cgrt_driver),
     .name = "cuda",
     .open = cuda_open,
     .close = cuda_close,
@@ -616,4 +620,16 @@ const struct cgrt_driver cgrt__driver_cuda = {
     .mem_free_async = cuda_mem_free_async,
     .graph_alloc_bytes = cuda_graph_alloc_bytes,
     .graph_mem_trim = cuda_graph_mem_trim,
+#ifdef CGRT_HAVE_NCCL
+    .comm_info = cgrt__cuda_comm_info,
+    .comm_split = cgrt__cuda_comm_split,
+    .comm_destroy = cgrt__cuda_comm_destroy,
+#endif
+    .cores_near = cgrt__cuda_cores_near,
+    .record_start = cgrt__cupti_start,
+    .record_stop = cgrt__cupti_stop,
+    .record_finish = cgrt__cupti_finish,
+    .record_acquire = cgrt__cupti_acquire,
+    .record_release = cgrt__cupti_release,
+    .describe = cgrt__cuda_describe,
 };

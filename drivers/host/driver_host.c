@@ -67,8 +67,23 @@
  * All state hangs off the dev instance, none is global: many runtimes live in one process. One
  * thread drives a dev. Host functions must not call the driver (as with cudaLaunchHostFunc); a
  * synchronizing call from inside one is refused with CGRT_E_STATE.
+ *
+ * Built into the core (cgrt__driver_host), so that the host path needs no object beside libcgrt.
+ * The loader's tests also build this file as a driver object answering to another name
+ * (CGRT_HOST_DRIVER_OBJECT_NAME, tests/fixtures), to run the loaded path without a GPU.
  */
 #include "driver.h"
+
+#ifdef CGRT_HOST_DRIVER_OBJECT_NAME
+#define HOST_TABLE  cgrt_driver_v1
+#define HOST_NAME   CGRT_HOST_DRIVER_OBJECT_NAME
+#define HOST_EXPORT CGRT_DRIVER_EXPORT
+HOST_EXPORT extern const struct cgrt_driver cgrt_driver_v1;
+#else
+#define HOST_TABLE cgrt__driver_host
+#define HOST_NAME  "host"
+#define HOST_EXPORT
+#endif
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -1182,13 +1197,13 @@ static int host_mem_free_async(struct cgrt_dev *dev, void *stream, void *ptr) {
 }
 
 struct cgrt_host_faults *cgrt__host_faults(struct cgrt_dev *dev) {
-  if (!dev || dev->drv != &cgrt__driver_host || !dev->impl)
+  if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
     return NULL;
   return &((struct host_dev *)dev->impl)->faults;
 }
 
 int cgrt__host_set_pool_granule(struct cgrt_dev *dev, uint64_t bytes) {
-  if (!dev || dev->drv != &cgrt__driver_host || !dev->impl)
+  if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
     return CGRT_E_INVAL;
   struct host_dev *hd = dev->impl;
   hd->pool_granule = bytes;
@@ -1196,8 +1211,10 @@ int cgrt__host_set_pool_granule(struct cgrt_dev *dev, uint64_t bytes) {
   return 0;
 }
 
-const struct cgrt_driver cgrt__driver_host = {
-    .name = "host",
+HOST_EXPORT const struct cgrt_driver HOST_TABLE = {
+    .abi_major = CGRT_DRIVER_ABI_MAJOR,
+    .struct_size = sizeof(struct cgrt_driver),
+    .name = HOST_NAME,
     .open = host_open,
     .close = host_close,
     .stream_create = host_stream_create,

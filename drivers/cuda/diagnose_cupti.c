@@ -1,8 +1,9 @@
 /*
  * diagnose_cupti.c - recording the CUDA runtime and driver API calls a thread makes while it
- * captures, through CUPTI's callback API. Built when CUPTI's headers were found; libcupti itself
- * is loaded with dlopen the first time a recording starts, so libcgrt has no link dependency on it
- * and a process that never diagnoses never loads it.
+ * captures, through CUPTI's callback API: the cuda driver's record_* operations. Built when
+ * CUPTI's headers were found; libcupti itself is loaded with dlopen the first time a recording
+ * starts, so the driver has no link dependency on it and a process that never diagnoses never
+ * loads it. The core lends the function that names a call's caller (cgrt__diag_caller).
  *
  * CUPTI allows one subscriber per process: it is shared by every runtime (a mutex guards it) and
  * its domains are enabled only while at least one recording runs. The callback keeps a call only
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_driver.h"
 #include "diagnose.h"
 
 typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
@@ -41,6 +43,7 @@ static int recording; /* recordings running: domains are enabled while > 0 */
 
 static __thread struct cgrt_diag_rec *tls_rec;
 static __thread const void *const *tls_host_frame;
+static __thread cgrt_diag_caller_fn tls_caller;
 static __thread int tls_depth; /* runtime API calls in progress on this thread */
 
 /* ---------------------------------------------------------------- loading */
@@ -218,7 +221,7 @@ static void note_runtime(struct cgrt_diag_rec *rec, CUpti_CallbackId cbid,
   c->copy_kind = copy_kind;
   snprintf(c->call, sizeof(c->call), "%s", name);
   snprintf(c->detail, sizeof(c->detail), "%s", detail);
-  cgrt__diag_caller(*tls_host_frame, c);
+  tls_caller(*tls_host_frame, c);
 }
 
 static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb) {
@@ -251,7 +254,7 @@ static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb)
   c->refused = refused;
   c->result = r;
   snprintf(c->call, sizeof(c->call), "%s", name);
-  cgrt__diag_caller(*tls_host_frame, c);
+  tls_caller(*tls_host_frame, c);
 }
 
 static void CUPTIAPI on_call(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -286,8 +289,8 @@ static int set_domains(uint32_t on) {
   return (int)r;
 }
 
-int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame, char *err,
-                      size_t len) {
+int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame,
+                      cgrt_diag_caller_fn caller, char *err, size_t len) {
   pthread_mutex_lock(&lock);
   int rc = load(err, len);
   if (rc == 0 && !subscriber) {
@@ -312,6 +315,7 @@ int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame, 
     recording++;
     tls_rec = rec;
     tls_host_frame = host_frame;
+    tls_caller = caller;
     tls_depth = 0;
   }
   pthread_mutex_unlock(&lock);

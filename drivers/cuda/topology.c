@@ -1,21 +1,18 @@
 /*
- * topology.c - CPU cores near a GPU, through hwloc. A launching thread on the GPU's own socket
- * keeps launch latency and host-to-device copies off the inter-socket link.
+ * topology.c - CPU cores near a GPU, through hwloc (the cuda driver's cores_near). A launching
+ * thread on the GPU's own socket keeps launch latency and host-to-device copies off the
+ * inter-socket link. Here and not in the core: hwloc's CUDA helper (hwloc/cudart.h) asks the CUDA
+ * runtime where the GPU sits.
  */
-#include "topology.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <hwloc.h>
-
-#include "cgrt/cgrt.h"
-
-#ifdef CGRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#include <hwloc.h>
 #include <hwloc/cudart.h>
-#endif
+
+#include "cuda_driver.h"
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -27,9 +24,8 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
   return code;
 }
 
-#ifdef CGRT_HAVE_CUDA
 /* Finds the cores near `device`; bind: also binds the calling thread there. */
-static int near_gpu(int device, int bind, char *cores, size_t len, char *err, size_t errlen) {
+int cgrt__cuda_cores_near(int device, int bind, char *cores, size_t len, char *err, size_t errlen) {
   hwloc_topology_t topo = NULL;
   hwloc_bitmap_t set = NULL;
   char *list = NULL;
@@ -74,21 +70,4 @@ out:
   if (topo)
     hwloc_topology_destroy(topo);
   return rc;
-}
-#else
-static int near_gpu(int device, int bind, char *cores, size_t len, char *err, size_t errlen) {
-  (void)device;
-  (void)bind;
-  if (len)
-    cores[0] = '\0';
-  return fail(err, errlen, CGRT_E_UNSUPPORTED, "cgrt was built without CUDA: no GPU to place");
-}
-#endif
-
-int cgrt__cores_near_gpu(int device, char *cores, size_t len, char *err, size_t errlen) {
-  return near_gpu(device, 0, cores, len, err, errlen);
-}
-
-int cgrt__bind_near_gpu(int device, char *cores, size_t len, char *err, size_t errlen) {
-  return near_gpu(device, 1, cores, len, err, errlen);
 }
