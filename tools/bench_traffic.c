@@ -229,7 +229,8 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   snprintf(runs[1].label, sizeof(runs[1].label), "%s %s", impl, dist_name(v->buckets));
   snprintf(runs[2].label, sizeof(runs[2].label), "%s %s", impl, dist_name(alt_dist));
   runs[1].graphed = runs[2].graphed = strcmp(impl, "none") != 0;
-  if (traffic_load(o->traffic, v->max_tokens, &t, err, sizeof(err)) != 0) {
+  if (traffic_load(o->traffic, v->max_tokens, &t, err, sizeof(err)) != 0 ||
+      traffic_check_padding(&t, o->traffic, v->max_tokens, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt bench: %s\n", err);
     goto out;
   }

@@ -120,6 +120,11 @@ static int plan_histogram(const char *path, int64_t k, int64_t tp, int64_t max, 
   }
   if (!max_given) /* the largest count seen, as a bucket size */
     max = t.largest % tp ? t.largest + (tp - t.largest % tp) : t.largest;
+  if (traffic_check_padding(&t, path, max, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt buckets: %s\n", err);
+    traffic_free(&t);
+    return EXIT_INVALID;
+  }
   int64_t *sizes = NULL, *opt = NULL, *expo = NULL, *lin = NULL;
   double *steps = NULL, *tokens = NULL;
   size_t n = 0, nopt = 0, nexpo = 0, nlin = 0;

@@ -15,6 +15,8 @@
 
 #define MIB (1024.0 * 1024.0)
 
+/* One graph's figures and its own copy of its name. g.name is left NULL: the rows are moved
+   (realloc, qsort), so a pointer into a row would name whichever row comes to sit there. */
 struct plan_row {
   char name[160];
   cgrt_graph_info g;
@@ -40,7 +42,8 @@ static int collect(void *user, const cgrt_graph_info *g) {
   struct plan_row *r = &p->rows[p->n++];
   r->g = *g;
   snprintf(r->name, sizeof(r->name), "%s", g->name);
-  r->g.name = r->name;
+  r->g.name = NULL;
+  r->g.module = NULL; /* cgrt's, valid only during the callback */
   return 0;
 }
 
@@ -90,7 +93,7 @@ static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *use
     for (size_t i = 0; i < p->n; i++) {
       const cgrt_graph_info *g = &p->rows[i].g;
       printf("%s{\"graph\":", i ? "," : "");
-      json_string(g->name);
+      json_string(p->rows[i].name);
       printf(",\"bytes\":%llu,\"pool_bytes\":%llu,\"exec_bytes\":%llu,\"alloc_bytes\":%llu,"
              "\"nodes\":%llu,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f}",
              (unsigned long long)g->bytes, (unsigned long long)g->pool_bytes,
@@ -117,9 +120,10 @@ static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *use
          "capture_ms", "inst_ms");
   for (size_t i = 0; i < p->n; i++) {
     const cgrt_graph_info *g = &p->rows[i].g;
-    printf("%-44.44s %10.2f %10.2f %10.2f %7llu %10.3f %8.3f\n", g->name, (double)g->bytes / MIB,
-           (double)g->pool_bytes / MIB, (double)g->alloc_bytes / MIB, (unsigned long long)g->nodes,
-           (double)g->capture_ns / 1e6, (double)g->instantiate_ns / 1e6);
+    printf("%-44.44s %10.2f %10.2f %10.2f %7llu %10.3f %8.3f\n", p->rows[i].name,
+           (double)g->bytes / MIB, (double)g->pool_bytes / MIB, (double)g->alloc_bytes / MIB,
+           (unsigned long long)g->nodes, (double)g->capture_ns / 1e6,
+           (double)g->instantiate_ns / 1e6);
   }
   printf("%-44s %10.2f %10s %10s %7llu %10.3f %8.3f\n", "total", (double)s.graph_bytes / MIB, "",
          "", (unsigned long long)nodes, cap_ms, inst_ms);

@@ -10,6 +10,7 @@
 void traffic_free(struct traffic *t) {
   free(t->tokens);
   free(t->steps);
+  free(t->lines);
   memset(t, 0, sizeof(*t));
 }
 
@@ -33,7 +34,7 @@ static int parse_number(const char *s, const char *end, long long *out) {
   return 0;
 }
 
-static int add(struct traffic *t, size_t *cap, int64_t tokens, int64_t steps) {
+static int add(struct traffic *t, size_t *cap, int64_t tokens, int64_t steps, int line) {
   if (t->n == *cap) {
     size_t c = *cap ? *cap * 2 : 1024;
     int64_t *a = realloc(t->tokens, c * sizeof(*a));
@@ -44,10 +45,15 @@ static int add(struct traffic *t, size_t *cap, int64_t tokens, int64_t steps) {
     if (!b)
       return -1;
     t->steps = b;
+    int *l = realloc(t->lines, c * sizeof(*l));
+    if (!l)
+      return -1;
+    t->lines = l;
     *cap = c;
   }
   t->tokens[t->n] = tokens;
   t->steps[t->n] = steps;
+  t->lines[t->n] = line;
   t->n++;
   t->total_steps += (uint64_t)steps;
   t->total_tokens += (double)tokens * (double)steps;
@@ -67,6 +73,8 @@ int traffic_load(const char *path, int64_t max_tokens, struct traffic *t, char *
   char line[256];
   size_t cap = 0;
   int lineno = 0, rc = 0;
+  uint64_t real = 0; /* real tokens summed exactly, up to TRAFFIC_EXACT_MAX */
+  uint64_t product = 0;
   while (rc == 0 && fgets(line, sizeof(line), fp)) {
     lineno++;
     size_t len = strlen(line);
@@ -105,9 +113,26 @@ int traffic_load(const char *path, int64_t max_tokens, struct traffic *t, char *
                "max_tokens (--max-tokens, or [inference] max_tokens) or remove the line",
                path, lineno, tokens, (long long)max_tokens);
       rc = -1;
-    } else if (add(t, &cap, tokens, steps) != 0) {
+    } else if ((uint64_t)steps > TRAFFIC_EXACT_MAX - t->total_steps) {
+      snprintf(err, errlen,
+               "%s:%d: %lld steps: the file's steps summed up to this line pass 2^53 = %llu, the "
+               "largest count the planner adds up exactly; scale the step counts down (the best "
+               "buckets depend only on their proportions)",
+               path, lineno, steps, TRAFFIC_EXACT_MAX);
+      rc = -1;
+    } else if (__builtin_mul_overflow((uint64_t)tokens, (uint64_t)steps, &product) ||
+               product > TRAFFIC_EXACT_MAX - real) {
+      snprintf(err, errlen,
+               "%s:%d: %lld tokens x %lld steps: the file's real tokens summed up to this line "
+               "pass 2^53 = %llu, the largest count the planner adds up exactly; scale the step "
+               "counts down (the best buckets depend only on their proportions)",
+               path, lineno, tokens, steps, TRAFFIC_EXACT_MAX);
+      rc = -1;
+    } else if (add(t, &cap, tokens, steps, lineno) != 0) {
       snprintf(err, errlen, "%s: out of memory", path);
       rc = -1;
+    } else {
+      real += product;
     }
   }
   if (rc == 0 && ferror(fp)) {
@@ -122,4 +147,22 @@ int traffic_load(const char *path, int64_t max_tokens, struct traffic *t, char *
   if (rc != 0)
     traffic_free(t);
   return rc;
+}
+
+int traffic_check_padding(const struct traffic *t, const char *path, int64_t largest, char *err,
+                          size_t errlen) {
+  uint64_t steps = 0, most = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    steps += (uint64_t)t->steps[i]; /* at most TRAFFIC_EXACT_MAX: traffic_load checked */
+    if (largest > 0 &&
+        (__builtin_mul_overflow(steps, (uint64_t)largest, &most) || most > TRAFFIC_EXACT_MAX)) {
+      snprintf(err, errlen,
+               "%s:%d: %llu steps up to this line, padded to buckets of up to %lld tokens, can "
+               "pass 2^53 = %llu padded tokens, the largest count the planner adds up exactly; "
+               "scale the step counts down (the best buckets depend only on their proportions)",
+               path, t->lines[i], (unsigned long long)steps, (long long)largest, TRAFFIC_EXACT_MAX);
+      return -1;
+    }
+  }
+  return 0;
 }

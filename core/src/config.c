@@ -435,6 +435,9 @@ int cgrt__config_load(struct cgrt_config *cfg, const char *path, struct cgrt_dia
   }
   rc = cgrt__config_parse(cfg, text, path, diag);
   free(text);
+  /* Its relative paths resolve from its folder (config_paths.c). */
+  if (rc != CGRT_E_NOMEM && cgrt__config_set_dir(cfg, path) != 0)
+    rc = CGRT_E_NOMEM;
   return rc;
 
 io_fail:
@@ -461,6 +464,7 @@ void cgrt__config_free(struct cgrt_config *cfg) {
   }
   free(cfg->entries);
   free(cfg->source);
+  free(cfg->dir);
   free(cfg->impl);
   free(cfg->backend_path);
   free(cfg->backend_section);

@@ -28,6 +28,9 @@ struct cgrt_config_entry {
 struct cgrt_config {
   struct cgrt_config_view view;
   char *source;          /* file name or "<string>", for messages */
+  char *dir;             /* the folder of the file it was read from (absolute where it could be
+                            resolved): its relative paths resolve from there; NULL when given as
+                            a string (they resolve from the working directory) */
   char *impl;            /* storage of view.impl */
   char *backend_path;    /* [cuda_graph] backend_path, or NULL */
   char *backend_section; /* name of the section the backend may own (impl's base name), or NULL */
@@ -54,6 +57,28 @@ int cgrt__config_parse(struct cgrt_config *cfg, const char *text, const char *so
 
 /* Reads the file at path and parses it as above. CGRT_E_IO (reported into diag) if unreadable. */
 int cgrt__config_load(struct cgrt_config *cfg, const char *path, struct cgrt_diag *diag);
+
+/*
+ * Paths in a configuration file resolve from the file's folder (config_paths.c). Sets cfg->dir
+ * to the folder of `file` (cgrt__config_load does). 0 or CGRT_E_NOMEM.
+ */
+int cgrt__config_set_dir(struct cgrt_config *cfg, const char *file);
+
+/*
+ * impl resolved from cfg->dir when it is a relative path (a '/' in it, or a name ending in .so)
+ * and cfg came from a file: *out (malloc'ed); else *out is NULL and impl stands as written
+ * (absolute, a backend name, or a configuration given as a string). 0 or CGRT_E_NOMEM.
+ */
+int cgrt__config_resolve_impl(const struct cgrt_config *cfg, const char *impl, char **out);
+
+/* A colon-separated list of directories (backend_path) with its relative entries resolved from
+   cfg->dir: *out (malloc'ed), or NULL when nothing changes. 0 or CGRT_E_NOMEM. */
+int cgrt__config_resolve_dirs(const struct cgrt_config *cfg, const char *list, char **out);
+
+/* Appends to the message in buf what `what` = `written` resolved to and why (nothing when
+   resolved is NULL): a message about a resolved path names both spellings. */
+void cgrt__config_paths_note(const struct cgrt_config *cfg, const char *what, const char *written,
+                             const char *resolved, char *buf, size_t len);
 
 /* Checks the cross-key rules of DESIGN.md section 6; each violation is its own message. */
 int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag);

@@ -517,7 +517,25 @@ static int h_backend_open(const struct cgrt_host_api *h, const char *impl,
   if (!lib)
     return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory loading backend '%s'", impl);
   char err[1024];
-  int rc = cgrt__backend_open(lib, impl, rt->cfg.backend_path, err, sizeof(err));
+  /* A path read from a configuration file resolves from the file's folder, as impl does. */
+  char *path = NULL, *dirs = NULL;
+  int rc = cgrt__config_resolve_impl(&rt->cfg, impl, &path);
+  if (rc == 0)
+    rc = cgrt__config_resolve_dirs(&rt->cfg, rt->cfg.backend_path, &dirs);
+  if (rc == 0) {
+    rc = cgrt__backend_open(lib, path ? path : impl, dirs ? dirs : rt->cfg.backend_path, err,
+                            sizeof(err));
+    if (rc != 0) {
+      cgrt__config_paths_note(&rt->cfg, "the backend", impl, path, err, sizeof(err));
+      if (!strchr(impl, '/') && !path) /* a name: searched on backend_path */
+        cgrt__config_paths_note(&rt->cfg, "[cuda_graph] backend_path", rt->cfg.backend_path, dirs,
+                                err, sizeof(err));
+    }
+  } else {
+    snprintf(err, sizeof(err), "out of memory loading backend '%s'", impl);
+  }
+  free(path);
+  free(dirs);
   if (rc != 0) {
     free(lib);
     return cgrt__fail(rt, rc, "%s", err);

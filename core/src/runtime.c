@@ -126,8 +126,26 @@ static int open_runtime(cgrt_runtime *rt) {
   if (rc != 0)
     return cgrt__fail(rt, CGRT_E_CONFIG, "%s: [inference] %s", rt->cfg.source, err);
 
-  /* Load and check the backend before touching the device: a wrong impl fails fast. */
-  rc = cgrt__backend_open(&rt->lib, v->impl, rt->cfg.backend_path, err, sizeof(err));
+  /* Load and check the backend before touching the device: a wrong impl fails fast. Paths the
+     configuration file names resolve from its folder. */
+  char *impl = NULL, *dirs = NULL;
+  rc = cgrt__config_resolve_impl(&rt->cfg, v->impl, &impl);
+  if (rc == 0)
+    rc = cgrt__config_resolve_dirs(&rt->cfg, rt->cfg.backend_path, &dirs);
+  if (rc == 0) {
+    rc = cgrt__backend_open(&rt->lib, impl ? impl : v->impl, dirs ? dirs : rt->cfg.backend_path,
+                            err, sizeof(err));
+    if (rc != 0) {
+      cgrt__config_paths_note(&rt->cfg, "[cuda_graph] impl", v->impl, impl, err, sizeof(err));
+      if (!strchr(v->impl, '/') && !impl) /* a name: searched on backend_path */
+        cgrt__config_paths_note(&rt->cfg, "[cuda_graph] backend_path", rt->cfg.backend_path, dirs,
+                                err, sizeof(err));
+    }
+  } else {
+    snprintf(err, sizeof(err), "out of memory resolving the backend's path");
+  }
+  free(impl);
+  free(dirs);
   if (rc != 0)
     return cgrt__fail(rt, rc, "%s", err);
   rc = cgrt__adaptive_open(rt);

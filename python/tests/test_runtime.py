@@ -45,16 +45,48 @@ def test_missing_library_names_what_was_tried(tmp_path):
     assert "NOTFOUND" in out.stdout and missing in out.stdout and "CGRT_LIBRARY" in out.stdout
 
 
-def test_build_tree_is_found_without_CGRT_LIBRARY():
+def test_build_tree_is_found_without_CGRT_LIBRARY(tmp_path):
+    """The checkout's package finds a build of the checkout in its build*/ folders."""
     if not os.path.isfile(os.path.join(PKG, "..", "core", "include", "cgrt", "cgrt.h")):
         pytest.skip("not a source checkout")
+    repo = os.path.realpath(os.path.join(PKG, ".."))
+    build = os.environ.get("CGRT_BUILD_DIR")
+    if build:
+        build = os.path.realpath(build)
+        if os.path.dirname(build) != repo or not os.path.basename(build).startswith("build"):
+            pytest.skip(
+                f"this build ({build}) is not a build*/ folder of the checkout ({repo}), the only "
+                "place the checkout's package looks; the build's own copy of the package is "
+                "tested instead (test_build_copy_finds_its_own_library)"
+            )
     env = {k: v for k, v in os.environ.items() if k != "CGRT_LIBRARY"}
     env["PYTHONPATH"] = PKG
     code = "import cgrt; print(cgrt.library_path())"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
-    repo = os.path.realpath(os.path.join(PKG, ".."))
     assert os.path.realpath(out.stdout.strip()).startswith(repo + os.sep)
+
+
+def test_build_copy_finds_its_own_library(tmp_path):
+    """The build tree's copy of the package (lib/cgrt/python, as installed) loads that build's
+    libcgrt without CGRT_LIBRARY, wherever the build is and whatever the working directory."""
+    build = os.environ.get("CGRT_BUILD_DIR")
+    if not build:
+        pytest.skip("CGRT_BUILD_DIR is not set (ctest sets it)")
+    copy = os.path.join(build, "lib", "cgrt", "python")
+    env = {k: v for k, v in os.environ.items() if k != "CGRT_LIBRARY"}
+    env["PYTHONPATH"] = copy
+    code = "import cgrt; print(cgrt.__file__); print(cgrt.library_path())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    package, library = out.stdout.split()
+    assert os.path.realpath(package).startswith(os.path.realpath(copy) + os.sep)
+    lib = os.path.realpath(os.path.join(build, "lib"))
+    assert os.path.realpath(library).startswith(lib + os.sep)
 
 
 def test_ctypes_mirrors_match_the_c_layout():

@@ -1318,6 +1318,56 @@ static void load_refuses_binary_files(void **state) {
   free(name);
 }
 
+/* A file's relative paths resolve from its folder; a string's and absolute ones stay. */
+static void paths_resolve_from_the_files_folder(void **state) {
+  struct fx *f = *state;
+  static const char text[] = "[cuda_graph]\nimpl = ./x.so\nbackend_path = a::/abs:./b:.\n";
+  char *name = temp_file(text, sizeof(text) - 1);
+  assert_int_equal(cgrt__config_load(&f->cfg, name, &f->diag), 0);
+  char tmp[4096];
+  assert_non_null(realpath("/tmp", tmp));
+  assert_string_equal(f->cfg.dir, tmp); /* mkstemp's folder, absolute */
+  free(f->cfg.dir);
+  f->cfg.dir = strdup("/tmp");                     /* the table below spells it so */
+  assert_string_equal(f->cfg.view.impl, "./x.so"); /* as written: printed, cgrt_config_get */
+  char *out = NULL;
+  static const char *const impl[][2] = {
+      {"./x.so", "/tmp/x.so"},   {"x.so", "/tmp/x.so"},
+      {"././x.so", "/tmp/x.so"}, {"../lib/x.so", "/tmp/../lib/x.so"},
+      {"sub/x", "/tmp/sub/x"},   {"/abs/x.so", NULL},
+      {"local", NULL},           {"my-backend", NULL},
+  };
+  for (size_t i = 0; i < sizeof(impl) / sizeof(impl[0]); i++) {
+    assert_int_equal(cgrt__config_resolve_impl(&f->cfg, impl[i][0], &out), 0);
+    if (!impl[i][1])
+      assert_null(out);
+    else
+      assert_string_equal(out, impl[i][1]);
+    free(out);
+  }
+  assert_int_equal(cgrt__config_resolve_dirs(&f->cfg, f->cfg.backend_path, &out), 0);
+  assert_string_equal(out, "/tmp/a::/abs:/tmp/b:/tmp");
+  free(out);
+  assert_int_equal(cgrt__config_resolve_dirs(&f->cfg, "/x:/y", &out), 0);
+  assert_null(out);
+  /* The root folder joins with one slash. */
+  free(f->cfg.dir);
+  f->cfg.dir = strdup("/");
+  assert_int_equal(cgrt__config_resolve_impl(&f->cfg, "./x.so", &out), 0);
+  assert_string_equal(out, "/x.so");
+  free(out);
+  unlink(name);
+  free(name);
+
+  /* Given as a string: no folder, paths resolve from the working directory (left as written). */
+  assert_int_equal(parse(f, text), 0);
+  assert_null(f->cfg.dir);
+  assert_int_equal(cgrt__config_resolve_impl(&f->cfg, "./x.so", &out), 0);
+  assert_null(out);
+  assert_int_equal(cgrt__config_resolve_dirs(&f->cfg, "a:b", &out), 0);
+  assert_null(out);
+}
+
 /* Loads every *.ini of dir: each must validate; legacy ones warn, the others say nothing. */
 static int check_conf_dir(struct fx *f, const char *dir, int legacy) {
   DIR *d = opendir(dir);
@@ -1462,6 +1512,7 @@ int main(void) {
       T(every_boolean_spelling),
       T(impl_names_and_paths),
       T(impl_bad_spellings),
+      T(paths_resolve_from_the_files_folder),
       T(modules_lists),
       T(integer_values),
       T(enumerated_bad_values_list_the_valid_ones),

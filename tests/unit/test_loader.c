@@ -306,6 +306,154 @@ static void foreign_owned_backend_refused(void **state) {
   remove_dir(dir);
 }
 
+/* ---------------------------------------------------------------- relative paths */
+
+/*
+ * A tree for the relative-path tests: ROOT/sub/rel.ini's backend beside it, and
+ * ROOT/sub/backends/ holding the fixture for backend_path; the working directory is ROOT.
+ */
+struct tree {
+  char root[64];
+  char real[4096]; /* ROOT as realpath() spells it */
+  char cwd[4096];  /* to go back to */
+};
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void tree_make(struct tree *t) {
+  snprintf(t->root, sizeof(t->root), "/tmp/cgrt-rel-XXXXXX");
+  assert_non_null(mkdtemp(t->root));
+  assert_non_null(realpath(t->root, t->real));
+  assert_non_null(getcwd(t->cwd, sizeof(t->cwd)));
+  char cmd[8192];
+  snprintf(cmd, sizeof(cmd),
+           "mkdir -p '%s/sub/backends' && cp '%s/libcgrt-backend-sectioned.so' '%s/sub/' && "
+           "cp '%s/libcgrt-backend-sectioned.so' '%s/sub/backends/'",
+           t->root, fixtures(), t->root, fixtures(), t->root);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(chdir(t->root), 0);
+}
+
+static void tree_remove(struct tree *t) {
+  assert_int_equal(chdir(t->cwd), 0);
+  remove_dir(t->root);
+}
+
+/* The case: `impl = ./x.so` beside the file, the file named from another directory. */
+static void relative_impl_resolves_from_the_files_folder(void **state) {
+  (void)state;
+  struct tree t;
+  tree_make(&t);
+  write_file("sub/rel.ini", "[cuda_graph]\nimpl = ./libcgrt-backend-sectioned.so\n"
+                            "[runtime]\ndriver = host\nlog = off\n");
+  cgrt_runtime *rt = NULL;
+  if (cgrt_open(&rt, "sub/rel.ini") != 0)
+    fail_msg("sub/rel.ini: %s", cgrt_last_error(NULL));
+  assert_string_equal(cgrt_backend_name(rt), "sectioned");
+  char want[4200];
+  snprintf(want, sizeof(want), "%s/sub/libcgrt-backend-sectioned.so", t.real);
+  assert_string_equal(rt->lib.path, want);
+  /* What was written stays what the configuration says. */
+  char buf[256];
+  assert_int_equal(cgrt_config_get(rt, "cuda_graph", "impl", buf, sizeof(buf)), 0);
+  assert_string_equal(buf, "./libcgrt-backend-sectioned.so");
+  /* A path a backend hands to backend_open (a decorator's inner backend) resolves alike. */
+  const struct cgrt_backend_v1 *vt = NULL;
+  void *handle = NULL;
+  assert_int_equal(rt->host.backend_open(&rt->host, "libcgrt-backend-sectioned.so", &vt, &handle),
+                   0);
+  assert_string_equal(vt->name, "sectioned");
+  rt->host.backend_close(&rt->host, handle);
+  cgrt_close(rt);
+
+  /* A file name ending in .so is a path too; and an absolute name of the file works the same. */
+  write_file("sub/plain.ini", "[cuda_graph]\nimpl = libcgrt-backend-sectioned.so\n"
+                              "[runtime]\ndriver = host\nlog = off\n");
+  char abs[4200];
+  snprintf(abs, sizeof(abs), "%s/sub/plain.ini", t.real);
+  rt = NULL;
+  if (cgrt_open(&rt, abs) != 0)
+    fail_msg("%s: %s", abs, cgrt_last_error(NULL));
+  assert_string_equal(rt->lib.path, want);
+  cgrt_close(rt);
+
+  /* CGRT_CONFIG names a file as well. */
+  setenv("CGRT_CONFIG", "sub/rel.ini", 1);
+  rt = NULL;
+  int rc = cgrt_open(&rt, NULL);
+  unsetenv("CGRT_CONFIG");
+  if (rc != 0)
+    fail_msg("CGRT_CONFIG=sub/rel.ini: %s", cgrt_last_error(NULL));
+  cgrt_close(rt);
+  tree_remove(&t);
+}
+
+static void relative_backend_path_resolves_from_the_files_folder(void **state) {
+  (void)state;
+  struct tree t;
+  tree_make(&t);
+  write_file("sub/path.ini",
+             "[cuda_graph]\nimpl = sectioned\nbackend_path = /nonexistent:backends\n"
+             "[runtime]\ndriver = host\nlog = off\n");
+  cgrt_runtime *rt = NULL;
+  if (cgrt_open(&rt, "sub/path.ini") != 0)
+    fail_msg("sub/path.ini: %s", cgrt_last_error(NULL));
+  char want[4200];
+  snprintf(want, sizeof(want), "%s/sub/backends/libcgrt-backend-sectioned.so", t.real);
+  assert_string_equal(rt->lib.path, want);
+  cgrt_close(rt);
+
+  /* Not found: the message names what was written and where it was looked for. */
+  write_file("sub/missing.ini", "[cuda_graph]\nimpl = nosuch\nbackend_path = here\n"
+                                "[runtime]\ndriver = host\nlog = off\n");
+  rt = NULL;
+  assert_int_equal(cgrt_open(&rt, "sub/missing.ini"), CGRT_E_NOTFOUND);
+  const char *e = cgrt_last_error(NULL);
+  snprintf(want, sizeof(want), "%s/sub/here", t.real);
+  assert_contains(e, want);
+  assert_contains(e, "backend_path = 'here' in sub/missing.ini is read from that file's folder");
+  tree_remove(&t);
+}
+
+static void missing_relative_impl_names_both_spellings(void **state) {
+  (void)state;
+  struct tree t;
+  tree_make(&t);
+  write_file("sub/nope.ini", "[cuda_graph]\nimpl = ./nope.so\n[runtime]\ndriver = host\n");
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(cgrt_open(&rt, "sub/nope.ini"), CGRT_E_NOTFOUND);
+  const char *e = cgrt_last_error(NULL);
+  char want[4200];
+  snprintf(want, sizeof(want), "%s/sub/nope.so does not exist", t.real);
+  assert_contains(e, want);
+  assert_contains(e, "impl = './nope.so' in sub/nope.ini is read from that file's folder");
+  tree_remove(&t);
+}
+
+/* An INI given as a string has no folder: its paths resolve from the working directory. */
+static void ini_string_resolves_from_the_working_directory(void **state) {
+  (void)state;
+  struct tree t;
+  tree_make(&t);
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "./libcgrt-backend-sectioned.so", NULL, NULL), CGRT_E_NOTFOUND);
+  assert_contains(cgrt_last_error(NULL), "./libcgrt-backend-sectioned.so does not exist");
+  assert_null(strstr(cgrt_last_error(NULL), "folder"));
+  assert_int_equal(open_with(&rt, "sectioned", "sub/backends", NULL), 0);
+  cgrt_close(rt);
+  assert_int_equal(chdir("sub"), 0);
+  rt = NULL;
+  assert_int_equal(open_with(&rt, "./libcgrt-backend-sectioned.so", NULL, NULL), 0);
+  assert_string_equal(cgrt_backend_name(rt), "sectioned");
+  cgrt_close(rt);
+  tree_remove(&t);
+}
+
 static void other_backends_section_is_unknown(void **state) {
   (void)state;
   cgrt_runtime *rt = NULL;
@@ -331,6 +479,10 @@ int main(void) {
       cmocka_unit_test_setup(search_dirs_in_order, setup),
       cmocka_unit_test_setup(backend_section_keys_are_the_backends, setup),
       cmocka_unit_test_setup(other_backends_section_is_unknown, setup),
+      cmocka_unit_test_setup(relative_impl_resolves_from_the_files_folder, setup),
+      cmocka_unit_test_setup(relative_backend_path_resolves_from_the_files_folder, setup),
+      cmocka_unit_test_setup(missing_relative_impl_names_both_spellings, setup),
+      cmocka_unit_test_setup(ini_string_resolves_from_the_working_directory, setup),
       cmocka_unit_test_setup(older_v1_table_loads_and_runs, setup),
       cmocka_unit_test_setup(newer_v1_table_loads_and_runs, setup),
       cmocka_unit_test_setup(world_writable_backend_refused, setup),

@@ -420,7 +420,9 @@ struct cgrt_host_api {
   /* -- decorators: a backend that wraps another one -- */
   /*
    * Loads another backend, `impl` resolved as [cuda_graph] impl is (a name on the backend path,
-   * or a path), and checks its table like the core's own loader. *vt is the table; pass *handle
+   * or a path; a relative path from the configuration file's folder, or from the working
+   * directory when the configuration was given as a string), and checks its table like the
+   * core's own loader. *vt is the table; pass *handle
    * to backend_close after the inner backend's fini. CGRT_E_NOTFOUND or CGRT_E_BACKEND with the
    * reason set as last error.
    */
