@@ -1,6 +1,7 @@
 /*
  * test_plan.c - `cgrt plan`'s table (tools/cmd_plan.c): every row carries its own graph's key.
- * The plan's runner is the GPU's (tools/bench_gpu.c); here a runner of the same shape builds a
+ * The plan's runner is the GPU's (tools/bench_gpu.c, in libcgrt-bench.so, which the command loads
+ * through bench_plugin_load); here that loader hands it a runner of the same shape that builds a
  * host-driver model instead (local, block scope, the buckets of conf/local_block_budget.ini,
  * largest first) whose modules take a temporary that grows with the bucket, so a row that shows
  * another graph's figures is seen: each row's allocations must be its own key's, in the table
@@ -19,6 +20,7 @@
 
 #include "cgrt/cgrt.h"
 #include "bench.h"
+#include "bench_plugin.h"
 #include "tool.h"
 
 #define MODS 2
@@ -95,6 +97,20 @@ int plan_train(const char *conf, plan_report_fn report, void *user) {
   (void)report;
   (void)user;
   return EXIT_UNUSABLE;
+}
+
+/* The GPU half of the command (libcgrt-bench.so), as this test's runners. */
+static int plan_runner(const char *workload, const char *conf, plan_report_fn report, void *user) {
+  return strcmp(workload, "train") == 0 ? plan_train(conf, report, user)
+                                        : plan_decode(conf, report, user);
+}
+
+int bench_plugin_load(const char *cmd, const struct cgrt_bench_plugin **p) {
+  (void)cmd;
+  static const struct cgrt_bench_plugin runners = {
+      .version = CGRT_BENCH_PLUGIN_VERSION, .struct_size = sizeof(runners), .plan = plan_runner};
+  *p = &runners;
+  return EXIT_VALID;
 }
 
 /* Runs `cgrt plan CONF [--json]` and returns what it printed (malloc'ed). */
