@@ -24,6 +24,7 @@ static __thread char open_error[2048];
 #define MODULE_DESC_NO_COMM  MIN_SIZE(cgrt_module_desc, no_cp_comm)
 #define MODULE_DESC_STAGES   MIN_SIZE(cgrt_module_desc, stages_inputs)
 #define OPEN_OPTS_MIN        MIN_SIZE(cgrt_open_options, log_user)
+#define OPEN_OPTS_STREAM     MIN_SIZE(cgrt_open_options, stream)
 #define STATS_MIN            MIN_SIZE(cgrt_stats, struct_size)
 #define REPORT_MIN           MIN_SIZE(cgrt_step_report, struct_size)
 
@@ -102,6 +103,32 @@ static int open_backend_state(cgrt_runtime *rt) {
 }
 
 /* Everything after the configuration: buckets, backend, driver, stream, backend state. */
+/* cgrt's stream: the host's (cgrt_open_options.stream), checked, or a new one of the driver's. */
+static int open_stream(cgrt_runtime *rt) {
+  if (!rt->host_stream) {
+    int rc = rt->dev.drv->stream_create(&rt->dev, &rt->stream);
+    return rc ? cgrt__fail(rt, rc, "%s", rt->dev.err) : 0;
+  }
+  if (rt->cfg.view.driver != CGRT_DRIVER_CUDA)
+    return cgrt__fail(rt, CGRT_E_INVAL,
+                      "cgrt_open_options.stream: the host driver ([runtime] driver = host) has "
+                      "no CUDA streams to run on; leave stream NULL, or use driver = cuda");
+  int active = 0;
+  int rc = rt->dev.drv->capture_status(&rt->dev, rt->host_stream, &active);
+  if (rc != 0)
+    return cgrt__fail(rt, CGRT_E_INVAL,
+                      "cgrt_open_options.stream is not a stream of device %d: %s; pass a "
+                      "cudaStream_t created on it, or NULL",
+                      rt->dev.device, rt->dev.err);
+  if (active)
+    return cgrt__fail(rt, CGRT_E_INVAL,
+                      "cgrt_open_options.stream is capturing: open cgrt before the host's own "
+                      "capture begins, or after it ends");
+  rt->stream = rt->host_stream;
+  cgrt__log(rt, CGRT_LOG_DEBUG, "running on the host's stream %p", rt->host_stream);
+  return 0;
+}
+
 static int open_runtime(cgrt_runtime *rt) {
   char err[1024];
   const struct cgrt_config_view *v = &rt->cfg.view;
@@ -169,9 +196,9 @@ static int open_runtime(cgrt_runtime *rt) {
     return cgrt__fail(rt, rc, "%s", rt->dev.err);
   rt->dev_open = 1;
   bind_thread(rt);
-  rc = rt->dev.drv->stream_create(&rt->dev, &rt->stream);
+  rc = open_stream(rt);
   if (rc != 0)
-    return cgrt__fail(rt, rc, "%s", rt->dev.err);
+    return rc;
 
   rc = open_backend_state(rt);
   if (rc != 0)
@@ -227,6 +254,8 @@ CGRT_API int cgrt_open_ex(cgrt_runtime **out, const cgrt_open_options *opts) {
     snprintf(open_error, sizeof(open_error), "cgrt_open: out of memory");
     return CGRT_E_NOMEM;
   }
+  if (opts->struct_size >= OPEN_OPTS_STREAM)
+    rt->host_stream = opts->stream;
   int rc = open_config(rt, opts);
   if (rc == 0)
     rc = open_runtime(rt);
@@ -276,10 +305,13 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   }
   /* Communicators go after the graphs that captured collectives on them. */
   cgrt__comms_destroy(&rt->comms);
-  if (rt->stream) {
+  if (rt->stream && rt->stream == rt->host_stream) { /* the host's: waited for, kept */
+    rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
+    first = first ? first : rc;
+  } else if (rt->stream) {
     rt->dev.drv->stream_destroy(&rt->dev, rt->stream);
-    rt->stream = NULL;
   }
+  rt->stream = NULL;
   if (rt->dev_open)
     rt->dev.drv->close(&rt->dev);
   cgrt__backend_close(&rt->lib);

@@ -48,6 +48,7 @@ struct cgrt_runtime {
   struct cgrt_dev dev;
   int dev_open;
   void *stream;
+  void *host_stream; /* cgrt_open_options.stream: used as `stream`, never destroyed */
   struct cgrt_backend_lib lib;
   void *be_state; /* the backend's state after a good init() */
   int be_ready;

@@ -28,13 +28,6 @@ static void assert_contains(const char *haystack, const char *needle) {
     fail_msg("expected \"%s\" in: %s", needle, haystack);
 }
 
-static cgrt_runtime *open_ini(const char *ini) {
-  cgrt_runtime *rt = NULL;
-  if (cgrt_open_string(&rt, ini) != 0)
-    fail_msg("open: %s", cgrt_last_error(NULL));
-  return rt;
-}
-
 /* ---------------------------------------------------------------- decode, bitwise */
 
 struct decode_host {
@@ -79,11 +72,14 @@ static int d_body(const cgrt_ctx *ctx, void *user) {
   return 0;
 }
 
-static void d_open(struct decode_host *h, cgrtk_decode *w, const char *ini) {
+/* stream: the host's own for cgrt to run on (cgrt_open_options.stream), or NULL. */
+static void d_open_on(struct decode_host *h, cgrtk_decode *w, const char *ini, void *stream) {
   memset(h, 0, sizeof(*h));
   h->w = w;
   h->layers = cgrtk_decode_config(w)->layers;
-  h->rt = open_ini(ini);
+  cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .stream = stream};
+  if (cgrt_open_ex(&h->rt, &o) != 0)
+    fail_msg("open: %s", cgrt_last_error(NULL));
   for (int i = 0; i < 2 * h->layers; i++) {
     char name[32];
     snprintf(name, sizeof(name), "layer%d.%s", i / 2, i % 2 ? "mlp" : "attn");
@@ -96,6 +92,10 @@ static void d_open(struct decode_host *h, cgrtk_decode *w, const char *ini) {
                           .user = &h->refs[i]};
     assert_int_equal(cgrt_module_register(h->rt, &d, &h->mods[i]), 0);
   }
+}
+
+static void d_open(struct decode_host *h, cgrtk_decode *w, const char *ini) {
+  d_open_on(h, w, ini, NULL);
 }
 
 /* Runs `steps` infer steps of `tokens` real tokens (desc.tokens = step_tokens). */
@@ -195,6 +195,55 @@ static void decode_layer_scope_bitwise(void **state) {
 static void decode_block_scope_bitwise(void **state) {
   (void)state;
   decode_bitwise("block");
+}
+
+/*
+ * A host that launches on a stream of its own (a blocking one, as cudaStreamCreate makes) hands
+ * it to cgrt: cgrt captures and replays there, the replay equals eager bitwise, and the stream
+ * outlives cgrt_close. A stream already capturing is refused, saying so.
+ */
+static void runs_on_the_hosts_stream(void **state) {
+  (void)state;
+  struct cgrtk_decode_cfg cfg;
+  cgrtk_decode_default_cfg(&cfg);
+  cfg.max_tokens = 8;
+  cgrtk_decode *w = NULL;
+  char err[256];
+  assert_int_equal(cgrtk_decode_create(&w, &cfg, err, sizeof(err)), 0);
+  cudaStream_t mine;
+  assert_int_equal(cudaStreamCreate(&mine), cudaSuccess);
+  struct decode_host local, eager;
+  d_open_on(&local, w,
+            "[cuda_graph]\nimpl = local\ninference_scope = block\nwarmup_steps = 2\n"
+            "[inference]\nmax_tokens = 8\nnum_graphs = 4\n[runtime]\ndriver = cuda\nlog = warn\n",
+            mine);
+  assert_ptr_equal(cgrt_stream(local.rt), mine);
+  d_open(&eager, w, "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\nlog = warn\n");
+  cgrt_step_report rep = d_steps(&local, 8, 8, 4);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  uint16_t *got = d_read(&local, 8);
+  d_steps(&eager, 8, 8, 1);
+  uint16_t *want = d_read(&eager, 8);
+  assert_memory_equal(got, want, 8 * 2048);
+  free(got);
+  free(want);
+  assert_int_equal(cgrt_close(local.rt), 0);
+  cgrt_close(eager.rt);
+  assert_int_equal(cudaStreamQuery(mine), cudaSuccess); /* still the host's */
+
+  cudaGraph_t g = NULL;
+  assert_int_equal(cudaStreamBeginCapture(mine, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  cgrt_runtime *rt = (cgrt_runtime *)1;
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\nlog = off\n",
+                         .stream = mine};
+  assert_int_equal(cgrt_open_ex(&rt, &o), CGRT_E_INVAL);
+  assert_null(rt);
+  assert_contains(cgrt_last_error(NULL), "is capturing");
+  assert_int_equal(cudaStreamEndCapture(mine, &g), cudaSuccess);
+  cudaGraphDestroy(g);
+  assert_int_equal(cudaStreamDestroy(mine), cudaSuccess);
+  cgrtk_decode_destroy(w);
 }
 
 /* ---------------------------------------------------------------- rebind, LRU */
@@ -448,6 +497,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(decode_layer_scope_bitwise),
       cmocka_unit_test(decode_block_scope_bitwise),
+      cmocka_unit_test(runs_on_the_hosts_stream),
       cmocka_unit_test(rebind_update),
       cmocka_unit_test(rebind_copy),
       cmocka_unit_test(rebind_recapture),

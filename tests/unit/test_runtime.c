@@ -476,6 +476,25 @@ static void failed_open_explains_itself(void **state) {
   assert_contains(cgrt_last_error(NULL), "/nonexistent/cgrt.ini");
 }
 
+/* A host-owned stream is a CUDA stream: the host driver refuses one, saying so, and old callers
+   (a struct_size without the field) still open. */
+static void host_stream_refused_on_the_host_driver(void **state) {
+  (void)state;
+  int fake = 0;
+  cgrt_runtime *rt = (cgrt_runtime *)1;
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = "[cuda_graph]\nimpl = none\n[runtime]\ndriver = host\nlog = off\n",
+                         .stream = &fake};
+  assert_int_equal(cgrt_open_ex(&rt, &o), CGRT_E_INVAL);
+  assert_null(rt);
+  assert_contains(cgrt_last_error(NULL), "cgrt_open_options.stream");
+  assert_contains(cgrt_last_error(NULL), "driver = host");
+  o.struct_size = offsetof(cgrt_open_options, stream); /* built before the field existed */
+  assert_int_equal(cgrt_open_ex(&rt, &o), 0);
+  assert_ptr_not_equal(cgrt_stream(rt), &fake);
+  cgrt_close(rt);
+}
+
 static void default_config_is_none_on_cuda(void **state) {
   (void)state;
   unsetenv("CGRT_CONFIG");
@@ -545,6 +564,7 @@ static void strerror_covers_every_code(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(host_stream_refused_on_the_host_driver),
       cmocka_unit_test_setup_teardown(none_runs_eagerly_in_order, setup_none, teardown),
       cmocka_unit_test_setup_teardown(none_many_steps_counted, setup_none, teardown),
       cmocka_unit_test_setup_teardown(module_error_names_the_module, setup_none, teardown),

@@ -350,6 +350,16 @@ typedef struct cgrt_open_options {
   const char *ini_name; /* name of `ini` in messages; NULL: "<string>" */
   cgrt_log_fn log;      /* log sink from the first message on; NULL: stderr */
   void *log_user;
+  /*
+   * The host's own stream for cgrt to run on (a cudaStream_t; appended after 0.3): cgrt enqueues,
+   * captures and replays there, and cgrt_stream() returns it, so a host whose code is written
+   * for one stream (a global it launches on) hands it over instead of switching to cgrt's in
+   * every callback. Blocking or not, as the host made it; the host keeps it alive until
+   * cgrt_close(), which waits for it but never destroys it. NULL: cgrt creates its own
+   * non-blocking stream. Refused (CGRT_E_INVAL) with the host driver, which has no CUDA streams,
+   * and when the stream is capturing already.
+   */
+  void *stream;
 } cgrt_open_options;
 
 /* The library's version string, e.g. "0.1.0". Static. */
@@ -401,7 +411,8 @@ CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user);
  */
 CGRT_API int cgrt_log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg);
 
-/* The stream cgrt runs on (cudaStream_t on the cuda driver). Owned by the runtime. */
+/* The stream cgrt runs on (cudaStream_t on the cuda driver): the host's if it gave one
+   (cgrt_open_options.stream), else cgrt's own, owned by the runtime. */
 CGRT_API void *cgrt_stream(cgrt_runtime *rt);
 
 /* The loaded backend's name, e.g. "local". Valid while rt is open. */
