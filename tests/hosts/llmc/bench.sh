@@ -63,8 +63,21 @@ EOF
   r=$((r + 1))
 done
 
-echo "llm.c through cgrt: ms per step, median of steps $((skip + 1))-$steps over $rounds round(s), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
-printf '%-14s %-20s %10s %9s %8s %s\n' shape run ms/step speedup losses "cgrt (last round)"
+# The floor: the time unpatched llm.c's kernels, copies and memsets keep the GPU busy in a step
+# (their union, from CUPTI's device timestamps: tools/trace), which no strategy that runs llm.c's
+# kernels goes below. One traced run per shape, after the timed ones.
+tracer=$build/lib/libcgrt-trace.so
+busy_ms() { # TAG D B T: the median busy ms a step, or "-"
+  [ -f "$tracer" ] || { echo -; return; }
+  LLMC_PRELOAD=$tracer CGRT_TRACE_OUT="$out/$1.trace.csv" sh "$here/run.sh" "$build" llmc \
+    -e "$2" -b "$3" -t "$4" -x 14 >"$out/$1.trace.log" 2>&1 || { echo -; return; }
+  python3 "$root/tools/trace/trace_summary.py" "$out/$1.trace.csv" --step encoder_forward \
+    --skip 3 --top 0 2>/dev/null | sed -n 's/.*busy_us \([0-9.]*\).*/\1/p' |
+    awk '{ printf "%.3f\n", $1 / 1000 } END { if (NR == 0) print "-" }'
+}
+
+echo "llm.c through cgrt: ms per step, median of steps $((skip + 1))-$steps over $rounds round(s) (and each round's), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+printf '%-14s %-20s %10s %-26s %9s %8s %s\n' shape run ms/step rounds speedup losses "cgrt (last round)"
 missed=""
 for shape in $shapes; do
   IFS=, read -r d b t <<EOF
@@ -73,10 +86,17 @@ EOF
   tag=$d-b$b-t$t
   label="$d B$b T$t"
   base=$(median_ms "$out/$tag.llmc.steps" 2>/dev/null || echo nan)
+  floor=$(busy_ms "$tag" "$d" "$b" "$t")
+  most=$(awk -v a="$base" -v f="$floor" 'BEGIN { if (f + 0 > 0) printf "%.2fx", a / f; else print "-" }')
+  printf '%-14s %-20s %10s %-26s %9s %8s %s\n' "$label" "GPU busy (floor)" "$floor" "" "$most" "" \
+    "unpatched llm.c's kernels, copies, memsets (CUPTI): the most any strategy can gain"
   awk '{ print $2, $4, $6 }' "$out/$tag.llmc.steps" 2>/dev/null | sort -u >"$out/$tag.llmc.bits" || true
   for name in $runs; do
     f=$out/$tag.$name.steps
     ms=$(median_ms "$f" 2>/dev/null || echo nan)
+    per_round=$(awk -v skip="$skip" '$2 == 1 { r++ } $2 > skip { print r, $10 }' "$f" 2>/dev/null |
+      sort -k1,1n -k2,2g | awk '{ v[$1, ++n[$1]] = $2; if ($1 > m) m = $1 }
+        END { for (r = 1; r <= m; r++) printf "%s%.2f", (r > 1 ? " " : ""), v[r, int((n[r] + 1) / 2)] }')
     speedup=$(awk -v a="$base" -v b="$ms" 'BEGIN { if (b + 0 > 0 && a + 0 > 0) printf "%.2fx", a / b; else print "-" }')
     same="-"
     if [ "$name" != llmc ]; then
@@ -91,7 +111,7 @@ EOF
       run_name="llm.c (unpatched)"
     fi
     stats=$(grep '^cgrt: backend ' "$out/$tag.$name.log" 2>/dev/null | sed -E 's/^cgrt: backend [a-z_]+ \| //; s/ \| module calls.*\| / | /' || true)
-    printf '%-14s %-20s %10s %9s %8s %s\n' "$label" "$run_name" "$ms" "$speedup" "$same" "$stats"
+    printf '%-14s %-20s %10s %-26s %9s %8s %s\n' "$label" "$run_name" "$ms" "$per_round" "$speedup" "$same" "$stats"
     if [ "$name" != llmc ]; then
       ratio=$(awk -v a="$base" -v b="$ms" 'BEGIN { if (b + 0 > 0) print a / b; else print 0 }')
       awk -v x="$ratio" 'BEGIN { exit !(x < 1.0) }' && missed="$missed; $name slower than llm.c at $label"
