@@ -8,7 +8,8 @@
  * CUPTI allows one subscriber per process: it is shared by every runtime (a mutex guards it) and
  * its domains are enabled only while at least one recording runs. The callback keeps a call only
  * on a thread that records (thread-local state), and only if it was refused because of the
- * capture (a cudaErrorStreamCapture* / CUDA_ERROR_STREAM_CAPTURE_* result) or is suspicious:
+ * capture (a cudaErrorStreamCapture* / CUDA_ERROR_STREAM_CAPTURE_* result), is a synchronizing
+ * call made after the capture broke, or is suspicious:
  * an allocation outside stream-ordered memory, a copy (classified after the capture, by pointer
  * attributes, as a host read or a pageable copy), work on the legacy or per-thread default stream.
  * Driver API calls made by the runtime on the host's behalf (inside a runtime call) are skipped.
@@ -159,6 +160,16 @@ static int stream_param(CUpti_CallbackId cbid, const char *name, const void *par
   return 0;
 }
 
+/* Whether a call recorded so far broke the capture: every later synchronizing call is kept too
+   (it is what the host meant to do there, and it would have broken the capture by itself), even
+   when the broken capture lets it through. */
+static int capture_broken(const struct cgrt_diag_rec *rec) {
+  for (size_t i = 0; i < rec->n; i++)
+    if (rec->calls[i].refused)
+      return 1;
+  return 0;
+}
+
 static void note_runtime(struct cgrt_diag_rec *rec, CUpti_CallbackId cbid,
                          const CUpti_CallbackData *cb) {
   const char *name = cb->functionName ? cb->functionName : "?";
@@ -188,6 +199,10 @@ static void note_runtime(struct cgrt_diag_rec *rec, CUpti_CallbackId cbid,
              is_name(name, "cudaEventSynchronize") || is_name(name, "cudaStreamQuery") ||
              is_name(name, "cudaEventQuery") || is_name(name, "cudaThreadSynchronize")) {
     kind = CGRT_FINDING_SYNC;
+    if (!refused && capture_broken(rec)) {
+      keep = 1;
+      snprintf(detail, sizeof(detail), "made after the capture broke");
+    }
   } else if ((starts(name, "cudaMalloc") && !strstr(name, "Async")) ||
              (starts(name, "cudaFree") && !strstr(name, "Async")) ||
              is_name(name, "cudaHostAlloc") || is_name(name, "cudaHostRegister")) {
@@ -233,9 +248,10 @@ static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb)
   int keep = refused;
   if (is_name(name, "cuStreamSynchronize") || is_name(name, "cuCtxSynchronize") ||
       is_name(name, "cuEventSynchronize") || is_name(name, "cuStreamQuery") ||
-      is_name(name, "cuEventQuery"))
+      is_name(name, "cuEventQuery")) {
     kind = CGRT_FINDING_SYNC;
-  else if (starts(name, "cuMemcpyDtoH")) {
+    keep = keep || capture_broken(rec);
+  } else if (starts(name, "cuMemcpyDtoH")) {
     kind = CGRT_FINDING_HOST_READ;
     keep = 1;
   } else if ((is_name(name, "cuMemAlloc") || is_name(name, "cuMemFree") ||
