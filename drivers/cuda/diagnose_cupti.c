@@ -170,12 +170,19 @@ static int capture_broken(const struct cgrt_diag_rec *rec) {
   return 0;
 }
 
+/* A call refused only because an earlier one invalidated the capture (every launch after the
+   break fails so): a consequence, not kept as a finding of its own, so that the record does not
+   fill with them before the calls that matter (a host's later cudaDeviceSynchronize). */
+static int after_break(const struct cgrt_diag_rec *rec, int r) {
+  return r == (int)cudaErrorStreamCaptureInvalidated && capture_broken(rec);
+}
+
 static void note_runtime(struct cgrt_diag_rec *rec, CUpti_CallbackId cbid,
                          const CUpti_CallbackData *cb) {
   const char *name = cb->functionName ? cb->functionName : "?";
   int r = cb->functionReturnValue ? (int)*(const cudaError_t *)cb->functionReturnValue : 0;
   rec->seen++;
-  int refused = capture_error(r);
+  int refused = capture_error(r) && !after_break(rec, r);
   cgrt_finding_kind kind = CGRT_FINDING_OTHER;
   int keep = refused, classify = 0, copy_kind = 0;
   const void *dst = NULL, *src = NULL;
@@ -243,7 +250,7 @@ static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb)
   const char *name = cb->functionName ? cb->functionName : "?";
   int r = cb->functionReturnValue ? (int)*(const CUresult *)cb->functionReturnValue : 0;
   rec->seen++;
-  int refused = capture_error(r);
+  int refused = capture_error(r) && !after_break(rec, r);
   cgrt_finding_kind kind = CGRT_FINDING_OTHER;
   int keep = refused;
   if (is_name(name, "cuStreamSynchronize") || is_name(name, "cuCtxSynchronize") ||
