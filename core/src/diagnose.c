@@ -277,8 +277,11 @@ static void add_finding(cgrt_runtime *rt, const struct cgrt_diag_call *c, int br
   snprintf(line, sizeof(line), "diagnose: %s %s while capturing %s (step %llu)%s%s%s [%s]: %s; %s",
            c->call, result, what, (unsigned long long)rt->step_index,
            c->caller[0] ? ", called from " : "", c->caller,
-           broke ? ", and broke the capture" : ", suspicious", cgrt_finding_kind_name(c->kind),
-           c->detail[0] ? c->detail : "no detail", advice(c->kind, c->refused));
+           broke        ? ", and broke the capture"
+           : c->refused ? ", after the capture broke"
+                        : ", suspicious",
+           cgrt_finding_kind_name(c->kind), c->detail[0] ? c->detail : "no detail",
+           advice(c->kind, c->refused));
   cgrt__log(rt, CGRT_LOG_WARN, "%s", line);
   if (d->count == MAX_FINDINGS)
     return;
@@ -397,8 +400,15 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
   size_t pooled = 0;
   for (size_t i = 0; i < d->rec.n; i++) {
     const struct cgrt_diag_call *c = &d->rec.calls[i];
-    if (c->refused && broke)
-      continue; /* calls refused after the first: the capture was already invalidated */
+    /* Refused after the first: a launch refused only because the capture was invalidated says
+       nothing, but what the host meant there (a synchronization, a copy, an allocation) would
+       have broken the capture by itself, and is reported too. */
+    if (c->refused && broke && c->kind == CGRT_FINDING_OTHER)
+      continue;
+    if (c->refused && broke) {
+      add_finding(rt, c, 0, what);
+      continue;
+    }
     /*
      * The host's pool allocator, declared with its hooks: its allocations while capturing come
      * from the pool its begin hook opened, reserved for the graph, as the host meant. One that

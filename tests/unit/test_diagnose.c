@@ -28,7 +28,7 @@
 #include "runtime.h"
 #include "common/pool_fixture.h"
 
-enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY, F_POOL };
+enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY, F_POOL, F_SYNC_MALLOC };
 
 struct fx {
   cgrt_runtime *rt;
@@ -80,6 +80,11 @@ CGRT_API int diag_fixture_module(const cgrt_ctx *ctx, const cgrt_args *args, voi
       f->num_leaked++;
     break;
   }
+  case F_SYNC_MALLOC: /* the sync breaks the capture; the allocation after it is refused too */
+    (void)drv->stream_sync(dev, ctx->stream);
+    if (drv->mem_alloc(dev, &f->leaked[f->num_leaked], 64) == 0)
+      f->num_leaked++;
+    break;
   case F_NONE:
     break;
   }
@@ -213,6 +218,24 @@ static void sync_is_named_with_its_caller(void **state) {
   assert_int_equal(s.findings, 2);
   assert_int_equal(s.fallbacks, 2);
   assert_int_equal(f->ran, 3); /* the work of every step ran once */
+  fx_close(f);
+}
+
+/* What the host does after the call that broke the capture is reported too (it would have broken
+   it by itself), as refused after the break: the first call alone keeps broke_capture. */
+static void calls_after_the_break_are_reported(void **state) {
+  (void)state;
+  struct fx *f = fx_open(F_SYNC_MALLOC, "", "");
+  assert_int_equal(fx_step(f), CGRT_MODE_WARMUP);
+  assert_int_equal(fx_step(f), CGRT_MODE_EAGER);
+  assert_int_equal(count(f), 2);
+  cgrt_finding sync = find(f, CGRT_FINDING_SYNC), alloc = find(f, CGRT_FINDING_MALLOC);
+  assert_int_equal(sync.broke_capture, 1);
+  assert_int_equal(alloc.broke_capture, 0);
+  assert_int_equal(alloc.result, CGRT_E_CAPTURE);
+  assert_contains(alloc.detail, "after the capture broke [malloc]");
+  assert_contains(alloc.caller, "diag_fixture_module+0x");
+  assert_contains(cgrt_last_error(f->rt), "diagnose: the first call refused was stream_sync");
   fx_close(f);
 }
 
@@ -498,6 +521,7 @@ int main(void) {
   unsetenv("CGRT_DIAGNOSE");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sync_is_named_with_its_caller),
+      cmocka_unit_test(calls_after_the_break_are_reported),
       cmocka_unit_test(malloc_refused_or_suspicious),
       cmocka_unit_test(pageable_copy_reported_when_on),
       cmocka_unit_test(host_read_and_the_sync_it_needs),
