@@ -275,60 +275,28 @@ static const char *view_get(const struct cgrt_config_view *view, const char *sec
   return NULL;
 }
 
-void cgrt__config_defaults(struct cgrt_config *cfg) {
-  static const int one[] = {1};
+int cgrt__config_defaults(struct cgrt_config *cfg) {
   memset(cfg, 0, sizeof(*cfg));
-  struct cgrt_config_view *v = &cfg->view;
-  v->struct_size = sizeof(*v);
-  v->impl = "none";
-  v->modules = 0;
-  v->warmup_steps = 3;
-  v->inference_scope = CGRT_SCOPE_NONE; /* layer once impl = local */
-  v->capture_mode = CGRT_CAPTURE_THREAD_LOCAL;
-  v->rebind = CGRT_REBIND_AUTO;
-  v->max_graphs = 512;
-  v->buckets = CGRT_BUCKETS_EXPONENTIAL;
-  v->max_tokens = 512;
-  v->num_graphs = 8;
-  v->tp_size = 1;
-  v->bucket_list = NULL;
-  v->bucket_list_len = 0;
-  v->capture = CGRT_CAPTURE_LAZY;
-  v->adapt_interval = 500;
-  v->adapt_halflife = 2000;
-  v->adapt_min_gain = 0.05;
-  v->cp_sizes = one;
-  v->num_cp_sizes = 1;
-  v->max_packed_tokens = 8192;
-  v->max_sequences = 64;
-  v->graph_slots = 2;
-  v->over_capacity = CGRT_OVER_CAPACITY_ERROR;
-  v->cp_scope = CGRT_CP_SCOPE_MODULES;
-  v->device = 0;
-  v->driver = CGRT_DRIVER_CUDA;
-  v->bind_cpu = 1;
-  v->log_level = CGRT_LOG_INFO;
-  v->nan_check = 1;
-  v->recompute = CGRT_RECOMPUTE_NONE;
-  v->moe_experts = 0;
-  v->moe_dispatcher = CGRT_MOE_ALLTOALL;
-  v->moe_capacity = CGRT_MOE_CAPACITY_NONE;
-  v->moe_router_padding_fp8 = 0;
-  v->graph_safe_rng = 1;
-  v->get = view_get;
-  v->verify = CGRT_VERIFY_OFF;
-  v->verify_every = 0;
-  v->verify_tolerance = 0;
-  v->verify_action = CGRT_VERIFY_WARN;
-  v->diagnose = CGRT_DIAGNOSE_FAILURES;
+  cfg->view.struct_size = sizeof(cfg->view);
+  cfg->view.get = view_get;
+  /* Each key's default is its row's text, read as a file's value would be. */
+  for (int id = 0; id < K_COUNT; id++) {
+    char *norm = NULL;
+    int rc = cgrt__cfg_set_value(cfg, id, cgrt__cfg_keys[id].def, &norm, NULL, 0, NULL, 0);
+    free(norm);
+    if (rc != 0)
+      return rc == CGRT_E_NOMEM ? rc : CGRT_E_CONFIG; /* a bad default: a bug of the table */
+  }
+  return 0;
 }
 
 int cgrt__config_parse(struct cgrt_config *cfg, const char *text, const char *source,
                        struct cgrt_diag *diag) {
-  cgrt__config_defaults(cfg);
+  if (cgrt__config_defaults(cfg) != 0)
+    return CGRT_E_NOMEM;
   if (!source)
     source = "<string>";
-  if (!(cfg->source = strdup(source)) || !(cfg->backend_section = strdup("none")))
+  if (!(cfg->source = strdup(source)))
     return CGRT_E_NOMEM;
   if (!text) {
     cgrt__diag_add(diag, CGRT_LOG_ERROR, "%s: no configuration text", source);

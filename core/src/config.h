@@ -40,8 +40,9 @@ struct cgrt_config {
   size_t num_entries;
 };
 
-/* Fills cfg with every default (impl = none). cfg must be zeroed or freed before. */
-void cgrt__config_defaults(struct cgrt_config *cfg);
+/* Fills cfg with every default (impl = none): each key's row in config_keys.def. cfg must be
+   zeroed or freed before; free it after. 0, or CGRT_E_NOMEM (cfg then holds some defaults). */
+int cgrt__config_defaults(struct cgrt_config *cfg);
 
 /*
  * Parses INI text named `source` (for messages) into cfg: unknown sections and keys, duplicate

@@ -27,47 +27,10 @@ enum cfg_type {
   CFG_VERIFY,   /* off | first | every:N, into view.verify and view.verify_every */
 };
 
-/* The known keys, in DESIGN.md order (the order cgrt__config_print writes them). */
+/* The known keys, one row each in config_keys.def, in DESIGN.md order (the print order). */
 enum cfg_key_id {
-  K_IMPL,
-  K_MODULES,
-  K_WARMUP_STEPS,
-  K_INFERENCE_SCOPE,
-  K_CAPTURE_MODE,
-  K_REBIND,
-  K_MAX_GRAPHS,
-  K_MEMORY_BUDGET,
-  K_BACKEND_PATH,
-  K_VERIFY,
-  K_VERIFY_TOLERANCE,
-  K_VERIFY_ACTION,
-  K_BUCKETS,
-  K_MAX_TOKENS,
-  K_NUM_GRAPHS,
-  K_TP_SIZE,
-  K_LIST,
-  K_CAPTURE,
-  K_ADAPT_INTERVAL,
-  K_ADAPT_HALFLIFE,
-  K_ADAPT_MIN_GAIN,
-  K_CP_SIZES,
-  K_MAX_PACKED_TOKENS,
-  K_MAX_SEQUENCES,
-  K_GRAPH_SLOTS,
-  K_OVER_CAPACITY,
-  K_CP_SCOPE,
-  K_DEVICE,
-  K_DRIVER,
-  K_BIND_CPU,
-  K_LOG,
-  K_DIAGNOSE,
-  K_NAN_CHECK,
-  K_RECOMPUTE,
-  K_MOE_EXPERTS,
-  K_MOE_DISPATCHER,
-  K_MOE_CAPACITY,
-  K_MOE_ROUTER_PADDING_FP8,
-  K_GRAPH_SAFE_RNG,
+#define KEY(id, ...) id,
+#include "config_keys.def"
   K_COUNT
 };
 
@@ -78,6 +41,9 @@ struct cfg_key {
   size_t offset;            /* of the typed field in struct cgrt_config_view (not CFG_IMPL/PATH) */
   const char *const *names; /* CFG_ENUM: spelling of each value; CFG_BOOL: {false, true} */
   size_t num_names;
+  const char *def; /* the default, as written in a file */
+  int64_t min;     /* CFG_INT, CFG_INT64: the smallest value allowed */
+  const char *why; /* what the value is, for range messages */
 };
 
 /* Indexed by enum cfg_key_id. */
