@@ -253,7 +253,7 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
 int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   const char *own = cfg->backend_section;
   int errors = 0;
-  if (!own)
+  if (!own || cfg->options) /* declared options: every key was checked when read */
     return 0;
   for (size_t i = 0; i < cfg->num_entries; i++) {
     const struct cgrt_config_entry *e = &cfg->entries[i];
@@ -269,7 +269,7 @@ int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_d
 
 /* Writes `key = value`, continuing a long value on indented lines so no line is too long to
    read back. A continuation line never starts with a comment character. */
-static void print_pair(FILE *out, const char *key, const char *value) {
+void cgrt__cfg_print_pair(FILE *out, const char *key, const char *value) {
   enum { WIDTH = 120 };
   int w = fprintf(out, "%s =", key);
   size_t col = w > 0 ? (size_t)w : 0;
@@ -308,11 +308,17 @@ int cgrt__config_print(const struct cgrt_config *cfg, FILE *out) {
       rc = CGRT_E_NOMEM;
       continue;
     }
-    print_pair(out, k->name, v);
+    cgrt__cfg_print_pair(out, k->name, v);
     free(v);
   }
   const char *own = cfg->backend_section;
-  if (own && !cgrt__cfg_section_known(own)) {
+  if (own && cfg->options) {
+    /* every option the backend declares, with its value or default */
+    fprintf(out, "\n[%s]\n", own);
+    for (size_t i = 0; i < cfg->num_options; i++)
+      if (cfg->option_values[i].text)
+        cgrt__cfg_print_pair(out, cfg->options[i].name, cfg->option_values[i].text);
+  } else if (own && !cgrt__cfg_section_known(own)) {
     int header = 0;
     for (size_t i = 0; i < cfg->num_entries; i++) {
       const struct cgrt_config_entry *e = &cfg->entries[i];
@@ -320,7 +326,7 @@ int cgrt__config_print(const struct cgrt_config *cfg, FILE *out) {
         continue;
       if (!header++)
         fprintf(out, "\n[%s]\n", own);
-      print_pair(out, e->key, e->value);
+      cgrt__cfg_print_pair(out, e->key, e->value);
     }
   }
   if (ferror(out))

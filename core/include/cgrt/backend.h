@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    3
+#define CGRT_HOST_API_MINOR    4
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -132,6 +132,34 @@ typedef enum cgrt_moe_capacity {
   CGRT_MOE_CAPACITY_DROP_AND_PAD = 2
 } cgrt_moe_capacity;
 
+/* since minor 4: how the core reads the value of a backend's option (struct cgrt_option). */
+typedef enum cgrt_option_type {
+  CGRT_OPTION_BOOL = 0,   /* true/false, on/off, yes/no, 1/0, written true or false */
+  CGRT_OPTION_INT = 1,    /* a whole number in [min, max] */
+  CGRT_OPTION_SIZE = 2,   /* off (0) or a whole number of KiB, MiB or GiB; bytes in [min, max] */
+  CGRT_OPTION_ENUM = 3,   /* one of `values` (case-insensitive), written as spelled there */
+  CGRT_OPTION_LIST = 4,   /* whole numbers, space or comma separated, each in [min, max] */
+  CGRT_OPTION_STRING = 5, /* any text, as written */
+  CGRT_OPTION_PATH = 6    /* a non-empty file or directory name, as written */
+} cgrt_option_type;
+
+/*
+ * since minor 4: one option of a backend, a key of its own section [NAME] (NAME its table's
+ * name), declared in its table (cgrt_backend_v1.options). The core reads and checks it as it
+ * does its own keys, before init(): the type, the range, a key the backend does not declare
+ * (refused with the nearest declared spelling), the default; `cgrt check` prints each option with
+ * its value or default. The backend reads the value with cfg->get() (text, the default when not
+ * given) or cfg->get_int() (the number). Static data: it must outlive the loaded library's use.
+ */
+struct cgrt_option {
+  const char *name;      /* the key, e.g. "depth" */
+  cgrt_option_type type; /* how the value is read */
+  const char *def;       /* the default, as written in a file; NULL: none (get() gives NULL) */
+  int64_t min, max;      /* INT, SIZE, LIST: the range; max 0: no upper bound */
+  const char *values;    /* ENUM: the spellings allowed, space-separated ("modules step") */
+  const char *meaning;   /* one line: what the value is (messages say it) */
+};
+
 /* The bit of a kind in cgrt_config_view.modules. */
 #define CGRT_KIND_BIT(kind) (1u << (unsigned)(kind))
 
@@ -198,6 +226,16 @@ struct cgrt_config_view {
   cgrt_diagnose diagnose; /* [runtime] diagnose, after CGRT_DIAGNOSE */
   /* -- since minor 3: [dynamic_cp] graph_scope -- */
   cgrt_cp_scope cp_scope;
+  /* -- since minor 4: typed values -- */
+  /*
+   * The number a key holds: a core key or an option the configured backend declares (struct
+   * cgrt_option), its default when not given. BOOL: 1 or 0; INT: the number; SIZE: bytes; ENUM:
+   * the index of the value in its spellings. 0, or CGRT_E_INVAL if the key is none of those (a
+   * LIST, STRING or PATH: read it with get()). For a declared option, get() also gives the
+   * default when the key was not given.
+   */
+  int (*get_int)(const struct cgrt_config_view *view, const char *section, const char *key,
+                 int64_t *out);
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */
@@ -537,6 +575,16 @@ struct cgrt_backend_v1 {
   int (*stats)(void *state, cgrt_stats *out);
   /* Writes the backend's plan, one line per emit() call, for `cgrt check --dry-run`. */
   int (*describe)(void *state, void (*emit)(void *user, const char *line), void *user);
+
+  /* -- since minor 4: the backend's own options -- */
+  /*
+   * The keys of its section [name], num_options of them (struct cgrt_option). Declaring them
+   * closes the section: the core refuses any other key there when it reads the configuration,
+   * before init(). NULL: the section is open (a key init() never reads with get() is refused
+   * after init(), as before minor 4).
+   */
+  const struct cgrt_option *options;
+  size_t num_options;
 };
 
 /* The smallest struct_size the core accepts: the fixed fields and the mandatory functions. */
