@@ -80,9 +80,7 @@ static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view
       return CGRT_E_CONFIG;
     }
   /* A core older than graph_scope gives no such field: module scope. */
-  int step_scope =
-      cfg->struct_size >= offsetof(struct cgrt_config_view, cp_scope) + sizeof(cfg->cp_scope) &&
-      cfg->cp_scope == CGRT_CP_SCOPE_STEP;
+  int step_scope = CGRT_VIEW_HAS(cfg, cp_scope) && cfg->cp_scope == CGRT_CP_SCOPE_STEP;
   /* The config rules refuse these first; a backend loaded by path is checked here too. */
   if (step_scope && (cfg->modules != 0 || cfg->nan_check)) {
     snprintf(err, errlen,

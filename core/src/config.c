@@ -258,13 +258,16 @@ static void parse_free(struct cfg_parse *st) {
 
 /* ---------------------------------------------------------------- the configuration */
 
+struct cgrt_config *cgrt__cfg_of_view(const struct cgrt_config_view *view) {
+  /* the view is embedded in its configuration; marking an entry read changes only bookkeeping */
+  return (struct cgrt_config *)((char *)(uintptr_t)view - offsetof(struct cgrt_config, view));
+}
+
 static const char *view_get(const struct cgrt_config_view *view, const char *section,
                             const char *key) {
   if (!view || !section || !key)
     return NULL;
-  /* the view is embedded in its configuration; marking an entry read changes only bookkeeping */
-  struct cgrt_config *cfg =
-      (struct cgrt_config *)((char *)(uintptr_t)view - offsetof(struct cgrt_config, view));
+  struct cgrt_config *cfg = cgrt__cfg_of_view(view);
   for (size_t i = 0; i < cfg->num_entries; i++) {
     struct cgrt_config_entry *e = &cfg->entries[i];
     if (strcmp(e->section, section) == 0 && strcmp(e->key, key) == 0) {
@@ -272,63 +275,36 @@ static const char *view_get(const struct cgrt_config_view *view, const char *sec
       return e->value;
     }
   }
-  return NULL;
+  /* a declared option not given: its default */
+  int i = cgrt__cfg_option_find(cfg, section, key);
+  return i >= 0 ? cfg->option_values[i].text : NULL;
 }
 
-void cgrt__config_defaults(struct cgrt_config *cfg) {
-  static const int one[] = {1};
+int cgrt__config_defaults(struct cgrt_config *cfg) {
   memset(cfg, 0, sizeof(*cfg));
-  struct cgrt_config_view *v = &cfg->view;
-  v->struct_size = sizeof(*v);
-  v->impl = "none";
-  v->modules = 0;
-  v->warmup_steps = 3;
-  v->inference_scope = CGRT_SCOPE_NONE; /* layer once impl = local */
-  v->capture_mode = CGRT_CAPTURE_THREAD_LOCAL;
-  v->rebind = CGRT_REBIND_AUTO;
-  v->max_graphs = 512;
-  v->buckets = CGRT_BUCKETS_EXPONENTIAL;
-  v->max_tokens = 512;
-  v->num_graphs = 8;
-  v->tp_size = 1;
-  v->bucket_list = NULL;
-  v->bucket_list_len = 0;
-  v->capture = CGRT_CAPTURE_LAZY;
-  v->adapt_interval = 500;
-  v->adapt_halflife = 2000;
-  v->adapt_min_gain = 0.05;
-  v->cp_sizes = one;
-  v->num_cp_sizes = 1;
-  v->max_packed_tokens = 8192;
-  v->max_sequences = 64;
-  v->graph_slots = 2;
-  v->over_capacity = CGRT_OVER_CAPACITY_ERROR;
-  v->cp_scope = CGRT_CP_SCOPE_MODULES;
-  v->device = 0;
-  v->driver = CGRT_DRIVER_CUDA;
-  v->bind_cpu = 1;
-  v->log_level = CGRT_LOG_INFO;
-  v->nan_check = 1;
-  v->recompute = CGRT_RECOMPUTE_NONE;
-  v->moe_experts = 0;
-  v->moe_dispatcher = CGRT_MOE_ALLTOALL;
-  v->moe_capacity = CGRT_MOE_CAPACITY_NONE;
-  v->moe_router_padding_fp8 = 0;
-  v->graph_safe_rng = 1;
-  v->get = view_get;
-  v->verify = CGRT_VERIFY_OFF;
-  v->verify_every = 0;
-  v->verify_tolerance = 0;
-  v->verify_action = CGRT_VERIFY_WARN;
-  v->diagnose = CGRT_DIAGNOSE_FAILURES;
+  cfg->view.struct_size = sizeof(cfg->view);
+  cfg->view.get = view_get;
+  cfg->view.get_int = cgrt__cfg_view_get_int;
+  /* Each key's default is its row's text, read as a file's value would be. */
+  for (int id = 0; id < K_COUNT; id++) {
+    char *norm = NULL;
+    int rc = cgrt__cfg_set_value(cfg, id, cgrt__cfg_keys[id].def, &norm, NULL, 0, NULL, 0);
+    free(norm);
+    if (rc != 0)
+      return rc == CGRT_E_NOMEM ? rc : CGRT_E_CONFIG; /* a bad default: a bug of the table */
+  }
+  return 0;
 }
 
-int cgrt__config_parse(struct cgrt_config *cfg, const char *text, const char *source,
-                       struct cgrt_diag *diag) {
-  cgrt__config_defaults(cfg);
+/* cgrt__config_parse, for the text of `file` when not NULL: its relative paths (a backend's,
+   which is loaded to read its options) resolve from its folder. */
+static int parse_text(struct cgrt_config *cfg, const char *text, const char *source,
+                      const char *file, struct cgrt_diag *diag) {
+  if (cgrt__config_defaults(cfg) != 0 || (file && cgrt__config_set_dir(cfg, file) != 0))
+    return CGRT_E_NOMEM;
   if (!source)
     source = "<string>";
-  if (!(cfg->source = strdup(source)) || !(cfg->backend_section = strdup("none")))
+  if (!(cfg->source = strdup(source)))
     return CGRT_E_NOMEM;
   if (!text) {
     cgrt__diag_add(diag, CGRT_LOG_ERROR, "%s: no configuration text", source);
@@ -361,6 +337,8 @@ int cgrt__config_parse(struct cgrt_config *cfg, const char *text, const char *so
   }
   if (!st.nomem)
     cgrt__cfg_settle_sections(&st);
+  if (!st.nomem)
+    cgrt__cfg_bind_options(&st);
   if (!st.origins[K_INFERENCE_SCOPE].line)
     cfg->view.inference_scope =
         strcmp(cfg->view.impl, "local") == 0 ? CGRT_SCOPE_LAYER : CGRT_SCOPE_NONE;
@@ -376,6 +354,11 @@ int cgrt__config_parse(struct cgrt_config *cfg, const char *text, const char *so
   if (errors)
     return CGRT_E_CONFIG;
   return cgrt__config_check(cfg, diag);
+}
+
+int cgrt__config_parse(struct cgrt_config *cfg, const char *text, const char *source,
+                       struct cgrt_diag *diag) {
+  return parse_text(cfg, text, source, NULL, diag);
 }
 
 static const char *error_text(int e, char *buf, size_t len) {
@@ -433,11 +416,9 @@ int cgrt__config_load(struct cgrt_config *cfg, const char *path, struct cgrt_dia
     rc = cfg->source ? CGRT_E_CONFIG : CGRT_E_NOMEM;
     goto fail;
   }
-  rc = cgrt__config_parse(cfg, text, path, diag);
-  free(text);
   /* Its relative paths resolve from its folder (config_paths.c). */
-  if (rc != CGRT_E_NOMEM && cgrt__config_set_dir(cfg, path) != 0)
-    rc = CGRT_E_NOMEM;
+  rc = parse_text(cfg, text, path, path, diag);
+  free(text);
   return rc;
 
 io_fail:
@@ -470,5 +451,9 @@ void cgrt__config_free(struct cgrt_config *cfg) {
   free(cfg->backend_section);
   free(cfg->bucket_list);
   free(cfg->cp_sizes);
+  for (size_t i = 0; i < cfg->num_options; i++)
+    free(cfg->option_values[i].text);
+  free(cfg->option_values);
+  cgrt__backend_close(&cfg->options_lib);
   memset(cfg, 0, sizeof(*cfg));
 }

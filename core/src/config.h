@@ -9,6 +9,7 @@
 
 #include "cgrt/backend.h"
 #include "diag.h"
+#include "loader.h"
 
 /* One key as given (after legacy migration), kept for raw access, printing and messages. */
 struct cgrt_config_entry {
@@ -18,6 +19,13 @@ struct cgrt_config_entry {
   int line;      /* line in the source where it was given (the legacy line if migrated) */
   int used;      /* set by the view's get(): keys of a backend's own section never read are
                     refused after the backend's init() */
+};
+
+/* The value in force of one option the configured backend declares (struct cgrt_option). */
+struct cgrt_option_value {
+  char *text;  /* normalized text: as given, or the default; NULL: neither */
+  int64_t num; /* BOOL, INT, SIZE: the number; ENUM: the index of the spelling */
+  int line;    /* where it was given; 0: the default */
 };
 
 /*
@@ -38,10 +46,17 @@ struct cgrt_config {
   int *cp_sizes;
   struct cgrt_config_entry *entries; /* every key given, in source order */
   size_t num_entries;
+  /* The configured backend's own options, when its table declares them (config_options.c): its
+     library stays open while the configuration lives, so the table can be read. */
+  struct cgrt_backend_lib options_lib;
+  const struct cgrt_option *options; /* NULL: the backend declares none (its section is open) */
+  struct cgrt_option_value *option_values; /* one per option */
+  size_t num_options;
 };
 
-/* Fills cfg with every default (impl = none). cfg must be zeroed or freed before. */
-void cgrt__config_defaults(struct cgrt_config *cfg);
+/* Fills cfg with every default (impl = none): each key's row in config_keys.def. cfg must be
+   zeroed or freed before; free it after. 0, or CGRT_E_NOMEM (cfg then holds some defaults). */
+int cgrt__config_defaults(struct cgrt_config *cfg);
 
 /*
  * Parses INI text named `source` (for messages) into cfg: unknown sections and keys, duplicate

@@ -8,6 +8,7 @@
 #define CGRT_CONFIG_IMPL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "config.h"
 
@@ -27,47 +28,10 @@ enum cfg_type {
   CFG_VERIFY,   /* off | first | every:N, into view.verify and view.verify_every */
 };
 
-/* The known keys, in DESIGN.md order (the order cgrt__config_print writes them). */
+/* The known keys, one row each in config_keys.def, in DESIGN.md order (the print order). */
 enum cfg_key_id {
-  K_IMPL,
-  K_MODULES,
-  K_WARMUP_STEPS,
-  K_INFERENCE_SCOPE,
-  K_CAPTURE_MODE,
-  K_REBIND,
-  K_MAX_GRAPHS,
-  K_MEMORY_BUDGET,
-  K_BACKEND_PATH,
-  K_VERIFY,
-  K_VERIFY_TOLERANCE,
-  K_VERIFY_ACTION,
-  K_BUCKETS,
-  K_MAX_TOKENS,
-  K_NUM_GRAPHS,
-  K_TP_SIZE,
-  K_LIST,
-  K_CAPTURE,
-  K_ADAPT_INTERVAL,
-  K_ADAPT_HALFLIFE,
-  K_ADAPT_MIN_GAIN,
-  K_CP_SIZES,
-  K_MAX_PACKED_TOKENS,
-  K_MAX_SEQUENCES,
-  K_GRAPH_SLOTS,
-  K_OVER_CAPACITY,
-  K_CP_SCOPE,
-  K_DEVICE,
-  K_DRIVER,
-  K_BIND_CPU,
-  K_LOG,
-  K_DIAGNOSE,
-  K_NAN_CHECK,
-  K_RECOMPUTE,
-  K_MOE_EXPERTS,
-  K_MOE_DISPATCHER,
-  K_MOE_CAPACITY,
-  K_MOE_ROUTER_PADDING_FP8,
-  K_GRAPH_SAFE_RNG,
+#define KEY(id, ...) id,
+#include "config_keys.def"
   K_COUNT
 };
 
@@ -78,6 +42,9 @@ struct cfg_key {
   size_t offset;            /* of the typed field in struct cgrt_config_view (not CFG_IMPL/PATH) */
   const char *const *names; /* CFG_ENUM: spelling of each value; CFG_BOOL: {false, true} */
   size_t num_names;
+  const char *def; /* the default, as written in a file */
+  int64_t min;     /* CFG_INT, CFG_INT64: the smallest value allowed */
+  const char *why; /* what the value is, for range messages */
 };
 
 /* Indexed by enum cfg_key_id. */
@@ -204,5 +171,32 @@ const char *cgrt__cfg_find_comment(const char *s, const char *chars);
 void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr);
 /* After every pair: keeps the sections the core does not know only if the backend owns them. */
 void cgrt__cfg_settle_sections(struct cfg_parse *st);
+
+/*
+ * Last (config_options.c): loads the configured backend's table (no init) and, if it declares
+ * options, reads and checks every key of its section against them, as the core's own keys are
+ * read: unknown keys with the nearest declared spelling, values by type, ranges; defaults
+ * filled. A backend that cannot be loaded now is left to the runtime's loader to report.
+ */
+void cgrt__cfg_bind_options(struct cfg_parse *st);
+
+/* Index of the configured backend's declared option `key` of `section`, or -1. */
+int cgrt__cfg_option_find(const struct cgrt_config *cfg, const char *section, const char *key);
+
+/* The view's get_int() (config_options.c). */
+int cgrt__cfg_view_get_int(const struct cgrt_config_view *view, const char *section,
+                           const char *key, int64_t *out);
+
+/* The configuration a view is embedded in. */
+struct cgrt_config *cgrt__cfg_of_view(const struct cgrt_config_view *view);
+
+/* Readers shared with config_options.c (config_values.c). A whole number in [0, max]; a size
+   ("512 MiB", "off"); a size as its normalized text. 0, or -1 with the reason in why. */
+int cgrt__cfg_parse_count(const char *text, int64_t max, int64_t *out, char *why, size_t whylen);
+int cgrt__cfg_parse_size(const char *text, uint64_t *out, char *why, size_t whylen);
+void cgrt__cfg_size_text(uint64_t v, char *buf, size_t len);
+
+/* Writes `key = value`, long values continued on indented lines (config_rules.c). */
+void cgrt__cfg_print_pair(FILE *out, const char *key, const char *value);
 
 #endif

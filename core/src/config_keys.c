@@ -1,6 +1,6 @@
 /*
- * config_keys.c - every key of the configuration: its section, its type, the spelling of its
- * values; the names of enum values; suggestions by edit distance; a backend's own section.
+ * config_keys.c - the table of every key (built from config_keys.def, one row a key), the names
+ * of enum values; suggestions by edit distance; a backend's own section.
  */
 #include <ctype.h>
 #include <stdint.h>
@@ -48,58 +48,13 @@ static const char *const true_false[] = {"false", "true"};
 
 #define NAMES(a) a, sizeof(a) / sizeof(a[0])
 #define FIELD(f) offsetof(struct cgrt_config_view, f)
+#define NOFIELD  0
+#define NONAMES  NULL, 0
 
 const struct cfg_key cgrt__cfg_keys[K_COUNT] = {
-    [K_IMPL] = {"cuda_graph", "impl", CFG_IMPL, 0, NULL, 0},
-    [K_MODULES] = {"cuda_graph", "modules", CFG_MODULES, FIELD(modules), NULL, 0},
-    [K_WARMUP_STEPS] = {"cuda_graph", "warmup_steps", CFG_INT, FIELD(warmup_steps), NULL, 0},
-    [K_INFERENCE_SCOPE] = {"cuda_graph", "inference_scope", CFG_ENUM, FIELD(inference_scope),
-                           NAMES(scope_names)},
-    [K_CAPTURE_MODE] = {"cuda_graph", "capture_mode", CFG_ENUM, FIELD(capture_mode),
-                        NAMES(capture_mode_names)},
-    [K_REBIND] = {"cuda_graph", "rebind", CFG_ENUM, FIELD(rebind), NAMES(rebind_names)},
-    [K_MAX_GRAPHS] = {"cuda_graph", "max_graphs", CFG_INT, FIELD(max_graphs), NULL, 0},
-    [K_MEMORY_BUDGET] = {"cuda_graph", "memory_budget", CFG_SIZE, FIELD(memory_budget), NULL, 0},
-    [K_BACKEND_PATH] = {"cuda_graph", "backend_path", CFG_PATH, 0, NULL, 0},
-    [K_VERIFY] = {"cuda_graph", "verify", CFG_VERIFY, FIELD(verify), NULL, 0},
-    [K_VERIFY_TOLERANCE] = {"cuda_graph", "verify_tolerance", CFG_INT, FIELD(verify_tolerance),
-                            NULL, 0},
-    [K_VERIFY_ACTION] = {"cuda_graph", "verify_action", CFG_ENUM, FIELD(verify_action),
-                         NAMES(verify_action_names)},
-    [K_BUCKETS] = {"inference", "buckets", CFG_ENUM, FIELD(buckets), NAMES(bucket_names)},
-    [K_MAX_TOKENS] = {"inference", "max_tokens", CFG_INT64, FIELD(max_tokens), NULL, 0},
-    [K_NUM_GRAPHS] = {"inference", "num_graphs", CFG_INT, FIELD(num_graphs), NULL, 0},
-    [K_TP_SIZE] = {"inference", "tp_size", CFG_INT, FIELD(tp_size), NULL, 0},
-    [K_LIST] = {"inference", "list", CFG_SIZES64, 0, NULL, 0},
-    [K_CAPTURE] = {"inference", "capture", CFG_ENUM, FIELD(capture), NAMES(capture_names)},
-    [K_ADAPT_INTERVAL] = {"inference", "adapt_interval", CFG_INT, FIELD(adapt_interval), NULL, 0},
-    [K_ADAPT_HALFLIFE] = {"inference", "adapt_halflife", CFG_INT, FIELD(adapt_halflife), NULL, 0},
-    [K_ADAPT_MIN_GAIN] = {"inference", "adapt_min_gain", CFG_PERCENT, FIELD(adapt_min_gain), NULL,
-                          0},
-    [K_CP_SIZES] = {"dynamic_cp", "cp_sizes", CFG_CP_SIZES, 0, NULL, 0},
-    [K_MAX_PACKED_TOKENS] = {"dynamic_cp", "max_packed_tokens", CFG_INT64, FIELD(max_packed_tokens),
-                             NULL, 0},
-    [K_MAX_SEQUENCES] = {"dynamic_cp", "max_sequences", CFG_INT, FIELD(max_sequences), NULL, 0},
-    [K_GRAPH_SLOTS] = {"dynamic_cp", "graph_slots", CFG_INT, FIELD(graph_slots), NULL, 0},
-    [K_OVER_CAPACITY] = {"dynamic_cp", "over_capacity", CFG_ENUM, FIELD(over_capacity),
-                         NAMES(over_capacity_names)},
-    [K_CP_SCOPE] = {"dynamic_cp", "graph_scope", CFG_ENUM, FIELD(cp_scope), NAMES(cp_scope_names)},
-    [K_DEVICE] = {"runtime", "device", CFG_INT, FIELD(device), NULL, 0},
-    [K_DRIVER] = {"runtime", "driver", CFG_ENUM, FIELD(driver), NAMES(driver_names)},
-    [K_BIND_CPU] = {"runtime", "bind_cpu", CFG_ENUM, FIELD(bind_cpu), NAMES(bind_cpu_names)},
-    [K_LOG] = {"runtime", "log", CFG_ENUM, FIELD(log_level), NAMES(log_names)},
-    [K_DIAGNOSE] = {"runtime", "diagnose", CFG_ENUM, FIELD(diagnose), NAMES(diagnose_names)},
-    [K_NAN_CHECK] = {"host", "nan_check", CFG_BOOL, FIELD(nan_check), NAMES(on_off)},
-    [K_RECOMPUTE] = {"host", "recompute", CFG_ENUM, FIELD(recompute), NAMES(recompute_names)},
-    [K_MOE_EXPERTS] = {"host", "moe_experts", CFG_INT, FIELD(moe_experts), NULL, 0},
-    [K_MOE_DISPATCHER] = {"host", "moe_dispatcher", CFG_ENUM, FIELD(moe_dispatcher),
-                          NAMES(dispatcher_names)},
-    [K_MOE_CAPACITY] = {"host", "moe_capacity", CFG_ENUM, FIELD(moe_capacity),
-                        NAMES(capacity_names)},
-    [K_MOE_ROUTER_PADDING_FP8] = {"host", "moe_router_padding_fp8", CFG_BOOL,
-                                  FIELD(moe_router_padding_fp8), NAMES(true_false)},
-    [K_GRAPH_SAFE_RNG] = {"host", "graph_safe_rng", CFG_BOOL, FIELD(graph_safe_rng),
-                          NAMES(true_false)},
+#define KEY(id, section, name, type, field, names, def, min, why)                                  \
+  [id] = {section, name, type, field, names, def, min, why},
+#include "config_keys.def"
 };
 
 const char *const cgrt__cfg_sections[CFG_NUM_SECTIONS] = {"cuda_graph", "inference", "dynamic_cp",

@@ -44,14 +44,27 @@ static void rule(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *err
   (*errors)++;
 }
 
-/* One check of a count that must be at least 1. */
-static void at_least_one(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors, int id,
-                         int64_t value, const char *why) {
-  if (value >= 1)
+/* One check of a count that must be at least `min`. */
+static void at_least(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors, int id,
+                     int64_t value, int64_t min) {
+  if (value >= min)
     return;
   const struct cfg_key *k = &cgrt__cfg_keys[id];
-  rule(cfg, diag, errors, id, -1, "[%s] %s = %lld: must be at least 1 (%s)", k->section, k->name,
-       (long long)value, why);
+  rule(cfg, diag, errors, id, -1, "[%s] %s = %lld: must be at least %lld (%s)", k->section, k->name,
+       (long long)value, (long long)min, k->why);
+}
+
+/* The range of key `id` as its row gives it (whole numbers only). */
+static void below_minimum(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors,
+                          int id) {
+  const struct cfg_key *k = &cgrt__cfg_keys[id];
+  const char *field = (const char *)&cfg->view + k->offset;
+  if (k->min == 0)
+    return;
+  if (k->type == CFG_INT)
+    at_least(cfg, diag, errors, id, *(const int *)field, k->min);
+  else if (k->type == CFG_INT64)
+    at_least(cfg, diag, errors, id, *(const int64_t *)field, k->min);
 }
 
 /*
@@ -193,14 +206,8 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   }
 
   /* -- counts -- */
-  at_least_one(cfg, diag, &errors, K_WARMUP_STEPS, v->warmup_steps,
-               "a capture must never be the first run of the work");
-  at_least_one(cfg, diag, &errors, K_MAX_GRAPHS, v->max_graphs,
-               "the number of executable graphs kept alive");
-  at_least_one(cfg, diag, &errors, K_NUM_GRAPHS, v->num_graphs,
-               "the number of token buckets; the largest is always built");
-  at_least_one(cfg, diag, &errors, K_TP_SIZE, v->tp_size,
-               "the tensor-parallel size; 1 without tensor parallelism");
+  for (int id = 0; id < K_COUNT; id++)
+    below_minimum(cfg, diag, &errors, id);
   if (v->tp_size >= 1 && v->max_tokens < v->tp_size) {
     describe(cfg, K_MAX_TOKENS, d2, sizeof(d2));
     describe(cfg, K_TP_SIZE, d3, sizeof(d3));
@@ -209,15 +216,8 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
          "tensor-parallel rank; raise max_tokens or lower tp_size",
          d2, d3);
   } else if (v->tp_size < 1) {
-    at_least_one(cfg, diag, &errors, K_MAX_TOKENS, v->max_tokens, "the largest token bucket");
+    at_least(cfg, diag, &errors, K_MAX_TOKENS, v->max_tokens, 1);
   }
-  at_least_one(cfg, diag, &errors, K_GRAPH_SLOTS, v->graph_slots,
-               "THD metadata slots per bank; 2 lets a step fill one while the last replay reads "
-               "the other");
-  at_least_one(cfg, diag, &errors, K_MAX_SEQUENCES, v->max_sequences,
-               "the capacity of a THD slot in packed sequences");
-  at_least_one(cfg, diag, &errors, K_MAX_PACKED_TOKENS, v->max_packed_tokens,
-               "the capacity of a THD slot in tokens");
   if (v->buckets == CGRT_BUCKETS_LIST && v->bucket_list_len == 0)
     rule(cfg, diag, &errors, K_BUCKETS, K_LIST,
          "[inference] buckets = list needs the bucket sizes in [inference] list (e.g. list = 1 2 4 "
@@ -231,10 +231,6 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
          "[inference] %s only works with impl = local, whose graphs are per token bucket; impl = "
          "%s does not graph per bucket; use buckets = exponential, linear or list, or impl = local",
          d2, impl);
-  at_least_one(cfg, diag, &errors, K_ADAPT_INTERVAL, v->adapt_interval,
-               "steps between two plans of the bucket set");
-  at_least_one(cfg, diag, &errors, K_ADAPT_HALFLIFE, v->adapt_halflife,
-               "steps after which a step's weight in the traffic histogram has halved");
   if (adaptive && v->tp_size >= 1 && v->max_tokens >= v->tp_size &&
       ((uint64_t)v->max_tokens + (uint64_t)v->tp_size - 1) / (uint64_t)v->tp_size >
           CGRT_ADAPT_MAX_SLOTS) {
@@ -257,7 +253,7 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
 int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   const char *own = cfg->backend_section;
   int errors = 0;
-  if (!own)
+  if (!own || cfg->options) /* declared options: every key was checked when read */
     return 0;
   for (size_t i = 0; i < cfg->num_entries; i++) {
     const struct cgrt_config_entry *e = &cfg->entries[i];
@@ -273,7 +269,7 @@ int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_d
 
 /* Writes `key = value`, continuing a long value on indented lines so no line is too long to
    read back. A continuation line never starts with a comment character. */
-static void print_pair(FILE *out, const char *key, const char *value) {
+void cgrt__cfg_print_pair(FILE *out, const char *key, const char *value) {
   enum { WIDTH = 120 };
   int w = fprintf(out, "%s =", key);
   size_t col = w > 0 ? (size_t)w : 0;
@@ -312,11 +308,17 @@ int cgrt__config_print(const struct cgrt_config *cfg, FILE *out) {
       rc = CGRT_E_NOMEM;
       continue;
     }
-    print_pair(out, k->name, v);
+    cgrt__cfg_print_pair(out, k->name, v);
     free(v);
   }
   const char *own = cfg->backend_section;
-  if (own && !cgrt__cfg_section_known(own)) {
+  if (own && cfg->options) {
+    /* every option the backend declares, with its value or default */
+    fprintf(out, "\n[%s]\n", own);
+    for (size_t i = 0; i < cfg->num_options; i++)
+      if (cfg->option_values[i].text)
+        cgrt__cfg_print_pair(out, cfg->options[i].name, cfg->option_values[i].text);
+  } else if (own && !cgrt__cfg_section_known(own)) {
     int header = 0;
     for (size_t i = 0; i < cfg->num_entries; i++) {
       const struct cgrt_config_entry *e = &cfg->entries[i];
@@ -324,7 +326,7 @@ int cgrt__config_print(const struct cgrt_config *cfg, FILE *out) {
         continue;
       if (!header++)
         fprintf(out, "\n[%s]\n", own);
-      print_pair(out, e->key, e->value);
+      cgrt__cfg_print_pair(out, e->key, e->value);
     }
   }
   if (ferror(out))

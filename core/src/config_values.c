@@ -83,7 +83,7 @@ static int next_token(const char **p, char *tok, size_t len) {
 }
 
 /* A whole number in [0, max]: 0, or -1 with the reason in why. */
-static int parse_count(const char *text, int64_t max, int64_t *out, char *why, size_t whylen) {
+int cgrt__cfg_parse_count(const char *text, int64_t max, int64_t *out, char *why, size_t whylen) {
   const char *s = text;
   if (*s == '+')
     s++;
@@ -118,7 +118,7 @@ static const struct {
  * "512 MiB", "2GiB", "64 kib", "off": a size in bytes (off: 0). The unit is required: a bare
  * number would be a guess between bytes and megabytes. At least 1 KiB, at most 2^63 bytes.
  */
-static int parse_size(const char *text, uint64_t *out, char *why, size_t whylen) {
+int cgrt__cfg_parse_size(const char *text, uint64_t *out, char *why, size_t whylen) {
   static const char *expect = "expected off, or a whole number followed by KiB, MiB or GiB "
                               "(e.g. 512 MiB or 40 GiB)";
   if (strcasecmp(text, "off") == 0) {
@@ -168,7 +168,7 @@ static int parse_size(const char *text, uint64_t *out, char *why, size_t whylen)
 }
 
 /* The normalized text of a size: off, or the largest unit that divides it exactly. */
-static void size_text(uint64_t v, char *buf, size_t len) {
+void cgrt__cfg_size_text(uint64_t v, char *buf, size_t len) {
   if (v == 0) {
     snprintf(buf, len, "off");
     return;
@@ -357,7 +357,7 @@ static int set_sizes64(struct cgrt_config *cfg, const char *text, char **norm, c
   char tok[256];
   while (next_token(&p, tok, sizeof(tok))) {
     int64_t x;
-    if (parse_count(tok, INT64_MAX, &x, why, whylen) != 0 || x < 1) {
+    if (cgrt__cfg_parse_count(tok, INT64_MAX, &x, why, whylen) != 0 || x < 1) {
       say(why, whylen, "'%s' is not a token count: expected whole numbers from 1 to %" PRId64, tok,
           (int64_t)INT64_MAX);
       free(v);
@@ -410,7 +410,7 @@ static int set_cp_sizes(struct cgrt_config *cfg, const char *text, char **norm, 
   char tok[256];
   while (next_token(&p, tok, sizeof(tok))) {
     int64_t x;
-    if (parse_count(tok, INT_MAX, &x, why, whylen) != 0 || x < 1) {
+    if (cgrt__cfg_parse_count(tok, INT_MAX, &x, why, whylen) != 0 || x < 1) {
       say(why, whylen,
           "'%s' is not a context-parallel size: expected whole numbers from 1 to %d, e.g. 1 2 4",
           tok, INT_MAX);
@@ -463,7 +463,7 @@ static int set_verify(struct cgrt_config *cfg, const char *text, char **norm, ch
     v = CGRT_VERIFY_FIRST;
   else if (strncasecmp(text, "every:", 6) == 0) {
     char sub[128];
-    if (parse_count(text + 6, INT_MAX, &n, sub, sizeof(sub)) != 0 || n < 1) {
+    if (cgrt__cfg_parse_count(text + 6, INT_MAX, &n, sub, sizeof(sub)) != 0 || n < 1) {
       say(why, whylen, "'%s': N of every:N must be a whole number from 1 to %d", text, INT_MAX);
       return CGRT_E_CONFIG;
     }
@@ -517,7 +517,7 @@ int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char 
   case CFG_INT:
   case CFG_INT64: {
     int64_t v;
-    if (parse_count(text, k->type == CFG_INT ? INT_MAX : INT64_MAX, &v, why, whylen) != 0)
+    if (cgrt__cfg_parse_count(text, k->type == CFG_INT ? INT_MAX : INT64_MAX, &v, why, whylen) != 0)
       return CGRT_E_CONFIG;
     snprintf(buf, sizeof(buf), "%" PRId64, v);
     if (!(*norm = strdup(buf)))
@@ -542,9 +542,9 @@ int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char 
   }
   case CFG_SIZE: {
     uint64_t v;
-    if (parse_size(text, &v, why, whylen) != 0)
+    if (cgrt__cfg_parse_size(text, &v, why, whylen) != 0)
       return CGRT_E_CONFIG;
-    size_text(v, buf, sizeof(buf));
+    cgrt__cfg_size_text(v, buf, sizeof(buf));
     if (!(*norm = strdup(buf)))
       return CGRT_E_NOMEM;
     *(uint64_t *)field = v;
@@ -618,7 +618,7 @@ char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id) {
     sb_add(&out, num);
     break;
   case CFG_SIZE:
-    size_text(*(const uint64_t *)field, num, sizeof(num));
+    cgrt__cfg_size_text(*(const uint64_t *)field, num, sizeof(num));
     sb_add(&out, num);
     break;
   case CFG_ENUM:

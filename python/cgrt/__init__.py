@@ -46,7 +46,7 @@ __all__ = [
     "version",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"
 
 
 class Status(enum.IntEnum):
@@ -135,7 +135,7 @@ def library_path() -> str:
 
 
 def version() -> str:
-    """libcgrt's version string, e.g. "0.1.0"."""
+    """libcgrt's version string, e.g. "0.4.0"."""
     return _lib_handle().cgrt_version().decode()
 
 

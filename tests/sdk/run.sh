@@ -60,6 +60,35 @@ run_fails() {
 }
 run_fails "$host" trace "$driver" "$work/trace" W '[trace]\ninner = nosuch'
 grep -q "inner = nosuch: backend 'nosuch' not found" "$work/out.txt"
+# A third-party backend declaring two options ([knobs] depth 1..64, order forward|reverse), built
+# out of tree: `cgrt check` reads, checks and prints them as it does the core's own keys.
+cmake -S "$src/tests/sdk/options" -B "$work/options" $gen -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/options" >/dev/null
+knobs=$work/options/libcgrt-backend-knobs.so
+cgrt=$prefix/bin/cgrt
+knobs_ini() {
+  printf '[cuda_graph]\nimpl = %s\n[knobs]\n%s\n[runtime]\ndriver = host\nlog = warn\n' \
+    "$knobs" "$2" >"$work/$1.ini"
+}
+knobs_ini knobs 'order = Reverse'
+run "$cgrt" check "$work/knobs.ini"
+grep -q "knobs.ini: valid" "$work/out.txt"
+# printed in the declared order, the given value normalized, the other's default
+tr '\n' '|' <"$work/out.txt" | grep -q "|\[knobs\]|depth = 4|order = reverse|"
+knobs_ini typo 'dpeth = 8'
+run_fails "$cgrt" check "$work/typo.ini"
+grep -q "typo.ini:4: unknown key 'dpeth' in \[knobs\]; did you mean 'depth'?" "$work/out.txt"
+knobs_ini range 'depth = 65'
+run_fails "$cgrt" check "$work/range.ini"
+grep -q "range.ini:4: \[knobs\] depth = '65': must be from 1 to 64 (graphs kept per layer)" \
+  "$work/out.txt"
+knobs_ini badenum 'order = backwards'
+run_fails "$cgrt" check "$work/badenum.ini"
+grep -q "badenum.ini:4: \[knobs\] order = 'backwards': expected one of forward, reverse" \
+  "$work/out.txt"
+# init() reads the values back (get_int), the default where none was given.
+run "$host" "$knobs" "$driver" /nonexistent EEE '[knobs]\ndepth = 8'
+grep -q "knobs: depth 8, order forward (forward)" "$work/out.txt"
 # The Python package installed beside the library finds that library (when python3 is there).
 if command -v python3 >/dev/null 2>&1; then
   got=$(env -u CGRT_LIBRARY PYTHONPATH="$(dirname "$(find "$prefix" -path '*/python/cgrt/_install.py')")/.." \

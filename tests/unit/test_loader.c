@@ -245,6 +245,29 @@ static void newer_v1_table_loads_and_runs(void **state) {
   assert_int_equal(cgrt_close(rt), 0);
 }
 
+/* A backend built against the frozen oldest v1 header (tests/fixtures/abi/backend_v1_0.h) loads,
+   reads warmup_steps where that header put it, and captures and replays through its host API. */
+static void oldest_v1_header_fixture_loads_and_replays(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "v1_0", fixtures(), "[cuda_graph]\nwarmup_steps = 2\n"), 0);
+  assert_string_equal(cgrt_backend_name(rt), "v1_0");
+  cgrt_module *m = NULL;
+  cgrt_module_desc d = {.struct_size = sizeof(d), .name = "m", .forward = count_module};
+  assert_int_equal(cgrt_module_register(rt, &d, &m), 0);
+  for (int i = 0; i < 6; i++) {
+    cgrt_step_desc sd = {
+        .struct_size = sizeof(sd), .phase = CGRT_PHASE_TRAIN, .body = count_body, .user = m};
+    assert_int_equal(cgrt_step(rt, &sd, NULL), 0);
+  }
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(rt, &st), 0);
+  assert_int_equal(st.steps_by_mode[CGRT_MODE_WARMUP], 2);
+  assert_int_equal(st.steps_by_mode[CGRT_MODE_CAPTURE], 1);
+  assert_int_equal(st.steps_by_mode[CGRT_MODE_REPLAY], 3);
+  assert_int_equal(cgrt_close(rt), 0);
+}
+
 /* Copies the sectioned fixture into a fresh directory; returns the .so path. */
 static void copy_fixture(char *dir, size_t dlen, char *so, size_t slen) {
   snprintf(dir, dlen, "/tmp/cgrt-trust-XXXXXX");
@@ -485,6 +508,7 @@ int main(void) {
       cmocka_unit_test_setup(ini_string_resolves_from_the_working_directory, setup),
       cmocka_unit_test_setup(older_v1_table_loads_and_runs, setup),
       cmocka_unit_test_setup(newer_v1_table_loads_and_runs, setup),
+      cmocka_unit_test_setup(oldest_v1_header_fixture_loads_and_replays, setup),
       cmocka_unit_test_setup(world_writable_backend_refused, setup),
       cmocka_unit_test_setup(foreign_owned_backend_refused, setup),
   };

@@ -20,6 +20,12 @@
  * - struct cgrt_host_api likewise only grows; a backend checks host->struct_size (or
  *   CGRT_HOST_HAS()) before using a field newer than the ones it was built with.
  * - Unknown caps bits are ignored.
+ * - Versions: the first v1 header is minor 0 (tests/fixtures/abi/backend_v1_0.h keeps it, frozen,
+ *   and a fixture built against it must keep loading). Whatever was appended since (fields of
+ *   the three tables, enum values, caps bits) is labelled `since minor N`: present in a core whose
+ *   CGRT_HOST_API_MINOR (host->minor) is N or more. No label names a minor above this header's.
+ *   A backend built against this header may still meet an older core: test a field with
+ *   CGRT_HOST_HAS(), CGRT_VIEW_HAS() or, in the core, CGRT_BACKEND_HAS(); never by hand.
  * - A change that cannot be made by appending is a new major: a new struct cgrt_backend_v2 and a
  *   new symbol `cgrt_backend_v2`; a backend may export both.
  *
@@ -42,7 +48,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    2
+#define CGRT_HOST_API_MINOR    4
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -51,7 +57,8 @@ extern "C" {
 #define CGRT_CAP_GRAPHS     (1u << 3) /* builds graphs (otherwise: eager only) */
 #define CGRT_CAP_MULTI_GPU  (1u << 4) /* designed for several ranks */
 #define CGRT_CAP_NEEDS_COMM (1u << 5) /* needs the host's world communicator */
-/* follows the token buckets when [inference] buckets = adaptive changes them (buckets_observe) */
+/* since minor 1: follows the token buckets when [inference] buckets = adaptive changes them
+   (buckets_observe) */
 #define CGRT_CAP_ADAPTIVE_BUCKETS (1u << 6)
 
 /* Values of the enumerated options, shared by the core's parser and backends. */
@@ -70,7 +77,7 @@ typedef enum cgrt_rebind {
   CGRT_REBIND_COPY = 1,
   CGRT_REBIND_RECAPTURE = 2,
   CGRT_REBIND_ERROR = 3,
-  /* appended after 0.3: update while a key's buffers move now and then; a key whose buffers move
+  /* since minor 3: update while a key's buffers move now and then; a key whose buffers move
      on most calls works on private copies (see cache_run), or runs eagerly if copies cannot serve
    */
   CGRT_REBIND_AUTO = 4
@@ -79,31 +86,32 @@ typedef enum cgrt_bucket_dist {
   CGRT_BUCKETS_EXPONENTIAL = 0,
   CGRT_BUCKETS_LINEAR = 1,
   CGRT_BUCKETS_LIST = 2,
-  CGRT_BUCKETS_ADAPTIVE = 3 /* start exponential, then follow the traffic (buckets_observe) */
+  CGRT_BUCKETS_ADAPTIVE = 3 /* since minor 1: start exponential, then follow the traffic */
 } cgrt_bucket_dist;
 typedef enum cgrt_capture_time { CGRT_CAPTURE_LAZY = 0, CGRT_CAPTURE_EAGER = 1 } cgrt_capture_time;
 typedef enum cgrt_over_capacity {
   CGRT_OVER_CAPACITY_ERROR = 0,
   CGRT_OVER_CAPACITY_EAGER = 1
 } cgrt_over_capacity;
-/* [dynamic_cp] graph_scope: what one graph of a bank holds. */
+/* since minor 3: [dynamic_cp] graph_scope, what one graph of a bank holds. */
 typedef enum cgrt_cp_scope {
   CGRT_CP_SCOPE_MODULES = 0, /* one call of a module of a kind in `modules` (Megatron-Bridge) */
   CGRT_CP_SCOPE_STEP = 1     /* the whole step body, per cp size and THD slot */
 } cgrt_cp_scope;
 typedef enum cgrt_driver_kind { CGRT_DRIVER_CUDA = 0, CGRT_DRIVER_HOST = 1 } cgrt_driver_kind;
-/* [cuda_graph] verify: which replays also run eagerly on private copies, to compare. */
+/* since minor 3: [cuda_graph] verify, which replays also run eagerly on private copies. */
 typedef enum cgrt_verify {
   CGRT_VERIFY_OFF = 0,
   CGRT_VERIFY_FIRST = 1, /* the first replay of each executable */
   CGRT_VERIFY_EVERY = 2  /* its 1st, N+1st, 2N+1st... replays (verify_every = N) */
 } cgrt_verify;
+/* since minor 3: [cuda_graph] verify_action. */
 typedef enum cgrt_verify_action {
   CGRT_VERIFY_WARN = 0,  /* log and count; keep replaying */
   CGRT_VERIFY_EAGER = 1, /* the eager outputs are kept; the key runs eagerly from then on */
   CGRT_VERIFY_ERROR = 2  /* as eager, and the call fails with CGRT_E_VERIFY */
 } cgrt_verify_action;
-/* [runtime] diagnose: when the calls made while capturing are recorded. */
+/* since minor 3: [runtime] diagnose, when the calls made while capturing are recorded. */
 typedef enum cgrt_diagnose {
   CGRT_DIAGNOSE_FAILURES = 0, /* a failed capture is captured once more, recorded, reported */
   CGRT_DIAGNOSE_ON = 1,       /* every capture is recorded; suspicious calls reported too */
@@ -123,6 +131,34 @@ typedef enum cgrt_moe_capacity {
   CGRT_MOE_CAPACITY_DROP = 1,
   CGRT_MOE_CAPACITY_DROP_AND_PAD = 2
 } cgrt_moe_capacity;
+
+/* since minor 4: how the core reads the value of a backend's option (struct cgrt_option). */
+typedef enum cgrt_option_type {
+  CGRT_OPTION_BOOL = 0,   /* true/false, on/off, yes/no, 1/0, written true or false */
+  CGRT_OPTION_INT = 1,    /* a whole number in [min, max] */
+  CGRT_OPTION_SIZE = 2,   /* off (0) or a whole number of KiB, MiB or GiB; bytes in [min, max] */
+  CGRT_OPTION_ENUM = 3,   /* one of `values` (case-insensitive), written as spelled there */
+  CGRT_OPTION_LIST = 4,   /* whole numbers, space or comma separated, each in [min, max] */
+  CGRT_OPTION_STRING = 5, /* any text, as written */
+  CGRT_OPTION_PATH = 6    /* a non-empty file or directory name, as written */
+} cgrt_option_type;
+
+/*
+ * since minor 4: one option of a backend, a key of its own section [NAME] (NAME its table's
+ * name), declared in its table (cgrt_backend_v1.options). The core reads and checks it as it
+ * does its own keys, before init(): the type, the range, a key the backend does not declare
+ * (refused with the nearest declared spelling), the default; `cgrt check` prints each option with
+ * its value or default. The backend reads the value with cfg->get() (text, the default when not
+ * given) or cfg->get_int() (the number). Static data: it must outlive the loaded library's use.
+ */
+struct cgrt_option {
+  const char *name;      /* the key, e.g. "depth" */
+  cgrt_option_type type; /* how the value is read */
+  const char *def;       /* the default, as written in a file; NULL: none (get() gives NULL) */
+  int64_t min, max;      /* INT, SIZE, LIST: the range; max 0: no upper bound */
+  const char *values;    /* ENUM: the spellings allowed, space-separated ("modules step") */
+  const char *meaning;   /* one line: what the value is (messages say it) */
+};
 
 /* The bit of a kind in cgrt_config_view.modules. */
 #define CGRT_KIND_BIT(kind) (1u << (unsigned)(kind))
@@ -175,21 +211,31 @@ struct cgrt_config_view {
    * never reads during init() is refused as unknown after init().
    */
   const char *(*get)(const struct cgrt_config_view *view, const char *section, const char *key);
-  /* -- appended in host API minor 1: [inference] buckets = adaptive -- */
+  /* -- since minor 1: [inference] buckets = adaptive -- */
   int adapt_interval;    /* steps between two plans of the bucket set; >= 1 */
   int adapt_halflife;    /* steps after which a step's weight in the histogram has halved */
   double adapt_min_gain; /* fraction of the padded tokens a new set must save to be adopted */
-  /* -- appended in host API minor 2 -- */
+  /* -- since minor 2: [cuda_graph] memory_budget -- */
   uint64_t memory_budget; /* [cuda_graph] memory_budget in bytes; 0: no budget. The graph cache
                              keeps its live graphs' memory under it (LRU eviction, else eager) */
-  /* -- appended after minor 2 (check struct_size): verify and diagnose, the core's mechanism -- */
+  /* -- since minor 3: verify and diagnose, the core's mechanism -- */
   cgrt_verify verify;
   int verify_every;     /* N of `verify = every:N` (>= 1); 0 otherwise */
   int verify_tolerance; /* ulps a typed float output may differ by; 0: bitwise */
   cgrt_verify_action verify_action;
   cgrt_diagnose diagnose; /* [runtime] diagnose, after CGRT_DIAGNOSE */
-  /* -- appended later (check struct_size): [dynamic_cp] graph_scope -- */
+  /* -- since minor 3: [dynamic_cp] graph_scope -- */
   cgrt_cp_scope cp_scope;
+  /* -- since minor 4: typed values -- */
+  /*
+   * The number a key holds: a core key or an option the configured backend declares (struct
+   * cgrt_option), its default when not given. BOOL: 1 or 0; INT: the number; SIZE: bytes; ENUM:
+   * the index of the value in its spellings. 0, or CGRT_E_INVAL if the key is none of those (a
+   * LIST, STRING or PATH: read it with get()). For a declared option, get() also gives the
+   * default when the key was not given.
+   */
+  int (*get_int)(const struct cgrt_config_view *view, const char *section, const char *key,
+                 int64_t *out);
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */
@@ -457,7 +503,7 @@ struct cgrt_host_api {
   /* Marks the slot as read by the work enqueued so far: it is reused only after that work. */
   int (*thd_release)(const struct cgrt_host_api *h, struct cgrt_thd_ring *ring, int slot);
 
-  /* -- appended in minor 1 (check with CGRT_HOST_HAS) -- */
+  /* -- since minor 1 -- */
   /*
    * Adaptive token buckets ([inference] buckets = adaptive; a backend that calls this declares
    * CGRT_CAP_ADAPTIVE_BUCKETS). Records an inference step of `tokens` real tokens in the core's
@@ -484,6 +530,14 @@ struct cgrt_host_api {
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */
 #define CGRT_HOST_HAS(h, f)                                                                        \
   ((h)->struct_size >= offsetof(struct cgrt_host_api, f) + sizeof((h)->f) && (h)->f != NULL)
+
+/*
+ * True if the configuration view `v` has field `f`: the core that made it is new enough (a field
+ * `since minor N` needs a core of minor N). Before reading a field newer than minor 0, as
+ * dynamic_cp reads graph_scope. For a function field, also test it against NULL.
+ */
+#define CGRT_VIEW_HAS(v, f)                                                                        \
+  ((v)->struct_size >= offsetof(struct cgrt_config_view, f) + sizeof((v)->f))
 
 /*
  * The backend table, ABI major 1. Export it as `const struct cgrt_backend_v1 cgrt_backend_v1`.
@@ -521,6 +575,16 @@ struct cgrt_backend_v1 {
   int (*stats)(void *state, cgrt_stats *out);
   /* Writes the backend's plan, one line per emit() call, for `cgrt check --dry-run`. */
   int (*describe)(void *state, void (*emit)(void *user, const char *line), void *user);
+
+  /* -- since minor 4: the backend's own options -- */
+  /*
+   * The keys of its section [name], num_options of them (struct cgrt_option). Declaring them
+   * closes the section: the core refuses any other key there when it reads the configuration,
+   * before init(). NULL: the section is open (a key init() never reads with get() is refused
+   * after init(), as before minor 4).
+   */
+  const struct cgrt_option *options;
+  size_t num_options;
 };
 
 /* The smallest struct_size the core accepts: the fixed fields and the mandatory functions. */

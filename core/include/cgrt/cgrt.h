@@ -18,6 +18,10 @@
  * - Strings passed in live only during the call; cgrt copies what it keeps. Strings returned live
  *   as long as the object they came from, unless said otherwise.
  * - One runtime is driven by one host thread at a time; separate runtimes are independent.
+ * - Versions: whatever was added after 0.1 (struct fields, enum values, functions) is labelled
+ *   `since 0.N`, the minor (CGRT_VERSION_MINOR) of the first release that has it; a label never
+ *   names a minor above this header's own. A struct's new fields are read only as far as the
+ *   caller's struct_size reaches.
  */
 #ifndef CGRT_CGRT_H
 #define CGRT_CGRT_H
@@ -36,9 +40,9 @@ extern "C" {
 #endif
 
 #define CGRT_VERSION_MAJOR  0
-#define CGRT_VERSION_MINOR  1
+#define CGRT_VERSION_MINOR  4
 #define CGRT_VERSION_PATCH  0
-#define CGRT_VERSION_STRING "0.1.0"
+#define CGRT_VERSION_STRING "0.4.0"
 
 /* Status codes. 0 is success; every error is negative. */
 typedef enum cgrt_status {
@@ -59,7 +63,7 @@ typedef enum cgrt_status {
   CGRT_E_STATE = -14,    /* the call is not allowed in the runtime's present state */
   CGRT_E_UNSUPPORTED = -15, /* the backend or driver does not offer this */
   CGRT_E_NOTREADY = -16,    /* asynchronous work has not finished yet (not a failure) */
-  /* -- appended -- */
+  /* -- since 0.4 -- */
   CGRT_E_VERIFY = -17 /* a replay's outputs differed from an eager run ([cuda_graph] verify) */
 } cgrt_status;
 
@@ -96,7 +100,7 @@ typedef enum cgrt_direction { CGRT_FORWARD = 0, CGRT_BACKWARD = 1 } cgrt_directi
 
 /*
  * How a module call uses a buffer: CGRT_IN, CGRT_OUT or CGRT_INOUT, optionally OR-ed with one
- * element type (appended with verify). The type only matters to `[cuda_graph] verify`: outputs of a
+ * element type (since 0.4). The type only matters to `[cuda_graph] verify`: outputs of a
  * float type compare within `verify_tolerance` ulps, everything else bitwise. A buffer without a
  * type (or of a type this version does not know) compares bitwise. In C++ write
  * CGRT_ACCESS_TYPED(CGRT_OUT, CGRT_F32) to get a cgrt_access.
@@ -202,7 +206,7 @@ typedef struct cgrt_module_desc {
   cgrt_module_fn backward; /* optional; NULL if the module has no backward */
   void *user;              /* passed to the callbacks; cgrt never touches it */
   /*
-   * -- appended after 0.3 (a desc whose struct_size ends before it reads as 0) --
+   * -- since 0.4 (a desc whose struct_size ends before it reads as 0) --
    * 1: the module's calls issue no collectives on ctx->comm, the step's context-parallel
    * communicator (a Megatron MLP under context parallelism, whose only collectives are on other
    * groups). cgrt then passes them ctx->comm NULL, and with NCCL's graph mixing off it runs them
@@ -212,7 +216,7 @@ typedef struct cgrt_module_desc {
    */
   int no_cp_comm;
   /*
-   * -- appended after 0.3 (reads as 0 in an older desc) --
+   * -- since 0.4 (reads as 0 in an older desc) --
    * 1: the host keeps the buffers this module reads in place itself (cgrt.torch copies moved
    * inputs into static tensors before the call, as torch's make_graphed_callables does), and the
    * module's callbacks address its own buffers rather than args->buffers. cgrt never hands it
@@ -254,7 +258,7 @@ typedef struct cgrt_step_desc {
   cgrt_step_fn body;
   void *user; /* passed to both callbacks as `user` and ctx->user */
   /*
-   * -- appended after 0.3 (reads as 0 in an older desc) --
+   * -- since 0.4 (reads as 0 in an older desc) --
    * 1: the body addresses its own buffers, not ctx->buffers (a PyTorch body reads its tensors):
    * a whole-body graph is never handed private copies of the step's buffers; moved buffers are
    * re-recorded, and under rebind = auto a body whose buffers move on most steps runs eagerly.
@@ -297,14 +301,14 @@ typedef struct cgrt_stats {
   uint64_t instantiate_ns;     /* host time spent instantiating and updating */
   uint64_t graph_mem_used;     /* bytes of graph memory in use (driver's figure) */
   uint64_t graph_mem_reserved; /* bytes of graph memory reserved (driver's figure) */
-  /* -- appended in 0.2: token buckets -- */
+  /* -- since 0.2: token buckets -- */
   uint64_t real_tokens;    /* real tokens of inference steps, summed; the padded share of the
                               work is padded_tokens / (padded_tokens + real_tokens) */
   uint64_t bucket_changes; /* bucket sets adopted by [inference] buckets = adaptive */
   uint32_t num_buckets;    /* token buckets in force now */
   int64_t buckets[CGRT_STATS_MAX_BUCKETS]; /* the smallest min(num_buckets, 64) of them,
                                               ascending */
-  /* -- appended in 0.3: graph memory (cgrt_graph_list() has the figures per graph) -- */
+  /* -- since 0.3: graph memory (cgrt_graph_list() has the figures per graph) -- */
   uint64_t graph_bytes;      /* device memory of the live graphs: graph_pool_bytes +
                                 graph_exec_bytes, the sum of their cgrt_graph_info.bytes */
   uint64_t graph_pool_bytes; /* graph memory pool charged to the live graphs */
@@ -317,16 +321,16 @@ typedef struct cgrt_stats {
   uint64_t budget_eager;     /* calls (or bodies) run eagerly because their graph did not fit */
   uint64_t budget_evictions; /* executables evicted to make room under the budget (they are
                                 counted in evictions too) */
-  /* -- appended after 0.3: verify and diagnose -- */
+  /* -- since 0.4: verify and diagnose -- */
   uint64_t verifications;     /* replays checked against an eager run ([cuda_graph] verify) */
   uint64_t verify_mismatches; /* of those, replays whose outputs differed */
   uint64_t verify_skipped;    /* checks that could not run (no memory for the private copies) */
   uint64_t findings;          /* diagnose findings reported (repeats of one included) */
-  /* -- appended after 0.3: NCCL graph mixing -- */
+  /* -- since 0.4: NCCL graph mixing -- */
   uint64_t comm_waits; /* times work cgrt ran outside a graph with a cp communicator first waited
                           for the graphs it had launched, because NCCL's graph mixing support is
                           off (NCCL_GRAPH_MIXING_SUPPORT=0); 0 while it is on */
-  /* -- appended after 0.3: moved buffers (rebind = auto and copy) -- */
+  /* -- since 0.4: moved buffers (rebind = auto and copy) -- */
   uint64_t rebind_copy_keys;    /* keys rebind = auto switched to private copies: their buffers
                                    moved on 3 of 4 calls */
   uint64_t rebind_eager_keys;   /* keys sent eager for good because their buffers moved on most
@@ -362,7 +366,7 @@ typedef struct cgrt_open_options {
   void *stream;
 } cgrt_open_options;
 
-/* The library's version string, e.g. "0.1.0". Static. */
+/* The library's version string, e.g. "0.4.0". Static. */
 CGRT_API const char *cgrt_version(void);
 
 /*
@@ -407,7 +411,7 @@ CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user);
 /*
  * Writes `msg` to the runtime's log at `level` if that level is enabled ([runtime] log,
  * CGRT_LOG), through the sink cgrt's own lines take: for an adapter that adds lines of its own
- * (cgrt.torch). Appended after 0.3. Errors: CGRT_E_INVAL (rt or msg NULL).
+ * (cgrt.torch). Since 0.4. Errors: CGRT_E_INVAL (rt or msg NULL).
  */
 CGRT_API int cgrt_log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg);
 
@@ -419,7 +423,7 @@ CGRT_API void *cgrt_stream(cgrt_runtime *rt);
 CGRT_API const char *cgrt_backend_name(const cgrt_runtime *rt);
 
 /*
- * The value in force of configuration key `key` of `section` (appended after 0.3), as `cgrt
+ * The value in force of configuration key `key` of `section` (since 0.4), as `cgrt
  * check` prints it ("auto", "512", "attn mlp"), into buf (len bytes, always terminated): a host
  * that adapts to the configuration reads it here (cgrt.torch reads [cuda_graph] rebind). Keys
  * of a backend's own section give their text as written. Errors: CGRT_E_INVAL (an argument
@@ -588,7 +592,7 @@ CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgr
                                     void *user);
 
 /*
- * The capture hooks with what the host declares about them (appended after 0.3). `begin`, `end`
+ * The capture hooks with what the host declares about them (since 0.4). `begin`, `end`
  * and `user` are cgrt_set_capture_hooks's.
  *
  * `pool_allocator` declares the host's pool allocator: the shared objects, separated by ':', whose
@@ -618,7 +622,7 @@ typedef struct cgrt_capture_hooks {
 CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hooks *hooks);
 
 /*
- * Diagnose (appended after 0.3). When a capture fails, or for every capture with `[runtime]
+ * Diagnose (since 0.4). When a capture fails, or for every capture with `[runtime]
  * diagnose = on` (or CGRT_DIAGNOSE=1), cgrt records the device API calls made while capturing
  * (on the cuda driver through CUPTI's callback API, loaded only then; on the host driver through
  * the driver's own checks) and reports each finding in one log line and in this list.
