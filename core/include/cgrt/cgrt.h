@@ -354,14 +354,15 @@ typedef struct cgrt_open_options {
   const char *ini_name; /* name of `ini` in messages; NULL: "<string>" */
   cgrt_log_fn log;      /* log sink from the first message on; NULL: stderr */
   void *log_user;
+  /* -- since 0.4 -- */
   /*
-   * The host's own stream for cgrt to run on (a cudaStream_t; appended after 0.3): cgrt enqueues,
-   * captures and replays there, and cgrt_stream() returns it, so a host whose code is written
-   * for one stream (a global it launches on) hands it over instead of switching to cgrt's in
-   * every callback. Blocking or not, as the host made it; the host keeps it alive until
-   * cgrt_close(), which waits for it but never destroys it. NULL: cgrt creates its own
-   * non-blocking stream. Refused (CGRT_E_INVAL) with the host driver, which has no CUDA streams,
-   * and when the stream is capturing already.
+   * The host's own stream for cgrt to run on (a cudaStream_t): cgrt enqueues, captures and
+   * replays there, and cgrt_stream() returns it, so a host whose code is written for one stream
+   * (a global it launches on) hands it over instead of switching to cgrt's in every callback.
+   * Blocking or not, as the host made it; the host keeps it alive until cgrt_close(), which waits
+   * for it but never destroys it. NULL: cgrt creates its own non-blocking stream. Refused
+   * (CGRT_E_INVAL) with the host driver, which has no CUDA streams, and when the stream is
+   * capturing already.
    */
   void *stream;
 } cgrt_open_options;
