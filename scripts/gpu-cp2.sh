@@ -8,6 +8,10 @@
 # It prints one line per cp-2 row (candidate, round, scope, eager_us, cgrt_us, speedup, bitwise) and,
 # per candidate, the lowest step-scope speedup: the target is at least 1.5x on every run, with every
 # row bitwise equal. Logs go to LOG_DIR (default build-dir/gpu-cp2).
+# TRACE=kernels (or graphs) also records every run's device timestamps with libcgrt-trace.so
+# (tools/trace: CUPTI's activity API, one CSV per process, kernel by kernel or one record per graph
+# launch) and prints, per candidate, each traced run against its first: what the device did per
+# kernel or graph, so that a slow run can be told from a fast one (issue 32).
 # Usage: scripts/gpu-cp2.sh [BUILD_DIR [LOG_DIR]]   (BUILD_DIR default: build; it must be built
 # with CUDA and NCCL). Exit 0: every run completed and every row was bitwise equal; 1: a test
 # failed, a run failed, or a row differed; 2: fewer than two GPUs (nothing run).
@@ -16,7 +20,13 @@ cd "$(dirname "$0")/.." || exit 1
 build=${1:-build}
 logs=${2:-$build/gpu-cp2}
 rounds=${ROUNDS:-2}
+trace=${TRACE:-}
 cgrt=$build/bin/cgrt
+tracer=$build/lib/libcgrt-trace.so
+if [ -n "$trace" ] && [ ! -f "$tracer" ]; then
+  echo "gpu-cp2: TRACE=$trace needs $tracer (built where CUPTI is found)"
+  exit 1
+fi
 [ -x "$cgrt" ] || { echo "gpu-cp2: $cgrt not found: build first (cmake --build $build)"; exit 1; }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$gpus" -lt 2 ]; then
@@ -49,7 +59,15 @@ while [ "$round" -le "$rounds" ]; do
     setting=${cand#* }
     log=$logs/bench_${round}_$name.log
     rc=0
-    env "$setting" timeout 300 "$cgrt" bench --workload cp --ranks 2 >"$log" 2>&1 || rc=$?
+    if [ -n "$trace" ]; then
+      graphs=0
+      [ "$trace" = graphs ] && graphs=1
+      env "$setting" LD_PRELOAD="$tracer" CGRT_TRACE_GRAPHS=$graphs \
+        CGRT_TRACE_OUT="$logs/trace_${round}_${name}_%p.csv" \
+        timeout 300 "$cgrt" bench --workload cp --ranks 2 >"$log" 2>&1 || rc=$?
+    else
+      env "$setting" timeout 300 "$cgrt" bench --workload cp --ranks 2 >"$log" 2>&1 || rc=$?
+    fi
     if [ "$rc" -ne 0 ]; then
       status=1
       echo "$name, round $round: exit $rc ($setting); last lines of $log:"
@@ -62,6 +80,22 @@ while [ "$round" -le "$rounds" ]; do
   done
   round=$((round + 1))
 done
+if [ -n "$trace" ]; then
+  echo "== device time per ${trace%s} against the candidate's first run (traces: $logs/trace_*.csv)"
+  for cand in default mix0 fold pdl_ag; do
+    first=""
+    for f in $(ls "$logs"/trace_*_"$cand"_*.csv 2>/dev/null | sort); do
+      # the processes that ran no CUDA work (the launcher) wrote a header only
+      [ "$(wc -l <"$f")" -gt 1 ] || continue
+      if [ -z "$first" ]; then
+        first=$f
+        python3 tools/trace/trace_summary.py "$f" --top 8 | head -10
+      else
+        python3 tools/trace/trace_summary.py "$first" --against "$f" --top 8 | sed -n '/ - /,$p'
+      fi
+    done
+  done
+fi
 grep -q 'DIFFER' "$summary" && status=1
 [ -s "$summary" ] || { echo "gpu-cp2: no cp 2 row was printed"; status=1; }
 echo "== lowest step-scope speedup per candidate (target: at least 1.50x, every row equal)"

@@ -9,7 +9,8 @@
  * device's clock for device work, CUPTI's timestamp for API calls; one clock), stream, graph id,
  * graph node id, correlation id. Kernels inside a replayed graph are reported one by one, with the
  * graph's id. Options, from the environment:
- *   CGRT_TRACE_OUT     the CSV file (default cgrt-trace.csv)
+ *   CGRT_TRACE_OUT     the CSV file (default cgrt-trace.csv); %p in it becomes the process id, so
+ *                      that the processes of a multi-rank run write a file each
  *   CGRT_TRACE_GRAPHS  1: one record per graph launch instead of its kernels (CUPTI's graph trace)
  *   CGRT_TRACE_API     1: also the runtime API calls (host side)
  * Nsight Systems gives the same timestamps, where it runs; the lent GPU machines have no nsys.
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TRACE_BUFFER_BYTES (8u << 20)
 
@@ -142,9 +144,20 @@ __attribute__((constructor)) static void trace_start(void) {
   if (!path || !*path)
     path = "cgrt-trace.csv";
   trace_api = api && strcmp(api, "1") == 0;
-  trace_out = fopen(path, "w");
+  char file[4096];
+  size_t n = 0;
+  for (const char *c = path; *c && n + 24 < sizeof(file); c++) {
+    if (c[0] == '%' && c[1] == 'p') {
+      n += (size_t)snprintf(file + n, sizeof(file) - n, "%ld", (long)getpid());
+      c++;
+    } else {
+      file[n++] = *c;
+    }
+  }
+  file[n] = '\0';
+  trace_out = fopen(file, "w");
   if (!trace_out) {
-    fprintf(stderr, "cgrt-trace: cannot write %s; set CGRT_TRACE_OUT to a writable file\n", path);
+    fprintf(stderr, "cgrt-trace: cannot write %s; set CGRT_TRACE_OUT to a writable file\n", file);
     return;
   }
   fprintf(trace_out, "kind,name,start_ns,end_ns,stream,graph,graph_node,correlation\n");

@@ -2,6 +2,7 @@
 """Where a step's device time goes, from libcgrt-trace.so's CSV (tools/trace/cupti_trace.c).
 
     trace_summary.py RUN.csv --step encoder_forward [--skip 2] [--top 12] [--against OTHER.csv]
+    trace_summary.py RUN.csv [--top 12] [--against OTHER.csv]
 
 A step begins at each kernel whose name starts with --step (a step's first kernel). Per step:
 kernels and copies run, the sum of the kernels' durations, the time the device was busy (the
@@ -9,7 +10,10 @@ union of every kernel, copy and memset interval), the span from this step's firs
 next step's, and the idle time of that span. The medians over the steps after --skip are
 printed, then the kernels by time per step; with --against, the same for a second trace and the
 kernels whose time per step differs most between the two.
-Standard library only.
+Without --step (a run with no step marker: a multi-rank bench), the whole trace: its span, busy
+and idle time, and per kernel, copy or graph (CGRT_TRACE_GRAPHS=1 records one per launch, named
+by graph id) the calls, the median and the total time; with --against, the names whose median
+moved most. Standard library only.
 """
 import argparse
 import csv
@@ -57,8 +61,11 @@ def load(path):
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             if row["kind"] in DEVICE_KINDS:
+                name = row["name"]
+                if row["kind"] == "graph":
+                    name = f"graph {row['graph']}"
                 recs.append((int(row["start_ns"]), int(row["end_ns"]), row["kind"],
-                             row["name"], int(row["graph"])))
+                             name, int(row["graph"])))
     recs.sort()
     return recs
 
@@ -124,14 +131,54 @@ def print_summary(path, n, med, names, top):
         print(f"    {t:9.1f} us  x{cnt:<4g} {key[:80]}")
 
 
+def summarize_whole(path):
+    """The whole trace: span, busy, idle; per name: calls, median and total us."""
+    recs = load(path)
+    if not recs:
+        sys.exit(f"{path}: no device records (was libcgrt-trace.so preloaded into a CUDA process?)")
+    span = (max(e for _, e, *_ in recs) - recs[0][0]) / 1e3
+    busy = busy_ns(recs) / 1e3
+    by = {}
+    for s, e, kind, name, _ in recs:
+        key = short(name) if kind == "kernel" else (name if kind == "graph" else kind)
+        by.setdefault(key, []).append((e - s) / 1e3)
+    names = {k: (len(v), statistics.median(v), sum(v)) for k, v in by.items()}
+    return {"span_us": span, "busy_us": busy, "idle_us": span - busy}, names
+
+
+def print_whole(path, med, names, top):
+    print(f"{path}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))
+    print(f"    {'calls':>7} {'median_us':>10} {'total_us':>11}  name")
+    for key, (n, m, t) in sorted(names.items(), key=lambda x: -x[1][2])[:top]:
+        print(f"    {n:7d} {m:10.2f} {t:11.1f}  {key[:80]}")
+
+
+def main_whole(a):
+    med, names = summarize_whole(a.csv)
+    print_whole(a.csv, med, names, a.top)
+    if not a.against:
+        return
+    med2, names2 = summarize_whole(a.against)
+    print_whole(a.against, med2, names2, a.top)
+    diff = {k: names2[k][1] - names[k][1] for k in set(names) & set(names2)}
+    print(f"  {a.against} - {a.csv}: the medians that moved most")
+    for key, d in sorted(diff.items(), key=lambda x: -abs(x[1]))[:a.top]:
+        print(f"    {d:+9.2f} us  {key[:80]}  ({names[key][0]} -> {names2[key][0]} calls)")
+    for key in sorted(set(names) ^ set(names2))[:a.top]:
+        print(f"    only in {'the second' if key in names2 else 'the first'}: {key[:80]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
-    ap.add_argument("--step", required=True, help="name prefix of a step's first kernel")
+    ap.add_argument("--step", help="name prefix of a step's first kernel (else: the whole trace)")
     ap.add_argument("--skip", type=int, default=2, help="steps left out at the start (warm-up)")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--against", help="a second trace of the same program, to compare")
     a = ap.parse_args()
+    if not a.step:
+        main_whole(a)
+        return
     n, med, names = summarize(a.csv, a.step, a.skip)
     print_summary(a.csv, n, med, names, a.top)
     if not a.against:
