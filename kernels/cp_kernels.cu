@@ -17,7 +17,8 @@
  * Triggering every kernel at its start let a chain launch every kernel up to the next call
  * boundary ahead, all waiting on the GPU; with pdl_entry there is no such boundary in a step
  * graph, and the cp 1 step replayed 9 us slower; every kernel after its wait, 4.6 us slower than
- * the GEMMs at their start (H200, docs/DESIGN.md). Launched without the attribute both are no-ops.
+ * the GEMMs at their start (H200, docs/decisions.md, issue 15, tenth session). Launched without
+ * the attribute both are no-ops.
  * TRIG_NONE keeps the dependents until the kernel completes, for the projection before an
  * all-gather (a collective's kernel may be a programmatic dependent that never waits).
  */

@@ -42,7 +42,7 @@ grep -E "tests passed|\(Failed\)|Not Run|Timeout|SKIPPED" "$logs/ctest.log" | he
 # Candidates: a name, then the environment it runs under. "default" sets nothing (X_UNUSED=1 keeps
 # env's argument list non-empty).
 # - mix0: NCCL_GRAPH_MIXING_SUPPORT=0: NCCL's kernels in a graph no longer get event nodes that
-#   order them against work outside the graph (DESIGN.md, issue 15, sixth session).
+#   order them against work outside the graph (docs/decisions.md, issue 15, sixth session).
 # - fold: CGRT_FOLD_EVENT_LEAVES=1: the cuda driver folds the leaf event-record nodes NCCL adds into
 #   one join (drivers/cuda/driver_cuda.c).
 # - pdl_ag: CGRTK_CP_PDL_AFTER_AG=1: the kernel after each all-gather is a programmatic dependent

@@ -16,7 +16,7 @@
  *    warm-up), then each after a long warm-up, the floor on cgrt's stream, cgrt's own
  *    executables launched by hand on the floor's stream, the floor paced at cgrt's host time per
  *    step, and again right after eager. Which of these moves the floor/cgrt ratio says why it is
- *    what it is (docs/DESIGN.md, section 10, issue 15).
+ *    what it is (docs/decisions.md, issue 15, first session).
  */
 #include <dlfcn.h>
 #include <stdio.h>

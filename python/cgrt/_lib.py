@@ -86,7 +86,7 @@ class CModuleDesc(Structure):
         ("forward", MODULE_FN),
         ("backward", MODULE_FN),
         ("user", c_void_p),
-        # appended after 0.3
+        # since 0.4
         ("no_cp_comm", c_int),
         ("stages_inputs", c_int),
     ]
@@ -106,7 +106,7 @@ class CStepDesc(Structure):
         ("prepare", STEP_FN),
         ("body", STEP_FN),
         ("user", c_void_p),
-        # appended after 0.3
+        # since 0.4
         ("stages_inputs", c_int),
     ]
 
@@ -144,12 +144,12 @@ class CStats(Structure):
         ("instantiate_ns", c_uint64),
         ("graph_mem_used", c_uint64),
         ("graph_mem_reserved", c_uint64),
-        # appended in 0.2: token buckets
+        # since 0.2: token buckets
         ("real_tokens", c_uint64),
         ("bucket_changes", c_uint64),
         ("num_buckets", c_uint32),
         ("buckets", c_int64 * STATS_MAX_BUCKETS),
-        # appended in 0.3: graph memory
+        # since 0.3: graph memory
         ("graph_bytes", c_uint64),
         ("graph_pool_bytes", c_uint64),
         ("graph_exec_bytes", c_uint64),
@@ -159,7 +159,7 @@ class CStats(Structure):
         ("memory_budget", c_uint64),
         ("budget_eager", c_uint64),
         ("budget_evictions", c_uint64),
-        # appended after 0.3: verify and diagnose, NCCL graph mixing
+        # since 0.4: verify and diagnose, NCCL graph mixing, moved buffers
         ("verifications", c_uint64),
         ("verify_mismatches", c_uint64),
         ("verify_skipped", c_uint64),

@@ -1,7 +1,8 @@
 /*
  * layout.c - prints the size of every public struct the Python package mirrors with ctypes, and
  * the offset of each field, as the C compiler lays them out: "cgrt_ctx 152" and
- * "cgrt_ctx.stream 16" lines. python/tests/test_layout.py compares them with the mirrors.
+ * "cgrt_ctx.stream 16" lines. python/tests/test_runtime.py (test_ctypes_mirrors_match_the_c_layout)
+ * compares them with the mirrors.
  */
 #include <stddef.h>
 #include <stdio.h>

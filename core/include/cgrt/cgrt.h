@@ -482,10 +482,11 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
  * cgrt_close, which frees every graph before destroying them. The world communicator stays the
  * host's. A step names its cp size (cgrt_step_desc.cp_size) and its body finds that group's
  * communicator in ctx->comm and its index in ctx->cp_rank. The host driver, which has no NCCL,
- * accepts NULL and stands in placeholders (rank 0 of a world as large as the largest cp size)
- * so that policies can be tested without GPUs.
- * Errors: CGRT_E_INVAL (a cp size that does not divide the world size, or a second call),
- * CGRT_E_UNSUPPORTED (cgrt built without NCCL), CGRT_E_DEVICE (an NCCL call failed).
+ * accepts only NULL and stands in placeholders (rank 0 of a world as large as the largest cp
+ * size) so that policies can be tested without GPUs.
+ * Errors: CGRT_E_INVAL (a cp size that does not divide the world size, a second call, NULL on the
+ * cuda driver or a communicator on the host driver), CGRT_E_UNSUPPORTED (the cuda driver was
+ * built without NCCL), CGRT_E_DEVICE (an NCCL call failed).
  */
 CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm);
 
