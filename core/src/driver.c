@@ -31,16 +31,6 @@ static struct loaded {
 } loaded[MAX_LOADED];
 static size_t num_loaded;
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 /* Puts "no CUDA device: " (the driver's name in capitals) before the sentence in err. */
 static int no_device(const char *name, char *err, size_t errlen) {
   char upper[32], *msg = strdup(err);
@@ -97,30 +87,34 @@ static const struct {
 int cgrt__driver_check(const struct cgrt_driver *d, const char *name, const char *path, char *err,
                        size_t errlen) {
   if (d->abi_major != CGRT_DRIVER_ABI_MAJOR)
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "driver %s: cgrt_driver_v1.abi_major is %u but this cgrt %s speaks driver ABI "
-                "major %d; use the driver built with this cgrt (they are built and installed "
-                "together)",
-                path, d->abi_major, CGRT_VERSION_STRING, CGRT_DRIVER_ABI_MAJOR);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "driver %s: cgrt_driver_v1.abi_major is %u but this cgrt %s speaks driver ABI "
+        "major %d; use the driver built with this cgrt (they are built and installed "
+        "together)",
+        path, d->abi_major, CGRT_VERSION_STRING, CGRT_DRIVER_ABI_MAJOR);
   if (d->struct_size < sizeof(struct cgrt_driver))
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "driver %s: cgrt_driver_v1.struct_size is %u, smaller than the %zu bytes of this "
-                "cgrt's driver table: it was built from an older cgrt; use the driver built with "
-                "this cgrt (they are built and installed together)",
-                path, d->struct_size, sizeof(struct cgrt_driver));
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "driver %s: cgrt_driver_v1.struct_size is %u, smaller than the %zu bytes of this "
+        "cgrt's driver table: it was built from an older cgrt; use the driver built with "
+        "this cgrt (they are built and installed together)",
+        path, d->struct_size, sizeof(struct cgrt_driver));
   if (!d->name || strcmp(d->name, name) != 0)
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "driver %s: its table names driver '%s', not '%s'; the file is misnamed or "
-                "corrupt, reinstall it",
-                path, d->name ? d->name : "(null)", name);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "driver %s: its table names driver '%s', not '%s'; the file is misnamed or "
+        "corrupt, reinstall it",
+        path, d->name ? d->name : "(null)", name);
   for (size_t i = 0; i < sizeof(mandatory) / sizeof(mandatory[0]); i++) {
     void (*op)(void) = NULL;
     memcpy(&op, (const char *)d + mandatory[i].at, sizeof(op));
     if (!op)
-      return fail(err, errlen, CGRT_E_BACKEND,
-                  "driver %s ('%s'): the mandatory operation '%s' is NULL in cgrt_driver_v1; the "
-                  "object is broken, rebuild it with this cgrt",
-                  path, name, mandatory[i].name);
+      return cgrt__object_fail(
+          err, errlen, CGRT_E_BACKEND,
+          "driver %s ('%s'): the mandatory operation '%s' is NULL in cgrt_driver_v1; the "
+          "object is broken, rebuild it with this cgrt",
+          path, name, mandatory[i].name);
   }
   return 0;
 }
@@ -131,21 +125,21 @@ static int table_of(void *dl, const char *name, const char *path, const struct c
   dlerror();
   const struct cgrt_driver *d = dlsym(dl, CGRT_DRIVER_SYMBOL);
   if (!d) {
-    for (int major = DRIVER_MAJOR_PROBE_MAX; major >= 2; major--) {
-      char sym[32];
-      snprintf(sym, sizeof(sym), "cgrt_driver_v%d", major);
-      if (dlsym(dl, sym))
-        return fail(err, errlen, CGRT_E_BACKEND,
-                    "driver %s speaks driver ABI major %d (it exports %s) but this cgrt %s speaks "
-                    "major %d (%s); use the driver built with this cgrt (they are built and "
-                    "installed together)",
-                    path, major, sym, CGRT_VERSION_STRING, CGRT_DRIVER_ABI_MAJOR,
-                    CGRT_DRIVER_SYMBOL);
-    }
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "%s is not a cgrt driver: it does not export the symbol %s; reinstall the driver "
-                "built with this cgrt",
-                path, CGRT_DRIVER_SYMBOL);
+    char sym[32];
+    int major =
+        cgrt__object_other_major(dl, "cgrt_driver_v", DRIVER_MAJOR_PROBE_MAX, sym, sizeof(sym));
+    if (major)
+      return cgrt__object_fail(
+          err, errlen, CGRT_E_BACKEND,
+          "driver %s speaks driver ABI major %d (it exports %s) but this cgrt %s speaks "
+          "major %d (%s); use the driver built with this cgrt (they are built and "
+          "installed together)",
+          path, major, sym, CGRT_VERSION_STRING, CGRT_DRIVER_ABI_MAJOR, CGRT_DRIVER_SYMBOL);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "%s is not a cgrt driver: it does not export the symbol %s; reinstall the driver "
+        "built with this cgrt",
+        path, CGRT_DRIVER_SYMBOL);
   }
   int rc = cgrt__driver_check(d, name, path, err, errlen);
   if (rc == 0)
@@ -185,7 +179,7 @@ int cgrt__driver_object_open(const char *name, const char *path_list, void **dl,
     rc = load_at(name, file, dl, drv, err, errlen);
   if (rc == 0 && !(*path = strdup(file))) {
     dlclose(*dl);
-    rc = fail(err, errlen, CGRT_E_NOMEM, "out of memory loading driver '%s'", name);
+    rc = cgrt__object_fail(err, errlen, CGRT_E_NOMEM, "out of memory loading driver '%s'", name);
   }
   return rc;
 }
@@ -212,13 +206,14 @@ int cgrt__driver_get(cgrt_driver_kind kind, const struct cgrt_driver **drv, char
     void *dl = NULL;
     rc = num_loaded < MAX_LOADED
              ? load_at(name, file, &dl, drv, err, errlen)
-             : fail(err, errlen, CGRT_E_UNSUPPORTED,
-                    "driver '%s': this process already loaded %d driver objects from as many "
-                    "places; load drivers from one directory",
-                    name, MAX_LOADED);
+             : cgrt__object_fail(
+                   err, errlen, CGRT_E_UNSUPPORTED,
+                   "driver '%s': this process already loaded %d driver objects from as many "
+                   "places; load drivers from one directory",
+                   name, MAX_LOADED);
     if (rc == 0 && !(loaded[num_loaded].path = strdup(file))) {
       *drv = NULL; /* stays loaded (RTLD_NODELETE); the next open loads it again */
-      rc = fail(err, errlen, CGRT_E_NOMEM, "out of memory loading driver '%s'", name);
+      rc = cgrt__object_fail(err, errlen, CGRT_E_NOMEM, "out of memory loading driver '%s'", name);
     }
     if (rc == 0)
       loaded[num_loaded++].drv = *drv;

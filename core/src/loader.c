@@ -50,10 +50,7 @@ const struct cgrt_object_kind cgrt__kind_driver = {
 /* The highest major a future core might speak; used only to explain a refusal. */
 #define CGRT_ABI_MAJOR_PROBE_MAX 9
 
-/* Writes the formatted sentence into err and returns code. */
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+int cgrt__object_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, errlen, fmt, ap);
@@ -179,10 +176,11 @@ int cgrt__object_resolve(const struct cgrt_object_kind *kind, const char *name,
   if (is_path(name)) {
     snprintf(out, outlen, "%s%s", strchr(name, '/') ? "" : "./", name);
     if (stat(out, &st) != 0)
-      return fail(err, errlen, CGRT_E_NOTFOUND,
-                  "%s '%s' not found: %s does not exist (%s); fix [cuda_graph] impl, or "
-                  "give a backend name to search the backend path",
-                  kind->what, name, out, strerror(errno));
+      return cgrt__object_fail(
+          err, errlen, CGRT_E_NOTFOUND,
+          "%s '%s' not found: %s does not exist (%s); fix [cuda_graph] impl, or "
+          "give a backend name to search the backend path",
+          kind->what, name, out, strerror(errno));
     return 0;
   }
   char file[NAME_MAX + 1];
@@ -190,8 +188,8 @@ int cgrt__object_resolve(const struct cgrt_object_kind *kind, const char *name,
   char **dirs = NULL;
   size_t n = 0;
   if (cgrt__object_search_dirs(kind, path_list, &dirs, &n) != 0)
-    return fail(err, errlen, CGRT_E_NOMEM, "out of memory while searching for %s '%s'", kind->what,
-                name);
+    return cgrt__object_fail(err, errlen, CGRT_E_NOMEM, "out of memory while searching for %s '%s'",
+                             kind->what, name);
   for (size_t i = 0; i < n; i++) {
     snprintf(out, outlen, "%s/%s", dirs[i], file);
     if (stat(out, &st) == 0) {
@@ -209,53 +207,66 @@ int cgrt__object_resolve(const struct cgrt_object_kind *kind, const char *name,
   return CGRT_E_NOTFOUND;
 }
 
+int cgrt__object_other_major(void *dl, const char *prefix, int max, char *sym, size_t len) {
+  for (int major = max; major >= 2; major--) {
+    snprintf(sym, len, "%s%d", prefix, major);
+    if (dlsym(dl, sym))
+      return major;
+  }
+  return 0;
+}
+
 int cgrt__backend_check(void *dl, const char *path, const struct cgrt_backend_v1 **vt, char *err,
                         size_t errlen) {
   dlerror();
   const struct cgrt_backend_v1 *b = dlsym(dl, "cgrt_backend_v1");
   if (!b) {
     /* Name the versions each side speaks when the object is a backend of another major. */
-    for (int major = CGRT_ABI_MAJOR_PROBE_MAX; major >= 2; major--) {
-      char sym[32];
-      snprintf(sym, sizeof(sym), "cgrt_backend_v%d", major);
-      if (dlsym(dl, sym))
-        return fail(err, errlen, CGRT_E_BACKEND,
-                    "backend %s speaks backend ABI major %d (it exports %s) but this cgrt "
-                    "%s speaks major %d (cgrt_backend_v%d); use a backend built for ABI %d "
-                    "or a newer cgrt",
-                    path, major, sym, CGRT_VERSION_STRING, CGRT_BACKEND_ABI_MAJOR,
-                    CGRT_BACKEND_ABI_MAJOR, CGRT_BACKEND_ABI_MAJOR);
-    }
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "%s is not a cgrt backend: it does not export the symbol cgrt_backend_v1 "
-                "(build it against cgrt/backend.h and export the table with "
-                "CGRT_BACKEND_EXPORT)",
-                path);
+    char sym[32];
+    int major =
+        cgrt__object_other_major(dl, "cgrt_backend_v", CGRT_ABI_MAJOR_PROBE_MAX, sym, sizeof(sym));
+    if (major)
+      return cgrt__object_fail(
+          err, errlen, CGRT_E_BACKEND,
+          "backend %s speaks backend ABI major %d (it exports %s) but this cgrt "
+          "%s speaks major %d (cgrt_backend_v%d); use a backend built for ABI %d "
+          "or a newer cgrt",
+          path, major, sym, CGRT_VERSION_STRING, CGRT_BACKEND_ABI_MAJOR, CGRT_BACKEND_ABI_MAJOR,
+          CGRT_BACKEND_ABI_MAJOR);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "%s is not a cgrt backend: it does not export the symbol cgrt_backend_v1 "
+        "(build it against cgrt/backend.h and export the table with "
+        "CGRT_BACKEND_EXPORT)",
+        path);
   }
   if (b->abi_major != CGRT_BACKEND_ABI_MAJOR)
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "backend %s: cgrt_backend_v1.abi_major is %u but this cgrt speaks backend ABI "
-                "major %d; rebuild the backend against this cgrt's backend.h",
-                path, b->abi_major, CGRT_BACKEND_ABI_MAJOR);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "backend %s: cgrt_backend_v1.abi_major is %u but this cgrt speaks backend ABI "
+        "major %d; rebuild the backend against this cgrt's backend.h",
+        path, b->abi_major, CGRT_BACKEND_ABI_MAJOR);
   if (b->struct_size < CGRT_BACKEND_V1_MIN_SIZE)
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "backend %s: cgrt_backend_v1.struct_size is %u, smaller than the %zu bytes "
-                "of the fixed fields and mandatory functions every v1 backend has; the table "
-                "is truncated or corrupt, rebuild the backend",
-                path, b->struct_size, (size_t)CGRT_BACKEND_V1_MIN_SIZE);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "backend %s: cgrt_backend_v1.struct_size is %u, smaller than the %zu bytes "
+        "of the fixed fields and mandatory functions every v1 backend has; the table "
+        "is truncated or corrupt, rebuild the backend",
+        path, b->struct_size, (size_t)CGRT_BACKEND_V1_MIN_SIZE);
   if (!b->name || !b->name[0])
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "backend %s: cgrt_backend_v1.name is empty; give it a name", path);
+    return cgrt__object_fail(err, errlen, CGRT_E_BACKEND,
+                             "backend %s: cgrt_backend_v1.name is empty; give it a name", path);
   const char *missing = !b->init   ? "init"
                         : !b->fini ? "fini"
                         : !b->step ? "step"
                         : !b->call ? "call"
                                    : NULL;
   if (missing)
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "backend %s ('%s'): the mandatory function '%s' is NULL in cgrt_backend_v1; "
-                "every backend must provide init, fini, step and call",
-                path, b->name, missing);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "backend %s ('%s'): the mandatory function '%s' is NULL in cgrt_backend_v1; "
+        "every backend must provide init, fini, step and call",
+        path, b->name, missing);
   *vt = b;
   return 0;
 }
@@ -273,18 +284,20 @@ static int check_trust(const struct cgrt_object_kind *kind, const char *path, in
     return 0; /* resolve() or dlopen() reports what is missing */
   uid_t me = geteuid();
   if (st.st_uid != me && st.st_uid != 0)
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "refusing to load %s %s: %s %s belongs to uid %u, neither this process's "
-                "user (uid %u) nor root; a %s runs with the host's rights, so install it "
-                "as your user or root",
-                kind->what, what, is_dir ? "its directory" : "the file", path, (unsigned)st.st_uid,
-                (unsigned)me, kind->what);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "refusing to load %s %s: %s %s belongs to uid %u, neither this process's "
+        "user (uid %u) nor root; a %s runs with the host's rights, so install it "
+        "as your user or root",
+        kind->what, what, is_dir ? "its directory" : "the file", path, (unsigned)st.st_uid,
+        (unsigned)me, kind->what);
   int open_to_others = (st.st_mode & S_IWOTH) && !(is_dir && (st.st_mode & S_ISVTX));
   if (open_to_others)
-    return fail(err, errlen, CGRT_E_BACKEND,
-                "refusing to load %s %s: %s %s is writable by every user, so anyone could "
-                "replace the code this process would run; fix it with chmod o-w %s",
-                kind->what, what, is_dir ? "its directory" : "the file", path, path);
+    return cgrt__object_fail(
+        err, errlen, CGRT_E_BACKEND,
+        "refusing to load %s %s: %s %s is writable by every user, so anyone could "
+        "replace the code this process would run; fix it with chmod o-w %s",
+        kind->what, what, is_dir ? "its directory" : "the file", path, path);
   return 0;
 }
 

@@ -62,6 +62,17 @@ int cgrt__object_trusted(const struct cgrt_object_kind *kind, const char *path, 
  * dlopen()s the object at path with `flags`: 0 with *dl set, or CGRT_E_BACKEND with dlerror's
  * reason and the kind's advice in err. `name` is what the user asked for (messages).
  */
+/* Writes the formatted sentence into err (errlen bytes) and returns code: a loader's refusal. */
+int cgrt__object_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/*
+ * For an object that exports none of this cgrt's tables: the highest major N in [2, max] whose
+ * symbol `prefix`N it exports (e.g. "cgrt_backend_v" 2), its name written into sym; 0 if none.
+ * A refusal then names the ABI each side speaks.
+ */
+int cgrt__object_other_major(void *dl, const char *prefix, int max, char *sym, size_t len);
+
 int cgrt__object_dlopen(const struct cgrt_object_kind *kind, const char *name, const char *path,
                         int flags, void **dl, char *err, size_t errlen);
 
