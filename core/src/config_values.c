@@ -591,7 +591,7 @@ char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id) {
   char num[32];
   switch (k->type) {
   case CFG_IMPL:
-    sb_add(&out, v->impl ? v->impl : "none");
+    sb_add(&out, v->impl ? v->impl : cgrt__cfg_keys[K_IMPL].def);
     break;
   case CFG_PATH:
     sb_add(&out, cfg->backend_path ? cfg->backend_path : "");
