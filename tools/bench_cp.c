@@ -183,7 +183,10 @@ static int load_config(const struct cp_bench *b, int rank, int scope, cgrt_tool_
   if (scope < 0)
     v->warmup_steps = 1000000;
   else if (!b->o->conf && scope == CGRT_CP_SCOPE_STEP) {
-    v->cp_scope = CGRT_CP_SCOPE_STEP;
+    /* dynamic_cp's own option, not a view field (host API minor 5) */
+    int rc = cgrt_tool_config_set_option(*cfg, "dynamic_cp", "graph_scope", "step");
+    if (rc != 0)
+      return rc;
     v->modules = 0;
     v->nan_check = 0;
   }

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 
 #include "cgrt/backend.h"
+#include "rules.h"
 
 #define MAX_BANKS 16
 #define MAX_SLOTS 16
@@ -38,9 +39,71 @@ struct bank {
   int64_t runs[MAX_SLOTS]; /* eager passes per slot before the capture step */
 };
 
+/*
+ * dynamic_cp's options, the keys of [dynamic_cp] beside cp_sizes (the core's: it splits the
+ * communicators). The core reads them whenever it reads a configuration, this backend configured
+ * or not, since [dynamic_cp] is also one of its sections.
+ */
+static const struct cgrt_option dcp_options[] = {
+    {.name = "max_packed_tokens",
+     .type = CGRT_OPTION_INT,
+     .def = "8192",
+     .min = 1,
+     .meaning = "the capacity of a THD slot in tokens"},
+    {.name = "max_sequences",
+     .type = CGRT_OPTION_INT,
+     .def = "64",
+     .min = 1,
+     .meaning = "the capacity of a THD slot in packed sequences"},
+    {.name = "graph_slots",
+     .type = CGRT_OPTION_INT,
+     .def = "2",
+     .min = 1,
+     .meaning = "THD metadata slots per bank; 2 lets a step fill one while the last replay reads "
+                "the other"},
+    {.name = "over_capacity",
+     .type = CGRT_OPTION_ENUM,
+     .def = "error",
+     .values = "error eager",
+     .meaning = "what a step over a slot's capacity does"},
+    {.name = "graph_scope",
+     .type = CGRT_OPTION_ENUM,
+     .def = "modules",
+     .values = "modules step",
+     .meaning = "what one graph of a bank holds"},
+};
+
+/* The options as read: through get_int() (a core of minor 4 or later reads them, or the key as
+   its own row before minor 5), else the view fields a core before minor 4 fills. */
+struct dcp_options {
+  int64_t max_packed_tokens;
+  int64_t max_sequences;
+  int64_t graph_slots;
+  int64_t over_capacity; /* cgrt_over_capacity */
+  int64_t step_scope;    /* graph_scope = step */
+};
+
+static int64_t option(const struct cgrt_config_view *cfg, const char *key, int64_t field) {
+  int64_t v;
+  if (CGRT_VIEW_HAS(cfg, get_int) && cfg->get_int && cfg->get_int(cfg, "dynamic_cp", key, &v) == 0)
+    return v;
+  return field;
+}
+
+static void read_options(const struct cgrt_config_view *cfg, struct dcp_options *o) {
+  o->max_packed_tokens = option(cfg, "max_packed_tokens", cfg->max_packed_tokens);
+  o->max_sequences = option(cfg, "max_sequences", cfg->max_sequences);
+  o->graph_slots = option(cfg, "graph_slots", cfg->graph_slots);
+  o->over_capacity = option(cfg, "over_capacity", cfg->over_capacity);
+  /* A core older than graph_scope gives no such field: module scope. */
+  o->step_scope = option(cfg, "graph_scope", CGRT_VIEW_HAS(cfg, cp_scope) ? cfg->cp_scope : 0) ==
+                  CGRT_CP_SCOPE_STEP;
+}
+
 struct dcp_state {
   const struct cgrt_host_api *h;
   const struct cgrt_config_view *cfg;
+  struct dcp_options o;
   struct cgrt_graph_cache *cache;
   struct bank banks[MAX_BANKS];
   int num_banks;
@@ -65,23 +128,29 @@ static struct bank *bank_for(struct dcp_state *s, int cp) {
 
 static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view *cfg, void **state,
                     char *err, size_t errlen) {
-  if (cfg->num_cp_sizes == 0 || cfg->num_cp_sizes > MAX_BANKS || cfg->graph_slots > MAX_SLOTS) {
+  struct dcp_options o;
+  read_options(cfg, &o);
+  if (cfg->num_cp_sizes == 0 || cfg->num_cp_sizes > MAX_BANKS || o.graph_slots > MAX_SLOTS) {
     snprintf(err, errlen,
              "dynamic_cp needs 1 to %d [dynamic_cp] cp_sizes and at most %d graph_slots", MAX_BANKS,
              MAX_SLOTS);
     return CGRT_E_CONFIG;
   }
+  if (o.max_sequences > INT_MAX) {
+    snprintf(err, errlen, "[dynamic_cp] max_sequences = %lld: at most %d",
+             (long long)o.max_sequences, INT_MAX);
+    return CGRT_E_CONFIG;
+  }
   for (size_t i = 0; i < cfg->num_cp_sizes; i++)
-    if (cfg->max_packed_tokens % cfg->cp_sizes[i] != 0) {
+    if (o.max_packed_tokens % cfg->cp_sizes[i] != 0) {
       snprintf(err, errlen,
                "[dynamic_cp] max_packed_tokens = %lld is not a multiple of cp size %d: every "
                "rank of a group holds an equal share of the padded tokens",
-               (long long)cfg->max_packed_tokens, cfg->cp_sizes[i]);
+               (long long)o.max_packed_tokens, cfg->cp_sizes[i]);
       return CGRT_E_CONFIG;
     }
-  /* A core older than graph_scope gives no such field: module scope. */
-  int step_scope = CGRT_VIEW_HAS(cfg, cp_scope) && cfg->cp_scope == CGRT_CP_SCOPE_STEP;
-  /* The config rules refuse these first; a backend loaded by path is checked here too. */
+  int step_scope = (int)o.step_scope;
+  /* check() refuses these first; a core before minor 5 does not call it. */
   if (step_scope && (cfg->modules != 0 || cfg->nan_check)) {
     snprintf(err, errlen,
              "dynamic_cp with graph_scope = step graphs the whole step: it needs [cuda_graph] "
@@ -96,12 +165,13 @@ static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view
   s->h = h;
   s->cfg = cfg;
   s->step_scope = step_scope;
+  s->o = o;
   int rc = h->cache_create(h, cfg->max_graphs, cfg->rebind, &s->cache);
   /* Banks in ascending cp order (the config keeps cp_sizes sorted). */
   for (size_t i = 0; rc == 0 && i < cfg->num_cp_sizes; i++) {
     struct bank *b = &s->banks[s->num_banks++];
     b->cp = cfg->cp_sizes[i];
-    rc = h->thd_create(h, cfg->graph_slots, cfg->max_packed_tokens, cfg->max_sequences, &b->ring);
+    rc = h->thd_create(h, (int)o.graph_slots, o.max_packed_tokens, (int)o.max_sequences, &b->ring);
   }
   if (rc != 0) {
     snprintf(err, errlen, "%s", h->last_error(h));
@@ -194,7 +264,7 @@ static int capture_banks(struct dcp_state *s, struct cgrt_step_frame *f, const i
   int rc = 0;
   for (int i = 0; rc == 0 && i < s->num_banks; i++) {
     struct bank *b = &s->banks[i];
-    for (int slot = 0; rc == 0 && slot < s->cfg->graph_slots; slot++) {
+    for (int slot = 0; rc == 0 && slot < (int)s->o.graph_slots; slot++) {
       while (rc == 0 && b->runs[slot] < s->cfg->warmup_steps)
         rc = pass(s, f, b, slot, lens, n);
       s->captured = 1; /* from here on, calls of scoped modules are captured */
@@ -206,7 +276,7 @@ static int capture_banks(struct dcp_state *s, struct cgrt_step_frame *f, const i
   if (rc == 0) {
     s->captured = 1;
     s->h->log(s->h, CGRT_LOG_INFO, "dynamic_cp: %d banks x %d slots captured at step %lld",
-              s->num_banks, s->cfg->graph_slots, (long long)s->steps);
+              s->num_banks, (int)s->o.graph_slots, (long long)s->steps);
   }
   return rc;
 }
@@ -265,9 +335,9 @@ static int dcp_step(void *state, struct cgrt_step_frame *f) {
   int64_t tokens = 0;
   for (int i = 0; i < n; i++)
     tokens += lens[i];
-  if (tokens > s->cfg->max_packed_tokens || n > s->cfg->max_sequences) {
+  if (tokens > s->o.max_packed_tokens || n > s->o.max_sequences) {
     struct cgrt_thd_slot unused;
-    if (s->cfg->over_capacity == CGRT_OVER_CAPACITY_EAGER)
+    if (s->o.over_capacity == CGRT_OVER_CAPACITY_EAGER)
       rc = run_over_capacity(s, f, b, lens, n, tokens);
     else /* refused before anything is written: the message names both capacities */
       rc = h->thd_write(h, b->ring, lens, n, -1, &unused);
@@ -333,8 +403,8 @@ static int dcp_describe(void *state, void (*emit)(void *user, const char *line),
   snprintf(line + n, sizeof(line) - (size_t)n,
            "; %d THD slots per bank of %lld tokens and %d sequences (padded by a dummy sequence "
            "to %lld tokens)",
-           c->graph_slots, (long long)c->max_packed_tokens, c->max_sequences,
-           (long long)c->max_packed_tokens);
+           (int)s->o.graph_slots, (long long)s->o.max_packed_tokens, (int)s->o.max_sequences,
+           (long long)s->o.max_packed_tokens);
   emit(user, line);
   emit(user, s->step_scope ? "graph_scope = step: a graph of the whole step body per cp size and "
                              "slot (module calls run inside it)"
@@ -344,9 +414,40 @@ static int dcp_describe(void *state, void (*emit)(void *user, const char *line),
            "%d eager steps, then one step captures every bank and slot, smallest cp first; "
            "steps over capacity: %s",
            c->warmup_steps,
-           c->over_capacity == CGRT_OVER_CAPACITY_EAGER ? "run eagerly" : "refused");
+           s->o.over_capacity == CGRT_OVER_CAPACITY_EAGER ? "run eagerly" : "refused");
   emit(user, line);
   return 0;
+}
+
+/*
+ * The rules of each graph scope: step graphs the whole step; modules graphs calls, so no full
+ * recomputation. Training and inference steps alike, never per token bucket. A bank per cp size
+ * needs one cp size at least.
+ */
+static int dcp_check(const struct cgrt_config_view *cfg,
+                     void (*report)(void *user, int line, const char *message), void *user) {
+  struct rules r = {cfg, report, user, 0};
+  struct dcp_options o;
+  char d[256];
+  read_options(cfg, &o);
+  if (o.step_scope) {
+    char who[300];
+    int line = rules_key(&r, "dynamic_cp", "graph_scope", d, sizeof(d));
+    snprintf(who, sizeof(who), "[dynamic_cp] %s", d);
+    rules_whole_step(&r, line, who, "set graph_scope = modules");
+  } else {
+    rules_recompute_full(&r);
+  }
+  rules_scope_none(&r);
+  rules_no_adaptive(&r);
+  if (cfg->num_cp_sizes == 0) {
+    int line = rules_key(&r, "dynamic_cp", "cp_sizes", d, sizeof(d));
+    rules_say(&r, line ? line : rules_impl_line(&r),
+              "impl = dynamic_cp needs at least one context-parallel size in [dynamic_cp] "
+              "cp_sizes (e.g. cp_sizes = 1 2), but %s",
+              d);
+  }
+  return r.errors ? CGRT_E_CONFIG : 0;
 }
 
 CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
@@ -361,4 +462,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .call = dcp_call,
     .release = dcp_release,
     .describe = dcp_describe,
+    .options = dcp_options,
+    .num_options = sizeof(dcp_options) / sizeof(dcp_options[0]),
+    .check = dcp_check,
 };

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "cgrt/backend.h"
+#include "rules.h"
 
 struct fi_state {
   const struct cgrt_host_api *h;
@@ -94,6 +95,17 @@ static int fi_describe(void *state, void (*emit)(void *user, const char *line), 
   return 0;
 }
 
+/* The whole step is one graph: its rules; and training only, so no inference scope or buckets. */
+static int fi_check(const struct cgrt_config_view *cfg,
+                    void (*report)(void *user, int line, const char *message), void *user) {
+  struct rules r = {cfg, report, user, 0};
+  rules_whole_step(&r, rules_impl_line(&r), "impl = full_iteration", "use impl = local");
+  rules_cp_scope_unread(&r);
+  rules_scope_none(&r);
+  rules_no_adaptive(&r);
+  return r.errors ? CGRT_E_CONFIG : 0;
+}
+
 CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
@@ -105,4 +117,5 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .call = fi_call,
     .release = fi_release,
     .describe = fi_describe,
+    .check = fi_check,
 };

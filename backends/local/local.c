@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "cgrt/backend.h"
+#include "rules.h"
 
 struct local_state {
   const struct cgrt_host_api *h;
@@ -378,6 +379,36 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
   return 0;
 }
 
+/*
+ * local's options: none of its own section; its default of a core key, [cuda_graph]
+ * inference_scope = layer (one graph per module call and bucket), where other backends' is none.
+ */
+static const struct cgrt_option local_options[] = {
+    {.name = "cuda_graph.inference_scope",
+     .type = CGRT_OPTION_ENUM,
+     .def = "layer",
+     .values = "none layer block",
+     .meaning = "what one inference graph holds: local's default is one module call"},
+};
+
+/* Per-module graphs (or a body per bucket): a scope of layer or block; adaptive buckets work. */
+static int local_check(const struct cgrt_config_view *cfg,
+                       void (*report)(void *user, int line, const char *message), void *user) {
+  struct rules r = {cfg, report, user, 0};
+  char d[256];
+  rules_cp_scope_unread(&r);
+  rules_recompute_full(&r);
+  if (cfg->inference_scope == CGRT_SCOPE_NONE) {
+    int line = rules_key(&r, "cuda_graph", "inference_scope", d, sizeof(d));
+    rules_say(&r, line ? line : rules_impl_line(&r),
+              "impl = local needs [cuda_graph] inference_scope = layer or block, but %s; write "
+              "layer (one graph per module) or block (one graph per step body), or leave it out "
+              "for layer",
+              d);
+  }
+  return r.errors ? CGRT_E_CONFIG : 0;
+}
+
 CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
@@ -390,4 +421,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .call = local_call,
     .release = local_release,
     .describe = local_describe,
+    .options = local_options,
+    .num_options = sizeof(local_options) / sizeof(local_options[0]),
+    .check = local_check,
 };

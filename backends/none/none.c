@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "cgrt/backend.h"
+#include "rules.h"
 
 struct none_state {
   const struct cgrt_host_api *host;
@@ -50,6 +51,15 @@ static int none_describe(void *state, void (*emit)(void *user, const char *line)
   return 0;
 }
 
+/* Eager: no inference scope and no token buckets to adapt. */
+static int none_check(const struct cgrt_config_view *cfg,
+                      void (*report)(void *user, int line, const char *message), void *user) {
+  struct rules r = {cfg, report, user, 0};
+  rules_scope_none(&r);
+  rules_no_adaptive(&r);
+  return r.errors ? CGRT_E_CONFIG : 0;
+}
+
 CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
@@ -60,4 +70,5 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .step = none_step,
     .call = none_call,
     .describe = none_describe,
+    .check = none_check,
 };

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "cgrt/backend.h"
+#include "rules.h"
 
 struct te_state {
   const struct cgrt_host_api *h;
@@ -113,6 +114,17 @@ static int te_describe(void *state, void (*emit)(void *user, const char *line), 
   return 0;
 }
 
+/* Per-module graphs of training steps: no whole-step rules, no inference scope, no buckets. */
+static int te_check(const struct cgrt_config_view *cfg,
+                    void (*report)(void *user, int line, const char *message), void *user) {
+  struct rules r = {cfg, report, user, 0};
+  rules_cp_scope_unread(&r);
+  rules_recompute_full(&r);
+  rules_scope_none(&r);
+  rules_no_adaptive(&r);
+  return r.errors ? CGRT_E_CONFIG : 0;
+}
+
 CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
@@ -124,4 +136,5 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .call = te_call,
     .release = te_release,
     .describe = te_describe,
+    .check = te_check,
 };

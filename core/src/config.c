@@ -276,8 +276,8 @@ static const char *view_get(const struct cgrt_config_view *view, const char *sec
     }
   }
   /* a declared option not given: its default */
-  int i = cgrt__cfg_option_find(cfg, section, key);
-  return i >= 0 ? cfg->option_values[i].text : NULL;
+  struct cgrt_option_value *ov;
+  return cgrt__cfg_option_find(cfg, section, key, &ov) ? ov->text : NULL;
 }
 
 int cgrt__config_defaults(struct cgrt_config *cfg) {
@@ -285,6 +285,8 @@ int cgrt__config_defaults(struct cgrt_config *cfg) {
   cfg->view.struct_size = sizeof(cfg->view);
   cfg->view.get = view_get;
   cfg->view.get_int = cgrt__cfg_view_get_int;
+  cfg->view.describe = cgrt__cfg_view_describe;
+  cgrt__cfg_fill_retired(cfg);
   /* Each key's default is its row's text, read as a file's value would be. */
   for (int id = 0; id < K_COUNT; id++) {
     char *norm = NULL;
@@ -339,9 +341,6 @@ static int parse_text(struct cgrt_config *cfg, const char *text, const char *sou
     cgrt__cfg_settle_sections(&st);
   if (!st.nomem)
     cgrt__cfg_bind_options(&st);
-  if (!st.origins[K_INFERENCE_SCOPE].line)
-    cfg->view.inference_scope =
-        strcmp(cfg->view.impl, "local") == 0 ? CGRT_SCOPE_LAYER : CGRT_SCOPE_NONE;
 
   if (st.num_msgs)
     qsort(st.msgs, st.num_msgs, sizeof(*st.msgs), by_line);
@@ -451,9 +450,13 @@ void cgrt__config_free(struct cgrt_config *cfg) {
   free(cfg->backend_section);
   free(cfg->bucket_list);
   free(cfg->cp_sizes);
-  for (size_t i = 0; i < cfg->num_options; i++)
-    free(cfg->option_values[i].text);
-  free(cfg->option_values);
-  cgrt__backend_close(&cfg->options_lib);
+  for (size_t s = 0; s < cfg->num_sets; s++) {
+    struct cgrt_option_set *set = &cfg->sets[s];
+    for (size_t i = 0; set->values && i < set->num_options; i++)
+      free(set->values[i].text);
+    free(set->values);
+    free(set->section);
+    cgrt__backend_close(&set->lib);
+  }
   memset(cfg, 0, sizeof(*cfg));
 }

@@ -21,12 +21,32 @@ struct cgrt_config_entry {
                     refused after the backend's init() */
 };
 
-/* The value in force of one option the configured backend declares (struct cgrt_option). */
+/* The value in force of one option a loaded backend table declares (struct cgrt_option). */
 struct cgrt_option_value {
-  char *text;  /* normalized text: as given, or the default; NULL: neither */
-  int64_t num; /* BOOL, INT, SIZE: the number; ENUM: the index of the spelling */
-  int line;    /* where it was given; 0: the default */
+  char *text;       /* normalized text: as given, or the default; NULL: neither */
+  int64_t num;      /* BOOL, INT, SIZE: the number; ENUM: the index of the spelling */
+  int line;         /* where it was given; 0: the default */
+  int out_of_range; /* read, but outside the option's range: reported by cgrt__config_check */
 };
+
+/*
+ * A backend table whose options the configuration reads (config_options.c): the configured
+ * backend's, and that of each backend named like one of the core's sections ([dynamic_cp]),
+ * configured or not. Its library stays open while the configuration lives, so the table can be
+ * read; it is never initialized for this.
+ */
+struct cgrt_option_set {
+  struct cgrt_backend_lib lib;
+  char *section;  /* the section its options are keys of */
+  int configured; /* the configured backend's table (its check() runs) */
+  int closed;     /* it declares keys of its section: no other key may be given there */
+  const struct cgrt_option *options; /* NULL: it declares none (its own section is open) */
+  struct cgrt_option_value *values;  /* one per option */
+  size_t num_options;
+};
+
+/* At most one set for the configured backend and one for each of the core's sections. */
+#define CGRT_CFG_MAX_OPTION_SETS 8
 
 /*
  * A parsed configuration. `view` holds the typed values (defaults where a key was absent) and is
@@ -46,12 +66,9 @@ struct cgrt_config {
   int *cp_sizes;
   struct cgrt_config_entry *entries; /* every key given, in source order */
   size_t num_entries;
-  /* The configured backend's own options, when its table declares them (config_options.c): its
-     library stays open while the configuration lives, so the table can be read. */
-  struct cgrt_backend_lib options_lib;
-  const struct cgrt_option *options; /* NULL: the backend declares none (its section is open) */
-  struct cgrt_option_value *option_values; /* one per option */
-  size_t num_options;
+  /* The backend tables whose options this configuration reads (config_options.c). */
+  struct cgrt_option_set sets[CGRT_CFG_MAX_OPTION_SETS];
+  size_t num_sets;
 };
 
 /* Fills cfg with every default (impl = none): each key's row in config_keys.def. cfg must be
@@ -95,7 +112,12 @@ int cgrt__config_resolve_dirs(const struct cgrt_config *cfg, const char *list, c
 void cgrt__config_paths_note(const struct cgrt_config *cfg, const char *what, const char *written,
                              const char *resolved, char *buf, size_t len);
 
-/* Checks the cross-key rules of DESIGN.md section 6; each violation is its own message. */
+/*
+ * Checks the cross-key rules of DESIGN.md section 6; each violation is its own message. The rules
+ * that depend on the backend are its own (cgrt_backend_v1.check): the configured backend's table
+ * is read from cfg->sets, or loaded for the check when cfg holds none (a configuration built by
+ * hand).
+ */
 int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag);
 
 /*
@@ -103,6 +125,14 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag);
  * as unknown ("source:line: unknown key 'x' in [trace]: backend 'trace' does not read it").
  */
 int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_diag *diag);
+
+/*
+ * Sets option `key` of `section`, declared by a loaded table, to `text` as if the file gave it
+ * (for tools that adjust a configuration they read). 0; CGRT_E_INVAL if no loaded table declares
+ * it; CGRT_E_CONFIG with the reason in why if the value is refused; CGRT_E_NOMEM.
+ */
+int cgrt__config_set_option(struct cgrt_config *cfg, const char *section, const char *key,
+                            const char *text, char *why, size_t whylen);
 
 /* Writes the normalized configuration (every section, every value, defaults included) as INI. */
 int cgrt__config_print(const struct cgrt_config *cfg, FILE *out);

@@ -54,9 +54,17 @@ extern const struct cfg_key cgrt__cfg_keys[K_COUNT];
 #define CFG_NUM_SECTIONS 5
 extern const char *const cgrt__cfg_sections[CFG_NUM_SECTIONS];
 
-/* The built-in backends, for impl suggestions and per-backend rules. */
-#define CFG_NUM_BUILTINS 5
-extern const char *const cgrt__cfg_builtins[CFG_NUM_BUILTINS];
+/*
+ * The names of the built-in backends, as the build names them (CGRT_BUILTIN_BACKENDS, from the
+ * top-level CMakeLists.txt, the list backends/CMakeLists.txt builds), in that order. Only for
+ * what a message about `impl` suggests; no rule depends on a backend's name.
+ */
+struct cfg_builtins {
+  char buf[256];
+  const char *name[16];
+  size_t n;
+};
+void cgrt__cfg_builtins(struct cfg_builtins *b);
 
 /* Id of key `name` in `section` (exact), or -1. */
 int cgrt__cfg_key_find(const char *section, const char *name);
@@ -173,15 +181,41 @@ void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr);
 void cgrt__cfg_settle_sections(struct cfg_parse *st);
 
 /*
- * Last (config_options.c): loads the configured backend's table (no init) and, if it declares
- * options, reads and checks every key of its section against them, as the core's own keys are
- * read: unknown keys with the nearest declared spelling, values by type, ranges; defaults
- * filled. A backend that cannot be loaded now is left to the runtime's loader to report.
+ * Last (config_options.c): loads the configured backend's table and the table of each backend
+ * named like a core section (no init), and reads every key they declare as the core's own keys
+ * are read: values by type, ranges, repeats; defaults filled, a configured backend's defaults of
+ * core keys ("SECTION.KEY" rows) applied. Keys of the core's sections that neither the core nor
+ * a table knows, and keys of the configured backend's closed section it does not declare, are
+ * refused with the nearest spelling. A backend that cannot be loaded now is left to the
+ * runtime's loader to report.
  */
 void cgrt__cfg_bind_options(struct cfg_parse *st);
 
-/* Index of the configured backend's declared option `key` of `section`, or -1. */
-int cgrt__cfg_option_find(const struct cgrt_config *cfg, const char *section, const char *key);
+/* The option `key` of `section` a loaded table declares (its value in *value when not NULL), or
+   NULL. */
+const struct cgrt_option *cgrt__cfg_option_find(const struct cgrt_config *cfg, const char *section,
+                                                const char *key, struct cgrt_option_value **value);
+
+/* The configured backend's table as cfg->sets holds it, or NULL. */
+const struct cgrt_option_set *cgrt__cfg_configured_set(const struct cgrt_config *cfg);
+
+/* Fills the view fields of config_retired.def from the options that declare them, or defaults. */
+void cgrt__cfg_fill_retired(struct cgrt_config *cfg);
+
+/*
+ * A key of a section the core reads that is neither the core's nor declared by a loaded table:
+ * refused with the section it belongs in, or the nearest spelling among the section's keys (the
+ * core's and the declared ones), or the list of them (config_meaning.c).
+ */
+void cgrt__cfg_unknown_key(struct cfg_parse *st, const char *section, const char *key, int line);
+
+/* Reports each declared option given out of its range ("must be at least 1 (...)"), as the core's
+   own ranges are checked; the number of errors. */
+int cgrt__cfg_check_option_ranges(const struct cgrt_config *cfg, struct cgrt_diag *diag);
+
+/* The view's describe() (config_rules.c). */
+int cgrt__cfg_view_describe(const struct cgrt_config_view *view, const char *section,
+                            const char *key, char *buf, size_t len);
 
 /* The view's get_int() (config_options.c). */
 int cgrt__cfg_view_get_int(const struct cgrt_config_view *view, const char *section,

@@ -4,6 +4,7 @@
  */
 #include <ctype.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -33,8 +34,6 @@ static const char *const capture_mode_names[] = {"global", "thread_local", "rela
 static const char *const rebind_names[] = {"update", "copy", "recapture", "error", "auto"};
 static const char *const bucket_names[] = {"exponential", "linear", "list", "adaptive"};
 static const char *const capture_names[] = {"lazy", "eager"};
-static const char *const over_capacity_names[] = {"error", "eager"};
-static const char *const cp_scope_names[] = {"modules", "step"};
 static const char *const driver_names[] = {"cuda", "host"};
 static const char *const bind_cpu_names[] = {"off", "auto"};
 static const char *const log_names[] = {"off", "error", "warn", "info", "debug"};
@@ -60,8 +59,18 @@ const struct cfg_key cgrt__cfg_keys[K_COUNT] = {
 const char *const cgrt__cfg_sections[CFG_NUM_SECTIONS] = {"cuda_graph", "inference", "dynamic_cp",
                                                           "runtime", "host"};
 
-const char *const cgrt__cfg_builtins[CFG_NUM_BUILTINS] = {"none", "local", "transformer_engine",
-                                                          "full_iteration", "dynamic_cp"};
+#ifndef CGRT_BUILTIN_BACKENDS
+#error "CGRT_BUILTIN_BACKENDS: the build names the built-in backends (CMakeLists.txt)"
+#endif
+
+void cgrt__cfg_builtins(struct cfg_builtins *b) {
+  snprintf(b->buf, sizeof(b->buf), "%s", CGRT_BUILTIN_BACKENDS);
+  b->n = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(b->buf, " ", &save); tok && b->n < sizeof(b->name) / sizeof(b->name[0]);
+       tok = strtok_r(NULL, " ", &save))
+    b->name[b->n++] = tok;
+}
 
 static const char *name_of(const char *const *names, size_t n, int v) {
   return v >= 0 && (size_t)v < n ? names[v] : "?";

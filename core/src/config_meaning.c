@@ -210,29 +210,59 @@ static const char *home_of(const char *name, const char *section) {
   return NULL;
 }
 
-static void unknown_key(struct cfg_parse *st, const struct cfg_pair *pr) {
-  const char *home = home_of(pr->key, pr->section);
-  if (home) {
-    CFG_ERROR(st, pr->line, "key '%s' belongs in [%s], not [%s]", pr->key, home, pr->section);
-    return;
-  }
-  const char *own[K_COUNT], *all[K_COUNT];
-  size_t n = 0;
+/* The keys a message may name: the core's, then those the loaded tables declare. */
+struct known_keys {
+  const char *name[K_COUNT + 128];
+  const char *section[K_COUNT + 128];
+  size_t n;
+};
+
+static void known_keys(const struct cgrt_config *cfg, struct known_keys *kk) {
+  kk->n = 0;
   for (int i = 0; i < K_COUNT; i++) {
-    all[i] = cgrt__cfg_keys[i].name;
-    if (strcmp(cgrt__cfg_keys[i].section, pr->section) == 0)
-      own[n++] = cgrt__cfg_keys[i].name;
+    kk->name[kk->n] = cgrt__cfg_keys[i].name;
+    kk->section[kk->n++] = cgrt__cfg_keys[i].section;
   }
-  const char *near = cgrt__cfg_closest(pr->key, own, n);
+  for (size_t s = 0; s < cfg->num_sets; s++) {
+    const struct cgrt_option_set *set = &cfg->sets[s];
+    for (size_t i = 0; set->options && i < set->num_options; i++) {
+      const char *name = set->options[i].name;
+      /* a "SECTION.KEY" row is a default, not a key; a configured backend's own section keeps
+         its own messages (config_options.c) */
+      if (!name || strchr(name, '.') || !cgrt__cfg_section_known(set->section) ||
+          kk->n == sizeof(kk->name) / sizeof(kk->name[0]))
+        continue;
+      kk->name[kk->n] = name;
+      kk->section[kk->n++] = set->section;
+    }
+  }
+}
+
+void cgrt__cfg_unknown_key(struct cfg_parse *st, const char *section, const char *key, int line) {
+  struct known_keys kk;
+  known_keys(st->cfg, &kk);
+  for (size_t i = 0; i < kk.n; i++)
+    if (strcmp(kk.name[i], key) == 0 && strcmp(kk.section[i], section) != 0) {
+      CFG_ERROR(st, line, "key '%s' belongs in [%s], not [%s]", key, kk.section[i], section);
+      return;
+    }
+  const char *own[K_COUNT + 128];
+  size_t n = 0;
+  for (size_t i = 0; i < kk.n; i++)
+    if (strcmp(kk.section[i], section) == 0)
+      own[n++] = kk.name[i];
+  const char *near = cgrt__cfg_closest(key, own, n);
   if (near) {
-    CFG_ERROR(st, pr->line, "unknown key '%s' in [%s]; did you mean '%s'?", pr->key, pr->section,
-              near);
+    CFG_ERROR(st, line, "unknown key '%s' in [%s]; did you mean '%s'?", key, section, near);
     return;
   }
-  near = cgrt__cfg_closest(pr->key, all, K_COUNT);
+  near = cgrt__cfg_closest(key, kk.name, kk.n);
   if (near) {
-    CFG_ERROR(st, pr->line, "unknown key '%s' in [%s]; did you mean '%s' in [%s]?", pr->key,
-              pr->section, near, home_of(near, NULL));
+    size_t at = 0;
+    while (kk.name[at] != near)
+      at++;
+    CFG_ERROR(st, line, "unknown key '%s' in [%s]; did you mean '%s' in [%s]?", key, section, near,
+              kk.section[at]);
     return;
   }
   char list[512];
@@ -240,8 +270,8 @@ static void unknown_key(struct cfg_parse *st, const struct cfg_pair *pr) {
   list[0] = '\0';
   for (size_t i = 0; i < n && off < sizeof(list); i++)
     off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", i ? ", " : "", own[i]);
-  CFG_ERROR(st, pr->line, "unknown key '%s' in [%s]; the keys of [%s] are: %s", pr->key,
-            pr->section, pr->section, list);
+  CFG_ERROR(st, line, "unknown key '%s' in [%s]; the keys of [%s] are: %s", key, section, section,
+            list);
 }
 
 void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr) {
@@ -249,11 +279,8 @@ void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr) {
     const char *home = home_of(pr->key, NULL);
     if (home)
       CFG_ERROR(st, pr->line, "key '%s' is outside any section; put it under [%s]", pr->key, home);
-    else
-      CFG_ERROR(st, pr->line,
-                "key '%s' is outside any section; put keys under a section header such as "
-                "[cuda_graph]",
-                pr->key);
+    else /* perhaps a key a backend declares: said once the tables are loaded */
+      add_entry(st, "", pr->key, strdup(pr->value), pr->line);
     return;
   }
   if (!cgrt__cfg_section_known(pr->section)) {
@@ -272,7 +299,14 @@ void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr) {
         migrate(st, pr, &legacy_keys[i]);
         return;
       }
-  unknown_key(st, pr);
+  const char *home = home_of(pr->key, pr->section);
+  if (home) {
+    CFG_ERROR(st, pr->line, "key '%s' belongs in [%s], not [%s]", pr->key, home, pr->section);
+    return;
+  }
+  /* Perhaps a key a backend declares for this section: decided once the tables are loaded
+     (config_options.c), which needs impl and backend_path, given anywhere in the file. */
+  add_entry(st, pr->section, pr->key, strdup(pr->value), pr->line);
 }
 
 void cgrt__cfg_settle_sections(struct cfg_parse *st) {
@@ -315,8 +349,10 @@ void cgrt__cfg_settle_sections(struct cfg_parse *st) {
   size_t m = 0;
   for (size_t i = 0; i < cfg->num_entries; i++) {
     struct cgrt_config_entry *e = &cfg->entries[i];
-    int keep = cgrt__cfg_section_known(e->section) || (own && strcmp(e->section, own) == 0);
-    if (keep && !cgrt__cfg_section_known(e->section))
+    /* "": keys before any section header, said by config_options.c */
+    int keep = cgrt__cfg_section_known(e->section) || (own && strcmp(e->section, own) == 0) ||
+               !e->section[0];
+    if (keep && e->section[0] && !cgrt__cfg_section_known(e->section))
       for (size_t j = 0; j < m; j++)
         if (strcmp(cfg->entries[j].section, e->section) == 0 &&
             strcmp(cfg->entries[j].key, e->key) == 0) {

@@ -1,12 +1,14 @@
 /*
- * config_options.c - the options a backend declares in its table (struct cgrt_option, since host
+ * config_options.c - the options backends declare in their tables (struct cgrt_option, since host
  * API minor 4), read and checked by the core like its own keys. When the configuration is read,
- * the configured backend's library is loaded (not initialized) and, if its table declares
- * options, every key of its section [NAME] is read against them: a key it does not declare is
- * refused with the nearest declared spelling, a value by its type and range, and each option
- * gets its default. `cgrt check` then prints them all; the view's get() and get_int() give their
- * values. A backend declaring nothing keeps the open section of before: whatever init() reads
- * with get(). Nothing here names a backend.
+ * two kinds of table are loaded (never initialized): the configured backend's, and that of each
+ * backend named like one of the core's sections ([dynamic_cp]: the core reads cp_sizes there,
+ * dynamic_cp declares the rest), whether it is configured or not. Every key they declare is read
+ * by its type and range, a repeat refused, a default filled; a configured backend's "SECTION.KEY"
+ * rows give core keys its defaults. A key of a core section that nobody knows, or of the
+ * configured backend's closed section, is refused with the nearest spelling. `cgrt check` then
+ * prints them all; the view's get() and get_int() give their values, and the view fields of
+ * config_retired.def keep theirs for older backends. Nothing here names a backend.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -27,7 +29,9 @@ struct spellings {
 static void split_values(const char *values, struct spellings *sp) {
   snprintf(sp->buf, sizeof(sp->buf), "%s", values ? values : "");
   sp->n = 0;
-  for (char *tok = strtok(sp->buf, " ,"); tok && sp->n < 32; tok = strtok(NULL, " ,"))
+  char *save = NULL;
+  for (char *tok = strtok_r(sp->buf, " ,", &save); tok && sp->n < 32;
+       tok = strtok_r(NULL, " ,", &save))
     sp->word[sp->n++] = tok;
 }
 
@@ -53,13 +57,16 @@ static int in_range(const struct cgrt_option *o, int64_t v) {
 
 /*
  * Reads `text` as the value of option o: 0 with *norm (malloc'ed) and *num, CGRT_E_CONFIG with
- * the reason in why (what was expected, or the range and the option's meaning), CGRT_E_NOMEM.
+ * the reason in why (what was expected), CGRT_E_NOMEM. A whole number read but out of o's range
+ * is still read (0), with *out_of_range set and the range and the option's meaning in why: it
+ * is reported with the core's own ranges, on a file that reads cleanly otherwise.
  */
 static int read_option(const struct cgrt_option *o, const char *text, char **norm, int64_t *num,
-                       char *why, size_t whylen) {
+                       int *out_of_range, char *why, size_t whylen) {
   char buf[1024], range[96];
   *norm = NULL;
   *num = 0;
+  *out_of_range = 0;
   range_text(o, range, sizeof(range));
   switch (o->type) {
   case CGRT_OPTION_BOOL: {
@@ -87,8 +94,8 @@ static int read_option(const struct cgrt_option *o, const char *text, char **nor
       cgrt__cfg_size_text(bytes, buf, sizeof(buf));
     }
     if (!in_range(o, *num)) {
+      *out_of_range = 1;
       snprintf(why, whylen, "must be %s (%s)", range, o->meaning ? o->meaning : o->name);
-      return CGRT_E_CONFIG;
     }
     break;
   }
@@ -153,23 +160,52 @@ done:
   return (*norm = strdup(buf)) ? 0 : CGRT_E_NOMEM;
 }
 
-int cgrt__cfg_option_find(const struct cgrt_config *cfg, const char *section, const char *key) {
-  if (!cfg->options || !cfg->backend_section || strcmp(section, cfg->backend_section) != 0)
-    return -1;
-  for (size_t i = 0; i < cfg->num_options; i++)
-    if (cfg->options[i].name && strcmp(cfg->options[i].name, key) == 0)
-      return (int)i;
-  return -1;
+/* A "SECTION.KEY" row: the default of a core key, not a key of the backend's section. */
+static int is_core_default(const struct cgrt_option *o) {
+  return o->name && strchr(o->name, '.') != NULL;
 }
 
-/* A key of the backend's section it does not declare: the nearest declared spelling, or all. */
-static void unknown_option(struct cfg_parse *st, const struct cgrt_config_entry *e) {
-  const struct cgrt_config *cfg = st->cfg;
-  const char *names[64];
+const struct cgrt_option *cgrt__cfg_option_find(const struct cgrt_config *cfg, const char *section,
+                                                const char *key, struct cgrt_option_value **value) {
+  for (size_t s = 0; s < cfg->num_sets; s++) {
+    const struct cgrt_option_set *set = &cfg->sets[s];
+    if (!set->options || strcmp(set->section, section) != 0)
+      continue;
+    for (size_t i = 0; i < set->num_options; i++) {
+      const struct cgrt_option *o = &set->options[i];
+      if (o->name && !is_core_default(o) && strcmp(o->name, key) == 0) {
+        if (value)
+          *value = &set->values[i];
+        return o;
+      }
+    }
+  }
+  return NULL;
+}
+
+const struct cgrt_option_set *cgrt__cfg_configured_set(const struct cgrt_config *cfg) {
+  for (size_t s = 0; s < cfg->num_sets; s++)
+    if (cfg->sets[s].configured)
+      return &cfg->sets[s];
+  return NULL;
+}
+
+/* The set whose options are keys of `section`, or NULL. */
+static struct cgrt_option_set *set_of(struct cgrt_config *cfg, const char *section) {
+  for (size_t s = 0; s < cfg->num_sets; s++)
+    if (cfg->sets[s].options && strcmp(cfg->sets[s].section, section) == 0)
+      return &cfg->sets[s];
+  return NULL;
+}
+
+/* A key of the configured backend's closed section it does not declare. */
+static void unknown_option(struct cfg_parse *st, const struct cgrt_option_set *set,
+                           const struct cgrt_config_entry *e) {
+  const char *names[64] = {0};
   size_t n = 0;
-  for (size_t i = 0; i < cfg->num_options && n < 64; i++)
-    if (cfg->options[i].name)
-      names[n++] = cfg->options[i].name;
+  for (size_t i = 0; i < set->num_options && n < 64; i++)
+    if (set->options[i].name && !is_core_default(&set->options[i]))
+      names[n++] = set->options[i].name;
   const char *near = cgrt__cfg_closest(e->key, names, n);
   if (near) {
     CFG_ERROR(st, e->line, "unknown key '%s' in [%s]; did you mean '%s'?", e->key, e->section,
@@ -182,89 +218,283 @@ static void unknown_option(struct cfg_parse *st, const struct cgrt_config_entry 
             e->section, e->section, n ? all : "(no keys)");
 }
 
-/* Loads the configured backend's table; 0 if it declares options (lib then holds it). */
-static int load_table(const struct cgrt_config *cfg, struct cgrt_backend_lib *lib) {
-  char *impl = NULL, *dirs = NULL, err[1024];
-  int rc = cgrt__config_resolve_impl(cfg, cfg->view.impl, &impl);
+/* A key before any section header that is not the core's (config_meaning.c says where those go):
+   where a loaded table declares it, else where keys go. */
+static void outside_sections(struct cfg_parse *st, const struct cgrt_config_entry *e) {
+  const struct cgrt_config *cfg = st->cfg;
+  for (size_t s = 0; s < cfg->num_sets; s++) {
+    const struct cgrt_option_set *set = &cfg->sets[s];
+    if (!cgrt__cfg_section_known(set->section))
+      continue; /* the configured backend's own section is named in the generic message */
+    for (size_t i = 0; set->options && i < set->num_options; i++)
+      if (set->options[i].name && !is_core_default(&set->options[i]) &&
+          strcmp(set->options[i].name, e->key) == 0) {
+        CFG_ERROR(st, e->line, "key '%s' is outside any section; put it under [%s]", e->key,
+                  set->section);
+        return;
+      }
+  }
+  CFG_ERROR(st, e->line,
+            "key '%s' is outside any section; put keys under a section header such as "
+            "[cuda_graph]",
+            e->key);
+}
+
+/* Loads the table of backend `impl` (a name on the backend path, or a path) into lib. */
+static int load_table(const struct cgrt_config *cfg, const char *impl,
+                      struct cgrt_backend_lib *lib) {
+  char *resolved = NULL, *dirs = NULL, err[1024];
+  int rc = cgrt__config_resolve_impl(cfg, impl, &resolved);
   if (rc == 0)
     rc = cgrt__config_resolve_dirs(cfg, cfg->backend_path, &dirs);
   if (rc == 0)
-    rc = cgrt__backend_open(lib, impl ? impl : cfg->view.impl, dirs ? dirs : cfg->backend_path, err,
+    rc = cgrt__backend_open(lib, resolved ? resolved : impl, dirs ? dirs : cfg->backend_path, err,
                             sizeof(err));
-  free(impl);
+  free(resolved);
   free(dirs);
-  if (rc != 0)
-    return rc; /* not found or unusable: the runtime's loader says why, with its advice */
-  if (!CGRT_BACKEND_HAS(lib->vt, options)) {
-    cgrt__backend_close(lib);
-    return CGRT_E_UNSUPPORTED;
+  return rc; /* not found or unusable: the runtime's loader says why, with its advice */
+}
+
+/* Adds the set of a loaded table; 0, or -1 (lib closed) if memory ran out. */
+static int add_set(struct cfg_parse *st, struct cgrt_backend_lib *lib, const char *section,
+                   int configured) {
+  struct cgrt_config *cfg = st->cfg;
+  struct cgrt_option_set *set = &cfg->sets[cfg->num_sets];
+  const struct cgrt_backend_v1 *vt = lib->vt;
+  memset(set, 0, sizeof(*set));
+  set->section = strdup(section);
+  /* num_options came with options (one group of one minor): a table that has one has both */
+  if (CGRT_BACKEND_HAS(vt, options)) {
+    set->num_options = vt->num_options;
+    set->values = calloc(set->num_options ? set->num_options : 1, sizeof(*set->values));
   }
+  if (!set->section || (CGRT_BACKEND_HAS(vt, options) && !set->values)) {
+    free(set->section);
+    free(set->values);
+    cgrt__backend_close(lib);
+    st->nomem = 1;
+    return -1;
+  }
+  if (set->values)
+    set->options = vt->options;
+  for (size_t i = 0; set->options && i < set->num_options; i++)
+    set->closed |= set->options[i].name && !is_core_default(&set->options[i]);
+  set->lib = *lib;
+  set->configured = configured;
+  cfg->num_sets++;
   return 0;
 }
 
-void cgrt__cfg_bind_options(struct cfg_parse *st) {
+/* The tables: the configured backend's, then one per core section named like a backend. */
+static void load_sets(struct cfg_parse *st) {
   struct cgrt_config *cfg = st->cfg;
-  const char *own = cfg->backend_section;
-  if (!own || cgrt__cfg_section_known(own) || load_table(cfg, &cfg->options_lib) != 0)
+  struct cgrt_backend_lib lib = {0};
+  if (cfg->view.impl && cfg->backend_section && load_table(cfg, cfg->view.impl, &lib) == 0 &&
+      add_set(st, &lib, cfg->backend_section, 1) != 0)
     return;
-  const struct cgrt_backend_v1 *vt = cfg->options_lib.vt;
-  /* num_options came with options (one group of one minor): a table that has one has both */
-  size_t n = vt->num_options;
-  cfg->option_values = calloc(n ? n : 1, sizeof(*cfg->option_values));
-  if (!cfg->option_values) {
-    st->nomem = 1;
-    return;
+  for (int i = 0; i < CFG_NUM_SECTIONS && cfg->num_sets < CGRT_CFG_MAX_OPTION_SETS; i++) {
+    const char *section = cgrt__cfg_sections[i];
+    if (set_of(cfg, section))
+      continue; /* the configured backend is the one named so, and declares options */
+    struct cgrt_backend_lib shared = {0};
+    if (load_table(cfg, section, &shared) != 0)
+      continue; /* no backend of that name: the core's keys alone */
+    if (!CGRT_BACKEND_HAS(shared.vt, options) || shared.vt->num_options == 0) {
+      cgrt__backend_close(&shared);
+      continue;
+    }
+    if (add_set(st, &shared, section, 0) != 0)
+      return;
   }
-  cfg->options = vt->options;
-  cfg->num_options = n;
-  char why[512];
-  /* The keys given: each a declared option, read by its type. */
+}
+
+/* Reads the entry given for option k of set: 0 if taken (normalized), -1 if refused. */
+static int read_given(struct cfg_parse *st, struct cgrt_option_set *set, size_t k,
+                      struct cgrt_config_entry *e) {
+  struct cgrt_option_value *ov = &set->values[k];
+  if (ov->line) {
+    CFG_ERROR(st, e->line, "key '%s' in [%s] is given twice (first at line %d); keep only one",
+              e->key, e->section, ov->line);
+    return -1;
+  }
+  char why[512], *norm = NULL;
+  int range = 0;
+  int rc = read_option(&set->options[k], e->value, &norm, &ov->num, &range, why, sizeof(why));
+  if (rc == CGRT_E_NOMEM) {
+    st->nomem = 1;
+    return -1;
+  }
+  if (rc != 0) {
+    CFG_ERROR(st, e->line, "[%s] %s = '%s': %s", e->section, e->key, e->value, why);
+    ov->num = 0;
+    return -1;
+  }
+  ov->out_of_range = range; /* cgrt__cfg_check_option_ranges says so */
+  free(e->value);
+  e->value = norm; /* normalized, as the core's own keys are */
+  e->used = 1;
+  ov->line = e->line;
+  if (!(ov->text = strdup(norm)))
+    st->nomem = 1;
+  return 0;
+}
+
+/* The keys given: each a core key, a declared option, or refused. Refused entries are dropped. */
+static void read_entries(struct cfg_parse *st) {
+  struct cgrt_config *cfg = st->cfg;
+  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg);
+  size_t m = 0;
   for (size_t i = 0; i < cfg->num_entries; i++) {
     struct cgrt_config_entry *e = &cfg->entries[i];
-    if (strcmp(e->section, own) != 0)
-      continue;
-    int k = cgrt__cfg_option_find(cfg, own, e->key);
-    if (k < 0) {
-      unknown_option(st, e);
-      continue;
+    int keep = 1, core = cgrt__cfg_section_known(e->section);
+    if (!st->nomem && (!core || cgrt__cfg_key_find(e->section, e->key) < 0)) {
+      struct cgrt_option_set *set = set_of(cfg, e->section);
+      size_t k = 0;
+      while (set && k < set->num_options &&
+             !(set->options[k].name && !is_core_default(&set->options[k]) &&
+               strcmp(set->options[k].name, e->key) == 0))
+        k++;
+      if (set && k < set->num_options) {
+        keep = read_given(st, set, k, e) == 0;
+      } else if (core) {
+        cgrt__cfg_unknown_key(st, e->section, e->key, e->line);
+        keep = 0;
+      } else if (!e->section[0]) {
+        outside_sections(st, e);
+        keep = 0;
+      } else if (set && conf == set && set->closed) {
+        unknown_option(st, set, e);
+      }
     }
-    struct cgrt_option_value *ov = &cfg->option_values[k];
-    char *norm = NULL;
-    int rc = read_option(&cfg->options[k], e->value, &norm, &ov->num, why, sizeof(why));
-    if (rc == CGRT_E_NOMEM) {
-      st->nomem = 1;
-      return;
-    }
-    if (rc != 0) {
-      CFG_ERROR(st, e->line, "[%s] %s = '%s': %s", own, e->key, e->value, why);
-      continue;
-    }
-    free(e->value);
-    e->value = norm; /* normalized, as the core's own keys are */
-    e->used = 1;
-    ov->line = e->line;
-    if (!(ov->text = strdup(norm))) {
-      st->nomem = 1;
-      return;
+    if (keep) {
+      cfg->entries[m++] = *e;
+    } else {
+      free(e->section);
+      free(e->key);
+      free(e->value);
     }
   }
-  /* The others: their defaults, read the same way (a bad one is the backend's bug, said so). */
-  for (size_t k = 0; k < n; k++) {
-    struct cgrt_option_value *ov = &cfg->option_values[k];
-    const struct cgrt_option *o = &cfg->options[k];
-    if (ov->line || !o->def)
-      continue;
-    int rc = read_option(o, o->def, &ov->text, &ov->num, why, sizeof(why));
-    if (rc == CGRT_E_NOMEM) {
-      st->nomem = 1;
-      return;
+  cfg->num_entries = m;
+}
+
+/* The defaults: of the options not given, and of core keys the configured backend sets. */
+static void read_defaults(struct cfg_parse *st) {
+  struct cgrt_config *cfg = st->cfg;
+  char why[512], warn[512];
+  for (size_t s = 0; s < cfg->num_sets && !st->nomem; s++) {
+    struct cgrt_option_set *set = &cfg->sets[s];
+    for (size_t k = 0; set->options && k < set->num_options; k++) {
+      struct cgrt_option_value *ov = &set->values[k];
+      const struct cgrt_option *o = &set->options[k];
+      if (ov->line || !o->def || !o->name)
+        continue;
+      int rc, range = 0;
+      if (is_core_default(o)) {
+        if (!set->configured)
+          continue; /* only the configured backend's defaults apply */
+        char section[64];
+        const char *dot = strchr(o->name, '.');
+        snprintf(section, sizeof(section), "%.*s", (int)(dot - o->name), o->name);
+        int id = cgrt__cfg_key_find(section, dot + 1);
+        if (id < 0) {
+          snprintf(why, sizeof(why), "[%s] %s is not a key of the core", section, dot + 1);
+          rc = CGRT_E_CONFIG;
+        } else if (st->origins[id].line) {
+          continue; /* the file gives the key */
+        } else {
+          char *norm = NULL;
+          rc = cgrt__cfg_set_value(cfg, id, o->def, &norm, why, sizeof(why), warn, sizeof(warn));
+          free(norm);
+        }
+      } else {
+        rc = read_option(o, o->def, &ov->text, &ov->num, &range, why, sizeof(why));
+        rc = rc == 0 && range ? CGRT_E_CONFIG : rc;
+      }
+      if (rc == CGRT_E_NOMEM) {
+        st->nomem = 1;
+        return;
+      }
+      if (rc != 0 && is_core_default(o))
+        CFG_ERROR(st, 0,
+                  "backend '%s' (%s) declares the default '%s' for %s: %s; fix the backend's "
+                  "option table",
+                  set->lib.vt->name, set->lib.path, o->def, o->name, why);
+      else if (rc != 0)
+        CFG_ERROR(st, 0,
+                  "backend '%s' (%s) declares [%s] %s with the default '%s': %s; fix the "
+                  "backend's option table",
+                  set->lib.vt->name, set->lib.path, set->section, o->name, o->def, why);
     }
-    if (rc != 0)
-      CFG_ERROR(st, 0,
-                "backend '%s' (%s) declares [%s] %s with the default '%s': %s; fix the "
-                "backend's option table",
-                vt->name, cfg->options_lib.path, own, o->name, o->def, why);
   }
+}
+
+void cgrt__cfg_bind_options(struct cfg_parse *st) {
+  load_sets(st);
+  if (!st->nomem)
+    read_entries(st);
+  if (!st->nomem)
+    read_defaults(st);
+  cgrt__cfg_fill_retired(st->cfg);
+}
+
+void cgrt__cfg_fill_retired(struct cgrt_config *cfg) {
+  struct cgrt_config_view *v = &cfg->view;
+  struct cgrt_option_value *ov;
+#define RETIRED(section, key, field, type, def)                                                    \
+  v->field = (type)(cgrt__cfg_option_find(cfg, section, key, &ov) && ov->text ? ov->num : (def));
+#include "config_retired.def"
+}
+
+int cgrt__config_set_option(struct cgrt_config *cfg, const char *section, const char *key,
+                            const char *text, char *why, size_t whylen) {
+  struct cgrt_option_value *ov;
+  const struct cgrt_option *o =
+      section && key ? cgrt__cfg_option_find(cfg, section, key, &ov) : NULL;
+  if (!o || !text)
+    return CGRT_E_INVAL;
+  char *norm = NULL;
+  int64_t num;
+  int range;
+  int rc = read_option(o, text, &norm, &num, &range, why, whylen);
+  if (rc == 0 && range) {
+    free(norm);
+    rc = CGRT_E_CONFIG;
+  }
+  if (rc != 0)
+    return rc;
+  free(ov->text);
+  ov->text = norm;
+  ov->num = num;
+  ov->out_of_range = 0;
+  cgrt__cfg_fill_retired(cfg);
+  return 0;
+}
+
+int cgrt__cfg_check_option_ranges(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
+  int errors = 0;
+  char why[512];
+  for (size_t s = 0; s < cfg->num_sets; s++) {
+    const struct cgrt_option_set *set = &cfg->sets[s];
+    for (size_t i = 0; set->options && i < set->num_options; i++) {
+      const struct cgrt_option_value *ov = &set->values[i];
+      const struct cgrt_option *o = &set->options[i];
+      char range[96];
+      if (!ov->out_of_range || !ov->text)
+        continue;
+      range_text(o, range, sizeof(range));
+      snprintf(why, sizeof(why), "must be %s (%s)", range, o->meaning ? o->meaning : o->name);
+      const char *src = cfg->source ? cfg->source : "<config>";
+      /* as the core's own ranges are said: the value as read, unquoted */
+      if (ov->line)
+        cgrt__diag_add(diag, CGRT_LOG_ERROR, "%s:%d: [%s] %s = %s: %s", src, ov->line, set->section,
+                       o->name, ov->text, why);
+      else
+        cgrt__diag_add(diag, CGRT_LOG_ERROR, "%s: [%s] %s = %s: %s", src, set->section, o->name,
+                       ov->text, why);
+      errors++;
+    }
+  }
+  return errors;
 }
 
 int cgrt__cfg_view_get_int(const struct cgrt_config_view *view, const char *section,
@@ -272,13 +502,14 @@ int cgrt__cfg_view_get_int(const struct cgrt_config_view *view, const char *sect
   if (!view || !section || !key || !out)
     return CGRT_E_INVAL;
   const struct cgrt_config *cfg = cgrt__cfg_of_view(view);
-  int k = cgrt__cfg_option_find(cfg, section, key);
-  if (k >= 0) {
-    cgrt_option_type t = cfg->options[k].type;
+  struct cgrt_option_value *ov;
+  const struct cgrt_option *o = cgrt__cfg_option_find(cfg, section, key, &ov);
+  if (o) {
+    cgrt_option_type t = o->type;
     if (t != CGRT_OPTION_BOOL && t != CGRT_OPTION_INT && t != CGRT_OPTION_SIZE &&
         t != CGRT_OPTION_ENUM)
       return CGRT_E_INVAL;
-    *out = cfg->option_values[k].num;
+    *out = ov->num;
     return 0;
   }
   int id = cgrt__cfg_key_find(section, key);

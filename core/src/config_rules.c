@@ -10,17 +10,38 @@
 #include "bucket_plan.h"
 #include "config_impl.h"
 
-/* Describes key `id` for a message: "nan_check = on (default)" or "nan_check = off (line 5)". */
-static void describe(const struct cgrt_config *cfg, int id, char *buf, size_t len) {
-  char *v = cgrt__cfg_value_text(cfg, id);
-  int line = cgrt__cfg_key_line(cfg, id);
-  const char *name = cgrt__cfg_keys[id].name;
-  const char *val = v ? v : "?";
+/* "name = value (line N)" or "name = value (default)"; "name = (line N)" for an empty value. */
+static void format_key(const char *name, const char *val, int line, char *buf, size_t len) {
   if (line)
     snprintf(buf, len, "%s%s%s (line %d)", name, val[0] ? " = " : " =", val, line);
   else
     snprintf(buf, len, "%s%s%s (default)", name, val[0] ? " = " : " =", val);
+}
+
+/* Describes key `id` for a message: "nan_check = on (default)" or "nan_check = off (line 5)". */
+static void describe(const struct cgrt_config *cfg, int id, char *buf, size_t len) {
+  char *v = cgrt__cfg_value_text(cfg, id);
+  format_key(cgrt__cfg_keys[id].name, v ? v : "?", cgrt__cfg_key_line(cfg, id), buf, len);
   free(v);
+}
+
+int cgrt__cfg_view_describe(const struct cgrt_config_view *view, const char *section,
+                            const char *key, char *buf, size_t len) {
+  if (!view || !section || !key || !buf || !len)
+    return CGRT_E_INVAL;
+  const struct cgrt_config *cfg = cgrt__cfg_of_view(view);
+  int id = cgrt__cfg_key_find(section, key);
+  if (id >= 0) {
+    describe(cfg, id, buf, len);
+    return cgrt__cfg_key_line(cfg, id);
+  }
+  struct cgrt_option_value *ov;
+  if (cgrt__cfg_option_find(cfg, section, key, &ov)) {
+    format_key(key, ov->text ? ov->text : "", ov->line, buf, len);
+    return ov->line;
+  }
+  snprintf(buf, len, "%s = ?", key);
+  return CGRT_E_INVAL;
 }
 
 /* Reports one broken rule at the line of the first of keys a, b that was given. */
@@ -67,46 +88,68 @@ static void below_minimum(const struct cgrt_config *cfg, struct cgrt_diag *diag,
     at_least(cfg, diag, errors, id, *(const int64_t *)field, k->min);
 }
 
+/* Where a backend's check() reports. */
+struct check_report {
+  const struct cgrt_config *cfg;
+  struct cgrt_diag *diag;
+  int errors;
+};
+
+static void backend_report(void *user, int line, const char *message) {
+  struct check_report *r = user;
+  const char *src = r->cfg->source ? r->cfg->source : "<config>";
+  if (line > 0)
+    cgrt__diag_add(r->diag, CGRT_LOG_ERROR, "%s:%d: %s", src, line, message ? message : "");
+  else
+    cgrt__diag_add(r->diag, CGRT_LOG_ERROR, "%s: %s", src, message ? message : "");
+  r->errors++;
+}
+
 /*
- * The rules of a whole-step graph, which impl = full_iteration and dynamic_cp's graph_scope = step
- * both build: it cannot stop for the host to read the loss, and it graphs every call itself, so
- * no module list. `who` says what graphs the whole step (key `key`), `instead` the other fix;
- * modules is the modules line described.
+ * The rules that depend on the backend: its own check() when it has one (since minor 5); else the
+ * conservative rule of before, full recomputation refused with any backend that builds graphs.
+ * `vt` is NULL when the backend could not be loaded: it is then taken to build graphs.
  */
-static void whole_step_rules(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors,
-                             int key, const char *who, const char *instead, const char *modules) {
+static void backend_rules(const struct cgrt_config *cfg, const struct cgrt_backend_v1 *vt,
+                          struct cgrt_diag *diag, int *errors) {
   const struct cgrt_config_view *v = &cfg->view;
-  char nan[256];
-  if (v->nan_check) {
-    describe(cfg, K_NAN_CHECK, nan, sizeof(nan));
-    rule(cfg, diag, errors, K_NAN_CHECK, key,
-         "%s graphs the whole step, which needs [host] nan_check = off (a whole-step graph cannot "
-         "stop for the host to read the loss every step), but %s; set nan_check = off, or %s",
-         who, nan, instead);
+  char d1[256], d2[256];
+  if (vt && CGRT_BACKEND_HAS(vt, check)) {
+    struct check_report r = {cfg, diag, 0};
+    vt->check(v, backend_report, &r);
+    *errors += r.errors;
+    return;
   }
-  if (v->modules)
-    rule(cfg, diag, errors, K_MODULES, key,
-         "%s graphs the whole step, so [cuda_graph] modules must be empty, but %s; remove the "
-         "modules line, or %s",
-         who, modules, instead);
+  int graphs = !vt || (vt->caps & CGRT_CAP_GRAPHS);
+  if (graphs && v->recompute == CGRT_RECOMPUTE_FULL) {
+    describe(cfg, K_RECOMPUTE, d1, sizeof(d1));
+    describe(cfg, K_IMPL, d2, sizeof(d2));
+    rule(cfg, diag, errors, K_RECOMPUTE, K_IMPL,
+         "[host] %s is only graph-safe with whole-step graphs, impl = full_iteration or "
+         "dynamic_cp with graph_scope = step (full recomputation inside per-module graphs replays "
+         "stale activations), but %s; use one of those, or recompute = selective",
+         d1, d2);
+  }
 }
 
 int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   const struct cgrt_config_view *v = &cfg->view;
-  const char *impl = v->impl ? v->impl : "none";
+  const char *impl = v->impl ? v->impl : "?";
   int errors = 0;
   char d1[256], d2[256], d3[256];
-  int none = strcmp(impl, "none") == 0;
-  int local = strcmp(impl, "local") == 0;
-  int full_iter = strcmp(impl, "full_iteration") == 0;
-  int dcp = strcmp(impl, "dynamic_cp") == 0;
-  int cp_step = v->cp_scope == CGRT_CP_SCOPE_STEP;
-  int builtin = 0;
-  for (int i = 0; i < CFG_NUM_BUILTINS; i++)
-    builtin |= strcmp(impl, cgrt__cfg_builtins[i]) == 0;
   int moe = (v->modules & CGRT_KIND_BIT(CGRT_KIND_MOE)) != 0;
   int router = (v->modules & CGRT_KIND_BIT(CGRT_KIND_MOE_ROUTER)) != 0;
   int pre = (v->modules & CGRT_KIND_BIT(CGRT_KIND_MOE_PREPROCESS)) != 0;
+
+  /* The configured backend's table: read with the file, or loaded now for a hand-built one. */
+  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg);
+  struct cgrt_backend_lib lib = {0};
+  const struct cgrt_backend_v1 *vt = conf ? conf->lib.vt : NULL;
+  if (!vt && v->impl) {
+    char err[1024];
+    if (cgrt__backend_open(&lib, v->impl, cfg->backend_path, err, sizeof(err)) == 0)
+      vt = lib.vt;
+  }
 
   /* -- what is graphed: MoE -- */
   describe(cfg, K_MODULES, d1, sizeof(d1));
@@ -158,45 +201,11 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
     }
   }
 
-  /* -- whole-step graphs -- */
-  if (full_iter)
-    whole_step_rules(cfg, diag, &errors, K_IMPL, "impl = full_iteration", "use impl = local", d1);
-  describe(cfg, K_CP_SCOPE, d3, sizeof(d3));
-  if (builtin && !dcp && !none && cp_step) /* none: eager, whatever the scope */
-    rule(cfg, diag, &errors, K_CP_SCOPE, K_IMPL,
-         "[dynamic_cp] %s is only read by impl = dynamic_cp, but impl = %s; remove graph_scope, "
-         "or use impl = full_iteration to graph the whole step",
-         d3, impl);
-  if (dcp && cp_step) {
-    char who[300];
-    snprintf(who, sizeof(who), "[dynamic_cp] %s", d3);
-    whole_step_rules(cfg, diag, &errors, K_CP_SCOPE, who, "set graph_scope = modules", d1);
-  }
-  if (v->recompute == CGRT_RECOMPUTE_FULL && !none && !full_iter && !(dcp && cp_step)) {
-    describe(cfg, K_RECOMPUTE, d2, sizeof(d2));
-    describe(cfg, K_IMPL, d3, sizeof(d3));
-    rule(cfg, diag, &errors, K_RECOMPUTE, K_IMPL,
-         "[host] %s is only graph-safe with whole-step graphs, impl = full_iteration or "
-         "dynamic_cp with graph_scope = step (full recomputation inside per-module graphs replays "
-         "stale activations), but %s; use one of those, or recompute = selective",
-         d2, d3);
-  }
+  /* -- the backend's own rules: inference scope, whole-step graphs, recomputation... -- */
+  backend_rules(cfg, vt, diag, &errors);
 
-  /* -- inference scope, by backend -- */
-  describe(cfg, K_INFERENCE_SCOPE, d2, sizeof(d2));
-  if (local && v->inference_scope == CGRT_SCOPE_NONE)
-    rule(cfg, diag, &errors, K_INFERENCE_SCOPE, K_IMPL,
-         "impl = local needs [cuda_graph] inference_scope = layer or block, but %s; write layer "
-         "(one graph per module) or block (one graph per step body), or leave it out for layer",
-         d2);
-  else if (builtin && !local && v->inference_scope != CGRT_SCOPE_NONE)
-    rule(cfg, diag, &errors, K_INFERENCE_SCOPE, K_IMPL,
-         "[cuda_graph] %s is not allowed with impl = %s, whose inference scope is always none; "
-         "remove inference_scope (only impl = local has layer and block)",
-         d2, impl);
-
-  /* -- anything that captures -- */
-  if (!none && !v->graph_safe_rng) {
+  /* -- anything that captures (a backend that cannot be loaded now is taken to) -- */
+  if ((!vt || (vt->caps & CGRT_CAP_GRAPHS)) && !v->graph_safe_rng) {
     describe(cfg, K_GRAPH_SAFE_RNG, d2, sizeof(d2));
     rule(cfg, diag, &errors, K_GRAPH_SAFE_RNG, K_IMPL,
          "impl = %s builds graphs, so [host] graph_safe_rng must be true (random numbers drawn "
@@ -208,6 +217,7 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   /* -- counts -- */
   for (int id = 0; id < K_COUNT; id++)
     below_minimum(cfg, diag, &errors, id);
+  errors += cgrt__cfg_check_option_ranges(cfg, diag);
   if (v->tp_size >= 1 && v->max_tokens < v->tp_size) {
     describe(cfg, K_MAX_TOKENS, d2, sizeof(d2));
     describe(cfg, K_TP_SIZE, d3, sizeof(d3));
@@ -224,14 +234,7 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
          "8), but list is %s",
          cgrt__cfg_key_line(cfg, K_LIST) ? "empty" : "not given");
   /* -- adaptive buckets -- */
-  int adaptive = v->buckets == CGRT_BUCKETS_ADAPTIVE;
-  describe(cfg, K_BUCKETS, d2, sizeof(d2));
-  if (adaptive && builtin && !local)
-    rule(cfg, diag, &errors, K_BUCKETS, K_IMPL,
-         "[inference] %s only works with impl = local, whose graphs are per token bucket; impl = "
-         "%s does not graph per bucket; use buckets = exponential, linear or list, or impl = local",
-         d2, impl);
-  if (adaptive && v->tp_size >= 1 && v->max_tokens >= v->tp_size &&
+  if (v->buckets == CGRT_BUCKETS_ADAPTIVE && v->tp_size >= 1 && v->max_tokens >= v->tp_size &&
       ((uint64_t)v->max_tokens + (uint64_t)v->tp_size - 1) / (uint64_t)v->tp_size >
           CGRT_ADAPT_MAX_SLOTS) {
     describe(cfg, K_MAX_TOKENS, d3, sizeof(d3));
@@ -240,20 +243,15 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
          "max_tokens, and %s allows at most %u of them; lower max_tokens or raise tp_size",
          d3, (unsigned)CGRT_ADAPT_MAX_SLOTS);
   }
-  if (strcmp(impl, "dynamic_cp") == 0 && v->num_cp_sizes == 0) {
-    describe(cfg, K_CP_SIZES, d2, sizeof(d2));
-    rule(cfg, diag, &errors, K_CP_SIZES, K_IMPL,
-         "impl = dynamic_cp needs at least one context-parallel size in [dynamic_cp] cp_sizes "
-         "(e.g. cp_sizes = 1 2), but %s",
-         d2);
-  }
+  cgrt__backend_close(&lib);
   return errors ? CGRT_E_CONFIG : 0;
 }
 
 int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
   const char *own = cfg->backend_section;
+  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg);
   int errors = 0;
-  if (!own || cfg->options) /* declared options: every key was checked when read */
+  if (!own || (conf && conf->closed)) /* declared options: every key was checked when read */
     return 0;
   for (size_t i = 0; i < cfg->num_entries; i++) {
     const struct cgrt_config_entry *e = &cfg->entries[i];
@@ -292,32 +290,53 @@ void cgrt__cfg_print_pair(FILE *out, const char *key, const char *value) {
   fputc('\n', out);
 }
 
+/* The options loaded tables declare as keys of `section` (not "SECTION.KEY" defaults), after a
+   header of the section when `header` is set and there is one at least. */
+static void print_options(const struct cgrt_config *cfg, const char *section, FILE *out,
+                          int header) {
+  int printed = 0;
+  for (size_t s = 0; s < cfg->num_sets; s++) {
+    const struct cgrt_option_set *set = &cfg->sets[s];
+    if (!set->options || strcmp(set->section, section) != 0)
+      continue;
+    for (size_t i = 0; i < set->num_options; i++) {
+      const struct cgrt_option *o = &set->options[i];
+      if (!o->name || strchr(o->name, '.') || !set->values[i].text)
+        continue;
+      if (header && !printed++)
+        fprintf(out, "\n[%s]\n", section);
+      cgrt__cfg_print_pair(out, o->name, set->values[i].text);
+    }
+  }
+}
+
 int cgrt__config_print(const struct cgrt_config *cfg, FILE *out) {
-  const char *section = NULL;
   int rc = 0;
   fprintf(out, "; cgrt configuration from %s: every key, defaults included\n",
           cfg->source ? cfg->source : "the defaults");
-  for (int id = 0; id < K_COUNT; id++) {
-    const struct cfg_key *k = &cgrt__cfg_keys[id];
-    if (!section || strcmp(section, k->section) != 0) {
-      fprintf(out, "%s[%s]\n", section ? "\n" : "", k->section);
-      section = k->section;
+  /* Each core section: the core's keys, then those a backend declares there. */
+  for (int s = 0; s < CFG_NUM_SECTIONS; s++) {
+    const char *section = cgrt__cfg_sections[s];
+    fprintf(out, "%s[%s]\n", s ? "\n" : "", section);
+    for (int id = 0; id < K_COUNT; id++) {
+      const struct cfg_key *k = &cgrt__cfg_keys[id];
+      if (strcmp(k->section, section) != 0)
+        continue;
+      char *v = cgrt__cfg_value_text(cfg, id);
+      if (!v) {
+        rc = CGRT_E_NOMEM;
+        continue;
+      }
+      cgrt__cfg_print_pair(out, k->name, v);
+      free(v);
     }
-    char *v = cgrt__cfg_value_text(cfg, id);
-    if (!v) {
-      rc = CGRT_E_NOMEM;
-      continue;
-    }
-    cgrt__cfg_print_pair(out, k->name, v);
-    free(v);
+    print_options(cfg, section, out, 0);
   }
   const char *own = cfg->backend_section;
-  if (own && cfg->options) {
-    /* every option the backend declares, with its value or default */
-    fprintf(out, "\n[%s]\n", own);
-    for (size_t i = 0; i < cfg->num_options; i++)
-      if (cfg->option_values[i].text)
-        cgrt__cfg_print_pair(out, cfg->options[i].name, cfg->option_values[i].text);
+  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg);
+  if (own && !cgrt__cfg_section_known(own) && conf && conf->closed) {
+    /* every option the backend declares, with its value or default; no header for none */
+    print_options(cfg, own, out, 1);
   } else if (own && !cgrt__cfg_section_known(own)) {
     int header = 0;
     for (size_t i = 0; i < cfg->num_entries; i++) {

@@ -256,29 +256,28 @@ static int is_path(const char *s) {
 
 static int set_impl(struct cgrt_config *cfg, const char *text, char **norm, char *why,
                     size_t whylen, char *warn, size_t warnlen) {
-  static const char expected[] = "expected none, local, transformer_engine, full_iteration, "
-                                 "dynamic_cp, the name of another backend on backend_path "
-                                 "(letters a-z, digits, '_', '-') or the path of a .so";
+  struct cfg_builtins bi;
+  cgrt__cfg_builtins(&bi);
+  char names[256];
+  join_names(bi.name, bi.n, names, sizeof(names));
   int ok = text[0] != '\0';
   if (ok && !is_path(text))
     for (const char *s = text; *s; s++)
       if (!(islower((unsigned char)*s) || isdigit((unsigned char)*s) || *s == '_' || *s == '-'))
         ok = 0;
   if (!ok) {
-    const char *near =
-        text[0] ? cgrt__cfg_closest(text, cgrt__cfg_builtins, CFG_NUM_BUILTINS) : NULL;
-    if (near)
-      say(why, whylen, "%s; did you mean '%s'?", expected, near);
-    else
-      say(why, whylen, "%s", expected);
+    const char *near = text[0] ? cgrt__cfg_closest(text, bi.name, bi.n) : NULL;
+    say(why, whylen,
+        "expected %s, the name of another backend on backend_path (letters a-z, digits, '_', "
+        "'-') or the path of a .so%s%s%s",
+        names, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
     return CGRT_E_CONFIG;
   }
   if (!is_path(text)) {
     int builtin = 0;
-    for (int i = 0; i < CFG_NUM_BUILTINS; i++)
-      builtin |= strcmp(text, cgrt__cfg_builtins[i]) == 0;
-    const char *near =
-        builtin ? NULL : cgrt__cfg_closest(text, cgrt__cfg_builtins, CFG_NUM_BUILTINS);
+    for (size_t i = 0; i < bi.n; i++)
+      builtin |= strcmp(text, bi.name[i]) == 0;
+    const char *near = builtin ? NULL : cgrt__cfg_closest(text, bi.name, bi.n);
     if (near)
       say(warn, warnlen,
           "'%s' is not a built-in backend; did you mean '%s'? (otherwise "
@@ -592,7 +591,7 @@ char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id) {
   char num[32];
   switch (k->type) {
   case CFG_IMPL:
-    sb_add(&out, v->impl ? v->impl : "none");
+    sb_add(&out, v->impl ? v->impl : cgrt__cfg_keys[K_IMPL].def);
     break;
   case CFG_PATH:
     sb_add(&out, cfg->backend_path ? cfg->backend_path : "");

@@ -64,6 +64,13 @@ CGRT_API int cgrt_tool_config_set_cp_sizes(cgrt_tool_config *cfg, const int *siz
   return 0;
 }
 
+CGRT_API int cgrt_tool_config_set_option(cgrt_tool_config *cfg, const char *section,
+                                         const char *key, const char *value) {
+  char why[512];
+  return cfg ? cgrt__config_set_option(&cfg->cfg, section, key, value, why, sizeof(why))
+             : CGRT_E_INVAL;
+}
+
 CGRT_API int cgrt_tool_config_print(const cgrt_tool_config *cfg, FILE *out) {
   return cfg && out ? cgrt__config_print(&cfg->cfg, out) : CGRT_E_INVAL;
 }

@@ -80,7 +80,7 @@ run_fails "$cgrt" check "$work/typo.ini"
 grep -q "typo.ini:4: unknown key 'dpeth' in \[knobs\]; did you mean 'depth'?" "$work/out.txt"
 knobs_ini range 'depth = 65'
 run_fails "$cgrt" check "$work/range.ini"
-grep -q "range.ini:4: \[knobs\] depth = '65': must be from 1 to 64 (graphs kept per layer)" \
+grep -q "range.ini:4: \[knobs\] depth = 65: must be from 1 to 64 (graphs kept per layer)" \
   "$work/out.txt"
 knobs_ini badenum 'order = backwards'
 run_fails "$cgrt" check "$work/badenum.ini"

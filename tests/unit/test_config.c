@@ -17,7 +17,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "config_impl.h" /* the tables of keys and options */
 
 /* ---------------------------------------------------------------- fixture */
 
@@ -1098,6 +1098,145 @@ static void backend_named_like_a_core_section(void **state) {
                  "unknown key 'bank_size' in [dynamic_cp]");
 }
 
+/* ---------------------------------------------------------------- options backends declare */
+
+static char *print_to_string(const struct cgrt_config *cfg);
+
+/* The path of fixture backend `name` (tests/fixtures), into buf. */
+static const char *fixture_path(const char *name, char *buf, size_t len) {
+  const char *dir = getenv("CGRT_TEST_FIXTURES");
+  snprintf(buf, len, "%s/libcgrt-backend-%s.so", dir ? dir : ".", name);
+  return buf;
+}
+
+static void dynamic_cp_keys_are_its_options(void **state) {
+  struct fx *f = *state;
+  /* dynamic_cp's table declares them and is read though another backend is configured */
+  assert_int_equal(cgrt__cfg_key_find("dynamic_cp", "graph_slots"), -1);
+  assert_true(cgrt__cfg_key_find("dynamic_cp", "cp_sizes") >= 0); /* the communicator split */
+  assert_clean(f, "[cuda_graph]\nimpl = none\n[dynamic_cp]\ngraph_slots = 3\ngraph_scope = Step\n");
+  struct cgrt_option_value *ov = NULL;
+  assert_non_null(cgrt__cfg_option_find(&f->cfg, "dynamic_cp", "graph_slots", &ov));
+  assert_int_equal(ov->line, 4);
+  int64_t v = 0;
+  assert_int_equal(f->cfg.view.get_int(&f->cfg.view, "dynamic_cp", "graph_slots", &v), 0);
+  assert_int_equal(v, 3);
+  assert_int_equal(f->cfg.view.get_int(&f->cfg.view, "dynamic_cp", "max_sequences", &v), 0);
+  assert_int_equal(v, 64);
+  assert_string_equal(get(f, "dynamic_cp", "graph_scope"), "step");
+  /* the retired view fields keep their values for backends built before minor 5 */
+  assert_int_equal(f->cfg.view.graph_slots, 3);
+  assert_int_equal(f->cfg.view.cp_scope, CGRT_CP_SCOPE_STEP);
+  assert_int_equal(f->cfg.view.max_packed_tokens, 8192);
+  assert_int_equal(f->cfg.view.max_sequences, 64);
+  assert_int_equal(f->cfg.view.over_capacity, CGRT_OVER_CAPACITY_ERROR);
+  /* how a message names them */
+  char buf[128];
+  assert_int_equal(
+      f->cfg.view.describe(&f->cfg.view, "dynamic_cp", "graph_scope", buf, sizeof(buf)), 5);
+  assert_string_equal(buf, "graph_scope = step (line 5)");
+  assert_int_equal(
+      f->cfg.view.describe(&f->cfg.view, "dynamic_cp", "over_capacity", buf, sizeof(buf)), 0);
+  assert_string_equal(buf, "over_capacity = error (default)");
+  assert_int_equal(f->cfg.view.describe(&f->cfg.view, "host", "nan_check", buf, sizeof(buf)), 0);
+  assert_string_equal(buf, "nan_check = on (default)");
+  assert_int_equal(f->cfg.view.describe(&f->cfg.view, "dynamic_cp", "nope", buf, sizeof(buf)),
+                   CGRT_E_INVAL);
+  /* read like the core's keys: spelling, place, repeats, values */
+  assert_refused(f, "[dynamic_cp]\ngraph_slot = 2\n",
+                 "t.ini:2: unknown key 'graph_slot' in [dynamic_cp]; did you mean 'graph_slots'?");
+  assert_refused(f, "[cuda_graph]\ngraph_slots = 2\n",
+                 "t.ini:2: key 'graph_slots' belongs in [dynamic_cp], not [cuda_graph]");
+  assert_refused(f, "graph_slots = 2\n[cuda_graph]\n",
+                 "t.ini:1: key 'graph_slots' is outside any section; put it under [dynamic_cp]");
+  assert_refused(f, "[dynamic_cp]\ngraph_slots = 2\ngraph_slots = 3\n",
+                 "t.ini:3: key 'graph_slots' in [dynamic_cp] is given twice (first at line 2)");
+  assert_refused(f, "[dynamic_cp]\nover_capacity = maybe\n",
+                 "t.ini:2: [dynamic_cp] over_capacity = 'maybe': expected one of error, eager");
+  /* a range is said with the rules, once the file reads cleanly */
+  assert_int_equal(parse(f, "[dynamic_cp]\nmax_sequences = 0\nbank = 1\n"), CGRT_E_CONFIG);
+  assert_int_equal(f->diag.errors, 1);
+  assert_error(f, "unknown key 'bank' in [dynamic_cp]");
+}
+
+static void tools_set_a_declared_option(void **state) {
+  struct fx *f = *state;
+  char why[256];
+  assert_clean(f, "[cuda_graph]\nimpl = dynamic_cp\n");
+  assert_int_equal(f->cfg.view.cp_scope, CGRT_CP_SCOPE_MODULES);
+  assert_int_equal(
+      cgrt__config_set_option(&f->cfg, "dynamic_cp", "graph_scope", "step", why, sizeof(why)), 0);
+  assert_int_equal(f->cfg.view.cp_scope, CGRT_CP_SCOPE_STEP);
+  assert_string_equal(get(f, "dynamic_cp", "graph_scope"), "step");
+  assert_int_equal(
+      cgrt__config_set_option(&f->cfg, "dynamic_cp", "graph_scope", "both", why, sizeof(why)),
+      CGRT_E_CONFIG);
+  assert_int_equal(
+      cgrt__config_set_option(&f->cfg, "dynamic_cp", "graph_slots", "0", why, sizeof(why)),
+      CGRT_E_CONFIG);
+  assert_non_null(strstr(why, "must be at least 1"));
+  assert_int_equal(
+      cgrt__config_set_option(&f->cfg, "dynamic_cp", "cp_sizes", "1 2", why, sizeof(why)),
+      CGRT_E_INVAL); /* the core's key, not an option */
+}
+
+static void a_backend_checks_its_own_rules(void **state) {
+  struct fx *f = *state;
+  char path[1024], text[2048];
+  fixture_path("ruled", path, sizeof(path));
+  /* its default of a core key; not given, so get() has none */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n", path);
+  assert_clean(f, text);
+  assert_int_equal(f->cfg.view.inference_scope, CGRT_SCOPE_BLOCK);
+  assert_null(get(f, "cuda_graph", "inference_scope"));
+  char *out = print_to_string(&f->cfg);
+  assert_non_null(strstr(out, "inference_scope = block\n"));
+  assert_non_null(strstr(out, "\n[ruled]\ndepth = 2\n"));
+  assert_null(strstr(out, "cuda_graph.inference_scope")); /* a default, not a key of [ruled] */
+  free(out);
+  /* its check(), at the line it names */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\ninference_scope = none\n", path);
+  assert_refused(f, text,
+                 "t.ini:3: ruled needs an inference scope, but inference_scope = none (line 3)");
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\ninference_scope = layer\n[ruled]\ndepth = 6\n", path);
+  assert_refused(f, text,
+                 "t.ini:5: ruled: depth = 6 (line 5) is too deep for inference_scope = layer "
+                 "(line 3)");
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[ruled]\ndepth = 9\n", path);
+  assert_refused(f, text, "t.ini:4: [ruled] depth = 9: must be from 1 to 8 (depth)");
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[ruled]\ndpeth = 3\n", path);
+  assert_refused(f, text, "t.ini:4: unknown key 'dpeth' in [ruled]; did you mean 'depth'?");
+  /* eager, with rules of its own: none of the rules for graphs */
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[host]\ngraph_safe_rng = false\nrecompute = full\n", path);
+  assert_clean(f, text);
+  /* a hand-built configuration: check() loads the table to run its rules */
+  cgrt__config_free(&f->cfg);
+  cgrt__diag_free(&f->diag);
+  cgrt__config_defaults(&f->cfg);
+  f->cfg.view.impl = path;
+  assert_int_equal(cgrt__config_check(&f->cfg, &f->diag), CGRT_E_CONFIG);
+  assert_error(f, "ruled needs an inference scope, but inference_scope = none (default)");
+  f->cfg.view.impl = NULL; /* not the configuration's to free */
+}
+
+static void backends_without_check_keep_the_core_rules(void **state) {
+  struct fx *f = *state;
+  char path[1024], text[2048];
+  /* not found: taken to build graphs, as before */
+  assert_refused(f, "[cuda_graph]\nimpl = mine\n[host]\nrecompute = full\n",
+                 "t.ini:4: [host] recompute = full (line 4) is only graph-safe with whole-step "
+                 "graphs");
+  assert_refused(f, "[cuda_graph]\nimpl = mine\n[host]\ngraph_safe_rng = false\n",
+                 "impl = mine builds graphs");
+  /* built against the first v1 header: no check(), no graphs: neither rule */
+  fixture_path("old_v1", path, sizeof(path));
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[host]\nrecompute = full\ngraph_safe_rng = false\n", path);
+  assert_clean(f, text);
+}
+
 /* ---------------------------------------------------------------- printing */
 
 /* Prints cfg into a malloc'ed string. */
@@ -1553,6 +1692,10 @@ int main(void) {
       T(other_backends_sections_are_unknown),
       T(backend_section_repeats_and_continuations),
       T(backend_named_like_a_core_section),
+      T(dynamic_cp_keys_are_its_options),
+      T(tools_set_a_declared_option),
+      T(a_backend_checks_its_own_rules),
+      T(backends_without_check_keep_the_core_rules),
       T(print_writes_every_key_in_order),
       T(print_round_trips),
       T(print_wraps_long_values),

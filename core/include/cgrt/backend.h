@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    4
+#define CGRT_HOST_API_MINOR    5
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -150,6 +150,16 @@ typedef enum cgrt_option_type {
  * (refused with the nearest declared spelling), the default; `cgrt check` prints each option with
  * its value or default. The backend reads the value with cfg->get() (text, the default when not
  * given) or cfg->get_int() (the number). Static data: it must outlive the loaded library's use.
+ *
+ * since minor 5, two more uses of the same row:
+ * - A section the core reads too: a backend named like one ([dynamic_cp]) declares there the keys
+ *   the core does not read. The core loads that backend's table (never initializing it) whenever
+ *   it reads a configuration, configured or not, so those keys are checked, defaulted and printed
+ *   in every configuration, after the core's keys of that section, in declared order.
+ * - A default for a core key: a row named "SECTION.KEY" (e.g. "cuda_graph.inference_scope")
+ *   gives that core key the default `def` while this backend is the configured one and the file
+ *   does not set the key. Only name and def are read: the core reads def as the key's value. Such
+ *   a row is not a key of [NAME].
  */
 struct cgrt_option {
   const char *name;      /* the key, e.g. "depth" */
@@ -188,6 +198,11 @@ struct cgrt_config_view {
   /* [dynamic_cp] */
   const int *cp_sizes; /* ascending, distinct */
   size_t num_cp_sizes;
+  /*
+   * Retired since minor 5: dynamic_cp's own options (declared in its table), read with
+   * get_int("dynamic_cp", "max_packed_tokens"...). The core still fills these four and cp_scope
+   * below with their values, for backends built before minor 5 that read them here.
+   */
   int64_t max_packed_tokens;
   int max_sequences;
   int graph_slots;
@@ -225,7 +240,7 @@ struct cgrt_config_view {
   cgrt_verify_action verify_action;
   cgrt_diagnose diagnose; /* [runtime] diagnose, after CGRT_DIAGNOSE */
   /* -- since minor 3: [dynamic_cp] graph_scope -- */
-  cgrt_cp_scope cp_scope;
+  cgrt_cp_scope cp_scope; /* retired since minor 5 (still filled): dynamic_cp's graph_scope */
   /* -- since minor 4: typed values -- */
   /*
    * The number a key holds: a core key or an option the configured backend declares (struct
@@ -236,6 +251,14 @@ struct cgrt_config_view {
    */
   int (*get_int)(const struct cgrt_config_view *view, const char *section, const char *key,
                  int64_t *out);
+  /* -- since minor 5: messages about keys -- */
+  /*
+   * Writes how a message names the key, a core key or a declared option: "nan_check = on
+   * (default)", "modules = attn (line 3)". Returns the line where the file gives it (> 0), 0 when
+   * it holds its default, CGRT_E_INVAL when the key is neither (buf then says "key = ?").
+   */
+  int (*describe)(const struct cgrt_config_view *view, const char *section, const char *key,
+                  char *buf, size_t len);
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */
@@ -585,6 +608,20 @@ struct cgrt_backend_v1 {
    */
   const struct cgrt_option *options;
   size_t num_options;
+
+  /* -- since minor 5: the backend's rules between keys -- */
+  /*
+   * Checks the rules that depend on this backend (which inference scopes it has, whether it
+   * graphs whole steps...) on a configuration read cleanly, before init() and under `cgrt check`.
+   * Calls report() once per broken rule: `line` is where the key at fault is given (0: none; see
+   * cfg->describe()), `message` one sentence naming the keys and what to write instead (the core
+   * prefixes "file:line: "). Returns 0, or CGRT_E_CONFIG if it reported anything. Runs only for
+   * the configured backend; the table is loaded but never initialized for it. A backend without
+   * check() gets the core's conservative rule: [host] recompute = full is refused with a backend
+   * that builds graphs (CGRT_CAP_GRAPHS), as before minor 5.
+   */
+  int (*check)(const struct cgrt_config_view *cfg,
+               void (*report)(void *user, int line, const char *message), void *user);
 };
 
 /* The smallest struct_size the core accepts: the fixed fields and the mandatory functions. */

@@ -62,6 +62,16 @@ CGRT_API struct cgrt_config_view *cgrt_tool_config_view(cgrt_tool_config *cfg);
  * again). CGRT_E_INVAL (n = 0 or sizes NULL), CGRT_E_NOMEM. */
 CGRT_API int cgrt_tool_config_set_cp_sizes(cgrt_tool_config *cfg, const int *sizes, size_t n);
 
+/*
+ * Sets an option a backend declares (struct cgrt_option; e.g. [dynamic_cp] graph_scope) to `value`
+ * as if the file gave it: read by its type and range, the retired view fields refilled. Options
+ * are not view fields: writing those fields changes nothing for a backend of host API minor 5.
+ * CGRT_E_INVAL if no loaded backend table declares section/key, CGRT_E_CONFIG if the value is
+ * refused, CGRT_E_NOMEM.
+ */
+CGRT_API int cgrt_tool_config_set_option(cgrt_tool_config *cfg, const char *section,
+                                         const char *key, const char *value);
+
 /* Writes the normalized configuration (every section and value, defaults included) as INI. */
 CGRT_API int cgrt_tool_config_print(const cgrt_tool_config *cfg, FILE *out);
 
