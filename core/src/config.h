@@ -1,6 +1,7 @@
 /*
  * config.h - reading, migrating and validating the INI configuration (DESIGN.md section 6).
- * Internal to libcgrt; tests and the cgrt command link the core statically and use it directly.
+ * Internal to libcgrt; the tests and the config fuzzer link the core statically (cgrt_core) and use
+ * it directly.
  */
 #ifndef CGRT_CONFIG_H
 #define CGRT_CONFIG_H
