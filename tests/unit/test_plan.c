@@ -1,11 +1,11 @@
 /*
- * test_plan.c - `cgrt plan`'s table (tools/cmd_plan.c): every row carries its own graph's key.
- * The plan's runner is the GPU's (tools/bench_gpu.c, in libcgrt-bench.so, which the command loads
- * through bench_plugin_load); here that loader hands it a runner of the same shape that builds a
- * host-driver model instead (local, block scope, the buckets of conf/local_block_budget.ini,
- * largest first) whose modules take a temporary that grows with the bucket, so a row that shows
- * another graph's figures is seen: each row's allocations must be its own key's, in the table
- * and in --json.
+ * test_plan.c - `cgrt plan`'s table (tools/cli/cmd_plan.c): every row carries its own graph's
+ * key. The plan's runner is the GPU's (tools/bench/bench_gpu.c, in libcgrt-bench.so, which the
+ * command loads through bench_plugin_load); here that loader hands it a runner of the same shape
+ * that builds a host-driver model instead (local, block scope, the buckets of
+ * conf/local_block_budget.ini, largest first) whose modules take a temporary that grows with the
+ * bucket, so a row that shows another graph's figures is seen: each row's allocations must be its
+ * own key's, in the table and in --json.
  */
 #include <setjmp.h>
 #include <stdarg.h>
