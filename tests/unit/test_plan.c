@@ -19,7 +19,6 @@
 #include <cmocka.h>
 
 #include "cgrt/cgrt.h"
-#include "bench.h"
 #include "bench_plugin.h"
 #include "tool.h"
 
@@ -62,7 +61,7 @@ static int body(const cgrt_ctx *ctx, void *user) {
 }
 
 /* The plan's runner on the host driver: every bucket, largest first, warmed up and captured. */
-int plan_decode(const char *conf, plan_report_fn report, void *user) {
+static int plan_decode(const char *conf, plan_report_fn report, void *user) {
   struct model md = {0};
   if (cgrt_open(&md.rt, conf) != 0)
     fail_msg("open %s: %s", conf, cgrt_last_error(NULL));
@@ -92,7 +91,7 @@ int plan_decode(const char *conf, plan_report_fn report, void *user) {
   return status;
 }
 
-int plan_train(const char *conf, plan_report_fn report, void *user) {
+static int plan_train(const char *conf, plan_report_fn report, void *user) {
   (void)conf;
   (void)report;
   (void)user;
