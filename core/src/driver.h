@@ -246,18 +246,6 @@ static inline int cgrt__dev_fail(struct cgrt_dev *dev, int code, const char *fmt
 }
 
 /*
- * Host driver fault injection, for tests of failure handling (no GPU needed). Each flag makes the
- * next matching operation fail once, as the real driver would, then clears itself.
- */
-struct cgrt_host_faults {
-  int instantiate; /* next graph_instantiate fails with CGRT_E_DEVICE */
-  int update;      /* next exec_update refuses with CGRT_E_UPDATE */
-  int mem_alloc;   /* next mem_alloc fails with CGRT_E_NOMEM */
-  int launch;      /* next exec_launch fails with CGRT_E_DEVICE */
-};
-/* The fault flags of an opened host-driver instance (NULL for another driver). */
-struct cgrt_host_faults *cgrt__host_faults(struct cgrt_dev *dev);
-/*
  * Tests only: the host driver's graph pool reserves (and trims to) whole granules of `bytes`
  * from now on, as CUDA's does (32 MiB on CUDA 13); 0, the default, reserves to the byte.
  * CGRT_E_INVAL for another driver.

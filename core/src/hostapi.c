@@ -16,14 +16,6 @@
 #define DEV(rt) (&(rt)->dev)
 #define DRV(rt) ((rt)->dev.drv)
 
-/* Consumes an injected fault: nonzero once if the flag was set. */
-static int injected(int *flag) {
-  if (!*flag)
-    return 0;
-  *flag = 0;
-  return 1;
-}
-
 /* Turns a driver failure into the runtime's last error. */
 static int dev_rc(cgrt_runtime *rt, int rc) {
   if (rc != 0 && rc != CGRT_E_NOTREADY)
@@ -197,19 +189,8 @@ static int h_capturing(const struct cgrt_host_api *h, void *stream, int *active)
 
 static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void **exec) {
   cgrt_runtime *rt = CGRT_RT(h);
-  if (injected(&rt->faults.instantiate)) {
-    *exec = NULL;
-    cgrt__dev_fail(&rt->dev, CGRT_E_DEVICE, "instantiation failed (injected fault)");
-    return dev_rc(rt, CGRT_E_DEVICE);
-  }
-  if (injected(&rt->faults.instantiate_nomem)) {
-    *exec = NULL;
-    cgrt__dev_fail(&rt->dev, CGRT_E_NOMEM,
-                   "instantiation ran out of device memory (injected fault)");
-    return dev_rc(rt, CGRT_E_NOMEM);
-  }
   uint64_t t0 = cgrt__now_ns();
-  int rc = DRV(rt)->graph_instantiate(DEV(rt), graph, exec);
+  int rc = cgrt__fault_graph_instantiate(&rt->faults, DEV(rt), graph, exec);
   rt->stats.instantiate_ns += cgrt__now_ns() - t0;
   if (rc != 0)
     return dev_rc(rt, rc);
@@ -233,9 +214,7 @@ static void h_graph_destroy(const struct cgrt_host_api *h, void *graph) {
 static int h_exec_update(const struct cgrt_host_api *h, void *exec, void *graph) {
   cgrt_runtime *rt = CGRT_RT(h);
   uint64_t t0 = cgrt__now_ns();
-  int rc = injected(&rt->faults.update)
-               ? cgrt__dev_fail(DEV(rt), CGRT_E_UPDATE, "update refused (injected fault)")
-               : DRV(rt)->exec_update(DEV(rt), exec, graph);
+  int rc = cgrt__fault_exec_update(&rt->faults, DEV(rt), exec, graph);
   rt->stats.instantiate_ns += cgrt__now_ns() - t0;
   if (rc == 0) {
     rt->stats.updates++;
@@ -256,10 +235,7 @@ static int h_exec_upload(const struct cgrt_host_api *h, void *exec, void *stream
 
 static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
-  if (injected(&rt->faults.launch))
-    return dev_rc(rt,
-                  cgrt__dev_fail(DEV(rt), CGRT_E_DEVICE, "graph launch failed (injected fault)"));
-  int rc = DRV(rt)->exec_launch(DEV(rt), exec, stream);
+  int rc = cgrt__fault_exec_launch(&rt->faults, DEV(rt), exec, stream);
   if (rc == 0) {
     cgrt__comms_launched(&rt->comms, exec);
     cgrt__watch(rt, CGRT_TOOL_GRAPH_LAUNCHED, NULL, exec, stream);
@@ -316,13 +292,7 @@ static void h_event_destroy(const struct cgrt_host_api *h, void *event) {
 
 static int h_mem_alloc(const struct cgrt_host_api *h, void **ptr, size_t bytes) {
   cgrt_runtime *rt = CGRT_RT(h);
-  if (injected(&rt->faults.mem_alloc)) {
-    *ptr = NULL;
-    return dev_rc(rt, cgrt__dev_fail(DEV(rt), CGRT_E_NOMEM,
-                                     "out of device memory allocating %zu bytes (injected fault)",
-                                     bytes));
-  }
-  return dev_rc(rt, DRV(rt)->mem_alloc(DEV(rt), ptr, bytes));
+  return dev_rc(rt, cgrt__fault_mem_alloc(&rt->faults, DEV(rt), ptr, bytes));
 }
 
 static void h_mem_free(const struct cgrt_host_api *h, void *ptr) {
@@ -354,9 +324,8 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   rt->err[0] = '\0';
   int work_rc = fn(arg);
   int used_comm = rt->comms.capture_comm; /* before diagnose may run the work again */
-  /* Injected: a synchronizing call inside the captured work, as a buggy module would make. */
-  if (injected(&rt->faults.capture_sync))
-    (void)drv->stream_sync(DEV(rt), stream);
+  /* Armed by a test: a synchronizing call inside the captured work, as a buggy module makes. */
+  cgrt__fault_capture_sync(&rt->faults, DEV(rt), stream);
   cgrt__diagnose_pause(rt);
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
   snprintf(why, whylen, "%s", rt->err);

@@ -11,6 +11,7 @@
 #include "comm.h"
 #include "config.h"
 #include "driver.h"
+#include "faults.h"
 #include "graph_mem.h"
 #include "loader.h"
 
@@ -27,19 +28,6 @@ struct cgrt_module {
   cgrt_runtime *rt;
   int no_cp_comm;    /* cgrt_module_desc.no_cp_comm: its calls see ctx->comm NULL and never wait */
   int stages_inputs; /* cgrt_module_desc.stages_inputs: never handed private copies */
-};
-
-/*
- * Faults the core injects on either driver, for tests of recovery: each set flag makes the next
- * matching operation fail once (as the device would), then clears itself.
- */
-struct cgrt_faults {
-  int capture_sync; /* the next capture meets a synchronizing call (a real stream sync) inside */
-  int instantiate;  /* the next instantiation fails (CGRT_E_DEVICE) */
-  int update;       /* the next in-place update is refused (CGRT_E_UPDATE) */
-  int mem_alloc;    /* the next device allocation fails (CGRT_E_NOMEM: out of device memory) */
-  int launch;       /* the next graph launch fails (CGRT_E_DEVICE) */
-  int instantiate_nomem; /* the next instantiation runs out of device memory (CGRT_E_NOMEM) */
 };
 
 struct cgrt_runtime {
@@ -87,8 +75,8 @@ struct cgrt_runtime {
   int hook_depth;
   char *hook_pool; /* cgrt_set_capture_hooks_ex's pool_allocator (a copy), or NULL (diagnose) */
 
-  struct cgrt_comms comms; /* per cp size, after cgrt_set_world_comm */
-  struct cgrt_faults faults;
+  struct cgrt_comms comms;   /* per cp size, after cgrt_set_world_comm */
+  struct cgrt_faults faults; /* armed by tests (faults.h) */
 
   struct cgrt__graph_mem mem;      /* graph memory ledger (graph_mem.c) */
   struct cgrt_graph_cache *caches; /* every cache the backend created, for listings */

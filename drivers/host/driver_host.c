@@ -56,7 +56,6 @@
  * - Destroying a stream with pending work runs none of it and frees it; events recorded there
  *   count as complete. Destroying a capturing stream ends the capture and discards it. close
  *   destroys the streams still open.
- * - struct cgrt_host_faults (driver.h) makes chosen operations fail once, for failure tests.
  * - CGRT_LEGACY_STREAM ((void *)1, as cudaStreamLegacy) is the dev's legacy default stream: work
  *   can be queued there (it runs when that stream is synchronized) but it is never captured.
  * - Diagnose: while a capture runs, each rule that refuses a call, and each call that is captured
@@ -140,7 +139,6 @@ struct host_alloc {
 };
 
 struct host_dev {
-  struct cgrt_host_faults faults;
   struct host_stream *streams; /* every live stream, for the capture rules that span streams */
   uint64_t next_id;            /* ids of streams and captures, never reused */
   int running;                 /* a sync is running host functions */
@@ -192,13 +190,6 @@ static const char *mode_name(cgrt_capture_mode mode) {
   return mode == CGRT_CAPTURE_GLOBAL         ? "global"
          : mode == CGRT_CAPTURE_THREAD_LOCAL ? "thread_local"
                                              : "relaxed";
-}
-
-/* True once if the fault flag was set: it clears itself. */
-static int fault(int *flag) {
-  int hit = *flag != 0;
-  *flag = 0;
-  return hit;
 }
 
 /* ---------------------------------------------------------------- handles */
@@ -792,10 +783,6 @@ static int host_graph_instantiate(struct cgrt_dev *dev, void *graph, void **exec
   *exec = NULL;
   if (!g)
     return bad_handle(dev, "graph_instantiate", "graph");
-  if (fault(&hd->faults.instantiate))
-    return cgrt__dev_fail(
-        dev, CGRT_E_DEVICE,
-        "graph_instantiate failed (injected fault: cgrt_host_faults.instantiate)");
   int rc = forbid_in_captures(dev, CGRT_FINDING_OTHER, "graph_instantiate",
                               "instantiate after capture_end, or set capture_mode = relaxed");
   if (rc)
@@ -830,15 +817,10 @@ static int host_graph_node_count(struct cgrt_dev *dev, void *graph, size_t *coun
 }
 
 static int host_exec_update(struct cgrt_dev *dev, void *exec, void *graph) {
-  struct host_dev *hd = dev->impl;
   struct host_graph *x = as_graph(dev, exec, MAGIC_EXEC);
   struct host_graph *g = as_graph(dev, graph, MAGIC_GRAPH);
   if (!x || !g)
     return bad_handle(dev, "exec_update", x ? "graph" : "executable graph");
-  if (fault(&hd->faults.update))
-    return cgrt__dev_fail(dev, CGRT_E_UPDATE,
-                          "exec_update refused (injected fault: cgrt_host_faults.update); the "
-                          "executable is unchanged");
   char why[600];
   if (list_differ(&x->nodes, &g->nodes, why, sizeof(why)))
     return cgrt__dev_fail(dev, CGRT_E_UPDATE,
@@ -860,14 +842,10 @@ static int host_exec_upload(struct cgrt_dev *dev, void *exec, void *stream) {
 }
 
 static int host_exec_launch(struct cgrt_dev *dev, void *exec, void *stream) {
-  struct host_dev *hd = dev->impl;
   struct host_graph *x = as_graph(dev, exec, MAGIC_EXEC);
   struct host_stream *s = as_stream(dev, stream);
   if (!x || !s)
     return bad_handle(dev, "exec_launch", x ? "stream" : "executable graph");
-  if (fault(&hd->faults.launch))
-    return cgrt__dev_fail(dev, CGRT_E_DEVICE,
-                          "exec_launch failed (injected fault: cgrt_host_faults.launch)");
   if (s->capture) {
     capture_invalidate(s, "exec_launch into the capturing stream");
     note(dev, CGRT_FINDING_OTHER, 1, "exec_launch", "a graph launch into the capturing stream");
@@ -1040,11 +1018,6 @@ static int host_mem_alloc(struct cgrt_dev *dev, void **ptr, size_t bytes) {
   if (!ptr)
     return cgrt__dev_fail(dev, CGRT_E_INVAL, "mem_alloc: NULL out-parameter");
   *ptr = NULL;
-  if (fault(&hd->faults.mem_alloc))
-    return cgrt__dev_fail(dev, CGRT_E_NOMEM,
-                          "mem_alloc of %zu bytes failed (injected fault: "
-                          "cgrt_host_faults.mem_alloc)",
-                          bytes);
   int rc = forbid_in_captures(dev, CGRT_FINDING_MALLOC, "mem_alloc",
                               "allocate before capturing, or set capture_mode = relaxed");
   if (rc)
@@ -1131,11 +1104,6 @@ static int host_mem_alloc_async(struct cgrt_dev *dev, void *stream, size_t bytes
   *ptr = NULL;
   if (!s)
     return bad_handle(dev, "mem_alloc_async", "stream");
-  if (fault(&hd->faults.mem_alloc))
-    return cgrt__dev_fail(dev, CGRT_E_NOMEM,
-                          "mem_alloc_async of %zu bytes failed (injected fault: "
-                          "cgrt_host_faults.mem_alloc)",
-                          bytes);
   struct host_block *b = calloc(1, sizeof(*b));
   if (b)
     b->ptr = calloc(1, bytes ? bytes : 1);
@@ -1194,12 +1162,6 @@ static int host_mem_free_async(struct cgrt_dev *dev, void *stream, void *ptr) {
                         "mem_free_async of %p, which mem_alloc_async did not return (or was "
                         "freed already)",
                         ptr);
-}
-
-struct cgrt_host_faults *cgrt__host_faults(struct cgrt_dev *dev) {
-  if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
-    return NULL;
-  return &((struct host_dev *)dev->impl)->faults;
 }
 
 int cgrt__host_set_pool_granule(struct cgrt_dev *dev, uint64_t bytes) {

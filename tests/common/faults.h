@@ -2,8 +2,9 @@
  * faults.h - one fault-injection suite for both drivers (tests/unit/test_faults.c runs it on the
  * host driver, tests/gpu/test_faults.c on the cuda driver). For each fault: the step reports it,
  * the stream is never left capturing, the work of the step is still done (eagerly), and the
- * runtime keeps working. Faults are injected by the core (struct cgrt_faults), so they are the
- * same on both drivers; the synchronizing call inside a capture is a real stream sync.
+ * runtime keeps working. Faults are armed in rt->faults and injected by the core where it calls
+ * the driver (struct cgrt_faults, core/src/faults.h), so they are the same on both drivers; the
+ * synchronizing call inside a capture is a real stream sync.
  *
  * The module's device work is a host function (captured like a kernel): y[0] += x[0], with the
  * addresses taken from its args, so results can be checked exactly after every step.

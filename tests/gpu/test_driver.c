@@ -563,11 +563,6 @@ static void test_open_beyond_device_count_names_the_count(void **state) {
   assert_non_null(strstr(dev.err, want));
 }
 
-static void test_no_host_faults_on_cuda_driver(void **state) {
-  struct fx *f = *state;
-  assert_null(cgrt__host_faults(&f->dev));
-}
-
 /*
  * Records the shape NCCL's graph mixing support gives a captured collective: the collective (a
  * copy A -> B here) on a side stream forked from the capturing one and joined back, and an event
@@ -715,7 +710,6 @@ int main(void) {
       T(test_fold_event_leaves_joins_the_record_to_the_chain),
       T(test_mem_info_reports_device_memory),
       T(test_open_beyond_device_count_names_the_count),
-      T(test_no_host_faults_on_cuda_driver),
   };
   return cmocka_run_group_tests_name("gpu_driver", tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /*
  * test_cp.c (multi-GPU) - the cp workload (kernels/cp_host.c) under dynamic_cp on 2 GPUs, one
- * process each (tools/ranks.c), cp_sizes = 1 2: steps alternating cp 1 and cp 2 over varying
+ * process each (tools/bench/ranks.c), cp_sizes = 1 2: steps alternating cp 1 and cp 2 over varying
  * packed sequence lengths (sequences crossing the ranks' chunk boundary included) give on every
  * rank output bitwise equal to the eager reference at the same cp size (the same configuration
  * with warmup_steps = 1000000); a cp 2 step's rows equal the same rows of the cp 1 step over the

@@ -412,7 +412,7 @@ static void failed_capture_runs_eagerly_then_recovers(void **state) {
   struct fixture *f = fixture_open(NULL);
   for (int i = 0; i < 2; i++)
     assert_int_equal(step(f, CGRT_PHASE_EVAL, 0, NULL), 0);
-  cgrt__host_faults(&f->rt->dev)->instantiate = 1;
+  f->rt->faults.instantiate = 1;
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   assert_int_equal(step(f, CGRT_PHASE_EVAL, 0, &rep), 0);
   assert_int_equal(rep.fallbacks, 1);

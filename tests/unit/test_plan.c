@@ -1,11 +1,11 @@
 /*
- * test_plan.c - `cgrt plan`'s table (tools/cmd_plan.c): every row carries its own graph's key.
- * The plan's runner is the GPU's (tools/bench_gpu.c, in libcgrt-bench.so, which the command loads
- * through bench_plugin_load); here that loader hands it a runner of the same shape that builds a
- * host-driver model instead (local, block scope, the buckets of conf/local_block_budget.ini,
- * largest first) whose modules take a temporary that grows with the bucket, so a row that shows
- * another graph's figures is seen: each row's allocations must be its own key's, in the table
- * and in --json.
+ * test_plan.c - `cgrt plan`'s table (tools/cli/cmd_plan.c): every row carries its own graph's
+ * key. The plan's runner is the GPU's (tools/bench/bench_gpu.c, in libcgrt-bench.so, which the
+ * command loads through bench_plugin_load); here that loader hands it a runner of the same shape
+ * that builds a host-driver model instead (local, block scope, the buckets of
+ * conf/local_block_budget.ini, largest first) whose modules take a temporary that grows with the
+ * bucket, so a row that shows another graph's figures is seen: each row's allocations must be its
+ * own key's, in the table and in --json.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,7 +19,6 @@
 #include <cmocka.h>
 
 #include "cgrt/cgrt.h"
-#include "bench.h"
 #include "bench_plugin.h"
 #include "tool.h"
 
@@ -62,7 +61,7 @@ static int body(const cgrt_ctx *ctx, void *user) {
 }
 
 /* The plan's runner on the host driver: every bucket, largest first, warmed up and captured. */
-int plan_decode(const char *conf, plan_report_fn report, void *user) {
+static int plan_decode(const char *conf, plan_report_fn report, void *user) {
   struct model md = {0};
   if (cgrt_open(&md.rt, conf) != 0)
     fail_msg("open %s: %s", conf, cgrt_last_error(NULL));
@@ -92,7 +91,7 @@ int plan_decode(const char *conf, plan_report_fn report, void *user) {
   return status;
 }
 
-int plan_train(const char *conf, plan_report_fn report, void *user) {
+static int plan_train(const char *conf, plan_report_fn report, void *user) {
   (void)conf;
   (void)report;
   (void)user;

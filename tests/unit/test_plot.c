@@ -1,8 +1,9 @@
 /*
- * test_plot.c - the SVG chart of `cgrt bench --plot` (tools/bench_plot.c): a complete document,
- * one polyline per series with a point per usable value (gaps left out), larger values drawn
- * higher, every point inside the plot area, x on a log scale only when it spans more than 8x,
- * text escaped, and a clear refusal when there is nothing to plot or the file cannot be written.
+ * test_plot.c - the SVG chart of `cgrt bench --plot` (tools/bench/bench_plot.c): a complete
+ * document, one polyline per series with a point per usable value (gaps left out), larger values
+ * drawn higher, every point inside the plot area, x on a log scale only when it spans more than
+ * 8x, text escaped, and a clear refusal when there is nothing to plot or the file cannot be
+ * written.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -381,7 +381,7 @@ static void capture_failure_falls_back_to_eager(void **state) {
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   for (int i = 0; i < 2; i++)
     assert_int_equal(step(md, CGRT_PHASE_INFER, NULL), 0);
-  cgrt__host_faults(&md->rt->dev)->instantiate = 1;
+  md->rt->faults.instantiate = 1;
   assert_int_equal(step(md, CGRT_PHASE_INFER, &rep), 0);
   assert_int_equal(rep.fallbacks, 1);
   assert_int_equal(rep.mode, CGRT_MODE_EAGER);

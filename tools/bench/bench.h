@@ -9,33 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bench_plugin.h"
 #include "cgrt/cgrt.h"
 
 struct cgrt_tool_config;
 
-#define BENCH_MAX_TOKENS  32
 #define BENCH_MAX_MODULES 256
-
-struct bench_opts {
-  const char *conf; /* INI of the backend under test; NULL: local, layer scope */
-  const char *workload;
-  int64_t tokens[BENCH_MAX_TOKENS];
-  int num_tokens;
-  int steps;        /* timed steps per measurement (median reported) */
-  int warmup;       /* untimed steps before */
-  int warmup_ms;    /* ... and at least this much time of them (decode, chain; 0: none) */
-  int blocks;       /* decode, chain: cgrt and the floors timed in turn, in this many blocks */
-  int explain;      /* decode, chain: --explain (bench_explain.c) instead of the table */
-  const char *plot; /* decode, chain: an SVG chart of the rows to this file, or NULL */
-  int chain_kernels;
-  int json;
-  int ranks;              /* cp workload: processes, one per GPU; 0: the largest cp size */
-  const char *cp_shape;   /* cp workload: "launch" (NULL: the default) or "compute" */
-  int timeout_s;          /* cp workload: the ranks' time limit; 0: 600 s */
-  const char *traffic;    /* decode: replay this token-count file (bench_traffic.c) */
-  int set_budget;         /* --memory-budget given: memory_budget replaces the configuration's */
-  uint64_t memory_budget; /* bytes, 0: off */
-};
 
 /*
  * A workload: device state shared by every runtime of the run, and modules that each enqueue
@@ -96,7 +75,6 @@ int bench_no_device(const char *cmd);
  * set aside, so the figures are unconstrained), then calls report with the runtime, its graphs
  * live, a description of the workload and the configured memory_budget (0: none). The exit code.
  */
-typedef int (*plan_report_fn)(cgrt_runtime *rt, const char *what, uint64_t budget, void *user);
 int plan_decode(const char *conf, plan_report_fn report, void *user);
 /*
  * What both plans start with: a GPU, the configuration (or default_conf) on the cuda driver, and

@@ -1,8 +1,8 @@
 /*
  * bench_cp.c - `cgrt bench CONF --workload cp --ranks N`: the cp workload (decoder layers over
  * packed variable-length sequences split across a context-parallel group; kernels/cp_host.c)
- * on N GPUs, one process each (tools/ranks.c), under the configured backend (dynamic_cp
- * expected) and under eager.
+ * on N GPUs, one process each (ranks.c), under the configured backend (dynamic_cp expected) and
+ * under eager.
  *
  * Each rank opens runtimes from CONF on GPU `rank` and hands each its world communicator: the
  * one under test, and the eager reference, the same configuration with warmup_steps = 1000000

@@ -10,8 +10,8 @@
  *   dispatch  the host-side cost of one module call through cgrt (core, backend vtable, host API)
  *             over a direct call of the same callback; runs on the host driver, no GPU needed.
  *
- * The GPU workloads live in libcgrt-bench.so (bench_plugin.h), loaded when one is asked for;
- * dispatch and the checks of the options run here, with no CUDA library loaded.
+ * The GPU workloads live in libcgrt-bench.so (tools/bench/, through bench_plugin.h), loaded when
+ * one is asked for; dispatch and the checks of the options run here, with no CUDA library loaded.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench.h"
 #include "bench_plugin.h"
 #include "tool.h"
 
