@@ -7,12 +7,12 @@
 #include <stdint.h>
 
 #include "cgrt/backend.h"
-#include "bucket_plan.h"
-#include "comm.h"
-#include "config.h"
+#include "buckets/bucket_plan.h"
+#include "comm/comm.h"
+#include "config/config.h"
 #include "driver.h"
-#include "graph_mem.h"
-#include "loader.h"
+#include "graphs/graph_mem.h"
+#include "base/loader.h"
 
 struct cgrt_tool_graph_event; /* cgrt/tool.h */
 

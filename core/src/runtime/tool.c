@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "cgrt/tool.h"
-#include "buckets.h"
-#include "config.h"
-#include "loader.h"
+#include "buckets/buckets.h"
+#include "config/config.h"
+#include "base/loader.h"
 #include "runtime.h"
 
 struct cgrt_tool_config {

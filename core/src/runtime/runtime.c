@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buckets.h"
-#include "config_impl.h"
-#include "diagnose.h"
+#include "buckets/buckets.h"
+#include "config/config_impl.h"
+#include "graphs/diagnose.h"
 #include "runtime.h"
 
 /* The last failed open of this thread, for cgrt_last_error(NULL). */

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buckets.h"
+#include "buckets/buckets.h"
 #include "cgrt/tool.h"
-#include "diagnose.h"
+#include "graphs/diagnose.h"
 #include "runtime.h"
 
 #define DEV(rt) (&(rt)->dev)
