@@ -131,12 +131,6 @@ int cgrt__log_level_from_name(const char *name);
  */
 int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log, void *log_user);
 
-/* Fills the host API table of rt (hostapi.c), the graph cache's entries included. */
-void cgrt__host_api_init(cgrt_runtime *rt);
-void cgrt__graph_cache_api(struct cgrt_host_api *h);
-void cgrt__thd_api(struct cgrt_host_api *h);
-void cgrt__adaptive_api(struct cgrt_host_api *h);
-
 /*
  * buckets = adaptive: checks that the loaded backend follows adaptive buckets and sets up the
  * traffic histogram (rt->adapt); nothing for other distributions. Close frees it.

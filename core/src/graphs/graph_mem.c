@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "graph_cache.h"
 #include "runtime.h"
 
 #define KIB 1024ull

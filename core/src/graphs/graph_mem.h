@@ -105,18 +105,4 @@ void cgrt__mem_describe(const struct cgrt_runtime *rt, char *buf, size_t len);
 /* Bytes as "12.5 MiB" (KiB, MiB, GiB). */
 void cgrt__mem_format(uint64_t bytes, char *buf, size_t len);
 
-/* -- graph_cache.c: what the ledger needs of the caches -- */
-
-/* Lowers the pool mark of every live executable of rt to `reserved` (the pool after a trim). */
-void cgrt__caches_cap_marks(struct cgrt_runtime *rt, uint64_t reserved);
-
-/* Calls fn for every live executable of every cache of rt; stops at fn's first nonzero. */
-int cgrt__caches_visit(struct cgrt_runtime *rt,
-                       int (*fn)(void *arg, const struct cgrt_graph_key *key,
-                                 const struct cgrt__graph_rec *rec),
-                       void *arg);
-/* The record of the live executable with the largest allocations (ties: the most recently
-   used), or NULL if none has any. */
-struct cgrt__graph_rec *cgrt__caches_largest(struct cgrt_runtime *rt);
-
 #endif

@@ -11,6 +11,8 @@
 #include "buckets/buckets.h"
 #include "cgrt/tool.h"
 #include "graphs/diagnose.h"
+#include "graphs/graph_cache.h"
+#include "hostapi.h"
 #include "runtime.h"
 
 #define DEV(rt) (&(rt)->dev)
@@ -591,7 +593,21 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->backend_close = h_backend_close;
   h->buckets = h_buckets;
   h->bucket_for_tokens = h_bucket_for_tokens;
-  cgrt__graph_cache_api(h);
-  cgrt__thd_api(h);
-  cgrt__adaptive_api(h);
+  /* graphs/graph_cache.c */
+  h->run_body_graph = cgrt__cache_run_body;
+  h->run_call_graph = cgrt__cache_run_call;
+  h->cache_create = cgrt__cache_create;
+  h->cache_destroy = cgrt__cache_destroy;
+  h->cache_clear = cgrt__cache_clear;
+  h->cache_run = cgrt__cache_run;
+  h->cache_has = cgrt__cache_has;
+  h->cache_retire = cgrt__cache_retire;
+  /* thd.c */
+  h->comm_for_cp = cgrt__comm_for_cp;
+  h->thd_create = cgrt__thd_create;
+  h->thd_destroy = cgrt__thd_destroy;
+  h->thd_write = cgrt__thd_write;
+  h->thd_release = cgrt__thd_release;
+  /* adaptive.c */
+  h->buckets_observe = cgrt__buckets_observe;
 }

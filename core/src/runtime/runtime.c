@@ -10,6 +10,7 @@
 #include "buckets/buckets.h"
 #include "config/config_impl.h"
 #include "graphs/diagnose.h"
+#include "hostapi.h"
 #include "runtime.h"
 
 /* The last failed open of this thread, for cgrt_last_error(NULL). */
