@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capture.h"
 #include "graph_cache.h"
 #include "graph_stage.h"
 #include "runtime.h"
