@@ -959,6 +959,8 @@ void cgrt__cache_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache 
   free(c);
 }
 
+static const struct cgrt__graph_walkers walkers; /* below */
+
 int cgrt__cache_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind rebind,
                        struct cgrt_graph_cache **out) {
   *out = NULL;
@@ -980,6 +982,7 @@ int cgrt__cache_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebin
   }
   c->next_cache = c->rt->caches;
   c->rt->caches = c;
+  c->rt->mem.caches = &walkers;
   *out = c;
   return 0;
 }
@@ -1016,6 +1019,12 @@ void cgrt__caches_cap_marks(cgrt_runtime *rt, uint64_t reserved) {
       if (e->charged && e->rec.pool_mark > reserved)
         e->rec.pool_mark = reserved;
 }
+
+static const struct cgrt__graph_walkers walkers = {
+    .cap_marks = cgrt__caches_cap_marks,
+    .visit = cgrt__caches_visit,
+    .largest = cgrt__caches_largest,
+};
 
 /* ---------------------------------------------------------------- whole bodies */
 

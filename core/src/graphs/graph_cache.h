@@ -38,7 +38,7 @@ int cgrt__cache_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache 
                          struct cgrt_call *call, const struct cgrt_graph_key *key, int warmup,
                          cgrt_mode *mode);
 
-/* -- what the ledger (graph_mem.c) and the listings need of the caches -- */
+/* -- the walks of the live executables, lent to the ledger (struct cgrt__graph_walkers) -- */
 
 /* Lowers the pool mark of every live executable of rt to `reserved` (the pool after a trim). */
 void cgrt__caches_cap_marks(struct cgrt_runtime *rt, uint64_t reserved);
