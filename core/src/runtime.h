@@ -7,13 +7,13 @@
 #include <stdint.h>
 
 #include "cgrt/backend.h"
-#include "bucket_plan.h"
-#include "comm.h"
-#include "config.h"
+#include "buckets/bucket_plan.h"
+#include "comm/comm.h"
+#include "config/config.h"
 #include "driver.h"
-#include "faults.h"
-#include "graph_mem.h"
-#include "loader.h"
+#include "graphs/graph_mem.h"
+#include "base/loader.h"
+#include "runtime/faults.h"
 
 struct cgrt_tool_graph_event; /* cgrt/tool.h */
 
@@ -95,11 +95,11 @@ struct cgrt_runtime {
 /* The runtime that lent the host API table h. */
 #define CGRT_RT(h) ((cgrt_runtime *)((char *)(h)-offsetof(struct cgrt_runtime, host)))
 
-/* The mode of the step in flight from its module calls: capture, warmup, replay, eager. */
-cgrt_mode cgrt__mode_from_calls(const cgrt_runtime *rt);
-
 /* "layer3.attn fwd" for a call, for messages. Static for the runtime's life. */
-const char *cgrt__call_name(const struct cgrt_call *c);
+static inline const char *cgrt__call_name(const struct cgrt_call *c) {
+  const struct cgrt_module *m = (const struct cgrt_module *)c->module;
+  return m->call_names[c->dir == CGRT_BACKWARD];
+}
 
 /* Logs a formatted line at `level` through the runtime's sink (rt NULL: stderr). */
 void cgrt__log(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, ...)
@@ -119,12 +119,6 @@ int cgrt__log_level_from_name(const char *name);
  */
 int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log, void *log_user);
 
-/* Fills the host API table of rt (hostapi.c), the graph cache's entries included. */
-void cgrt__host_api_init(cgrt_runtime *rt);
-void cgrt__graph_cache_api(struct cgrt_host_api *h);
-void cgrt__thd_api(struct cgrt_host_api *h);
-void cgrt__adaptive_api(struct cgrt_host_api *h);
-
 /*
  * buckets = adaptive: checks that the loaded backend follows adaptive buckets and sets up the
  * traffic histogram (rt->adapt); nothing for other distributions. Close frees it.
@@ -140,20 +134,6 @@ void cgrt__adaptive_close(cgrt_runtime *rt);
  */
 int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
                  char *why, size_t whylen, void **graph);
-
-/*
- * The host's capture hooks (cgrt_set_capture_hooks) around a capture of stream. hook_begin
- * returns the hook's nonzero result when it refuses the capture (nothing is owed then);
- * hook_end calls the end hook once for each begin that was accepted, and returns its result.
- */
-int cgrt__hook_begin(cgrt_runtime *rt, void *stream);
-int cgrt__hook_end(cgrt_runtime *rt, void *stream);
-
-/* Counts and logs a capture that failed; the caller runs the work eagerly. Returns code. */
-int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why);
-
-/* Tells the graph watcher, if any, of a driver operation (op: a cgrt_tool_graph_op). */
-void cgrt__watch(cgrt_runtime *rt, int op, void *graph, void *exec, void *stream);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t cgrt__now_ns(void);

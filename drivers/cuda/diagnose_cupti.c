@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "cuda_driver.h"
-#include "diagnose.h"
+#include "graphs/diagnose.h"
 
 typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
 typedef CUptiResult (*unsubscribe_fn)(CUpti_SubscriberHandle);

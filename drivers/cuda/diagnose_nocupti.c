@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "cuda_driver.h"
-#include "diagnose.h"
+#include "graphs/diagnose.h"
 
 int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame,
                       cgrt_diag_caller_fn caller, char *err, size_t len) {

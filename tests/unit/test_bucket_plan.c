@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "bucket_plan.h"
-#include "config.h"
+#include "buckets/bucket_plan.h"
+#include "config/config.h"
 
 /* A small deterministic generator, so a failure can be replayed from its seed. */
 static uint64_t next_random(uint64_t *s) {

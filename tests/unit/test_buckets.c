@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "buckets.h"
+#include "buckets/buckets.h"
 
 struct fx {
   int64_t *sizes;

@@ -17,7 +17,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "config_impl.h" /* the tables of keys and options */
+#include "config/config_impl.h" /* the tables of keys and options */
 
 /* ---------------------------------------------------------------- fixture */
 

@@ -22,7 +22,7 @@
 
 #include "cgrt/backend.h"
 #include "cgrt/tool.h"
-#include "comm.h"
+#include "comm/comm.h"
 
 #define MAX_SEEN   256
 #define CAP_TOKENS 64

@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "cgrt/cgrt.h"
-#include "config.h"
+#include "config/config.h"
 #include "driver.h"
 #include "runtime.h"
 

@@ -21,9 +21,9 @@
 #include <cmocka.h>
 
 #include "cgrt/cgrt.h"
-#include "config.h"
+#include "config/config.h"
 #include "runtime.h"
-#include "verify.h"
+#include "graphs/verify.h"
 
 #define N          4
 #define MAX_PARAMS 1024

@@ -213,18 +213,6 @@ static int parse_percent(const char *text, double *out) {
   return 0;
 }
 
-int cgrt__cfg_parse_bool(const char *text) {
-  static const char *const yes[] = {"true", "on", "yes", "1"};
-  static const char *const no[] = {"false", "off", "no", "0"};
-  for (int i = 0; i < 4; i++) {
-    if (strcasecmp(text, yes[i]) == 0)
-      return 1;
-    if (strcasecmp(text, no[i]) == 0)
-      return 0;
-  }
-  return -1;
-}
-
 /* Joins names as "a, b, c" into buf. */
 static void join_names(const char *const *names, size_t n, char *buf, size_t len) {
   size_t off = 0;
@@ -645,4 +633,25 @@ char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id) {
     break;
   }
   return sb_done(&out);
+}
+
+char *cgrt__cfg_vformat(const char *fmt, va_list ap) {
+  va_list aq;
+  va_copy(aq, ap);
+  int n = vsnprintf(NULL, 0, fmt, aq);
+  va_end(aq);
+  if (n < 0)
+    return NULL;
+  char *s = malloc((size_t)n + 1);
+  if (s)
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+  return s;
+}
+
+char *cgrt__cfg_format(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = cgrt__cfg_vformat(fmt, ap);
+  va_end(ap);
+  return s;
 }

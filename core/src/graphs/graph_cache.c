@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "capture.h"
+#include "graph_cache.h"
 #include "graph_stage.h"
 #include "runtime.h"
 #include "verify.h"
@@ -903,15 +905,15 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
   }
 }
 
-static int c_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
-                 const struct cgrt_graph_key *key, const struct cgrt_graph_work *w,
-                 cgrt_mode *mode) {
+int cgrt__cache_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                    const struct cgrt_graph_key *key, const struct cgrt_graph_work *w,
+                    cgrt_mode *mode) {
   (void)h;
   return run_unit(c, key, w, 0, mode);
 }
 
-static int c_has(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
-                 const struct cgrt_graph_key *key) {
+int cgrt__cache_has(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                    const struct cgrt_graph_key *key) {
   (void)h;
   uint64_t hash = key_hash(key);
   for (struct entry *e = c->table[hash & (c->table_size - 1)]; e; e = e->chain)
@@ -920,15 +922,15 @@ static int c_has(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
   return 0;
 }
 
-static void c_clear(const struct cgrt_host_api *h, struct cgrt_graph_cache *c) {
+void cgrt__cache_clear(const struct cgrt_host_api *h, struct cgrt_graph_cache *c) {
   (void)h;
   while (c->oldest)
     entry_remove(c, c->oldest);
 }
 
-static int c_retire(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
-                    int (*match)(void *arg, const struct cgrt_graph_key *key), void *arg,
-                    size_t *dropped) {
+int cgrt__cache_retire(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                       int (*match)(void *arg, const struct cgrt_graph_key *key), void *arg,
+                       size_t *dropped) {
   if (dropped)
     *dropped = 0;
   if (!c || !match)
@@ -944,10 +946,10 @@ static int c_retire(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
   return 0;
 }
 
-static void c_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache *c) {
+void cgrt__cache_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache *c) {
   if (!c)
     return;
-  c_clear(h, c);
+  cgrt__cache_clear(h, c);
   for (struct cgrt_graph_cache **p = &c->rt->caches; *p; p = &(*p)->next_cache)
     if (*p == c) {
       *p = c->next_cache;
@@ -957,8 +959,10 @@ static void c_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache *c)
   free(c);
 }
 
-static int c_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind rebind,
-                    struct cgrt_graph_cache **out) {
+static const struct cgrt__graph_walkers walkers; /* below */
+
+int cgrt__cache_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind rebind,
+                       struct cgrt_graph_cache **out) {
   *out = NULL;
   if (max_graphs < 1 || (unsigned)rebind > CGRT_REBIND_AUTO)
     return h->set_error(h, CGRT_E_INVAL, "cache_create: max_graphs %d must be >= 1", max_graphs);
@@ -978,6 +982,7 @@ static int c_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind r
   }
   c->next_cache = c->rt->caches;
   c->rt->caches = c;
+  c->rt->mem.caches = &walkers;
   *out = c;
   return 0;
 }
@@ -1015,6 +1020,12 @@ void cgrt__caches_cap_marks(cgrt_runtime *rt, uint64_t reserved) {
         e->rec.pool_mark = reserved;
 }
 
+static const struct cgrt__graph_walkers walkers = {
+    .cap_marks = cgrt__caches_cap_marks,
+    .visit = cgrt__caches_visit,
+    .largest = cgrt__caches_largest,
+};
+
 /* ---------------------------------------------------------------- whole bodies */
 
 struct body_unit {
@@ -1044,9 +1055,9 @@ static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, siz
   return rc;
 }
 
-static int c_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
-                      struct cgrt_step_frame *f, const struct cgrt_graph_key *key, int warmup,
-                      cgrt_mode *mode) {
+int cgrt__cache_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                         struct cgrt_step_frame *f, const struct cgrt_graph_key *key, int warmup,
+                         cgrt_mode *mode) {
   char what[96];
   if (key->shape)
     snprintf(what, sizeof(what), "the %s body at %llu tokens", cgrt_phase_name(f->ctx->phase),
@@ -1091,9 +1102,9 @@ static int run_call_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, siz
   return h->run_module(h, &moved);
 }
 
-static int c_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
-                      struct cgrt_call *call, const struct cgrt_graph_key *key, int warmup,
-                      cgrt_mode *mode) {
+int cgrt__cache_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
+                         struct cgrt_call *call, const struct cgrt_graph_key *key, int warmup,
+                         cgrt_mode *mode) {
   struct call_unit u = {CGRT_RT(h), call};
   struct cgrt_graph_work work = {
       .struct_size = sizeof(work),
@@ -1108,15 +1119,4 @@ static int c_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
   int rc = run_unit(c, key, &work, m->stages_inputs, mode);
   call->ctx->mode = *mode;
   return rc;
-}
-
-void cgrt__graph_cache_api(struct cgrt_host_api *h) {
-  h->run_body_graph = c_run_body;
-  h->run_call_graph = c_run_call;
-  h->cache_create = c_create;
-  h->cache_destroy = c_destroy;
-  h->cache_clear = c_clear;
-  h->cache_run = c_run;
-  h->cache_has = c_has;
-  h->cache_retire = c_retire;
 }

@@ -39,34 +39,13 @@ static int grow(struct cfg_parse *st, void **arr, size_t *cap, size_t count, siz
   return 0;
 }
 
-static char *vformat(const char *fmt, va_list ap) {
-  va_list aq;
-  va_copy(aq, ap);
-  int n = vsnprintf(NULL, 0, fmt, aq);
-  va_end(aq);
-  if (n < 0)
-    return NULL;
-  char *s = malloc((size_t)n + 1);
-  if (s)
-    vsnprintf(s, (size_t)n + 1, fmt, ap);
-  return s;
-}
-
-char *cgrt__cfg_format(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *s = vformat(fmt, ap);
-  va_end(ap);
-  return s;
-}
-
 void cgrt__cfg_report(struct cfg_parse *st, int line, int syntax, cgrt_log_level level,
                       const char *fmt, ...) {
   if (level == CGRT_LOG_ERROR)
     st->errors++;
   va_list ap;
   va_start(ap, fmt);
-  char *body = vformat(fmt, ap);
+  char *body = cgrt__cfg_vformat(fmt, ap);
   va_end(ap);
   char *text = NULL;
   if (body)
@@ -257,11 +236,6 @@ static void parse_free(struct cfg_parse *st) {
 }
 
 /* ---------------------------------------------------------------- the configuration */
-
-struct cgrt_config *cgrt__cfg_of_view(const struct cgrt_config_view *view) {
-  /* the view is embedded in its configuration; marking an entry read changes only bookkeeping */
-  return (struct cgrt_config *)((char *)(uintptr_t)view - offsetof(struct cgrt_config, view));
-}
 
 static const char *view_get(const struct cgrt_config_view *view, const char *section,
                             const char *key) {

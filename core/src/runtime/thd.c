@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostapi.h"
 #include "runtime.h"
 
 struct thd_slot_state {
@@ -45,8 +46,8 @@ static void ring_free(const struct cgrt_host_api *h, struct cgrt_thd_ring *r) {
   free(r);
 }
 
-static int t_create(const struct cgrt_host_api *h, int slots, int64_t max_tokens, int max_sequences,
-                    struct cgrt_thd_ring **out) {
+int cgrt__thd_create(const struct cgrt_host_api *h, int slots, int64_t max_tokens,
+                     int max_sequences, struct cgrt_thd_ring **out) {
   *out = NULL;
   if (slots < 1 || max_tokens < 1 || max_sequences < 1 || max_tokens > INT32_MAX)
     return h->set_error(h, CGRT_E_INVAL,
@@ -81,12 +82,12 @@ static int t_create(const struct cgrt_host_api *h, int slots, int64_t max_tokens
   return 0;
 }
 
-static void t_destroy(const struct cgrt_host_api *h, struct cgrt_thd_ring *r) {
+void cgrt__thd_destroy(const struct cgrt_host_api *h, struct cgrt_thd_ring *r) {
   ring_free(h, r);
 }
 
-static int t_write(const struct cgrt_host_api *h, struct cgrt_thd_ring *r, const int32_t *seqlens,
-                   int n, int slot, struct cgrt_thd_slot *out) {
+int cgrt__thd_write(const struct cgrt_host_api *h, struct cgrt_thd_ring *r, const int32_t *seqlens,
+                    int n, int slot, struct cgrt_thd_slot *out) {
   int64_t total = 0;
   if (n < 0 || (n > 0 && !seqlens))
     return h->set_error(h, CGRT_E_INVAL, "THD: %d sequences and lengths %p", n, (void *)seqlens);
@@ -138,7 +139,7 @@ static int t_write(const struct cgrt_host_api *h, struct cgrt_thd_ring *r, const
   return 0;
 }
 
-static int t_release(const struct cgrt_host_api *h, struct cgrt_thd_ring *r, int slot) {
+int cgrt__thd_release(const struct cgrt_host_api *h, struct cgrt_thd_ring *r, int slot) {
   if (slot < 0 || slot >= r->slots)
     return h->set_error(h, CGRT_E_INVAL, "THD: slot %d of a ring of %d", slot, r->slots);
   int rc = h->event_record(h, r->s[slot].event, h->stream(h));
@@ -147,7 +148,7 @@ static int t_release(const struct cgrt_host_api *h, struct cgrt_thd_ring *r, int
   return rc;
 }
 
-static int h_comm_for_cp(const struct cgrt_host_api *h, int cp, void **comm, int *cp_rank) {
+int cgrt__comm_for_cp(const struct cgrt_host_api *h, int cp, void **comm, int *cp_rank) {
   cgrt_runtime *rt = CGRT_RT(h);
   if (!rt->comms.ready)
     return h->set_error(h, CGRT_E_STATE,
@@ -156,12 +157,4 @@ static int h_comm_for_cp(const struct cgrt_host_api *h, int cp, void **comm, int
   if (cgrt__comms_find(&rt->comms, cp, comm, cp_rank) != 0)
     return h->set_error(h, CGRT_E_INVAL, "no communicator for cp size %d", cp);
   return 0;
-}
-
-void cgrt__thd_api(struct cgrt_host_api *h) {
-  h->comm_for_cp = h_comm_for_cp;
-  h->thd_create = t_create;
-  h->thd_destroy = t_destroy;
-  h->thd_write = t_write;
-  h->thd_release = t_release;
 }

@@ -10,7 +10,7 @@
 
 #include "cgrt/backend.h"
 #include "diag.h"
-#include "loader.h"
+#include "base/loader.h"
 
 /* One key as given (after legacy migration), kept for raw access, printing and messages. */
 struct cgrt_config_entry {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostapi.h"
 #include "runtime.h"
 
 int cgrt__adaptive_open(cgrt_runtime *rt) {
@@ -56,7 +57,7 @@ static void set_text(const int64_t *sizes, size_t n, char *buf, size_t len) {
   }
 }
 
-static int h_buckets_observe(const struct cgrt_host_api *h, int64_t tokens, int *changed) {
+int cgrt__buckets_observe(const struct cgrt_host_api *h, int64_t tokens, int *changed) {
   cgrt_runtime *rt = CGRT_RT(h);
   *changed = 0;
   struct cgrt_bucket_adapt *a = rt->adapt;
@@ -98,8 +99,4 @@ static int h_buckets_observe(const struct cgrt_host_api *h, int64_t tokens, int 
   rt->stats.bucket_changes++;
   *changed = 1;
   return 0;
-}
-
-void cgrt__adaptive_api(struct cgrt_host_api *h) {
-  h->buckets_observe = h_buckets_observe;
 }

@@ -7,7 +7,9 @@
 #ifndef CGRT_CONFIG_IMPL_H
 #define CGRT_CONFIG_IMPL_H
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "config.h"
@@ -80,7 +82,7 @@ int cgrt__cfg_section_known(const char *name);
 int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char **norm, char *why,
                         size_t whylen, char *warn, size_t warnlen);
 
-/* Reads a boolean spelling: 1 or 0, or -1 if `text` is not one. */
+/* Reads a boolean spelling: 1 or 0, or -1 if `text` is not one (config_keys.c). */
 int cgrt__cfg_parse_bool(const char *text);
 
 /* The value key `id` has in cfg (defaults included) as normalized INI text, malloc'ed; NULL if
@@ -168,8 +170,9 @@ void cgrt__cfg_report(struct cfg_parse *st, int line, int syntax, cgrt_log_level
 #define CFG_ERROR(st, line, ...) cgrt__cfg_report(st, line, 0, CGRT_LOG_ERROR, __VA_ARGS__)
 #define CFG_WARN(st, line, ...)  cgrt__cfg_report(st, line, 0, CGRT_LOG_WARN, __VA_ARGS__)
 
-/* A malloc'ed formatted string, or NULL if memory ran out. */
+/* A malloc'ed formatted string, or NULL if memory ran out (config_values.c). */
 char *cgrt__cfg_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *cgrt__cfg_vformat(const char *fmt, va_list ap);
 
 /* Where inih stops reading s: at one of `chars` (NULL: none), or at an inline comment, a ';'
    that follows whitespace. */
@@ -222,7 +225,10 @@ int cgrt__cfg_view_get_int(const struct cgrt_config_view *view, const char *sect
                            const char *key, int64_t *out);
 
 /* The configuration a view is embedded in. */
-struct cgrt_config *cgrt__cfg_of_view(const struct cgrt_config_view *view);
+static inline struct cgrt_config *cgrt__cfg_of_view(const struct cgrt_config_view *view) {
+  /* the view is embedded in its configuration; marking an entry read changes only bookkeeping */
+  return (struct cgrt_config *)((char *)(uintptr_t)view - offsetof(struct cgrt_config, view));
+}
 
 /* Readers shared with config_options.c (config_values.c). A whole number in [0, max]; a size
    ("512 MiB", "off"); a size as its normalized text. 0, or -1 with the reason in why. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bucket_plan.h"
+#include "buckets/bucket_plan.h"
 #include "config_impl.h"
 
 /* "name = value (line N)" or "name = value (default)"; "name = (line N)" for an empty value. */

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "loader.h"
+#include "config/config.h"
+#include "base/loader.h"
 
 /* The highest major a future core might speak; used only to explain a refusal. */
 #define DRIVER_MAJOR_PROBE_MAX 9

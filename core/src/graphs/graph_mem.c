@@ -121,13 +121,14 @@ void cgrt__mem_reclaim(cgrt_runtime *rt, uint64_t *released) {
   if (released)
     *released = gone;
   /* Every live graph runs within what the pool kept. */
-  cgrt__caches_cap_marks(rt, after.reserved);
+  if (rt->mem.caches)
+    rt->mem.caches->cap_marks(rt, after.reserved);
   m->idle = minus(m->idle, gone);
   if (m->idle == 0)
     return;
   /* What the trim kept is still mapped by live graphs (shared pages): charge it to the graph
      most likely to hold it. */
-  struct cgrt__graph_rec *r = cgrt__caches_largest(rt);
+  struct cgrt__graph_rec *r = rt->mem.caches ? rt->mem.caches->largest(rt) : NULL;
   if (!r)
     return;
   r->pool_bytes += m->idle;
@@ -225,7 +226,7 @@ CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user) {
   if (rt->in_step)
     return cgrt__fail(rt, CGRT_E_STATE, "cgrt_graph_list: not allowed inside a step");
   struct list_arg a = {rt, fn, user};
-  return cgrt__caches_visit(rt, list_one, &a);
+  return rt->mem.caches ? rt->mem.caches->visit(rt, list_one, &a) : 0;
 }
 
 CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *report) {

@@ -45,17 +45,37 @@ struct cgrt__graph_rec {
   uint64_t replays;
 };
 
+struct cgrt_runtime;
+struct cgrt_graph_key;
+
+/*
+ * What the ledger needs of the graph caches above it (graph_cache.c lends it when it creates a
+ * cache, NULL before: no cache, no live executable), so the ledger calls nothing above itself.
+ */
+struct cgrt__graph_walkers {
+  /* Lowers the pool mark of every live executable of rt to `reserved` (the pool after a trim). */
+  void (*cap_marks)(struct cgrt_runtime *rt, uint64_t reserved);
+  /* Calls fn for every live executable of every cache of rt; stops at fn's first nonzero. */
+  int (*visit)(struct cgrt_runtime *rt,
+               int (*fn)(void *arg, const struct cgrt_graph_key *key,
+                         const struct cgrt__graph_rec *rec),
+               void *arg);
+  /* The record of the live executable with the largest allocations, or NULL if none has any. */
+  struct cgrt__graph_rec *(*largest)(struct cgrt_runtime *rt);
+};
+
 /* The runtime's ledger. */
 struct cgrt__graph_mem {
-  struct cgrt__graph_rec build; /* the capture helper's last build */
-  int build_valid;              /* `build` describes the executable it just returned */
-  uint64_t graphs;              /* live executables with a record */
-  uint64_t pool, exec, nodes;   /* sums over them */
-  uint64_t idle;                /* pool memory the driver keeps for no live graph (until a trim) */
-  uint64_t staged;              /* private copies the graph caches' executables work on */
-  uint64_t peak;                /* highest pool + exec + idle */
-  uint64_t budget_eager;        /* calls run eagerly because their graph did not fit */
-  uint64_t budget_evictions;    /* executables evicted to fit the budget */
+  const struct cgrt__graph_walkers *caches; /* the caches' live records, NULL if none yet */
+  struct cgrt__graph_rec build;             /* the capture helper's last build */
+  int build_valid;                          /* `build` describes the executable it just returned */
+  uint64_t graphs;                          /* live executables with a record */
+  uint64_t pool, exec, nodes;               /* sums over them */
+  uint64_t idle;             /* pool memory the driver keeps for no live graph (until a trim) */
+  uint64_t staged;           /* private copies the graph caches' executables work on */
+  uint64_t peak;             /* highest pool + exec + idle */
+  uint64_t budget_eager;     /* calls run eagerly because their graph did not fit */
+  uint64_t budget_evictions; /* executables evicted to fit the budget */
 };
 
 /* A reading of the driver's memory figures. */
@@ -104,19 +124,5 @@ void cgrt__mem_describe(const struct cgrt_runtime *rt, char *buf, size_t len);
 
 /* Bytes as "12.5 MiB" (KiB, MiB, GiB). */
 void cgrt__mem_format(uint64_t bytes, char *buf, size_t len);
-
-/* -- graph_cache.c: what the ledger needs of the caches -- */
-
-/* Lowers the pool mark of every live executable of rt to `reserved` (the pool after a trim). */
-void cgrt__caches_cap_marks(struct cgrt_runtime *rt, uint64_t reserved);
-
-/* Calls fn for every live executable of every cache of rt; stops at fn's first nonzero. */
-int cgrt__caches_visit(struct cgrt_runtime *rt,
-                       int (*fn)(void *arg, const struct cgrt_graph_key *key,
-                                 const struct cgrt__graph_rec *rec),
-                       void *arg);
-/* The record of the live executable with the largest allocations (ties: the most recently
-   used), or NULL if none has any. */
-struct cgrt__graph_rec *cgrt__caches_largest(struct cgrt_runtime *rt);
 
 #endif

@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buckets.h"
-#include "config_impl.h"
-#include "diagnose.h"
+#include "buckets/buckets.h"
+#include "config/config_impl.h"
+#include "graphs/capture.h"
+#include "graphs/diagnose.h"
+#include "hostapi.h"
 #include "runtime.h"
 
 /* The last failed open of this thread, for cgrt_last_error(NULL). */
@@ -534,16 +536,6 @@ static void count_call(cgrt_runtime *rt, cgrt_mode mode) {
 
 /* The mode of a step from its module calls so far: capture, else warmup, else replay, else eager.
  */
-cgrt_mode cgrt__mode_from_calls(const cgrt_runtime *rt) {
-  unsigned modes = rt->call_modes;
-  if (modes & (1u << CGRT_MODE_CAPTURE))
-    return CGRT_MODE_CAPTURE;
-  if (modes & (1u << CGRT_MODE_WARMUP))
-    return CGRT_MODE_WARMUP;
-  if (modes & (1u << CGRT_MODE_REPLAY))
-    return CGRT_MODE_REPLAY;
-  return CGRT_MODE_EAGER;
-}
 
 /*
  * Ends a capture a backend left open, so the host's stream is never left capturing. Only a
@@ -696,11 +688,6 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
   if (rc != 0)
     rt->body_error = rc;
   return rc;
-}
-
-const char *cgrt__call_name(const struct cgrt_call *c) {
-  const struct cgrt_module *m = (const struct cgrt_module *)c->module;
-  return m->call_names[c->dir == CGRT_BACKWARD];
 }
 
 CGRT_API int cgrt_forward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx,

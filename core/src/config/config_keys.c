@@ -253,3 +253,15 @@ char *cgrt__cfg_backend_section(const char *impl) {
   size_t n = cgrt__cfg_backend_base(impl, &base);
   return n ? strndup(base, n) : NULL;
 }
+
+int cgrt__cfg_parse_bool(const char *text) {
+  static const char *const yes[] = {"true", "on", "yes", "1"};
+  static const char *const no[] = {"false", "off", "no", "0"};
+  for (int i = 0; i < 4; i++) {
+    if (strcasecmp(text, yes[i]) == 0)
+      return 1;
+    if (strcasecmp(text, no[i]) == 0)
+      return 0;
+  }
+  return -1;
+}

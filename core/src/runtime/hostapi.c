@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buckets.h"
+#include "buckets/buckets.h"
 #include "cgrt/tool.h"
-#include "diagnose.h"
+#include "graphs/capture.h"
+#include "graphs/diagnose.h"
+#include "graphs/graph_cache.h"
+#include "hostapi.h"
 #include "runtime.h"
 
 #define DEV(rt) (&(rt)->dev)
@@ -121,27 +124,6 @@ static int h_stream_sync(const struct cgrt_host_api *h, void *stream) {
   if (rc == 0 && stream == rt->stream)
     cgrt__comms_drained(&rt->comms);
   return dev_rc(rt, rc);
-}
-
-/* ---------------------------------------------------------------- the host's capture hooks */
-
-int cgrt__hook_begin(cgrt_runtime *rt, void *stream) {
-  if (!rt->hook_begin && !rt->hook_end)
-    return 0;
-  if (rt->hook_begin) {
-    int rc = rt->hook_begin(rt->hook_user, stream);
-    if (rc != 0)
-      return rc;
-  }
-  rt->hook_depth++;
-  return 0;
-}
-
-int cgrt__hook_end(cgrt_runtime *rt, void *stream) {
-  if (rt->hook_depth == 0)
-    return 0;
-  rt->hook_depth--;
-  return rt->hook_end ? rt->hook_end(rt->hook_user, stream) : 0;
 }
 
 /*
@@ -368,26 +350,6 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   return rc;
 }
 
-int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why) {
-  rt->stats.fallbacks++;
-  if (rt->rep)
-    rt->rep->fallbacks++;
-  if (code == CGRT_E_NOMEM) {
-    /* Out of memory: say where graph memory stands, so the budget can be set from the line. */
-    char mem[512];
-    cgrt__mem_describe(rt, mem, sizeof(mem));
-    cgrt__fail(rt, code,
-               "capture of %s failed, running it eagerly: %s (%s; set [cuda_graph] "
-               "memory_budget below the memory left for graphs)",
-               what, why, mem);
-    cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
-    return code;
-  }
-  cgrt__fail(rt, code, "capture of %s failed, running it eagerly: %s", what, why);
-  cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
-  return code;
-}
-
 static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void *arg), void *arg,
                      const char *what, void **exec) {
   cgrt_runtime *rt = CGRT_RT(h);
@@ -453,8 +415,20 @@ static void h_count(const struct cgrt_host_api *h, cgrt_counter which, int64_t d
   }
 }
 
+/* The mode of the step in flight from its module calls: capture, warmup, replay, eager. */
+static cgrt_mode mode_from_calls(const cgrt_runtime *rt) {
+  unsigned modes = rt->call_modes;
+  if (modes & (1u << CGRT_MODE_CAPTURE))
+    return CGRT_MODE_CAPTURE;
+  if (modes & (1u << CGRT_MODE_WARMUP))
+    return CGRT_MODE_WARMUP;
+  if (modes & (1u << CGRT_MODE_REPLAY))
+    return CGRT_MODE_REPLAY;
+  return CGRT_MODE_EAGER;
+}
+
 static cgrt_mode h_calls_mode(const struct cgrt_host_api *h) {
-  return cgrt__mode_from_calls(CGRT_RT(h));
+  return mode_from_calls(CGRT_RT(h));
 }
 
 static int h_buckets(const struct cgrt_host_api *h, const int64_t **sizes, size_t *count) {
@@ -560,7 +534,21 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->backend_close = h_backend_close;
   h->buckets = h_buckets;
   h->bucket_for_tokens = h_bucket_for_tokens;
-  cgrt__graph_cache_api(h);
-  cgrt__thd_api(h);
-  cgrt__adaptive_api(h);
+  /* graphs/graph_cache.c */
+  h->run_body_graph = cgrt__cache_run_body;
+  h->run_call_graph = cgrt__cache_run_call;
+  h->cache_create = cgrt__cache_create;
+  h->cache_destroy = cgrt__cache_destroy;
+  h->cache_clear = cgrt__cache_clear;
+  h->cache_run = cgrt__cache_run;
+  h->cache_has = cgrt__cache_has;
+  h->cache_retire = cgrt__cache_retire;
+  /* thd.c */
+  h->comm_for_cp = cgrt__comm_for_cp;
+  h->thd_create = cgrt__thd_create;
+  h->thd_destroy = cgrt__thd_destroy;
+  h->thd_write = cgrt__thd_write;
+  h->thd_release = cgrt__thd_release;
+  /* adaptive.c */
+  h->buckets_observe = cgrt__buckets_observe;
 }

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "cgrt/tool.h"
-#include "buckets.h"
-#include "config.h"
-#include "loader.h"
+#include "buckets/buckets.h"
+#include "config/config.h"
+#include "base/loader.h"
 #include "runtime.h"
 
 struct cgrt_tool_config {
@@ -139,18 +139,6 @@ CGRT_API int cgrt_tool_watch_graphs(cgrt_runtime *rt, cgrt_tool_graph_fn fn, voi
   rt->watch_fn = fn;
   rt->watch_user = fn ? user : NULL;
   return 0;
-}
-
-void cgrt__watch(cgrt_runtime *rt, int op, void *graph, void *exec, void *stream) {
-  if (!rt->watch_fn)
-    return;
-  struct cgrt_tool_graph_event ev = {.struct_size = sizeof(ev),
-                                     .op = (cgrt_tool_graph_op)op,
-                                     .graph = graph,
-                                     .exec = exec,
-                                     .stream = stream,
-                                     .driver = rt->dev.drv->name};
-  rt->watch_fn(rt->watch_user, &ev);
 }
 
 CGRT_API int cgrt_tool_buckets_build(cgrt_bucket_dist dist, int64_t max_tokens, int num_graphs,

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unwind.h>
 
+#include "capture.h"
 #include "runtime.h"
 
 /* Distinct findings kept; repeats of one are counted in it. */

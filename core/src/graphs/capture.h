@@ -1,0 +1,24 @@
+/*
+ * capture.h - around a capture and a graph's life (capture.c): the host's capture hooks, the
+ * graph watcher of the tools, the count of a capture that fell back to eager work. Internal.
+ */
+#ifndef CGRT_CAPTURE_H
+#define CGRT_CAPTURE_H
+
+#include "cgrt/cgrt.h"
+
+/*
+ * The host's capture hooks (cgrt_set_capture_hooks) around a capture of stream. hook_begin
+ * returns the hook's nonzero result when it refuses the capture (nothing is owed then);
+ * hook_end calls the end hook once for each begin that was accepted, and returns its result.
+ */
+int cgrt__hook_begin(cgrt_runtime *rt, void *stream);
+int cgrt__hook_end(cgrt_runtime *rt, void *stream);
+
+/* Counts and logs a capture that failed; the caller runs the work eagerly. Returns code. */
+int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why);
+
+/* Tells the graph watcher, if any, of a driver operation (op: a cgrt_tool_graph_op). */
+void cgrt__watch(cgrt_runtime *rt, int op, void *graph, void *exec, void *stream);
+
+#endif
