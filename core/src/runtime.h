@@ -13,7 +13,7 @@
 #include "driver.h"
 #include "graphs/graph_mem.h"
 #include "base/loader.h"
-#include "runtime/faults.h"
+#include "base/faults.h"
 
 struct cgrt_tool_graph_event; /* cgrt/tool.h */
 
@@ -125,15 +125,6 @@ int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn l
  */
 int cgrt__adaptive_open(cgrt_runtime *rt);
 void cgrt__adaptive_close(cgrt_runtime *rt);
-
-/*
- * Records fn(arg) on stream into a new graph (*graph), counting the capture and its time. On
- * failure the capture is ended (the stream is never left capturing), *graph is NULL, `why` says
- * what happened (with the call that broke the capture, when diagnose found it) and the error is
- * returned; nothing is counted as a fallback yet. `what` names the work for diagnose's findings.
- */
-int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
-                 char *why, size_t whylen, void **graph);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t cgrt__now_ns(void);

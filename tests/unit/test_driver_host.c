@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "driver.h"
-#include "runtime/faults.h"
+#include "base/faults.h"
 
 /* Host functions append one letter each to a log, so a test reads what ran, in order. */
 struct log {

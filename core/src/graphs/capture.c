@@ -1,12 +1,15 @@
 /*
- * capture.c - what surrounds a capture and a graph's life, for the host and the tools: the host's
- * capture hooks (cgrt_set_capture_hooks), the graph watcher (cgrt_tool_watch_graphs) and the
- * count of a capture that fell back to eager work.
+ * capture.c - a capture and what surrounds it and a graph's life, for the host and the tools:
+ * recording work into a graph (cgrt__record, with diagnose and the communicators' capture
+ * bookkeeping around it), the host's capture hooks (cgrt_set_capture_hooks), the graph watcher
+ * (cgrt_tool_watch_graphs) and the count of a capture that fell back to eager work.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "capture.h"
 #include "cgrt/tool.h"
+#include "diagnose.h"
 #include "graph_mem.h"
 #include "runtime.h"
 
@@ -29,6 +32,73 @@ int cgrt__hook_end(cgrt_runtime *rt, void *stream) {
     return 0;
   rt->hook_depth--;
   return rt->hook_end ? rt->hook_end(rt->hook_user, stream) : 0;
+}
+
+/* ---------------------------------------------------------------- a recording */
+
+int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
+                 char *why, size_t whylen, void **graph) {
+  const struct cgrt_driver *drv = rt->dev.drv;
+  *graph = NULL;
+  uint64_t t0 = cgrt__now_ns();
+  int rc = cgrt__hook_begin(rt, stream);
+  if (rc != 0) {
+    snprintf(why, whylen, "the host's capture begin hook returned %d and refused the capture", rc);
+    return CGRT_E_CALLBACK;
+  }
+  rc = drv->capture_begin(&rt->dev, stream);
+  cgrt__comms_capture_begin(&rt->comms);
+  if (rc != 0) {
+    snprintf(why, whylen, "%s", rt->dev.err);
+    (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
+    return rc;
+  }
+  cgrt__diagnose_begin(rt);
+  rt->err[0] = '\0';
+  int work_rc = fn(arg);
+  int used_comm = rt->comms.capture_comm; /* before diagnose may run the work again */
+  /* Armed by a test: a synchronizing call inside the captured work, as a buggy module makes. */
+  cgrt__fault_capture_sync(&rt->faults, &rt->dev, stream);
+  cgrt__diagnose_pause(rt);
+  /* Always end the capture, whatever the work did: the stream must never stay capturing. */
+  snprintf(why, whylen, "%s", rt->err);
+  int end_rc = drv->capture_end(&rt->dev, stream, graph);
+  int hook_rc = cgrt__hook_end(rt, stream);
+  rt->stats.capture_ns += cgrt__now_ns() - t0;
+  rc = 0;
+  if (work_rc != 0) {
+    if (*graph)
+      drv->graph_destroy(&rt->dev, *graph);
+    *graph = NULL;
+    if (!why[0])
+      snprintf(why, whylen, "the captured work returned %d", work_rc);
+    rc = work_rc < 0 ? work_rc : CGRT_E_CALLBACK;
+  } else if (end_rc != 0) {
+    snprintf(why, whylen,
+             "%s (a synchronizing call, a host read of device memory or an allocation outside "
+             "stream-ordered memory inside the captured work invalidates the capture)",
+             rt->dev.err);
+    rc = CGRT_E_CAPTURE;
+  }
+  int failed = rc != 0;
+  if (rc == 0 && hook_rc != 0) {
+    drv->graph_destroy(&rt->dev, *graph);
+    *graph = NULL;
+    snprintf(why, whylen,
+             "the host's capture end hook returned %d; the recorded graph was discarded", hook_rc);
+    rc = CGRT_E_CALLBACK;
+  }
+  char more[512];
+  cgrt__diagnose_end(rt, what, failed, stream, fn, arg, more, sizeof(more));
+  if (more[0]) {
+    size_t used = strlen(why);
+    snprintf(why + used, whylen - used, "%s", more);
+  }
+  if (rc == 0) {
+    rt->stats.captures++;
+    cgrt__comms_capture_end(&rt->comms, *graph, used_comm);
+  }
+  return rc;
 }
 
 /* ---------------------------------------------------------------- the graph watcher */

@@ -1,11 +1,21 @@
 /*
- * capture.h - around a capture and a graph's life (capture.c): the host's capture hooks, the
- * graph watcher of the tools, the count of a capture that fell back to eager work. Internal.
+ * capture.h - a capture and a graph's life (capture.c): recording work into a graph, the host's
+ * capture hooks, the graph watcher of the tools, the count of a capture that fell back to eager
+ * work. Internal.
  */
 #ifndef CGRT_CAPTURE_H
 #define CGRT_CAPTURE_H
 
 #include "cgrt/cgrt.h"
+
+/*
+ * Records fn(arg) on stream into a new graph (*graph), counting the capture and its time. On
+ * failure the capture is ended (the stream is never left capturing), *graph is NULL, `why` says
+ * what happened (with the call that broke the capture, when diagnose found it) and the error is
+ * returned; nothing is counted as a fallback yet. `what` names the work for diagnose's findings.
+ */
+int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
+                 char *why, size_t whylen, void **graph);
 
 /*
  * The host's capture hooks (cgrt_set_capture_hooks) around a capture of stream. hook_begin

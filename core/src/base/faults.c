@@ -1,5 +1,5 @@
 /* faults.c - fault injection where the core calls the driver (faults.h). */
-#include "runtime/faults.h"
+#include "base/faults.h"
 
 #include "driver.h"
 
