@@ -25,42 +25,6 @@
 /* ---------------------------------------------------------------- small helpers */
 
 /* Makes room for one more element of an array; 0, or -1 (and st->nomem) if memory ran out. */
-static int grow(struct cfg_parse *st, void **arr, size_t *cap, size_t count, size_t size) {
-  if (count < *cap)
-    return 0;
-  size_t n = *cap ? *cap * 2 : 16;
-  void *p = realloc(*arr, n * size);
-  if (!p) {
-    st->nomem = 1;
-    return -1;
-  }
-  *arr = p;
-  *cap = n;
-  return 0;
-}
-
-void cgrt__cfg_report(struct cfg_parse *st, int line, int syntax, cgrt_log_level level,
-                      const char *fmt, ...) {
-  if (level == CGRT_LOG_ERROR)
-    st->errors++;
-  va_list ap;
-  va_start(ap, fmt);
-  char *body = cgrt__cfg_vformat(fmt, ap);
-  va_end(ap);
-  char *text = NULL;
-  if (body)
-    text = line > 0 ? cgrt__cfg_format("%s:%d: %s", st->source, line, body)
-                    : cgrt__cfg_format("%s: %s", st->source, body);
-  free(body);
-  if (!text || grow(st, (void **)&st->msgs, &st->cap_msgs, st->num_msgs, sizeof(*st->msgs))) {
-    free(text);
-    st->nomem = 1;
-    return;
-  }
-  st->msgs[st->num_msgs] = (struct cfg_msg){line, st->num_msgs, syntax, level, text};
-  st->num_msgs++;
-}
-
 /* Copies s with runs of whitespace made one space, and no space at either end. */
 static char *collapse(const char *s) {
   char *out = malloc(strlen(s) + 1);
@@ -125,8 +89,8 @@ static void classify(struct cfg_parse *st, const char *buf) {
     while (b > a && isspace((unsigned char)b[-1]))
       b--;
     char *name = strndup(a, (size_t)(b - a));
-    if (!name || grow(st, (void **)&st->sections, &st->cap_sections, st->num_sections,
-                      sizeof(*st->sections))) {
+    if (!name || cgrt__cfg_grow(st, (void **)&st->sections, &st->cap_sections, st->num_sections,
+                                sizeof(*st->sections))) {
       free(name);
       st->nomem = 1;
       return;
@@ -190,7 +154,7 @@ static int on_pair(void *user, const char *section, const char *name, const char
     pr->value = v;
     return 1;
   }
-  if (grow(st, (void **)&st->pairs, &st->cap_pairs, st->num_pairs, sizeof(*st->pairs)))
+  if (cgrt__cfg_grow(st, (void **)&st->pairs, &st->cap_pairs, st->num_pairs, sizeof(*st->pairs)))
     return 0;
   struct cfg_pair pr = {st->section ? strdup(st->section) : NULL, strdup(name), strdup(value),
                         st->lineno};

@@ -164,6 +164,9 @@ struct cfg_parse {
   struct cfg_origin legacy[LEG_COUNT];
 };
 
+/* Grows *arr (of *cap elements of size bytes) to hold count + 1; sets st->nomem on failure. */
+int cgrt__cfg_grow(struct cfg_parse *st, void **arr, size_t *cap, size_t count, size_t size);
+
 /* Records "source:line: text" (or "source: text" for line 0) for the caller's diag. */
 void cgrt__cfg_report(struct cfg_parse *st, int line, int syntax, cgrt_log_level level,
                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -655,3 +655,42 @@ char *cgrt__cfg_format(const char *fmt, ...) {
   va_end(ap);
   return s;
 }
+
+/* ---------------------------------------------------------------- messages and growth */
+
+int cgrt__cfg_grow(struct cfg_parse *st, void **arr, size_t *cap, size_t count, size_t size) {
+  if (count < *cap)
+    return 0;
+  size_t n = *cap ? *cap * 2 : 16;
+  void *p = realloc(*arr, n * size);
+  if (!p) {
+    st->nomem = 1;
+    return -1;
+  }
+  *arr = p;
+  *cap = n;
+  return 0;
+}
+
+void cgrt__cfg_report(struct cfg_parse *st, int line, int syntax, cgrt_log_level level,
+                      const char *fmt, ...) {
+  if (level == CGRT_LOG_ERROR)
+    st->errors++;
+  va_list ap;
+  va_start(ap, fmt);
+  char *body = cgrt__cfg_vformat(fmt, ap);
+  va_end(ap);
+  char *text = NULL;
+  if (body)
+    text = line > 0 ? cgrt__cfg_format("%s:%d: %s", st->source, line, body)
+                    : cgrt__cfg_format("%s: %s", st->source, body);
+  free(body);
+  if (!text ||
+      cgrt__cfg_grow(st, (void **)&st->msgs, &st->cap_msgs, st->num_msgs, sizeof(*st->msgs))) {
+    free(text);
+    st->nomem = 1;
+    return;
+  }
+  st->msgs[st->num_msgs] = (struct cfg_msg){line, st->num_msgs, syntax, level, text};
+  st->num_msgs++;
+}

@@ -1,7 +1,7 @@
 /*
  * capture.c - a capture and what surrounds it and a graph's life, for the host and the tools:
  * recording work into a graph (cgrt__record, with diagnose and the communicators' capture
- * bookkeeping around it), the host's capture hooks (cgrt_set_capture_hooks), the graph watcher
+ * bookkeeping around it, inside the host's capture hooks of hooks.c), the graph watcher
  * (cgrt_tool_watch_graphs) and the count of a capture that fell back to eager work.
  */
 #include <stdio.h>
@@ -12,27 +12,6 @@
 #include "diagnose.h"
 #include "graph_mem.h"
 #include "runtime.h"
-
-/* ---------------------------------------------------------------- the host's capture hooks */
-
-int cgrt__hook_begin(cgrt_runtime *rt, void *stream) {
-  if (!rt->hook_begin && !rt->hook_end)
-    return 0;
-  if (rt->hook_begin) {
-    int rc = rt->hook_begin(rt->hook_user, stream);
-    if (rc != 0)
-      return rc;
-  }
-  rt->hook_depth++;
-  return 0;
-}
-
-int cgrt__hook_end(cgrt_runtime *rt, void *stream) {
-  if (rt->hook_depth == 0)
-    return 0;
-  rt->hook_depth--;
-  return rt->hook_end ? rt->hook_end(rt->hook_user, stream) : 0;
-}
 
 /* ---------------------------------------------------------------- a recording */
 

@@ -18,7 +18,7 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
                  char *why, size_t whylen, void **graph);
 
 /*
- * The host's capture hooks (cgrt_set_capture_hooks) around a capture of stream. hook_begin
+ * The host's capture hooks (cgrt_set_capture_hooks; hooks.c) around a capture of stream. hook_begin
  * returns the hook's nonzero result when it refuses the capture (nothing is owed then);
  * hook_end calls the end hook once for each begin that was accepted, and returns its result.
  */
