@@ -12,8 +12,9 @@
 #include "config/config.h"
 #include "driver.h"
 #include "graphs/graph_mem.h"
-#include "base/loader.h"
 #include "base/faults.h"
+#include "base/loader.h"
+#include "base/log.h"
 
 struct cgrt_tool_graph_event; /* cgrt/tool.h */
 
@@ -50,10 +51,7 @@ struct cgrt_runtime {
   struct cgrt_bucket_adapt *adapt; /* buckets = adaptive: the traffic histogram, else NULL */
 
   cgrt_stats stats;
-  cgrt_log_fn log_fn;
-  void *log_user;
-  cgrt_log_level log_level;
-  char err[2048];
+  struct cgrt_log log; /* the sink, its level and the last error (base/log.h) */
 
   /* The step in flight. */
   int in_step;
@@ -101,18 +99,6 @@ static inline const char *cgrt__call_name(const struct cgrt_call *c) {
   return m->call_names[c->dir == CGRT_BACKWARD];
 }
 
-/* Logs a formatted line at `level` through the runtime's sink (rt NULL: stderr). */
-void cgrt__log(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void cgrt__vlog(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, va_list ap);
-
-/* Sets rt->err (logged at debug level) and returns code. */
-int cgrt__fail(cgrt_runtime *rt, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Parses a level name ("off", "error", "warn", "info", "debug"); -1 if unknown. */
-int cgrt__log_level_from_name(const char *name);
-
 /*
  * Opens a runtime from an already parsed configuration, taking ownership of *cfg (left zeroed).
  * For the cgrt command: `check --dry-run` switches the driver to host before opening.
@@ -125,12 +111,6 @@ int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn l
  */
 int cgrt__adaptive_open(cgrt_runtime *rt);
 void cgrt__adaptive_close(cgrt_runtime *rt);
-
-/* Monotonic clock in nanoseconds. */
-uint64_t cgrt__now_ns(void);
-
-/* getenv that ignores the environment in setuid/setgid processes (secure_getenv). */
-const char *cgrt__getenv(const char *name);
 
 /* The embedded default configuration (conf/default.ini), NUL-terminated. */
 extern const char cgrt__default_config[];

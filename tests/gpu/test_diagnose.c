@@ -293,7 +293,7 @@ static void declared_pool_malloc_not_reported(void **state) {
   (void)state;
   for (int declared = 1; declared >= 0; declared--) {
     struct fx *f = fx_open(F_POOL, "capture_mode = relaxed", "diagnose = on");
-    f->rt->log_level = CGRT_LOG_DEBUG;
+    f->rt->log.level = CGRT_LOG_DEBUG;
     if (declared)
       assert_int_equal(declare_pool(f, "libcgrt-test-pool.so"), 0);
     run_steps(f, 3);

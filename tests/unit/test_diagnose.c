@@ -371,7 +371,7 @@ static void declared_pool_allocations_are_not_findings(void **state) {
   const char *declarations[] = {"libc10_cuda.so:libcgrt-test-pool.so", dir_path, dotted_path};
   for (size_t i = 0; i < sizeof(declarations) / sizeof(declarations[0]); i++) {
     struct fx *f = fx_open(F_POOL, RELAXED, "diagnose = on");
-    f->rt->log_level = CGRT_LOG_DEBUG;
+    f->rt->log.level = CGRT_LOG_DEBUG;
     char copy[4096];
     snprintf(copy, sizeof(copy), "%s", declarations[i]);
     assert_int_equal(declare_pool(f, copy), 0);

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime.h"
+#include "base/log.h"
 
 #ifndef CGRT_INSTALL_BACKEND_DIR
 #define CGRT_INSTALL_BACKEND_DIR "/usr/local/lib/cgrt/backends"

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime.h"
+#include "base/log.h"
 
 static const char *const level_names[] = {"off", "error", "warn", "info", "debug"};
 
@@ -16,31 +16,31 @@ int cgrt__log_level_from_name(const char *name) {
   return -1;
 }
 
-void cgrt__vlog(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, va_list ap) {
-  cgrt_log_level threshold = rt ? rt->log_level : CGRT_LOG_INFO;
+void cgrt__vlog(const struct cgrt_log *log, cgrt_log_level level, const char *fmt, va_list ap) {
+  cgrt_log_level threshold = log ? log->level : CGRT_LOG_INFO;
   if (level == CGRT_LOG_OFF || level > threshold)
     return;
   char msg[2048];
   vsnprintf(msg, sizeof(msg), fmt, ap);
-  if (rt && rt->log_fn)
-    rt->log_fn(rt->log_user, level, msg);
+  if (log && log->fn)
+    log->fn(log->user, level, msg);
   else
     fprintf(stderr, "cgrt: %s: %s\n", level_names[level], msg);
 }
 
-void cgrt__log(const cgrt_runtime *rt, cgrt_log_level level, const char *fmt, ...) {
+void cgrt__log(const struct cgrt_log *log, cgrt_log_level level, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  cgrt__vlog(rt, level, fmt, ap);
+  cgrt__vlog(log, level, fmt, ap);
   va_end(ap);
 }
 
-int cgrt__fail(cgrt_runtime *rt, int code, const char *fmt, ...) {
+int cgrt__fail(struct cgrt_log *log, int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(rt->err, sizeof(rt->err), fmt, ap);
+  vsnprintf(log->err, sizeof(log->err), fmt, ap);
   va_end(ap);
-  cgrt__log(rt, CGRT_LOG_DEBUG, "error %d (%s): %s", code, cgrt_strerror(code), rt->err);
+  cgrt__log(log, CGRT_LOG_DEBUG, "error %d (%s): %s", code, cgrt_strerror(code), log->err);
   return code;
 }
 

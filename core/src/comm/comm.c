@@ -95,7 +95,7 @@ int cgrt__comms_wait(cgrt_runtime *rt, const cgrt_ctx *ctx, const char *what) {
     return 0;
   if (!c->wait_logged) {
     c->wait_logged = 1;
-    cgrt__log(rt, CGRT_LOG_INFO,
+    cgrt__log(&rt->log, CGRT_LOG_INFO,
               "%s runs outside a graph after a graph that may use its communicator was "
               "launched: it waits for the stream to drain first, since NCCL's graph mixing "
               "support is off (NCCL_GRAPH_MIXING_SUPPORT=0); cgrt_stats.comm_waits counts these "
@@ -130,10 +130,10 @@ static int split_world(cgrt_runtime *rt, struct cgrt_comms *c, void *world) {
   const struct cgrt_config_view *v = &rt->cfg.view;
   struct cgrt_dev *dev = &rt->dev;
   if (dev->drv->comm_info(dev, world, &c->world_size, &c->world_rank) != 0)
-    return cgrt__fail(rt, CGRT_E_DEVICE, "cgrt_set_world_comm: %s", dev->err);
+    return cgrt__fail(&rt->log, CGRT_E_DEVICE, "cgrt_set_world_comm: %s", dev->err);
   for (size_t i = 0; i < v->num_cp_sizes; i++)
     if (c->world_size % v->cp_sizes[i] != 0)
-      return cgrt__fail(rt, CGRT_E_INVAL,
+      return cgrt__fail(&rt->log, CGRT_E_INVAL,
                         "cgrt_set_world_comm: [dynamic_cp] cp_sizes has %d, which does not divide "
                         "the world of %d ranks; use divisors of the world size",
                         v->cp_sizes[i], c->world_size);
@@ -143,7 +143,8 @@ static int split_world(cgrt_runtime *rt, struct cgrt_comms *c, void *world) {
     void *split = NULL;
     /* Collective over the world: every rank splits every size, in the same order. */
     if (dev->drv->comm_split(dev, world, c->world_rank / cp, c->world_rank, &split) != 0)
-      return cgrt__fail(rt, CGRT_E_DEVICE, "cgrt_set_world_comm: for cp size %d: %s", cp, dev->err);
+      return cgrt__fail(&rt->log, CGRT_E_DEVICE, "cgrt_set_world_comm: for cp size %d: %s", cp,
+                        dev->err);
     c->cp[c->count] = cp;
     c->cp_rank[c->count] = c->world_rank % cp;
     c->comm[c->count] = split;
@@ -155,21 +156,21 @@ static int split_world(cgrt_runtime *rt, struct cgrt_comms *c, void *world) {
 int cgrt__comms_split(cgrt_runtime *rt, void *world) {
   struct cgrt_comms *c = &rt->comms;
   if (c->ready)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_set_world_comm: called twice; call it once");
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_set_world_comm: called twice; call it once");
   if (rt->cfg.view.num_cp_sizes > CGRT_MAX_CP_SIZES)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_set_world_comm: at most %d cp sizes",
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_set_world_comm: at most %d cp sizes",
                       CGRT_MAX_CP_SIZES);
   int rc;
   if (rt->cfg.view.driver == CGRT_DRIVER_HOST && !world) {
     rc = split_placeholders(rt, c);
   } else if (!world) {
-    rc = cgrt__fail(rt, CGRT_E_INVAL, "cgrt_set_world_comm: world_comm is NULL");
+    rc = cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_set_world_comm: world_comm is NULL");
   } else if (rt->cfg.view.driver == CGRT_DRIVER_HOST) {
-    rc = cgrt__fail(rt, CGRT_E_INVAL,
+    rc = cgrt__fail(&rt->log, CGRT_E_INVAL,
                     "cgrt_set_world_comm: the host driver has no NCCL; pass NULL for its "
                     "stand-in communicators");
   } else if (!rt->dev.drv->comm_split || !rt->dev.drv->comm_info || !rt->dev.drv->comm_destroy) {
-    rc = cgrt__fail(rt, CGRT_E_UNSUPPORTED,
+    rc = cgrt__fail(&rt->log, CGRT_E_UNSUPPORTED,
                     "cgrt_set_world_comm: the %s driver was built without NCCL; rebuild it with "
                     "NCCL to use context parallelism",
                     rt->dev.drv->name);
@@ -182,7 +183,7 @@ int cgrt__comms_split(cgrt_runtime *rt, void *world) {
   }
   c->ready = 1;
   c->serial = mixing_off();
-  cgrt__log(rt, CGRT_LOG_INFO, "communicators: world rank %d of %d, %d cp sizes split; %s",
+  cgrt__log(&rt->log, CGRT_LOG_INFO, "communicators: world rank %d of %d, %d cp sizes split; %s",
             c->world_rank, c->world_size, c->count,
             c->serial ? "NCCL graph mixing off (NCCL_GRAPH_MIXING_SUPPORT=0): work cgrt runs "
                         "outside a graph on them waits for the graphs it launched"

@@ -33,14 +33,14 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
     return rc;
   }
   cgrt__diagnose_begin(rt);
-  rt->err[0] = '\0';
+  rt->log.err[0] = '\0';
   int work_rc = fn(arg);
   int used_comm = rt->comms.capture_comm; /* before diagnose may run the work again */
   /* Armed by a test: a synchronizing call inside the captured work, as a buggy module makes. */
   cgrt__fault_capture_sync(&rt->faults, &rt->dev, stream);
   cgrt__diagnose_pause(rt);
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
-  snprintf(why, whylen, "%s", rt->err);
+  snprintf(why, whylen, "%s", rt->log.err);
   int end_rc = drv->capture_end(&rt->dev, stream, graph);
   int hook_rc = cgrt__hook_end(rt, stream);
   rt->stats.capture_ns += cgrt__now_ns() - t0;
@@ -104,14 +104,14 @@ int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const c
     /* Out of memory: say where graph memory stands, so the budget can be set from the line. */
     char mem[512];
     cgrt__mem_describe(rt, mem, sizeof(mem));
-    cgrt__fail(rt, code,
+    cgrt__fail(&rt->log, code,
                "capture of %s failed, running it eagerly: %s (%s; set [cuda_graph] "
                "memory_budget below the memory left for graphs)",
                what, why, mem);
-    cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
+    cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", rt->log.err);
     return code;
   }
-  cgrt__fail(rt, code, "capture of %s failed, running it eagerly: %s", what, why);
-  cgrt__log(rt, CGRT_LOG_WARN, "%s", rt->err);
+  cgrt__fail(&rt->log, code, "capture of %s failed, running it eagerly: %s", what, why);
+  cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", rt->log.err);
   return code;
 }

@@ -264,7 +264,7 @@ static void add_finding(cgrt_runtime *rt, const struct cgrt_diag_call *c, int br
     if (f->pub.kind == c->kind && f->pub.broke_capture == broke && strcmp(f->call, c->call) == 0 &&
         strcmp(f->what, what) == 0 && strcmp(f->caller, c->caller) == 0) {
       f->pub.count++;
-      cgrt__log(rt, CGRT_LOG_DEBUG, "diagnose: %s in %s seen again (%u times)", c->call, what,
+      cgrt__log(&rt->log, CGRT_LOG_DEBUG, "diagnose: %s in %s seen again (%u times)", c->call, what,
                 f->pub.count);
       return;
     }
@@ -283,7 +283,7 @@ static void add_finding(cgrt_runtime *rt, const struct cgrt_diag_call *c, int br
                         : ", suspicious",
            cgrt_finding_kind_name(c->kind), c->detail[0] ? c->detail : "no detail",
            advice(c->kind, c->refused));
-  cgrt__log(rt, CGRT_LOG_WARN, "%s", line);
+  cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", line);
   if (d->count == MAX_FINDINGS)
     return;
   if (!d->findings && !(d->findings = calloc(MAX_FINDINGS, sizeof(*d->findings))))
@@ -329,7 +329,7 @@ void cgrt__diagnose_begin(cgrt_runtime *rt) {
       drv->record_acquire();
   } else if (!d->recorder_warned) {
     d->recorder_warned = 1;
-    cgrt__log(rt, CGRT_LOG_WARN,
+    cgrt__log(&rt->log, CGRT_LOG_WARN,
               "diagnose: the CUDA calls made while capturing are not recorded: %s", err);
   }
 }
@@ -347,8 +347,8 @@ void cgrt__diagnose_pause(cgrt_runtime *rt) {
  * recording on. */
 static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg), void *arg) {
   struct cgrt_diag_state *d = rt->diag;
-  char err[512], saved[sizeof(rt->err)], saved_dev[sizeof(rt->dev.err)];
-  snprintf(saved, sizeof(saved), "%s", rt->err);
+  char err[512], saved[sizeof(rt->log.err)], saved_dev[sizeof(rt->dev.err)];
+  snprintf(saved, sizeof(saved), "%s", rt->log.err);
   snprintf(saved_dev, sizeof(saved_dev), "%s", rt->dev.err);
   memset(&d->rec, 0, sizeof(d->rec));
   /* The host's capture hooks bracket this capture too (its allocator must know). */
@@ -362,7 +362,7 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
   if (drv->record_start(&d->rec, &rt->host_frame, cgrt__diag_caller, err, sizeof(err)) != 0) {
     if (!d->recorder_warned) {
       d->recorder_warned = 1;
-      cgrt__log(rt, CGRT_LOG_WARN,
+      cgrt__log(&rt->log, CGRT_LOG_WARN,
                 "diagnose: cannot record the CUDA calls of the failed capture: %s", err);
     }
   } else {
@@ -379,7 +379,7 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
   if (graph)
     rt->dev.drv->graph_destroy(&rt->dev, graph);
 out:
-  snprintf(rt->err, sizeof(rt->err), "%s", saved);
+  snprintf(rt->log.err, sizeof(rt->log.err), "%s", saved);
   snprintf(rt->dev.err, sizeof(rt->dev.err), "%s", saved_dev);
 }
 
@@ -427,15 +427,15 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
     add_finding(rt, c, c->refused, what);
   }
   if (pooled)
-    cgrt__log(rt, CGRT_LOG_DEBUG,
+    cgrt__log(&rt->log, CGRT_LOG_DEBUG,
               "diagnose: %zu allocations or frees by the host's pool allocator (%s) while "
               "capturing %s (step %llu) are not reported: they come from its pool",
               pooled, rt->hook_pool, what, (unsigned long long)rt->step_index);
   if (d->rec.dropped)
-    cgrt__log(rt, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
+    cgrt__log(&rt->log, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
               d->rec.dropped, what);
   if (failed && !broke)
-    cgrt__log(rt, CGRT_LOG_INFO,
+    cgrt__log(&rt->log, CGRT_LOG_INFO,
               "diagnose: the capture of %s failed, but none of the %llu device calls recorded "
               "while capturing was refused (an error of the captured work itself, or an injected "
               "fault)",
@@ -472,7 +472,7 @@ CGRT_API int cgrt_findings_clear(cgrt_runtime *rt) {
   if (!rt)
     return CGRT_E_INVAL;
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_findings_clear: not allowed inside a step");
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_findings_clear: not allowed inside a step");
   if (rt->diag)
     findings_free(rt->diag);
   return 0;

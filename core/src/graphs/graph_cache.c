@@ -329,7 +329,7 @@ static int budget_eager(struct cgrt_graph_cache *c, struct entry *e,
     e->budget_logged = 1;
     cgrt__mem_format(need, size, sizeof(size));
     cgrt__mem_describe(rt, mem, sizeof(mem));
-    cgrt__log(rt, CGRT_LOG_INFO,
+    cgrt__log(&rt->log, CGRT_LOG_INFO,
               "%s runs eagerly: its graph takes about %s, which does not fit under "
               "[cuda_graph] memory_budget (%s)",
               w->what, size, mem);
@@ -425,8 +425,8 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
   if (due && cgrt__verify_snapshot(rt, e->bufs, e->num_bufs, &s) != 0) {
     due = 0;
     rt->stats.verify_skipped++;
-    cgrt__log(rt, CGRT_LOG_WARN, "verify: %s, replay %llu not checked: %s", w->what,
-              (unsigned long long)nth, rt->err);
+    cgrt__log(&rt->log, CGRT_LOG_WARN, "verify: %s, replay %llu not checked: %s", w->what,
+              (unsigned long long)nth, rt->log.err);
   }
   rc = h->exec_launch(h, e->exec, h->stream(h));
   if (rc != 0) {
@@ -451,7 +451,7 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
   cgrt_verify_action act = rt->cfg.view.verify_action;
   if (differ) {
     rt->stats.verify_mismatches++;
-    cgrt__log(rt, CGRT_LOG_WARN,
+    cgrt__log(&rt->log, CGRT_LOG_WARN,
               "verify: %s (step %llu, replay %llu of its graph) differs from an eager run: %s; %s "
               "(a graph replays the kernel arguments it was captured with: a value computed on "
               "the host that changes between calls must be read from device memory, or the "
@@ -499,7 +499,7 @@ static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgr
   drop_exec(c, e);
   e->eager = 1;
   rt->stats.rebind_eager_keys++;
-  cgrt__log(rt, CGRT_LOG_WARN,
+  cgrt__log(&rt->log, CGRT_LOG_WARN,
             "%s (%s): its buffers moved on %d of its last %d calls and %s: it runs eagerly from "
             "now on (rebind = auto, until cgrt_release_graphs); keep the buffers it is handed in "
             "place (allocate them once, outside the step) to graph it",
@@ -515,7 +515,7 @@ static void say_staged(struct cgrt_graph_cache *c, const struct entry *e,
   cgrt__stage_names(&e->st, w->buffers, w->num_buffers, names, sizeof(names));
   key_text(&e->key, key, sizeof(key));
   rt->stats.rebind_copy_keys++;
-  cgrt__log(rt, CGRT_LOG_WARN,
+  cgrt__log(&rt->log, CGRT_LOG_WARN,
             "%s (%s): buffer%s %s moved on %d of its last %d calls (rebind = auto): its graph now "
             "works on private copies, copied in before and out after each replay (%llu bytes a "
             "call; its module must read their addresses from args->buffers); keep %s in place "
@@ -532,7 +532,7 @@ static void to_variants(struct cgrt_graph_cache *c, struct entry *e,
   key_text(&e->key, key, sizeof(key));
   e->variants = 1;
   c->rt->stats.rebind_variant_keys++;
-  cgrt__log(c->rt, CGRT_LOG_INFO,
+  cgrt__log(&c->rt->log, CGRT_LOG_INFO,
             "%s (%s): its buffers moved on %d of its last %d calls, among address sets it had "
             "before (rebind = auto): it keeps a graph per address set, at most %d, and copies "
             "nothing",
@@ -644,7 +644,7 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
                          const struct cgrt_graph_work *w, cgrt_mode *mode) {
   cgrt_runtime *rt = c->rt;
   const struct cgrt_host_api *h = &rt->host;
-  char why[sizeof(rt->err)];
+  char why[sizeof(rt->log.err)];
   void *graph = NULL;
   /* The new addresses: the host's, and the private copies of staged buffers. */
   cgrt_buffer *bufs = NULL;
@@ -686,7 +686,7 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
     free(bufs);
     if (e->st.staged)
       drop_exec(c, e);
-    cgrt__capture_fallback(rt, rc, w->what, rt->err);
+    cgrt__capture_fallback(rt, rc, w->what, rt->log.err);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
   free(e->bufs);

@@ -222,9 +222,9 @@ CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user) {
   if (!rt)
     return CGRT_E_INVAL;
   if (!fn)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_graph_list: fn is NULL");
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_graph_list: fn is NULL");
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_graph_list: not allowed inside a step");
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_graph_list: not allowed inside a step");
   struct list_arg a = {rt, fn, user};
   return rt->mem.caches ? rt->mem.caches->visit(rt, list_one, &a) : 0;
 }
@@ -233,15 +233,16 @@ CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *repor
   if (!rt)
     return CGRT_E_INVAL;
   if (report && report->struct_size < sizeof(size_t))
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_release_graphs_ex: report->struct_size is not set");
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
+                      "cgrt_release_graphs_ex: report->struct_size is not set");
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_release_graphs: not allowed inside a step");
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_release_graphs: not allowed inside a step");
   cgrt_release_report rep = {.struct_size = sizeof(rep)};
   struct cgrt__graph_mem m0 = rt->mem;
   uint64_t used = 0;
   int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
   if (rc != 0)
-    cgrt__fail(rt, rc, "cgrt_release_graphs: %s", rt->dev.err);
+    cgrt__fail(&rt->log, rc, "cgrt_release_graphs: %s", rt->dev.err);
   (void)rt->dev.drv->graph_mem(&rt->dev, &used, &rep.pool_reserved_before);
   if (CGRT_BACKEND_HAS(rt->lib.vt, release)) {
     int brc = rt->lib.vt->release(rt->be_state);
@@ -268,7 +269,7 @@ CGRT_API int cgrt_alloc_async(const cgrt_ctx *ctx, size_t bytes, void **ptr) {
   cgrt_runtime *rt = ctx->rt;
   int rc = rt->dev.drv->mem_alloc_async(&rt->dev, ctx->stream, bytes, ptr);
   if (rc != 0)
-    return cgrt__fail(rt, rc, "cgrt_alloc_async of %zu bytes: %s", bytes, rt->dev.err);
+    return cgrt__fail(&rt->log, rc, "cgrt_alloc_async of %zu bytes: %s", bytes, rt->dev.err);
   return 0;
 }
 
@@ -278,6 +279,6 @@ CGRT_API int cgrt_free_async(const cgrt_ctx *ctx, void *ptr) {
   cgrt_runtime *rt = ctx->rt;
   int rc = rt->dev.drv->mem_free_async(&rt->dev, ctx->stream, ptr);
   if (rc != 0)
-    return cgrt__fail(rt, rc, "cgrt_free_async: %s", rt->dev.err);
+    return cgrt__fail(&rt->log, rc, "cgrt_free_async: %s", rt->dev.err);
   return 0;
 }

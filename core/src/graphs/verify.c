@@ -229,10 +229,10 @@ int cgrt__verify_snapshot(cgrt_runtime *rt, const cgrt_buffer *bufs, size_t n,
       rc = h->memcpy_async(h, s->bufs[i].ptr, bufs[i].ptr, bufs[i].bytes, h->stream(h));
   }
   if (rc != 0) {
-    char why[sizeof(rt->err)];
-    snprintf(why, sizeof(why), "%s", rt->err);
+    char why[sizeof(rt->log.err)];
+    snprintf(why, sizeof(why), "%s", rt->log.err);
     cgrt__verify_free(rt, s);
-    snprintf(rt->err, sizeof(rt->err), "%s", why);
+    snprintf(rt->log.err, sizeof(rt->log.err), "%s", why);
   }
   return rc;
 }

@@ -16,7 +16,7 @@ int cgrt__adaptive_open(cgrt_runtime *rt) {
   if (v->buckets != CGRT_BUCKETS_ADAPTIVE)
     return 0;
   if (!(rt->lib.vt->caps & CGRT_CAP_ADAPTIVE_BUCKETS))
-    return cgrt__fail(rt, CGRT_E_CONFIG,
+    return cgrt__fail(&rt->log, CGRT_E_CONFIG,
                       "%s: [inference] buckets = adaptive, but backend '%s' does not follow "
                       "adaptive buckets (it lacks CGRT_CAP_ADAPTIVE_BUCKETS); use buckets = "
                       "exponential, linear or list, or impl = local",
@@ -24,11 +24,11 @@ int cgrt__adaptive_open(cgrt_runtime *rt) {
   char err[512];
   struct cgrt_bucket_adapt *a = calloc(1, sizeof(*a));
   if (!a)
-    return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory for the adaptive bucket histogram");
+    return cgrt__fail(&rt->log, CGRT_E_NOMEM, "out of memory for the adaptive bucket histogram");
   int rc = cgrt__adapt_init(a, v, err, sizeof(err));
   if (rc != 0) {
     free(a);
-    return cgrt__fail(rt, rc == CGRT_E_NOMEM ? rc : CGRT_E_CONFIG, "%s: [inference] %s",
+    return cgrt__fail(&rt->log, rc == CGRT_E_NOMEM ? rc : CGRT_E_CONFIG, "%s: [inference] %s",
                       rt->cfg.source, err);
   }
   rt->adapt = a;
@@ -68,27 +68,27 @@ int cgrt__buckets_observe(const struct cgrt_host_api *h, int64_t tokens, int *ch
     return 0;
   int64_t *next = malloc((size_t)a->k * sizeof(*next));
   if (!next)
-    return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory planning adaptive buckets");
+    return cgrt__fail(&rt->log, CGRT_E_NOMEM, "out of memory planning adaptive buckets");
   size_t n = 0;
   double now = 0, best = 0;
   int adopt = 0;
   int rc = cgrt__adapt_plan(a, rt->buckets, rt->num_buckets, next, &n, &now, &best, &adopt);
   if (rc != 0) {
     free(next);
-    return cgrt__fail(rt, rc, "planning adaptive buckets failed (%s)", cgrt_strerror(rc));
+    return cgrt__fail(&rt->log, rc, "planning adaptive buckets failed (%s)", cgrt_strerror(rc));
   }
   char old_set[512], new_set[512];
   set_text(rt->buckets, rt->num_buckets, old_set, sizeof(old_set));
   set_text(next, n, new_set, sizeof(new_set));
   if (!adopt) {
-    cgrt__log(rt, CGRT_LOG_DEBUG,
+    cgrt__log(&rt->log, CGRT_LOG_DEBUG,
               "adaptive buckets at step %llu: keeping {%s} (%.2f padded tokens per step; the "
               "best set {%s} would pad %.2f, less than adapt_min_gain = %g%% saved)",
               (unsigned long long)rt->step_index, old_set, now, new_set, best, a->min_gain * 100.0);
     free(next);
     return 0;
   }
-  cgrt__log(rt, CGRT_LOG_INFO,
+  cgrt__log(&rt->log, CGRT_LOG_INFO,
             "adaptive buckets at step %llu: {%s} -> {%s}; expected padding %.2f -> %.2f tokens "
             "per step (%.1f%% less)",
             (unsigned long long)rt->step_index, old_set, new_set, now, best,

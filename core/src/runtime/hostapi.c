@@ -22,7 +22,7 @@
 /* Turns a driver failure into the runtime's last error. */
 static int dev_rc(cgrt_runtime *rt, int rc) {
   if (rc != 0 && rc != CGRT_E_NOTREADY)
-    cgrt__fail(rt, rc, "%s", rt->dev.err);
+    cgrt__fail(&rt->log, rc, "%s", rt->dev.err);
   return rc;
 }
 
@@ -31,7 +31,7 @@ static int dev_rc(cgrt_runtime *rt, int rc) {
 static void h_log(const struct cgrt_host_api *h, cgrt_log_level level, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  cgrt__vlog(CGRT_RT(h), level, fmt, ap);
+  cgrt__vlog(&CGRT_RT(h)->log, level, fmt, ap);
   va_end(ap);
 }
 
@@ -39,13 +39,13 @@ static int h_set_error(const struct cgrt_host_api *h, int code, const char *fmt,
   cgrt_runtime *rt = CGRT_RT(h);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(rt->err, sizeof(rt->err), fmt, ap);
+  vsnprintf(rt->log.err, sizeof(rt->log.err), fmt, ap);
   va_end(ap);
   return code;
 }
 
 static const char *h_last_error(const struct cgrt_host_api *h) {
-  return CGRT_RT(h)->err;
+  return CGRT_RT(h)->log.err;
 }
 
 /* ---------------------------------------------------------------- host callbacks */
@@ -59,7 +59,7 @@ static int h_run_prepare(const struct cgrt_host_api *h, struct cgrt_step_frame *
   int rc = f->desc->prepare(f->ctx, f->desc->user);
   rt->host_frame = outer;
   if (rc != 0)
-    return cgrt__fail(rt, CGRT_E_CALLBACK, "the prepare callback of step %llu returned %d",
+    return cgrt__fail(&rt->log, CGRT_E_CALLBACK, "the prepare callback of step %llu returned %d",
                       (unsigned long long)f->ctx->step, rc);
   return 0;
 }
@@ -79,7 +79,7 @@ static int h_run_body(const struct cgrt_host_api *h, struct cgrt_step_frame *f) 
   /* A cgrt call inside the body failed and the body passed that on: keep its message. */
   if (rt->body_error != 0)
     return rt->body_error;
-  return cgrt__fail(rt, CGRT_E_CALLBACK, "the body callback of step %llu (%s) returned %d",
+  return cgrt__fail(&rt->log, CGRT_E_CALLBACK, "the body callback of step %llu (%s) returned %d",
                     (unsigned long long)f->ctx->step, cgrt_mode_name(f->ctx->mode), rc);
 }
 
@@ -106,9 +106,9 @@ static int h_run_module(const struct cgrt_host_api *h, struct cgrt_call *c) {
   c->ctx->comm = comm;
   if (rc != 0)
     return cgrt__fail(
-        rt, CGRT_E_CALLBACK, "module '%s' %s returned %d (step %llu, microbatch %d, %s)", m->name,
-        c->dir == CGRT_BACKWARD ? "backward" : "forward", rc, (unsigned long long)c->ctx->step,
-        c->args->microbatch, cgrt_mode_name(c->ctx->mode));
+        &rt->log, CGRT_E_CALLBACK, "module '%s' %s returned %d (step %llu, microbatch %d, %s)",
+        m->name, c->dir == CGRT_BACKWARD ? "backward" : "forward", rc,
+        (unsigned long long)c->ctx->step, c->args->microbatch, cgrt_mode_name(c->ctx->mode));
   return 0;
 }
 
@@ -134,7 +134,7 @@ static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
   int hrc = cgrt__hook_begin(rt, stream);
   if (hrc != 0)
-    return cgrt__fail(rt, CGRT_E_CALLBACK,
+    return cgrt__fail(&rt->log, CGRT_E_CALLBACK,
                       "the host's capture begin hook returned %d and refused the capture", hrc);
   int rc = DRV(rt)->capture_begin(DEV(rt), stream);
   if (rc == 0) {
@@ -155,7 +155,7 @@ static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **gra
   if (rc == 0 && hrc != 0) {
     DRV(rt)->graph_destroy(DEV(rt), *graph);
     *graph = NULL;
-    return cgrt__fail(rt, CGRT_E_CALLBACK,
+    return cgrt__fail(&rt->log, CGRT_E_CALLBACK,
                       "the host's capture end hook returned %d; the recorded graph was discarded",
                       hrc);
   }
@@ -288,7 +288,7 @@ static void h_mem_free(const struct cgrt_host_api *h, void *ptr) {
 static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void *arg), void *arg,
                      const char *what, void **exec) {
   cgrt_runtime *rt = CGRT_RT(h);
-  char why[sizeof(rt->err)];
+  char why[sizeof(rt->log.err)];
   void *graph = NULL;
   struct cgrt__mem_probe before, after;
   size_t nodes = 0;
@@ -322,7 +322,7 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   uint64_t t2 = cgrt__now_ns();
   cgrt__mem_probe(rt, &after);
   cgrt__mem_build_done(rt, &before, &after, nodes, alloc_bytes, t1 - t0, t2 - t1);
-  cgrt__log(rt, CGRT_LOG_DEBUG, "captured %s", what);
+  cgrt__log(&rt->log, CGRT_LOG_DEBUG, "captured %s", what);
   return 0;
 }
 
@@ -377,7 +377,7 @@ static int h_bucket_for_tokens(const struct cgrt_host_api *h, int64_t tokens, in
   cgrt_runtime *rt = CGRT_RT(h);
   long i = cgrt__bucket_index(rt->buckets, rt->num_buckets, tokens);
   if (i < 0)
-    return cgrt__fail(rt, CGRT_E_CAPACITY,
+    return cgrt__fail(&rt->log, CGRT_E_CAPACITY,
                       "%lld tokens is above the largest token bucket (%lld, [inference] "
                       "max_tokens)",
                       (long long)tokens,
@@ -393,7 +393,7 @@ static int h_backend_open(const struct cgrt_host_api *h, const char *impl,
   *handle = NULL;
   struct cgrt_backend_lib *lib = calloc(1, sizeof(*lib));
   if (!lib)
-    return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory loading backend '%s'", impl);
+    return cgrt__fail(&rt->log, CGRT_E_NOMEM, "out of memory loading backend '%s'", impl);
   char err[1024];
   /* A path read from a configuration file resolves from the file's folder, as impl does. */
   char *path = NULL, *dirs = NULL;
@@ -416,7 +416,7 @@ static int h_backend_open(const struct cgrt_host_api *h, const char *impl,
   free(dirs);
   if (rc != 0) {
     free(lib);
-    return cgrt__fail(rt, rc, "%s", err);
+    return cgrt__fail(&rt->log, rc, "%s", err);
   }
   *vt = lib->vt;
   *handle = lib;

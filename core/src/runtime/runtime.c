@@ -39,16 +39,16 @@ static __thread char open_error[2048];
 static int report_diag(cgrt_runtime *rt, const struct cgrt_diag *diag, int rc) {
   for (size_t i = 0; i < diag->count; i++)
     if (diag->msgs[i].level != CGRT_LOG_ERROR)
-      cgrt__log(rt, diag->msgs[i].level, "%s", diag->msgs[i].text);
+      cgrt__log(&rt->log, diag->msgs[i].level, "%s", diag->msgs[i].text);
   if (rc == 0)
     return 0;
   const char *first = cgrt__diag_first_error(diag);
   if (!first)
     first = cgrt_strerror(rc);
   if (diag->errors > 1)
-    return cgrt__fail(rt, rc, "%s (and %d more problems: `cgrt check FILE` lists them all)", first,
-                      diag->errors - 1);
-  return cgrt__fail(rt, rc, "%s", first);
+    return cgrt__fail(&rt->log, rc, "%s (and %d more problems: `cgrt check FILE` lists them all)",
+                      first, diag->errors - 1);
+  return cgrt__fail(&rt->log, rc, "%s", first);
 }
 
 /* Reads the configuration the options name into rt->cfg. */
@@ -74,16 +74,16 @@ static void bind_thread(cgrt_runtime *rt) {
   if (!v->bind_cpu)
     return;
   if (!rt->dev.drv->cores_near) {
-    cgrt__log(rt, CGRT_LOG_DEBUG, "bind_cpu = auto: no GPU with the %s driver, thread not bound",
-              rt->dev.drv->name);
+    cgrt__log(&rt->log, CGRT_LOG_DEBUG,
+              "bind_cpu = auto: no GPU with the %s driver, thread not bound", rt->dev.drv->name);
     return;
   }
   char cores[256], err[512];
   if (rt->dev.drv->cores_near(v->device, 1, cores, sizeof(cores), err, sizeof(err)) == 0)
-    cgrt__log(rt, CGRT_LOG_INFO, "bind_cpu = auto: bound this thread to cores %s near GPU %d",
+    cgrt__log(&rt->log, CGRT_LOG_INFO, "bind_cpu = auto: bound this thread to cores %s near GPU %d",
               cores, v->device);
   else
-    cgrt__log(rt, CGRT_LOG_WARN, "bind_cpu = auto: thread left unbound: %s", err);
+    cgrt__log(&rt->log, CGRT_LOG_WARN, "bind_cpu = auto: thread left unbound: %s", err);
 }
 
 static int open_backend_state(cgrt_runtime *rt) {
@@ -93,8 +93,8 @@ static int open_backend_state(cgrt_runtime *rt) {
   int rc = vt->init(&rt->host, &rt->cfg.view, &state, err, sizeof(err));
   if (rc != 0) {
     err[sizeof(err) - 1] = '\0';
-    return cgrt__fail(rt, CGRT_E_BACKEND, "backend '%s' (%s) failed to initialize: %s", vt->name,
-                      rt->lib.path, err[0] ? err : cgrt_strerror(rc));
+    return cgrt__fail(&rt->log, CGRT_E_BACKEND, "backend '%s' (%s) failed to initialize: %s",
+                      vt->name, rt->lib.path, err[0] ? err : cgrt_strerror(rc));
   }
   rt->be_state = state;
   rt->be_ready = 1;
@@ -109,25 +109,25 @@ static int open_backend_state(cgrt_runtime *rt) {
 static int open_stream(cgrt_runtime *rt) {
   if (!rt->host_stream) {
     int rc = rt->dev.drv->stream_create(&rt->dev, &rt->stream);
-    return rc ? cgrt__fail(rt, rc, "%s", rt->dev.err) : 0;
+    return rc ? cgrt__fail(&rt->log, rc, "%s", rt->dev.err) : 0;
   }
   if (rt->cfg.view.driver != CGRT_DRIVER_CUDA)
-    return cgrt__fail(rt, CGRT_E_INVAL,
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_open_options.stream: the host driver ([runtime] driver = host) has "
                       "no CUDA streams to run on; leave stream NULL, or use driver = cuda");
   int active = 0;
   int rc = rt->dev.drv->capture_status(&rt->dev, rt->host_stream, &active);
   if (rc != 0)
-    return cgrt__fail(rt, CGRT_E_INVAL,
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_open_options.stream is not a stream of device %d: %s; pass a "
                       "cudaStream_t created on it, or NULL",
                       rt->dev.device, rt->dev.err);
   if (active)
-    return cgrt__fail(rt, CGRT_E_INVAL,
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_open_options.stream is capturing: open cgrt before the host's own "
                       "capture begins, or after it ends");
   rt->stream = rt->host_stream;
-  cgrt__log(rt, CGRT_LOG_DEBUG, "running on the host's stream %p", rt->host_stream);
+  cgrt__log(&rt->log, CGRT_LOG_DEBUG, "running on the host's stream %p", rt->host_stream);
   return 0;
 }
 
@@ -135,14 +135,14 @@ static int open_runtime(cgrt_runtime *rt) {
   char err[1024];
   const struct cgrt_config_view *v = &rt->cfg.view;
   if (!cgrt__getenv("CGRT_LOG"))
-    rt->log_level = v->log_level;
+    rt->log.level = v->log_level;
   const char *env_diag = cgrt__getenv("CGRT_DIAGNOSE");
   if (env_diag && env_diag[0]) {
     int d = cgrt__diagnose_from_text(env_diag);
     if (d >= 0)
       rt->cfg.view.diagnose = (cgrt_diagnose)d;
     else
-      cgrt__log(rt, CGRT_LOG_WARN,
+      cgrt__log(&rt->log, CGRT_LOG_WARN,
                 "CGRT_DIAGNOSE='%s' is not a diagnose setting (failures, on, off, 1, 0); "
                 "[runtime] diagnose = %s is used",
                 env_diag, cgrt__diagnose_name(v->diagnose));
@@ -153,7 +153,7 @@ static int open_runtime(cgrt_runtime *rt) {
       cgrt__buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
                           v->bucket_list_len, &rt->buckets, &rt->num_buckets, err, sizeof(err));
   if (rc != 0)
-    return cgrt__fail(rt, CGRT_E_CONFIG, "%s: [inference] %s", rt->cfg.source, err);
+    return cgrt__fail(&rt->log, CGRT_E_CONFIG, "%s: [inference] %s", rt->cfg.source, err);
 
   /* Load and check the backend before touching the device: a wrong impl fails fast. Paths the
      configuration file names resolve from its folder. */
@@ -176,7 +176,7 @@ static int open_runtime(cgrt_runtime *rt) {
   free(impl);
   free(dirs);
   if (rc != 0)
-    return cgrt__fail(rt, rc, "%s", err);
+    return cgrt__fail(&rt->log, rc, "%s", err);
   rc = cgrt__adaptive_open(rt);
   if (rc != 0)
     return rc;
@@ -184,18 +184,18 @@ static int open_runtime(cgrt_runtime *rt) {
   /* The driver object is loaded only now: a host on the host driver never loads it. */
   rc = cgrt__driver_get(v->driver, &rt->dev.drv, err, sizeof(err));
   if (rc != 0)
-    return cgrt__fail(rt, rc, "%s", err);
+    return cgrt__fail(&rt->log, rc, "%s", err);
   rt->dev.device = v->device;
   rt->dev.capture_mode = v->capture_mode;
   const char *fold = cgrt__getenv("CGRT_FOLD_EVENT_LEAVES");
   rt->dev.fold_event_leaves = fold && strcmp(fold, "1") == 0;
   if (rt->dev.fold_event_leaves)
-    cgrt__log(rt, CGRT_LOG_INFO,
+    cgrt__log(&rt->log, CGRT_LOG_INFO,
               "CGRT_FOLD_EVENT_LEAVES=1: leaf event record nodes (NCCL's, with graph mixing on) "
               "are folded into each graph's chain before it is instantiated (an experiment)");
   rc = rt->dev.drv->open(&rt->dev);
   if (rc != 0)
-    return cgrt__fail(rt, rc, "%s", rt->dev.err);
+    return cgrt__fail(&rt->log, rc, "%s", rt->dev.err);
   rt->dev_open = 1;
   bind_thread(rt);
   rc = open_stream(rt);
@@ -205,7 +205,7 @@ static int open_runtime(cgrt_runtime *rt) {
   rc = open_backend_state(rt);
   if (rc != 0)
     return rc;
-  cgrt__log(rt, CGRT_LOG_INFO, "cgrt %s: backend %s (%s), driver %s, device %d",
+  cgrt__log(&rt->log, CGRT_LOG_INFO, "cgrt %s: backend %s (%s), driver %s, device %d",
             CGRT_VERSION_STRING, rt->lib.vt->name, rt->lib.path, rt->dev.drv->name, v->device);
   return 0;
 }
@@ -214,16 +214,16 @@ static cgrt_runtime *runtime_alloc(cgrt_log_fn log, void *log_user) {
   cgrt_runtime *rt = calloc(1, sizeof(*rt));
   if (!rt)
     return NULL;
-  rt->log_fn = log;
-  rt->log_user = log_user;
-  rt->log_level = CGRT_LOG_INFO;
+  rt->log.fn = log;
+  rt->log.user = log_user;
+  rt->log.level = CGRT_LOG_INFO;
   const char *env_level = cgrt__getenv("CGRT_LOG");
   if (env_level) {
     int lv = cgrt__log_level_from_name(env_level);
     if (lv >= 0)
-      rt->log_level = (cgrt_log_level)lv;
+      rt->log.level = (cgrt_log_level)lv;
     else
-      cgrt__log(rt, CGRT_LOG_WARN, "CGRT_LOG='%s' is not a level (off error warn info debug)",
+      cgrt__log(&rt->log, CGRT_LOG_WARN, "CGRT_LOG='%s' is not a level (off error warn info debug)",
                 env_level);
   }
   rt->stats.struct_size = sizeof(rt->stats);
@@ -234,8 +234,8 @@ static cgrt_runtime *runtime_alloc(cgrt_log_fn log, void *log_user) {
 /* Finishes an open: on failure records and logs the error, and frees rt. */
 static int open_finish(cgrt_runtime **out, cgrt_runtime *rt, int rc) {
   if (rc != 0) {
-    snprintf(open_error, sizeof(open_error), "%s", rt->err);
-    cgrt__log(rt, CGRT_LOG_ERROR, "%s", rt->err);
+    snprintf(open_error, sizeof(open_error), "%s", rt->log.err);
+    cgrt__log(&rt->log, CGRT_LOG_ERROR, "%s", rt->log.err);
     cgrt_close(rt);
     return rc;
   }
@@ -297,7 +297,8 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   if (!rt)
     return 0;
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_close called from inside a step; close after it");
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
+                      "cgrt_close called from inside a step; close after it");
   int first = 0, rc;
   if (rt->be_ready) {
     rc = cgrt_release_graphs(rt);
@@ -336,21 +337,21 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
 /* ---------------------------------------------------------------- small accessors */
 
 CGRT_API const char *cgrt_last_error(const cgrt_runtime *rt) {
-  return rt ? rt->err : open_error;
+  return rt ? rt->log.err : open_error;
 }
 
 CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user) {
   if (!rt)
     return CGRT_E_INVAL;
-  rt->log_fn = fn;
-  rt->log_user = user;
+  rt->log.fn = fn;
+  rt->log.user = user;
   return 0;
 }
 
 CGRT_API int cgrt_log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg) {
   if (!rt || !msg)
     return CGRT_E_INVAL;
-  cgrt__log(rt, level, "%s", msg);
+  cgrt__log(&rt->log, level, "%s", msg);
   return 0;
 }
 
@@ -359,7 +360,7 @@ CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgr
   if (!rt)
     return CGRT_E_INVAL;
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE,
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_set_capture_hooks: not allowed inside a step (a capture may be open)");
   cgrt_capture_hooks h = {.struct_size = sizeof(h), .begin = begin, .end = end, .user = user};
   return cgrt_set_capture_hooks_ex(rt, &h);
@@ -372,11 +373,11 @@ CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hook
   if (!rt)
     return CGRT_E_INVAL;
   if (!hooks || hooks->struct_size < CAPTURE_HOOKS_MIN)
-    return cgrt__fail(rt, CGRT_E_INVAL,
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_set_capture_hooks_ex: hooks must be non-NULL, with hooks->struct_size "
                       "set to sizeof(cgrt_capture_hooks)");
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE,
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_set_capture_hooks_ex: not allowed inside a step (a capture may be "
                       "open)");
   /* A shorter struct (an older header) lacks the fields after it: they read as NULL. */
@@ -385,7 +386,7 @@ CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hook
   memcpy(&h, hooks, hooks->struct_size < sizeof(h) ? hooks->struct_size : sizeof(h));
   char *pool = NULL;
   if (h.pool_allocator && h.pool_allocator[0] && !(pool = strdup(h.pool_allocator)))
-    return cgrt__fail(rt, CGRT_E_NOMEM,
+    return cgrt__fail(&rt->log, CGRT_E_NOMEM,
                       "cgrt_set_capture_hooks_ex: out of memory copying pool_allocator");
   free(rt->hook_pool);
   rt->hook_pool = pool;
@@ -415,7 +416,7 @@ CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *
     /* A backend's own section: the raw value as given, if any. */
     value = rt->cfg.view.get(&rt->cfg.view, section, key);
     if (!value)
-      return cgrt__fail(rt, CGRT_E_NOTFOUND,
+      return cgrt__fail(&rt->log, CGRT_E_NOTFOUND,
                         "cgrt_config_get: [%s] %s is not a configuration key of this runtime",
                         section, key);
   } else if (!text) {
@@ -425,7 +426,7 @@ CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *
   snprintf(buf, len, "%s", value);
   free(text);
   if (!fits)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_config_get: [%s] %s does not fit in %zu bytes",
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_config_get: [%s] %s does not fit in %zu bytes",
                       section, key, len);
   return 0;
 }
@@ -434,29 +435,29 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, c
   if (!rt)
     return CGRT_E_INVAL;
   if (!d || d->struct_size < MODULE_DESC_MIN || !out)
-    return cgrt__fail(rt, CGRT_E_INVAL,
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_module_register: desc and out must be non-NULL and "
                       "desc->struct_size set to sizeof(cgrt_module_desc)");
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE,
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_module_register: register modules before or between steps, not "
                       "inside one");
   if (!d->name || !d->name[0])
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_module_register: a module needs a name");
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_module_register: a module needs a name");
   if (!d->forward)
-    return cgrt__fail(rt, CGRT_E_INVAL, "module '%s': forward callback is NULL", d->name);
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "module '%s': forward callback is NULL", d->name);
   if ((unsigned)d->kind >= CGRT_KIND_COUNT)
-    return cgrt__fail(rt, CGRT_E_INVAL, "module '%s': kind %d is not a cgrt_kind", d->name,
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "module '%s': kind %d is not a cgrt_kind", d->name,
                       (int)d->kind);
   for (size_t i = 0; i < rt->num_modules; i++)
     if (strcmp(rt->modules[i]->name, d->name) == 0)
-      return cgrt__fail(rt, CGRT_E_INVAL, "module '%s' is already registered; names are unique",
-                        d->name);
+      return cgrt__fail(&rt->log, CGRT_E_INVAL,
+                        "module '%s' is already registered; names are unique", d->name);
   if (rt->num_modules == rt->cap_modules) {
     size_t cap = rt->cap_modules ? rt->cap_modules * 2 : 16;
     struct cgrt_module **v = realloc(rt->modules, cap * sizeof(*v));
     if (!v)
-      return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory registering module '%s'", d->name);
+      return cgrt__fail(&rt->log, CGRT_E_NOMEM, "out of memory registering module '%s'", d->name);
     rt->modules = v;
     rt->cap_modules = cap;
   }
@@ -467,7 +468,7 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, c
     free(m);
     free(name);
     free(fwd);
-    return cgrt__fail(rt, CGRT_E_NOMEM, "out of memory registering module '%s'", d->name);
+    return cgrt__fail(&rt->log, CGRT_E_NOMEM, "out of memory registering module '%s'", d->name);
   }
   m->call_names[0] = fwd;
   m->call_names[1] = bwd;
@@ -493,28 +494,29 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, c
 
 static int check_step_desc(cgrt_runtime *rt, const cgrt_step_desc *d) {
   if (!d || d->struct_size < STEP_DESC_MIN)
-    return cgrt__fail(rt, CGRT_E_INVAL,
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_step: desc is NULL or desc->struct_size is not set to "
                       "sizeof(cgrt_step_desc)");
   if (!d->body)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: desc->body is NULL; a step needs a body");
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_step: desc->body is NULL; a step needs a body");
   if ((unsigned)d->phase >= CGRT_PHASE_COUNT)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: phase %d is not a cgrt_phase", (int)d->phase);
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_step: phase %d is not a cgrt_phase",
+                      (int)d->phase);
   if (d->tokens < 0 || d->microbatches < 0 || d->cp_size < 0 || d->num_sequences < 0)
-    return cgrt__fail(rt, CGRT_E_INVAL,
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_step: tokens (%lld), microbatches (%d), cp_size (%d) and "
                       "num_sequences (%d) must not be negative",
                       (long long)d->tokens, d->microbatches, d->cp_size, d->num_sequences);
   if (d->num_sequences > 0 && !d->seqlens)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: num_sequences is %d but seqlens is NULL",
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_step: num_sequences is %d but seqlens is NULL",
                       d->num_sequences);
   if (d->num_buffers > 0 && !d->buffers)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: num_buffers is %zu but buffers is NULL",
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_step: num_buffers is %zu but buffers is NULL",
                       d->num_buffers);
   uint64_t caps = rt->lib.vt->caps;
   uint64_t need = d->phase == CGRT_PHASE_INFER ? CGRT_CAP_INFERENCE : CGRT_CAP_TRAINING;
   if (!(caps & need))
-    return cgrt__fail(rt, CGRT_E_UNSUPPORTED,
+    return cgrt__fail(&rt->log, CGRT_E_UNSUPPORTED,
                       "backend '%s' does not run %s steps; choose another [cuda_graph] impl",
                       rt->lib.vt->name, cgrt_phase_name(d->phase));
   return 0;
@@ -559,11 +561,11 @@ static int close_stray_capture(cgrt_runtime *rt) {
     (void)cgrt__hook_end(rt, rt->stream);
   if (!active)
     return 0;
-  cgrt__fail(rt, CGRT_E_CAPTURE,
+  cgrt__fail(&rt->log, CGRT_E_CAPTURE,
              "backend '%s' returned from step %llu with the stream still capturing; the capture "
              "was ended and discarded (a bug in the backend)",
              rt->lib.vt->name, (unsigned long long)rt->step_index);
-  cgrt__log(rt, CGRT_LOG_ERROR, "%s", rt->err);
+  cgrt__log(&rt->log, CGRT_LOG_ERROR, "%s", rt->log.err);
   return CGRT_E_CAPTURE;
 }
 
@@ -571,14 +573,14 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
   if (!rt)
     return CGRT_E_INVAL;
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE,
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_step called from inside a step (prepare, body or a module); steps "
                       "do not nest");
   int rc = check_step_desc(rt, desc);
   if (rc != 0)
     return rc;
   if (report && report->struct_size < REPORT_MIN)
-    return cgrt__fail(rt, CGRT_E_INVAL, "cgrt_step: report->struct_size is not set");
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_step: report->struct_size is not set");
 
   uint64_t t0 = cgrt__now_ns();
   cgrt_ctx ctx = {
@@ -643,25 +645,26 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
     return CGRT_E_INVAL;
   int rc = 0;
   if (!m || m->rt != rt)
-    rc = cgrt__fail(rt, CGRT_E_INVAL, "%s: the module is NULL or belongs to another runtime", fn);
+    rc = cgrt__fail(&rt->log, CGRT_E_INVAL, "%s: the module is NULL or belongs to another runtime",
+                    fn);
   else if (!rt->in_body || ctx != rt->ctx)
-    rc = cgrt__fail(rt, CGRT_E_STATE,
+    rc = cgrt__fail(&rt->log, CGRT_E_STATE,
                     "%s('%s'): module calls are made from the step body with the ctx it was "
                     "given",
                     fn, m->name);
   else if (rt->in_call)
-    rc = cgrt__fail(rt, CGRT_E_STATE,
+    rc = cgrt__fail(&rt->log, CGRT_E_STATE,
                     "%s('%s'): called from inside another module's callback; module calls do "
                     "not nest",
                     fn, m->name);
   else if (!args || args->struct_size < ARGS_MIN || (args->num_buffers && !args->buffers))
-    rc = cgrt__fail(rt, CGRT_E_INVAL,
+    rc = cgrt__fail(&rt->log, CGRT_E_INVAL,
                     "%s('%s'): args is NULL, args->struct_size is not set, or num_buffers > 0 "
                     "with buffers NULL",
                     fn, m->name);
   else if (dir == CGRT_BACKWARD && !m->backward)
-    rc = cgrt__fail(rt, CGRT_E_STATE, "cgrt_backward('%s'): the module has no backward callback",
-                    m->name);
+    rc = cgrt__fail(&rt->log, CGRT_E_STATE,
+                    "cgrt_backward('%s'): the module has no backward callback", m->name);
   if (rc != 0) {
     if (rt->in_body)
       rt->body_error = rc;
@@ -706,7 +709,7 @@ CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void 
   cgrt_runtime *rt = ctx->rt;
   int rc = rt->dev.drv->host_fn(&rt->dev, ctx->stream, fn, arg);
   if (rc != 0)
-    return cgrt__fail(rt, rc, "cgrt_enqueue_host: %s", rt->dev.err);
+    return cgrt__fail(&rt->log, rc, "cgrt_enqueue_host: %s", rt->dev.err);
   return 0;
 }
 
@@ -714,11 +717,11 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
   if (!rt)
     return CGRT_E_INVAL;
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE,
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_synchronize: not allowed inside a step (the work may be captured)");
   int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
   if (rc != 0)
-    return cgrt__fail(rt, rc, "cgrt_synchronize: %s", rt->dev.err);
+    return cgrt__fail(&rt->log, rc, "cgrt_synchronize: %s", rt->dev.err);
   cgrt__comms_drained(&rt->comms);
   return 0;
 }
@@ -727,7 +730,7 @@ CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
   if (!rt)
     return CGRT_E_INVAL;
   if (rt->in_step)
-    return cgrt__fail(rt, CGRT_E_STATE, "cgrt_set_world_comm: not allowed inside a step");
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_set_world_comm: not allowed inside a step");
   return cgrt__comms_split(rt, world_comm);
 }
 
