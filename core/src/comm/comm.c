@@ -21,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "base/log.h"
+#include "driver.h"
 
 int cgrt__comms_find(const struct cgrt_comms *c, int cp, void **comm, int *cp_rank) {
   for (int i = 0; i < c->count; i++)
@@ -82,8 +83,15 @@ int cgrt__comms_exec_clean(const struct cgrt_comms *c, const void *exec) {
   return clean_index(c, exec, &at);
 }
 
-int cgrt__comms_wait(cgrt_runtime *rt, const cgrt_ctx *ctx, const char *what) {
-  struct cgrt_comms *c = &rt->comms;
+/* A driver failure as the last error (CGRT_E_NOTREADY is an answer, not a failure). */
+static int dev_rc(struct cgrt_dev *dev, struct cgrt_log *log, int rc) {
+  if (rc != 0 && rc != CGRT_E_NOTREADY)
+    cgrt__fail(log, rc, "%s", dev->err);
+  return rc;
+}
+
+int cgrt__comms_wait(struct cgrt_comms *c, struct cgrt_dev *dev, void *stream, struct cgrt_log *log,
+                     uint64_t *waits, const cgrt_ctx *ctx, const char *what) {
   if (!c->graphs_queued || !ctx->comm ||
       (ctx->mode != CGRT_MODE_EAGER && ctx->mode != CGRT_MODE_WARMUP))
     return 0;
@@ -91,11 +99,12 @@ int cgrt__comms_wait(cgrt_runtime *rt, const cgrt_ctx *ctx, const char *what) {
   for (int i = 0; i < c->count && !ours; i++)
     ours = c->comm[i] == ctx->comm;
   int capturing = 0;
-  if (!ours || rt->host.capturing(&rt->host, rt->stream, &capturing) != 0 || capturing)
+  if (!ours || dev_rc(dev, log, dev->drv->capture_status(dev, stream, &capturing)) != 0 ||
+      capturing)
     return 0;
   if (!c->wait_logged) {
     c->wait_logged = 1;
-    cgrt__log(&rt->log, CGRT_LOG_INFO,
+    cgrt__log(log, CGRT_LOG_INFO,
               "%s runs outside a graph after a graph that may use its communicator was "
               "launched: it waits for the stream to drain first, since NCCL's graph mixing "
               "support is off (NCCL_GRAPH_MIXING_SUPPORT=0); cgrt_stats.comm_waits counts these "
@@ -104,20 +113,22 @@ int cgrt__comms_wait(cgrt_runtime *rt, const cgrt_ctx *ctx, const char *what) {
               "on)",
               what);
   }
-  rt->stats.comm_waits++;
-  return rt->host.stream_sync(&rt->host, rt->stream);
+  (*waits)++;
+  int rc = dev->drv->stream_sync(dev, stream);
+  if (rc == 0)
+    cgrt__comms_drained(c);
+  return dev_rc(dev, log, rc);
 }
 
 /* The host driver: a world as large as the largest cp size, this process its rank 0. */
-static int split_placeholders(cgrt_runtime *rt, struct cgrt_comms *c) {
-  const struct cgrt_config_view *v = &rt->cfg.view;
+static int split_placeholders(struct cgrt_comms *c, const int *cp_sizes, size_t num_cp_sizes) {
   c->world_rank = 0;
   c->world_size = 1;
-  for (size_t i = 0; i < v->num_cp_sizes; i++)
-    if (v->cp_sizes[i] > c->world_size)
-      c->world_size = v->cp_sizes[i];
-  for (size_t i = 0; i < v->num_cp_sizes; i++) {
-    c->cp[c->count] = v->cp_sizes[i];
+  for (size_t i = 0; i < num_cp_sizes; i++)
+    if (cp_sizes[i] > c->world_size)
+      c->world_size = cp_sizes[i];
+  for (size_t i = 0; i < num_cp_sizes; i++) {
+    c->cp[c->count] = cp_sizes[i];
     c->cp_rank[c->count] = 0;
     c->comm[c->count] = &c->placeholder[c->count];
     c->count++;
@@ -126,24 +137,23 @@ static int split_placeholders(cgrt_runtime *rt, struct cgrt_comms *c) {
 }
 
 /* The driver's communicators (NCCL on the cuda driver): one split of the world per cp size. */
-static int split_world(cgrt_runtime *rt, struct cgrt_comms *c, void *world) {
-  const struct cgrt_config_view *v = &rt->cfg.view;
-  struct cgrt_dev *dev = &rt->dev;
+static int split_world(struct cgrt_comms *c, struct cgrt_dev *dev, const int *cp_sizes,
+                       size_t num_cp_sizes, struct cgrt_log *log, void *world) {
   if (dev->drv->comm_info(dev, world, &c->world_size, &c->world_rank) != 0)
-    return cgrt__fail(&rt->log, CGRT_E_DEVICE, "cgrt_set_world_comm: %s", dev->err);
-  for (size_t i = 0; i < v->num_cp_sizes; i++)
-    if (c->world_size % v->cp_sizes[i] != 0)
-      return cgrt__fail(&rt->log, CGRT_E_INVAL,
+    return cgrt__fail(log, CGRT_E_DEVICE, "cgrt_set_world_comm: %s", dev->err);
+  for (size_t i = 0; i < num_cp_sizes; i++)
+    if (c->world_size % cp_sizes[i] != 0)
+      return cgrt__fail(log, CGRT_E_INVAL,
                         "cgrt_set_world_comm: [dynamic_cp] cp_sizes has %d, which does not divide "
                         "the world of %d ranks; use divisors of the world size",
-                        v->cp_sizes[i], c->world_size);
+                        cp_sizes[i], c->world_size);
   c->dev = dev;
-  for (size_t i = 0; i < v->num_cp_sizes; i++) {
-    int cp = v->cp_sizes[i];
+  for (size_t i = 0; i < num_cp_sizes; i++) {
+    int cp = cp_sizes[i];
     void *split = NULL;
     /* Collective over the world: every rank splits every size, in the same order. */
     if (dev->drv->comm_split(dev, world, c->world_rank / cp, c->world_rank, &split) != 0)
-      return cgrt__fail(&rt->log, CGRT_E_DEVICE, "cgrt_set_world_comm: for cp size %d: %s", cp,
+      return cgrt__fail(log, CGRT_E_DEVICE, "cgrt_set_world_comm: for cp size %d: %s", cp,
                         dev->err);
     c->cp[c->count] = cp;
     c->cp_rank[c->count] = c->world_rank % cp;
@@ -153,29 +163,29 @@ static int split_world(cgrt_runtime *rt, struct cgrt_comms *c, void *world) {
   return 0;
 }
 
-int cgrt__comms_split(cgrt_runtime *rt, void *world) {
-  struct cgrt_comms *c = &rt->comms;
+int cgrt__comms_split(struct cgrt_comms *c, struct cgrt_dev *dev, int host_driver,
+                      const int *cp_sizes, size_t num_cp_sizes, struct cgrt_log *log, void *world) {
   if (c->ready)
-    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_set_world_comm: called twice; call it once");
-  if (rt->cfg.view.num_cp_sizes > CGRT_MAX_CP_SIZES)
-    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_set_world_comm: at most %d cp sizes",
+    return cgrt__fail(log, CGRT_E_INVAL, "cgrt_set_world_comm: called twice; call it once");
+  if (num_cp_sizes > CGRT_MAX_CP_SIZES)
+    return cgrt__fail(log, CGRT_E_INVAL, "cgrt_set_world_comm: at most %d cp sizes",
                       CGRT_MAX_CP_SIZES);
   int rc;
-  if (rt->cfg.view.driver == CGRT_DRIVER_HOST && !world) {
-    rc = split_placeholders(rt, c);
+  if (host_driver && !world) {
+    rc = split_placeholders(c, cp_sizes, num_cp_sizes);
   } else if (!world) {
-    rc = cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_set_world_comm: world_comm is NULL");
-  } else if (rt->cfg.view.driver == CGRT_DRIVER_HOST) {
-    rc = cgrt__fail(&rt->log, CGRT_E_INVAL,
+    rc = cgrt__fail(log, CGRT_E_INVAL, "cgrt_set_world_comm: world_comm is NULL");
+  } else if (host_driver) {
+    rc = cgrt__fail(log, CGRT_E_INVAL,
                     "cgrt_set_world_comm: the host driver has no NCCL; pass NULL for its "
                     "stand-in communicators");
-  } else if (!rt->dev.drv->comm_split || !rt->dev.drv->comm_info || !rt->dev.drv->comm_destroy) {
-    rc = cgrt__fail(&rt->log, CGRT_E_UNSUPPORTED,
+  } else if (!dev->drv->comm_split || !dev->drv->comm_info || !dev->drv->comm_destroy) {
+    rc = cgrt__fail(log, CGRT_E_UNSUPPORTED,
                     "cgrt_set_world_comm: the %s driver was built without NCCL; rebuild it with "
                     "NCCL to use context parallelism",
-                    rt->dev.drv->name);
+                    dev->drv->name);
   } else {
-    rc = split_world(rt, c, world);
+    rc = split_world(c, dev, cp_sizes, num_cp_sizes, log, world);
   }
   if (rc != 0) {
     cgrt__comms_destroy(c);
@@ -183,7 +193,7 @@ int cgrt__comms_split(cgrt_runtime *rt, void *world) {
   }
   c->ready = 1;
   c->serial = mixing_off();
-  cgrt__log(&rt->log, CGRT_LOG_INFO, "communicators: world rank %d of %d, %d cp sizes split; %s",
+  cgrt__log(log, CGRT_LOG_INFO, "communicators: world rank %d of %d, %d cp sizes split; %s",
             c->world_rank, c->world_size, c->count,
             c->serial ? "NCCL graph mixing off (NCCL_GRAPH_MIXING_SUPPORT=0): work cgrt runs "
                         "outside a graph on them waits for the graphs it launched"

@@ -7,12 +7,13 @@
 #define CGRT_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define CGRT_MAX_CP_SIZES 16
 
-struct cgrt_runtime;
 struct cgrt_ctx;
 struct cgrt_dev;
+struct cgrt_log;
 
 struct cgrt_comms {
   int ready;            /* cgrt_set_world_comm done */
@@ -44,8 +45,13 @@ struct cgrt_comms {
   size_t num_clean, cap_clean;
 };
 
-/* Splits one communicator per [dynamic_cp] cp_sizes entry; errors name the cause. */
-int cgrt__comms_split(struct cgrt_runtime *rt, void *world);
+/*
+ * Splits one communicator of `world` per cp size (the num_cp_sizes entries of cp_sizes,
+ * [dynamic_cp] cp_sizes) on dev's driver; with host_driver (the host driver, which has no NCCL) and
+ * world NULL, stands in placeholders. Errors name the cause in log.
+ */
+int cgrt__comms_split(struct cgrt_comms *c, struct cgrt_dev *dev, int host_driver,
+                      const int *cp_sizes, size_t num_cp_sizes, struct cgrt_log *log, void *world);
 
 /* The communicator of cp size `cp` and this rank's index in it; CGRT_E_INVAL if none. */
 int cgrt__comms_find(const struct cgrt_comms *c, int cp, void **comm, int *cp_rank);
@@ -93,11 +99,13 @@ static inline void cgrt__comms_drained(struct cgrt_comms *c) {
 
 /*
  * With mixing off, before work the core runs outside a graph (ctx->mode eager or warmup) that is
- * handed one of the split communicators: waits for the runtime's stream to drain if a graph was
- * launched since it last did (counted in cgrt_stats.comm_waits, the first one logged). `what`
- * names the work for the log. Errors: the driver's, from the synchronization.
+ * handed one of the split communicators: waits for the runtime's stream (on dev) to drain if a
+ * graph was launched since it last did (counted in *waits, cgrt_stats.comm_waits; the first one
+ * logged). `what` names the work for the log. Errors: the driver's, from the synchronization, in
+ * log.
  */
-int cgrt__comms_wait(struct cgrt_runtime *rt, const struct cgrt_ctx *ctx, const char *what);
+int cgrt__comms_wait(struct cgrt_comms *c, struct cgrt_dev *dev, void *stream, struct cgrt_log *log,
+                     uint64_t *waits, const struct cgrt_ctx *ctx, const char *what);
 
 /* Destroys the split communicators (after every graph that uses them is gone). */
 void cgrt__comms_destroy(struct cgrt_comms *c);

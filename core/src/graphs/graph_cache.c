@@ -1042,7 +1042,8 @@ static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, siz
   size_t saved_n = ctx->num_buffers;
   /* The body addresses the static buffers the unit works on: private ones under copy. */
   ctx->mode = mode;
-  int rc = cgrt__comms_wait(rt, ctx, b->what);
+  int rc = cgrt__comms_wait(&rt->comms, &rt->dev, rt->stream, &rt->log, &rt->stats.comm_waits, ctx,
+                            b->what);
   if (rc != 0)
     return rc;
   ctx->buffers = bufs;

@@ -94,7 +94,10 @@ static int h_run_module(const struct cgrt_host_api *h, struct cgrt_call *c) {
     c->ctx->comm = NULL;
   cgrt__comms_handed(&rt->comms, c->ctx->comm);
   /* The name only when there is something to wait for: eager calls pay one test. */
-  int rc = rt->comms.graphs_queued ? cgrt__comms_wait(rt, c->ctx, cgrt__call_name(c)) : 0;
+  int rc = rt->comms.graphs_queued
+               ? cgrt__comms_wait(&rt->comms, &rt->dev, rt->stream, &rt->log, &rt->stats.comm_waits,
+                                  c->ctx, cgrt__call_name(c))
+               : 0;
   if (rc != 0) {
     c->ctx->comm = comm;
     return rc;

@@ -731,7 +731,9 @@ CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
     return CGRT_E_INVAL;
   if (rt->in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_set_world_comm: not allowed inside a step");
-  return cgrt__comms_split(rt, world_comm);
+  const struct cgrt_config_view *v = &rt->cfg.view;
+  return cgrt__comms_split(&rt->comms, &rt->dev, v->driver == CGRT_DRIVER_HOST, v->cp_sizes,
+                           v->num_cp_sizes, &rt->log, world_comm);
 }
 
 CGRT_API int cgrt_release_graphs(cgrt_runtime *rt) {
