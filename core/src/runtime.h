@@ -11,6 +11,7 @@
 #include "comm/comm.h"
 #include "config/config.h"
 #include "driver.h"
+#include "graphs/capture.h"
 #include "graphs/graph_mem.h"
 #include "base/faults.h"
 #include "base/loader.h"
@@ -66,12 +67,7 @@ struct cgrt_runtime {
   cgrt_step_report *rep; /* its report */
   uint64_t step_index;
 
-  /* cgrt_set_capture_hooks: called around every capture; hook_depth counts begins owed an end. */
-  cgrt_capture_fn hook_begin;
-  cgrt_capture_fn hook_end;
-  void *hook_user;
-  int hook_depth;
-  char *hook_pool; /* cgrt_set_capture_hooks_ex's pool_allocator (a copy), or NULL (diagnose) */
+  struct cgrt_hooks hooks; /* cgrt_set_capture_hooks (graphs/capture.h) */
 
   struct cgrt_comms comms;   /* per cp size, after cgrt_set_world_comm */
   struct cgrt_faults faults; /* armed by tests (faults.h) */

@@ -20,7 +20,7 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   const struct cgrt_driver *drv = rt->dev.drv;
   *graph = NULL;
   uint64_t t0 = cgrt__now_ns();
-  int rc = cgrt__hook_begin(rt, stream);
+  int rc = cgrt__hook_begin(&rt->hooks, stream);
   if (rc != 0) {
     snprintf(why, whylen, "the host's capture begin hook returned %d and refused the capture", rc);
     return CGRT_E_CALLBACK;
@@ -29,7 +29,7 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   cgrt__comms_capture_begin(&rt->comms);
   if (rc != 0) {
     snprintf(why, whylen, "%s", rt->dev.err);
-    (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
+    (void)cgrt__hook_end(&rt->hooks, stream); /* no capture began: close the pair the hook opened */
     return rc;
   }
   cgrt__diagnose_begin(rt);
@@ -42,7 +42,7 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
   snprintf(why, whylen, "%s", rt->log.err);
   int end_rc = drv->capture_end(&rt->dev, stream, graph);
-  int hook_rc = cgrt__hook_end(rt, stream);
+  int hook_rc = cgrt__hook_end(&rt->hooks, stream);
   rt->stats.capture_ns += cgrt__now_ns() - t0;
   rc = 0;
   if (work_rc != 0) {
@@ -103,7 +103,7 @@ int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const c
   if (code == CGRT_E_NOMEM) {
     /* Out of memory: say where graph memory stands, so the budget can be set from the line. */
     char mem[512];
-    cgrt__mem_describe(rt, mem, sizeof(mem));
+    cgrt__mem_describe(&rt->mem, cgrt__mem_budget(rt), mem, sizeof(mem));
     cgrt__fail(&rt->log, code,
                "capture of %s failed, running it eagerly: %s (%s; set [cuda_graph] "
                "memory_budget below the memory left for graphs)",

@@ -17,13 +17,23 @@
 int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
                  char *why, size_t whylen, void **graph);
 
+/* cgrt_set_capture_hooks: called around every capture; depth counts begins owed an end. */
+struct cgrt_hooks {
+  cgrt_capture_fn begin;
+  cgrt_capture_fn end;
+  void *user;
+  int depth;
+  char *pool; /* cgrt_set_capture_hooks_ex's pool_allocator (a copy), or NULL (diagnose) */
+};
+
 /*
- * The host's capture hooks (cgrt_set_capture_hooks; hooks.c) around a capture of stream. hook_begin
- * returns the hook's nonzero result when it refuses the capture (nothing is owed then);
- * hook_end calls the end hook once for each begin that was accepted, and returns its result.
+ * The host's capture hooks (cgrt_set_capture_hooks; hooks.c) around a capture of stream.
+ * cgrt__hook_begin returns the hook's nonzero result when it refuses the capture (nothing is owed
+ * then); cgrt__hook_end calls the end hook once for each begin that was accepted, and returns its
+ * result.
  */
-int cgrt__hook_begin(cgrt_runtime *rt, void *stream);
-int cgrt__hook_end(cgrt_runtime *rt, void *stream);
+int cgrt__hook_begin(struct cgrt_hooks *k, void *stream);
+int cgrt__hook_end(struct cgrt_hooks *k, void *stream);
 
 /* Counts and logs a capture that failed; the caller runs the work eagerly. Returns code. */
 int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why);

@@ -352,10 +352,10 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
   snprintf(saved_dev, sizeof(saved_dev), "%s", rt->dev.err);
   memset(&d->rec, 0, sizeof(d->rec));
   /* The host's capture hooks bracket this capture too (its allocator must know). */
-  if (cgrt__hook_begin(rt, stream) != 0)
+  if (cgrt__hook_begin(&rt->hooks, stream) != 0)
     goto out;
   if (rt->dev.drv->capture_begin(&rt->dev, stream) != 0) {
-    (void)cgrt__hook_end(rt, stream);
+    (void)cgrt__hook_end(&rt->hooks, stream);
     goto out;
   }
   const struct cgrt_driver *drv = rt->dev.drv;
@@ -375,7 +375,7 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
     drv->record_stop();
   void *graph = NULL;
   rt->dev.drv->capture_end(&rt->dev, stream, &graph);
-  (void)cgrt__hook_end(rt, stream);
+  (void)cgrt__hook_end(&rt->hooks, stream);
   if (graph)
     rt->dev.drv->graph_destroy(&rt->dev, graph);
 out:
@@ -415,7 +415,7 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
      * from the pool its begin hook opened, reserved for the graph, as the host meant. One that
      * was refused broke the capture all the same: reported below.
      */
-    if (c->kind == CGRT_FINDING_MALLOC && !c->refused && in_pool(rt->hook_pool, c->object)) {
+    if (c->kind == CGRT_FINDING_MALLOC && !c->refused && in_pool(rt->hooks.pool, c->object)) {
       pooled++;
       continue;
     }
@@ -430,7 +430,7 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
     cgrt__log(&rt->log, CGRT_LOG_DEBUG,
               "diagnose: %zu allocations or frees by the host's pool allocator (%s) while "
               "capturing %s (step %llu) are not reported: they come from its pool",
-              pooled, rt->hook_pool, what, (unsigned long long)rt->step_index);
+              pooled, rt->hooks.pool, what, (unsigned long long)rt->step_index);
   if (d->rec.dropped)
     cgrt__log(&rt->log, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
               d->rec.dropped, what);

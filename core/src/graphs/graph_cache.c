@@ -131,7 +131,7 @@ static void touch(struct cgrt_graph_cache *c, struct entry *e) {
 
 /* The executable's addresses and private copies go (the moves followed stay). */
 static void free_private(struct cgrt_graph_cache *c, struct entry *e) {
-  cgrt__stage_unstage(c->rt, &e->st);
+  cgrt__stage_unstage(&c->rt->host, &c->rt->mem, &e->st);
   free(e->bufs);
   e->bufs = NULL;
   e->num_bufs = 0;
@@ -157,7 +157,7 @@ static void entry_remove(struct cgrt_graph_cache *c, struct entry *e) {
   *p = e->chain;
   list_unlink(c, e);
   drop_exec(c, e);
-  cgrt__stage_free(c->rt, &e->st);
+  cgrt__stage_free(&c->rt->host, &c->rt->mem, &e->st);
   c->count--;
   free(e);
 }
@@ -300,12 +300,12 @@ static int budget_fit(struct cgrt_graph_cache *c, const struct entry *keep,
                       const struct expectation *x) {
   cgrt_runtime *rt = c->rt;
   uint64_t budget = cgrt__mem_budget(rt);
-  if (cgrt__mem_total(rt) + expected_growth(rt, x) <= budget)
+  if (cgrt__mem_total(&rt->mem) + expected_growth(rt, x) <= budget)
     return 1;
   if (rt->mem.idle)
     cgrt__mem_reclaim(rt, NULL);
   for (struct entry *o = c->oldest, *newer;
-       o && cgrt__mem_total(rt) + expected_growth(rt, x) > budget; o = newer) {
+       o && cgrt__mem_total(&rt->mem) + expected_growth(rt, x) > budget; o = newer) {
     newer = o->newer;
     if (!o->exec || o == keep || (rt->in_step && o->rec.last_use == rt->step_index))
       continue;
@@ -314,7 +314,7 @@ static int budget_fit(struct cgrt_graph_cache *c, const struct entry *keep,
     rt->mem.budget_evictions++;
     cgrt__mem_reclaim(rt, NULL);
   }
-  return cgrt__mem_total(rt) + expected_growth(rt, x) <= budget;
+  return cgrt__mem_total(&rt->mem) + expected_growth(rt, x) <= budget;
 }
 
 static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mode);
@@ -328,7 +328,7 @@ static int budget_eager(struct cgrt_graph_cache *c, struct entry *e,
     char size[32], mem[512];
     e->budget_logged = 1;
     cgrt__mem_format(need, size, sizeof(size));
-    cgrt__mem_describe(rt, mem, sizeof(mem));
+    cgrt__mem_describe(&rt->mem, cgrt__mem_budget(rt), mem, sizeof(mem));
     cgrt__log(&rt->log, CGRT_LOG_INFO,
               "%s runs eagerly: its graph takes about %s, which does not fit under "
               "[cuda_graph] memory_budget (%s)",
@@ -386,7 +386,8 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
   if (*mode == CGRT_MODE_REPLAY)
     e->rec.replays++;
   if (e->st.staged)
-    rc = cgrt__stage_copy(c->rt, &e->st, w->buffers, w->num_buffers, 1);
+    rc = cgrt__stage_copy(&c->rt->host, &c->rt->stats.copy_bytes, &e->st, w->buffers,
+                          w->num_buffers, 1);
   if (rc != 0)
     return rc;
   rc = h->exec_launch(h, e->exec, h->stream(h));
@@ -395,7 +396,9 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
     drop_exec(c, e);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
-  return e->st.staged ? cgrt__stage_copy(c->rt, &e->st, w->buffers, w->num_buffers, 0) : 0;
+  return e->st.staged ? cgrt__stage_copy(&c->rt->host, &c->rt->stats.copy_bytes, &e->st, w->buffers,
+                                         w->num_buffers, 0)
+                      : 0;
 }
 
 /*
@@ -418,11 +421,13 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
     due =
         nth == 1 || (c->verify == CGRT_VERIFY_EVERY && (nth - 1) % (uint64_t)c->verify_every == 0);
   }
-  int rc = e->st.staged ? cgrt__stage_copy(rt, &e->st, w->buffers, w->num_buffers, 1) : 0;
+  int rc = e->st.staged ? cgrt__stage_copy(&rt->host, &rt->stats.copy_bytes, &e->st, w->buffers,
+                                           w->num_buffers, 1)
+                        : 0;
   if (rc != 0)
     return rc;
   struct cgrt_verify_shadow s = {0};
-  if (due && cgrt__verify_snapshot(rt, e->bufs, e->num_bufs, &s) != 0) {
+  if (due && cgrt__verify_snapshot(&rt->host, &rt->log, e->bufs, e->num_bufs, &s) != 0) {
     due = 0;
     rt->stats.verify_skipped++;
     cgrt__log(&rt->log, CGRT_LOG_WARN, "verify: %s, replay %llu not checked: %s", w->what,
@@ -430,7 +435,7 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
   }
   rc = h->exec_launch(h, e->exec, h->stream(h));
   if (rc != 0) {
-    cgrt__verify_free(rt, &s);
+    cgrt__verify_free(&rt->host, &s);
     cgrt__capture_fallback(rt, rc, w->what, h->last_error(h));
     drop_exec(c, e);
     return run_eager(w, CGRT_MODE_EAGER, mode);
@@ -441,7 +446,8 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
     /* The same work, eagerly, on the private copies (in_body_graph calls run directly). */
     rc = w->fn(w->arg, CGRT_MODE_EAGER, s.bufs, s.n);
     if (rc == 0)
-      differ = cgrt__verify_outputs(rt, e->bufs, &s, msg, sizeof(msg));
+      differ = cgrt__verify_outputs(&rt->host, rt->cfg.view.verify_tolerance, e->bufs, &s, msg,
+                                    sizeof(msg));
     if (differ < 0) {
       rc = differ;
       differ = 0;
@@ -464,11 +470,11 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
                                            "from now on and the step fails (verify_action = "
                                            "error)");
     if (act != CGRT_VERIFY_WARN)
-      rc = cgrt__verify_adopt(rt, e->bufs, &s);
+      rc = cgrt__verify_adopt(&rt->host, e->bufs, &s);
   }
   if (rc == 0 && e->st.staged)
-    rc = cgrt__stage_copy(rt, &e->st, w->buffers, w->num_buffers, 0);
-  cgrt__verify_free(rt, &s);
+    rc = cgrt__stage_copy(&rt->host, &rt->stats.copy_bytes, &e->st, w->buffers, w->num_buffers, 0);
+  cgrt__verify_free(&rt->host, &s);
   if (differ && act != CGRT_VERIFY_WARN) {
     drop_exec(c, e);
     e->failures = CAPTURE_ATTEMPTS; /* eager until cgrt_release_graphs, as a key that fails */
@@ -564,8 +570,8 @@ static int stage_for_capture(struct cgrt_graph_cache *c, struct entry *e,
     return 0; /* its host stages: captured as it is, its later moves are followed from here */
   size_t added = 0;
   uint64_t budget = all ? 0 : cgrt__mem_budget(c->rt);
-  int rc = cgrt__stage_alloc(c->rt, &e->st, w->buffers, w->num_buffers, all, budget, &added, why,
-                             whylen);
+  int rc = cgrt__stage_alloc(&c->rt->host, &c->rt->mem, &e->st, w->buffers, w->num_buffers, all,
+                             budget, &added, why, whylen);
   if (rc == 0 && added && !all)
     say_staged(c, e, w);
   return rc;
@@ -622,13 +628,13 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   /* The expectation can be wrong (a first capture has none): the budget holds after the build
      too. A graph that cannot fit alone (its growth, or its pool mark, with its own memory over
      the budget) goes at once, without evicting the others. */
-  if (budget && cgrt__mem_total(rt) > budget) {
+  if (budget && cgrt__mem_total(&rt->mem) > budget) {
     struct expectation none = {0, 0};
     /* Idle memory first: its trim also lowers the new graph's mark to what the pool keeps. */
     if (rt->mem.idle)
       cgrt__mem_reclaim(rt, NULL);
     uint64_t alone = e->rec.pool_mark + e->rec.exec_bytes;
-    if (cgrt__mem_total(rt) > budget &&
+    if (cgrt__mem_total(&rt->mem) > budget &&
         (e->rec.built_bytes > budget || alone > budget || !budget_fit(c, e, &none))) {
       drop_exec(c, e);
       cgrt__mem_reclaim(rt, NULL);
@@ -773,8 +779,8 @@ static int fold_variants(struct cgrt_graph_cache *c, struct entry *keep,
       keep->st.b[i].sticky = 1;
   char why[512] = "";
   size_t added = 0;
-  rc = cgrt__stage_alloc(c->rt, &keep->st, w->buffers, w->num_buffers, 0, cgrt__mem_budget(c->rt),
-                         &added, why, sizeof(why));
+  rc = cgrt__stage_alloc(&c->rt->host, &c->rt->mem, &keep->st, w->buffers, w->num_buffers, 0,
+                         cgrt__mem_budget(c->rt), &added, why, sizeof(why));
   if (rc != 0)
     return give_up(c, keep, w, why, mode);
   if (added)
@@ -801,7 +807,8 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
   char why[512] = "";
   if (w->num_buffers != e->st.n)
     free_private(c, e); /* private copies follow buffers by index: gone with another count */
-  int rc = cgrt__stage_regrow(c->rt, &e->st, w->buffers, w->num_buffers, why, sizeof(why));
+  int rc = cgrt__stage_regrow(&c->rt->host, &c->rt->mem, &e->st, w->buffers, w->num_buffers, why,
+                              sizeof(why));
   if (rc < 0)
     return give_up(c, e, w, why, mode);
   rc = cgrt__stage_track(&e->st, w->buffers, w->num_buffers);
@@ -826,8 +833,8 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
                      "private copies",
                      mode);
     size_t added = 0;
-    rc = cgrt__stage_alloc(c->rt, &e->st, w->buffers, w->num_buffers, 0, cgrt__mem_budget(c->rt),
-                           &added, why, sizeof(why));
+    rc = cgrt__stage_alloc(&c->rt->host, &c->rt->mem, &e->st, w->buffers, w->num_buffers, 0,
+                           cgrt__mem_budget(c->rt), &added, why, sizeof(why));
     if (rc != 0)
       return give_up(c, e, w, why, mode);
     if (added)

@@ -52,7 +52,7 @@ void cgrt__mem_build_done(cgrt_runtime *rt, const struct cgrt__mem_probe *before
 }
 
 static void note_peak(cgrt_runtime *rt) {
-  uint64_t t = cgrt__mem_total(rt);
+  uint64_t t = cgrt__mem_total(&rt->mem);
   if (t > rt->mem.peak)
     rt->mem.peak = t;
 }
@@ -140,8 +140,8 @@ uint64_t cgrt__mem_budget(const cgrt_runtime *rt) {
   return rt->cfg.view.memory_budget;
 }
 
-uint64_t cgrt__mem_total(const cgrt_runtime *rt) {
-  return rt->mem.pool + rt->mem.exec + rt->mem.idle + rt->mem.staged;
+uint64_t cgrt__mem_total(const struct cgrt__graph_mem *m) {
+  return m->pool + m->exec + m->idle + m->staged;
 }
 
 void cgrt__mem_format(uint64_t bytes, char *buf, size_t len) {
@@ -153,19 +153,19 @@ void cgrt__mem_format(uint64_t bytes, char *buf, size_t len) {
     snprintf(buf, len, "%.1f KiB", (double)bytes / (double)KIB);
 }
 
-void cgrt__mem_describe(const cgrt_runtime *rt, char *buf, size_t len) {
+void cgrt__mem_describe(const struct cgrt__graph_mem *m, uint64_t budget_bytes, char *buf,
+                        size_t len) {
   char live[32], idle[32], budget[32];
-  cgrt__mem_format(rt->mem.pool + rt->mem.exec, live, sizeof(live));
-  cgrt__mem_format(rt->mem.idle, idle, sizeof(idle));
-  if (cgrt__mem_budget(rt))
-    cgrt__mem_format(cgrt__mem_budget(rt), budget, sizeof(budget));
+  cgrt__mem_format(m->pool + m->exec, live, sizeof(live));
+  cgrt__mem_format(m->idle, idle, sizeof(idle));
+  if (budget_bytes)
+    cgrt__mem_format(budget_bytes, budget, sizeof(budget));
   else
     snprintf(budget, sizeof(budget), "off");
   snprintf(buf, len,
            "graph memory: %s in %llu live graphs, %s idle in the pool, memory_budget %s, %llu "
            "calls run eagerly for the budget so far",
-           live, (unsigned long long)rt->mem.graphs, idle, budget,
-           (unsigned long long)rt->mem.budget_eager);
+           live, (unsigned long long)m->graphs, idle, budget, (unsigned long long)m->budget_eager);
 }
 
 /* ---------------------------------------------------------------- host API */

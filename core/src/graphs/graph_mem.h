@@ -117,10 +117,13 @@ void cgrt__mem_reclaim(struct cgrt_runtime *rt, uint64_t *released);
 uint64_t cgrt__mem_budget(const struct cgrt_runtime *rt);
 
 /* What the budget is compared with: the live graphs' bytes, idle pool memory and private copies. */
-uint64_t cgrt__mem_total(const struct cgrt_runtime *rt);
+uint64_t cgrt__mem_total(const struct cgrt__graph_mem *m);
 
-/* "graph memory: 12.0 MiB in 4 live graphs (+0.0 MiB idle), budget 16.0 MiB" for log lines. */
-void cgrt__mem_describe(const struct cgrt_runtime *rt, char *buf, size_t len);
+/*
+ * "graph memory: 12.0 MiB in 4 live graphs (+0.0 MiB idle), budget 16.0 MiB" for log lines (budget:
+ * cgrt__mem_budget, 0 if off).
+ */
+void cgrt__mem_describe(const struct cgrt__graph_mem *m, uint64_t budget, char *buf, size_t len);
 
 /* Bytes as "12.5 MiB" (KiB, MiB, GiB). */
 void cgrt__mem_format(uint64_t bytes, char *buf, size_t len);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "graph_mem.h"
 
 static uint64_t set_signature(const cgrt_buffer *b, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull ^ n;
@@ -88,9 +88,9 @@ static uint64_t per_call(const struct cgrt__stage *s, const cgrt_buffer *b, size
   return bytes;
 }
 
-int cgrt__stage_alloc(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer *b, size_t n,
-                      int all, uint64_t budget, size_t *added, char *why, size_t whylen) {
-  const struct cgrt_host_api *h = &rt->host;
+int cgrt__stage_alloc(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem,
+                      struct cgrt__stage *s, const cgrt_buffer *b, size_t n, int all,
+                      uint64_t budget, size_t *added, char *why, size_t whylen) {
   *added = 0;
   if (n != s->n)
     return CGRT_E_INVAL;
@@ -98,12 +98,12 @@ int cgrt__stage_alloc(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer
   for (size_t i = 0; i < n; i++)
     if (wanted(s, i, all))
       need += b[i].bytes ? b[i].bytes : 1;
-  if (budget && cgrt__mem_total(rt) + need > budget) {
-    char size[32], mem[512];
+  if (budget && cgrt__mem_total(mem) + need > budget) {
+    char size[32], held[512];
     cgrt__mem_format(need, size, sizeof(size));
-    cgrt__mem_describe(rt, mem, sizeof(mem));
+    cgrt__mem_describe(mem, budget, held, sizeof(held));
     snprintf(why, whylen, "private copies of %s do not fit under [cuda_graph] memory_budget (%s)",
-             size, mem);
+             size, held);
     return CGRT_E_NOMEM;
   }
   size_t *fresh = n ? malloc(n * sizeof(*fresh)) : NULL;
@@ -139,7 +139,7 @@ int cgrt__stage_alloc(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer
   }
   for (size_t k = 0; k < made; k++) {
     s->b[fresh[k]].sticky = 1;
-    rt->mem.staged += s->b[fresh[k]].priv_bytes;
+    mem->staged += s->b[fresh[k]].priv_bytes;
   }
   free(fresh);
   s->staged += made;
@@ -148,9 +148,9 @@ int cgrt__stage_alloc(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer
   return 0;
 }
 
-int cgrt__stage_regrow(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer *b, size_t n,
-                       char *why, size_t whylen) {
-  const struct cgrt_host_api *h = &rt->host;
+int cgrt__stage_regrow(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem,
+                       struct cgrt__stage *s, const cgrt_buffer *b, size_t n, char *why,
+                       size_t whylen) {
   int grew = 0;
   for (size_t i = 0; i < n && i < s->n; i++) {
     struct cgrt__stage_buf *x = &s->b[i];
@@ -166,7 +166,7 @@ int cgrt__stage_regrow(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffe
     /* Launched replays may still use the old one. */
     h->stream_sync(h, h->stream(h));
     h->mem_free(h, x->priv);
-    rt->mem.staged += b[i].bytes - x->priv_bytes;
+    mem->staged += b[i].bytes - x->priv_bytes;
     x->priv = bigger;
     x->priv_bytes = b[i].bytes;
     grew = 1;
@@ -176,10 +176,10 @@ int cgrt__stage_regrow(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffe
   return grew;
 }
 
-void cgrt__stage_unstage(cgrt_runtime *rt, struct cgrt__stage *s) {
+void cgrt__stage_unstage(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem,
+                         struct cgrt__stage *s) {
   if (!s->staged)
     return;
-  const struct cgrt_host_api *h = &rt->host;
   /* Launched replays may still read or write the private buffers: let them finish. */
   h->stream_sync(h, h->stream(h));
   for (size_t i = 0; i < s->n; i++) {
@@ -187,7 +187,7 @@ void cgrt__stage_unstage(cgrt_runtime *rt, struct cgrt__stage *s) {
     if (!x->priv)
       continue;
     h->mem_free(h, x->priv);
-    rt->mem.staged -= x->priv_bytes;
+    mem->staged -= x->priv_bytes;
     x->priv = NULL;
     x->priv_bytes = 0;
   }
@@ -195,8 +195,9 @@ void cgrt__stage_unstage(cgrt_runtime *rt, struct cgrt__stage *s) {
   s->copy_bytes_per_call = 0;
 }
 
-void cgrt__stage_free(cgrt_runtime *rt, struct cgrt__stage *s) {
-  cgrt__stage_unstage(rt, s);
+void cgrt__stage_free(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem,
+                      struct cgrt__stage *s) {
+  cgrt__stage_unstage(h, mem, s);
   free(s->b);
   memset(s, 0, sizeof(*s));
 }
@@ -231,9 +232,8 @@ int cgrt__stage_compose(const struct cgrt__stage *s, const cgrt_buffer *b, size_
   return 0;
 }
 
-int cgrt__stage_copy(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer *b, size_t n,
-                     int inputs) {
-  const struct cgrt_host_api *h = &rt->host;
+int cgrt__stage_copy(const struct cgrt_host_api *h, uint64_t *copy_bytes, struct cgrt__stage *s,
+                     const cgrt_buffer *b, size_t n, int inputs) {
   const unsigned want = inputs ? CGRT_IN : CGRT_OUT;
   for (size_t i = 0; i < n && i < s->n; i++) {
     const struct cgrt__stage_buf *x = &s->b[i];
@@ -243,7 +243,7 @@ int cgrt__stage_copy(cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer 
                     : h->memcpy_async(h, b[i].ptr, x->priv, b[i].bytes, h->stream(h));
     if (rc != 0)
       return rc;
-    rt->stats.copy_bytes += b[i].bytes;
+    *copy_bytes += b[i].bytes;
   }
   return 0;
 }

@@ -20,7 +20,8 @@
 
 #include "cgrt/cgrt.h"
 
-struct cgrt_runtime;
+struct cgrt_host_api;
+struct cgrt__graph_mem;
 
 /* rebind = auto: a unit whose buffers moved on AUTO_MOVES of its last AUTO_WINDOW calls thrashes.
  */
@@ -74,21 +75,25 @@ int cgrt__stage_cycling(const struct cgrt__stage *s);
  * would take the runtime's graph memory total above it. Allocation failures leave nothing newly
  * allocated and are returned with the reason in why. *added: buffers newly staged.
  */
-int cgrt__stage_alloc(struct cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer *b,
-                      size_t n, int all, uint64_t budget, size_t *added, char *why, size_t whylen);
+int cgrt__stage_alloc(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem,
+                      struct cgrt__stage *s, const cgrt_buffer *b, size_t n, int all,
+                      uint64_t budget, size_t *added, char *why, size_t whylen);
 
 /*
  * A staged buffer the host now hands larger than its private one gets a larger one (the unit must
  * then be recorded again). 1 if one was replaced, 0 if none grew, an error (reason in why).
  */
-int cgrt__stage_regrow(struct cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer *b,
-                       size_t n, char *why, size_t whylen);
+int cgrt__stage_regrow(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem,
+                       struct cgrt__stage *s, const cgrt_buffer *b, size_t n, char *why,
+                       size_t whylen);
 
 /* Frees every private buffer after the stream has finished with them; the following goes on. */
-void cgrt__stage_unstage(struct cgrt_runtime *rt, struct cgrt__stage *s);
+void cgrt__stage_unstage(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem,
+                         struct cgrt__stage *s);
 
 /* Frees everything (the stream has finished with the private buffers). */
-void cgrt__stage_free(struct cgrt_runtime *rt, struct cgrt__stage *s);
+void cgrt__stage_free(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem,
+                      struct cgrt__stage *s);
 
 /*
  * 1 if the executable recorded with `used` (the addresses cgrt__stage_compose gave) can serve a
@@ -108,8 +113,8 @@ int cgrt__stage_compose(const struct cgrt__stage *s, const cgrt_buffer *b, size_
  * (`inputs`), or of the private outputs back to the host's buffers; counted in
  * cgrt_stats.copy_bytes.
  */
-int cgrt__stage_copy(struct cgrt_runtime *rt, struct cgrt__stage *s, const cgrt_buffer *b, size_t n,
-                     int inputs);
+int cgrt__stage_copy(const struct cgrt_host_api *h, uint64_t *copy_bytes, struct cgrt__stage *s,
+                     const cgrt_buffer *b, size_t n, int inputs);
 
 /* "'x' (#0), 'mask' (#2)": the staged buffers, by the names of b, for log lines. */
 void cgrt__stage_names(const struct cgrt__stage *s, const cgrt_buffer *b, size_t n, char *buf,

@@ -4,23 +4,22 @@
  * bracket their capture with them, so they sit below both.
  */
 #include "capture.h"
-#include "runtime.h"
 
-int cgrt__hook_begin(cgrt_runtime *rt, void *stream) {
-  if (!rt->hook_begin && !rt->hook_end)
+int cgrt__hook_begin(struct cgrt_hooks *k, void *stream) {
+  if (!k->begin && !k->end)
     return 0;
-  if (rt->hook_begin) {
-    int rc = rt->hook_begin(rt->hook_user, stream);
+  if (k->begin) {
+    int rc = k->begin(k->user, stream);
     if (rc != 0)
       return rc;
   }
-  rt->hook_depth++;
+  k->depth++;
   return 0;
 }
 
-int cgrt__hook_end(cgrt_runtime *rt, void *stream) {
-  if (rt->hook_depth == 0)
+int cgrt__hook_end(struct cgrt_hooks *k, void *stream) {
+  if (k->depth == 0)
     return 0;
-  rt->hook_depth--;
-  return rt->hook_end ? rt->hook_end(rt->hook_user, stream) : 0;
+  k->depth--;
+  return k->end ? k->end(k->user, stream) : 0;
 }

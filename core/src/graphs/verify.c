@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "base/log.h"
+#include "cgrt/backend.h"
 
 /* ---------------------------------------------------------------- comparing elements */
 
@@ -196,8 +197,7 @@ int cgrt__verify_compare(const void *replay, const void *eager, size_t bytes, un
 
 /* ---------------------------------------------------------------- private copies */
 
-void cgrt__verify_free(cgrt_runtime *rt, struct cgrt_verify_shadow *s) {
-  const struct cgrt_host_api *h = &rt->host;
+void cgrt__verify_free(const struct cgrt_host_api *h, struct cgrt_verify_shadow *s) {
   if (!s->bufs)
     return;
   /* Copies into them may still be queued (a launch that failed after the snapshot). */
@@ -209,9 +209,8 @@ void cgrt__verify_free(cgrt_runtime *rt, struct cgrt_verify_shadow *s) {
   s->n = 0;
 }
 
-int cgrt__verify_snapshot(cgrt_runtime *rt, const cgrt_buffer *bufs, size_t n,
-                          struct cgrt_verify_shadow *s) {
-  const struct cgrt_host_api *h = &rt->host;
+int cgrt__verify_snapshot(const struct cgrt_host_api *h, struct cgrt_log *log,
+                          const cgrt_buffer *bufs, size_t n, struct cgrt_verify_shadow *s) {
   s->bufs = NULL;
   s->n = 0;
   if (n == 0)
@@ -229,17 +228,16 @@ int cgrt__verify_snapshot(cgrt_runtime *rt, const cgrt_buffer *bufs, size_t n,
       rc = h->memcpy_async(h, s->bufs[i].ptr, bufs[i].ptr, bufs[i].bytes, h->stream(h));
   }
   if (rc != 0) {
-    char why[sizeof(rt->log.err)];
-    snprintf(why, sizeof(why), "%s", rt->log.err);
-    cgrt__verify_free(rt, s);
-    snprintf(rt->log.err, sizeof(rt->log.err), "%s", why);
+    char why[sizeof(log->err)];
+    snprintf(why, sizeof(why), "%s", log->err);
+    cgrt__verify_free(h, s);
+    snprintf(log->err, sizeof(log->err), "%s", why);
   }
   return rc;
 }
 
-int cgrt__verify_adopt(cgrt_runtime *rt, const cgrt_buffer *replayed,
+int cgrt__verify_adopt(const struct cgrt_host_api *h, const cgrt_buffer *replayed,
                        const struct cgrt_verify_shadow *s) {
-  const struct cgrt_host_api *h = &rt->host;
   for (size_t i = 0; i < s->n; i++) {
     if (!(s->bufs[i].access & CGRT_OUT) || !s->bufs[i].bytes)
       continue;
@@ -250,10 +248,8 @@ int cgrt__verify_adopt(cgrt_runtime *rt, const cgrt_buffer *replayed,
   return 0;
 }
 
-int cgrt__verify_outputs(cgrt_runtime *rt, const cgrt_buffer *replayed,
+int cgrt__verify_outputs(const struct cgrt_host_api *h, int tolerance, const cgrt_buffer *replayed,
                          const struct cgrt_verify_shadow *s, char *msg, size_t len) {
-  const struct cgrt_host_api *h = &rt->host;
-  const struct cgrt_config_view *v = &rt->cfg.view;
   size_t total = 0;
   for (size_t i = 0; i < s->n; i++)
     if ((s->bufs[i].access & CGRT_OUT) && s->bufs[i].bytes)
@@ -285,12 +281,12 @@ int cgrt__verify_outputs(cgrt_runtime *rt, const cgrt_buffer *replayed,
       continue;
     unsigned type = (unsigned)b->access & CGRT_ACCESS_TYPE;
     struct cgrt_verify_diff d;
-    if (cgrt__verify_compare(mine + off, theirs + off, b->bytes, type, v->verify_tolerance, &d)) {
+    if (cgrt__verify_compare(mine + off, theirs + off, b->bytes, type, tolerance, &d)) {
       differ = 1;
       char apart[96] = "";
       if (d.type && d.ulps)
         snprintf(apart, sizeof(apart), ", %" PRIu64 " ulps apart (verify_tolerance %d)", d.ulps,
-                 v->verify_tolerance);
+                 tolerance);
       snprintf(msg, len,
                "buffer '%s' (#%zu, %zu bytes) differs at %s %zu (%s): replay %s, eager %s%s",
                b->name ? b->name : "?", i, b->bytes, d.type ? "element" : "byte", d.index,

@@ -15,7 +15,8 @@
 
 #include "cgrt/cgrt.h"
 
-struct cgrt_runtime;
+struct cgrt_host_api;
+struct cgrt_log;
 
 /* Private copies of a unit's buffers for one check. */
 struct cgrt_verify_shadow {
@@ -46,22 +47,23 @@ int cgrt__verify_compare(const void *replay, const void *eager, size_t bytes, un
  * copy of every input (CGRT_IN, CGRT_INOUT) into its copy, on the runtime's stream. On failure
  * nothing is left allocated and the error is returned (the caller skips the check).
  */
-int cgrt__verify_snapshot(struct cgrt_runtime *rt, const cgrt_buffer *bufs, size_t n,
-                          struct cgrt_verify_shadow *s);
+int cgrt__verify_snapshot(const struct cgrt_host_api *h, struct cgrt_log *log,
+                          const cgrt_buffer *bufs, size_t n, struct cgrt_verify_shadow *s);
 
 /*
  * After the replay on `replayed` and the eager run on s->bufs were enqueued: waits for the
  * stream and compares every output. Returns 0 if they agree, 1 if they differ (a sentence naming
- * the buffer, element and both values in msg), or an error.
+ * the buffer, element and both values in msg), or an error. `tolerance`: [cuda_graph]
+ * verify_tolerance (cgrt__verify_compare).
  */
-int cgrt__verify_outputs(struct cgrt_runtime *rt, const cgrt_buffer *replayed,
+int cgrt__verify_outputs(const struct cgrt_host_api *h, int tolerance, const cgrt_buffer *replayed,
                          const struct cgrt_verify_shadow *s, char *msg, size_t len);
 
 /* Enqueues the copy of the eager run's outputs over the replay's. */
-int cgrt__verify_adopt(struct cgrt_runtime *rt, const cgrt_buffer *replayed,
+int cgrt__verify_adopt(const struct cgrt_host_api *h, const cgrt_buffer *replayed,
                        const struct cgrt_verify_shadow *s);
 
 /* Frees the private copies (the stream must have finished with them). */
-void cgrt__verify_free(struct cgrt_runtime *rt, struct cgrt_verify_shadow *s);
+void cgrt__verify_free(const struct cgrt_host_api *h, struct cgrt_verify_shadow *s);
 
 #endif

@@ -135,7 +135,7 @@ static int h_stream_sync(const struct cgrt_host_api *h, void *stream) {
  */
 static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
-  int hrc = cgrt__hook_begin(rt, stream);
+  int hrc = cgrt__hook_begin(&rt->hooks, stream);
   if (hrc != 0)
     return cgrt__fail(&rt->log, CGRT_E_CALLBACK,
                       "the host's capture begin hook returned %d and refused the capture", hrc);
@@ -144,7 +144,7 @@ static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
     rt->open_captures++;
     cgrt__comms_capture_begin(&rt->comms);
   } else
-    (void)cgrt__hook_end(rt, stream); /* no capture began: close the pair the hook opened */
+    (void)cgrt__hook_end(&rt->hooks, stream); /* no capture began: close the pair the hook opened */
   return dev_rc(rt, rc);
 }
 
@@ -154,7 +154,7 @@ static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **gra
   if (owed)
     rt->open_captures--;
   int rc = dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
-  int hrc = owed ? cgrt__hook_end(rt, stream) : 0;
+  int hrc = owed ? cgrt__hook_end(&rt->hooks, stream) : 0;
   if (rc == 0 && hrc != 0) {
     DRV(rt)->graph_destroy(DEV(rt), *graph);
     *graph = NULL;

@@ -328,7 +328,7 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   free(rt->buckets);
   cgrt__adaptive_close(rt);
   cgrt__diagnose_close(rt);
-  free(rt->hook_pool);
+  free(rt->hooks.pool);
   cgrt__config_free(&rt->cfg);
   free(rt);
   return first;
@@ -388,11 +388,11 @@ CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hook
   if (h.pool_allocator && h.pool_allocator[0] && !(pool = strdup(h.pool_allocator)))
     return cgrt__fail(&rt->log, CGRT_E_NOMEM,
                       "cgrt_set_capture_hooks_ex: out of memory copying pool_allocator");
-  free(rt->hook_pool);
-  rt->hook_pool = pool;
-  rt->hook_begin = h.begin;
-  rt->hook_end = h.end;
-  rt->hook_user = h.user;
+  free(rt->hooks.pool);
+  rt->hooks.pool = pool;
+  rt->hooks.begin = h.begin;
+  rt->hooks.end = h.end;
+  rt->hooks.user = h.user;
   return 0;
 }
 
@@ -557,8 +557,8 @@ static int close_stray_capture(cgrt_runtime *rt) {
       rt->dev.drv->graph_destroy(&rt->dev, graph);
   }
   /* Whatever the stream's state, the host hears the end of every capture it heard begin. */
-  while (rt->hook_depth > 0)
-    (void)cgrt__hook_end(rt, rt->stream);
+  while (rt->hooks.depth > 0)
+    (void)cgrt__hook_end(&rt->hooks, rt->stream);
   if (!active)
     return 0;
   cgrt__fail(&rt->log, CGRT_E_CAPTURE,
