@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """The core's layers, checked from its object files (ctest core_layers, label unit).
 
-    check_layers.py OBJECT...   (core/src/FOLDER/FILE.c.o, as CMake's $<TARGET_OBJECTS:cgrt_objs>)
+    check_layers.py [--src CORE_SRC] OBJECT...
+        (core/src/FOLDER/FILE.c.o, as CMake's $<TARGET_OBJECTS:cgrt_objs>)
 
 A file calls another when its object needs a symbol the other defines (nm). Fails, naming the
 files and the symbols, when files call each other in a circle, or when a folder calls one that the
-layering (docs/DESIGN.md section 2) puts above it. Standard library and nm only.
+layering (docs/DESIGN.md section 2) puts above it. With --src, also reads the sources: a file of a
+lower folder must not include runtime.h (struct cgrt_runtime, the whole runtime), but for the
+files still listed in STILL_RUNTIME, and each of those must still need it (so the list only
+shrinks). Standard library and nm only.
 """
 import collections
 import os
+import re
 import subprocess
 import sys
 
@@ -21,6 +26,46 @@ ALLOWED = {
     "buckets": set(),
     "base": set(),
 }
+
+# Folders whose files get what they need (the log, the device, their own state) rather than the
+# runtime: none of their files includes runtime.h, but those named in STILL_RUNTIME.
+NO_RUNTIME = {"base", "buckets", "config", "comm", "graphs"}
+# Files that still reach into struct cgrt_runtime (docs/DESIGN.md section 2, "What is left").
+STILL_RUNTIME = {
+    "graphs/capture.c",
+    "graphs/diagnose.c",
+    "graphs/graph_cache.c",
+    "graphs/graph_mem.c",
+}
+INCLUDES_RUNTIME = re.compile(r'^\s*#\s*include\s*"(?:\.\./)?runtime\.h"', re.M)
+
+
+def runtime_includes(src):
+    """Failures: files of NO_RUNTIME folders that include runtime.h and may not, and files of
+    STILL_RUNTIME that no longer do (take them off the list)."""
+    bad = []
+    for folder in sorted(NO_RUNTIME):
+        top = os.path.join(src, folder)
+        if not os.path.isdir(top):
+            bad.append(f"{top}: no such folder (NO_RUNTIME in {os.path.basename(__file__)})")
+            continue
+        for name in sorted(os.listdir(top)):
+            if not name.endswith((".c", ".h", ".def")):
+                continue
+            rel = f"{folder}/{name}"
+            with open(os.path.join(top, name), encoding="utf-8") as f:
+                has = bool(INCLUDES_RUNTIME.search(f.read()))
+            if has and rel not in STILL_RUNTIME:
+                bad.append(f"{rel} includes runtime.h: {folder}/ gets what it needs (the log, the "
+                           "device, its own struct) rather than the whole runtime "
+                           "(docs/DESIGN.md section 2)")
+            elif not has and rel in STILL_RUNTIME:
+                bad.append(f"{rel} no longer includes runtime.h: take it off STILL_RUNTIME in "
+                           f"{os.path.basename(__file__)} (and off DESIGN.md's \"What is left\")")
+    for rel in sorted(STILL_RUNTIME):
+        if not os.path.exists(os.path.join(src, rel)):
+            bad.append(f"{rel} (STILL_RUNTIME) does not exist: take it off the list")
+    return bad
 
 
 def symbols(obj):
@@ -85,9 +130,13 @@ def cycles(edges):
     return out
 
 
-def main(objs):
+def main(args):
+    src = None
+    if args[:1] == ["--src"] and len(args) >= 2:
+        src, args = args[1], args[2:]
+    objs = args
     if not objs:
-        sys.exit("usage: check_layers.py OBJECT...")
+        sys.exit("usage: check_layers.py [--src CORE_SRC] OBJECT...")
     defs, needs = {}, {}
     for obj in objs:
         name = name_of(obj)
@@ -121,12 +170,17 @@ def main(objs):
     unknown = [x for x in folders if x not in ALLOWED]
     if unknown:
         bad.append(f"folders with no place in the layers: {', '.join(unknown)} (add them to ALLOWED)")
+    if src is not None:
+        bad.extend(runtime_includes(src))
     for line in bad:
         print("FAIL:", line)
     if bad:
         return 1
     print(f"{len(needs)} files in {len(folders)} folders ({', '.join(folders)}): no circle, "
           "every call between folders runs down")
+    if src is not None:
+        print(f"runtime.h, in {'/ '.join(sorted(NO_RUNTIME))}/: included only by "
+              f"{', '.join(sorted(STILL_RUNTIME)) or 'no file'}")
     return 0
 
 
