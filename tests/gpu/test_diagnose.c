@@ -138,7 +138,7 @@ static void fx_close(struct fx *f) {
 
 /* One step: returns its status; checks the stream and whether y holds this step's value. */
 static int fx_step(struct fx *f, cgrt_step_report *rep, int *correct) {
-  uint64_t step = f->rt->step_index;
+  uint64_t step = f->rt->graphs.step_index;
   cgrt_step_desc d = {.struct_size = sizeof(d), .phase = CGRT_PHASE_EVAL, .body = body, .user = f};
   int rc = cgrt_step(f->rt, &d, rep);
   enum cudaStreamCaptureStatus st;

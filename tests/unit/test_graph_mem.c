@@ -229,7 +229,7 @@ static void test_graphs_listed_with_their_memory(void **state) {
   uint64_t captured_at[4];
   for (int b = 0; b < 4; b++) {
     assert_int_equal(step(f, buckets[b]).mode, CGRT_MODE_WARMUP);
-    captured_at[b] = f->rt->step_index;
+    captured_at[b] = f->rt->graphs.step_index;
     assert_int_equal(step(f, buckets[b]).mode, CGRT_MODE_CAPTURE);
   }
   step(f, 8);
@@ -253,7 +253,7 @@ static void test_graphs_listed_with_their_memory(void **state) {
     assert_int_equal(g->phase, CGRT_PHASE_INFER);
     assert_non_null(strstr(l.names[g - l.g], "m0 fwd, infer"));
     assert_int_equal(g->replays, buckets[b] == 8 ? 2 : 0);
-    assert_int_equal(g->last_use, buckets[b] == 8 ? f->rt->step_index - 1 : captured_at[b]);
+    assert_int_equal(g->last_use, buckets[b] == 8 ? f->rt->graphs.step_index - 1 : captured_at[b]);
     sum += g->bytes;
     pool += g->pool_bytes;
     nodes += g->nodes;
@@ -323,7 +323,7 @@ static void test_evicted_graph_memory_is_idle_until_released(void **state) {
   struct fixture *f = *state = fixture_open(1, 0, "off");
   for (int i = 0; i < 2; i++)
     step(f, 8);
-  struct cgrt_graph_cache *c = f->rt->caches;
+  struct cgrt_graph_cache *c = f->rt->graphs.caches;
   assert_non_null(c);
   struct cgrt_graph_key k = {.module = 0, .phase = CGRT_PHASE_INFER, .extra = 8};
   assert_int_equal(f->rt->host.cache_has(&f->rt->host, c, &k), 1);

@@ -300,9 +300,9 @@ static void copies_over_the_budget_send_the_key_eager(void **state) {
     step_with(f, &f->fresh[s], s, NULL);
   /* The next step thrashes while the budget is full (of what the ledger counts as private
      copies of others). */
-  f->rt->mem.staged += 1u << 20;
+  f->rt->graphs.mem.staged += 1u << 20;
   step_with(f, &f->fresh[3], 3, NULL);
-  f->rt->mem.staged -= 1u << 20;
+  f->rt->graphs.mem.staged -= 1u << 20;
   for (int s = 4; s < 12; s++)
     step_with(f, &f->fresh[s], s, NULL);
   cgrt_stats st = stats(f);

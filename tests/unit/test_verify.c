@@ -131,7 +131,7 @@ static void fx_close(struct fx *f) {
 /* One step; *correct says whether y is x * s of this step. */
 static int fx_step(struct fx *f, cgrt_step_report *rep, int *correct) {
   cgrt_step_report local = {.struct_size = sizeof(local)};
-  uint64_t step = f->rt->step_index;
+  uint64_t step = f->rt->graphs.step_index;
   cgrt_step_desc d = {.struct_size = sizeof(d), .phase = CGRT_PHASE_EVAL, .body = body, .user = f};
   int rc = cgrt_step(f->rt, &d, rep ? rep : &local);
   assert_int_equal(cgrt_synchronize(f->rt), 0);
@@ -329,7 +329,7 @@ static void block_scope_body_is_checked(void **state) {
                       {f->y, sizeof(f->y), CGRT_ACCESS_TYPED(CGRT_OUT, CGRT_F32), "y"}};
   cgrt_mode modes[6];
   for (int i = 0; i < 6; i++) {
-    uint64_t step = f->rt->step_index;
+    uint64_t step = f->rt->graphs.step_index;
     cgrt_step_report rep = {.struct_size = sizeof(rep)};
     cgrt_step_desc d = {.struct_size = sizeof(d),
                         .phase = CGRT_PHASE_INFER,

@@ -11,43 +11,47 @@
 #include "cgrt/tool.h"
 #include "diagnose.h"
 #include "graph_mem.h"
-#include "runtime.h"
+#include "graphs.h"
+#include "base/faults.h"
+#include "base/log.h"
+#include "comm/comm.h"
+#include "driver.h"
 
 /* ---------------------------------------------------------------- a recording */
 
-int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg, const char *what,
-                 char *why, size_t whylen, void **graph) {
-  const struct cgrt_driver *drv = rt->dev.drv;
+int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void *arg,
+                 const char *what, char *why, size_t whylen, void **graph) {
+  const struct cgrt_driver *drv = g->dev->drv;
   *graph = NULL;
   uint64_t t0 = cgrt__now_ns();
-  int rc = cgrt__hook_begin(&rt->hooks, stream);
+  int rc = cgrt__hook_begin(&g->hooks, stream);
   if (rc != 0) {
     snprintf(why, whylen, "the host's capture begin hook returned %d and refused the capture", rc);
     return CGRT_E_CALLBACK;
   }
-  rc = drv->capture_begin(&rt->dev, stream);
-  cgrt__comms_capture_begin(&rt->comms);
+  rc = drv->capture_begin(g->dev, stream);
+  cgrt__comms_capture_begin(g->comms);
   if (rc != 0) {
-    snprintf(why, whylen, "%s", rt->dev.err);
-    (void)cgrt__hook_end(&rt->hooks, stream); /* no capture began: close the pair the hook opened */
+    snprintf(why, whylen, "%s", g->dev->err);
+    (void)cgrt__hook_end(&g->hooks, stream); /* no capture began: close the pair the hook opened */
     return rc;
   }
-  cgrt__diagnose_begin(rt);
-  rt->log.err[0] = '\0';
+  cgrt__diagnose_begin(g);
+  g->log->err[0] = '\0';
   int work_rc = fn(arg);
-  int used_comm = rt->comms.capture_comm; /* before diagnose may run the work again */
+  int used_comm = g->comms->capture_comm; /* before diagnose may run the work again */
   /* Armed by a test: a synchronizing call inside the captured work, as a buggy module makes. */
-  cgrt__fault_capture_sync(&rt->faults, &rt->dev, stream);
-  cgrt__diagnose_pause(rt);
+  cgrt__fault_capture_sync(g->faults, g->dev, stream);
+  cgrt__diagnose_pause(g);
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
-  snprintf(why, whylen, "%s", rt->log.err);
-  int end_rc = drv->capture_end(&rt->dev, stream, graph);
-  int hook_rc = cgrt__hook_end(&rt->hooks, stream);
-  rt->stats.capture_ns += cgrt__now_ns() - t0;
+  snprintf(why, whylen, "%s", g->log->err);
+  int end_rc = drv->capture_end(g->dev, stream, graph);
+  int hook_rc = cgrt__hook_end(&g->hooks, stream);
+  g->stats->capture_ns += cgrt__now_ns() - t0;
   rc = 0;
   if (work_rc != 0) {
     if (*graph)
-      drv->graph_destroy(&rt->dev, *graph);
+      drv->graph_destroy(g->dev, *graph);
     *graph = NULL;
     if (!why[0])
       snprintf(why, whylen, "the captured work returned %d", work_rc);
@@ -56,62 +60,62 @@ int cgrt__record(cgrt_runtime *rt, void *stream, int (*fn)(void *arg), void *arg
     snprintf(why, whylen,
              "%s (a synchronizing call, a host read of device memory or an allocation outside "
              "stream-ordered memory inside the captured work invalidates the capture)",
-             rt->dev.err);
+             g->dev->err);
     rc = CGRT_E_CAPTURE;
   }
   int failed = rc != 0;
   if (rc == 0 && hook_rc != 0) {
-    drv->graph_destroy(&rt->dev, *graph);
+    drv->graph_destroy(g->dev, *graph);
     *graph = NULL;
     snprintf(why, whylen,
              "the host's capture end hook returned %d; the recorded graph was discarded", hook_rc);
     rc = CGRT_E_CALLBACK;
   }
   char more[512];
-  cgrt__diagnose_end(rt, what, failed, stream, fn, arg, more, sizeof(more));
+  cgrt__diagnose_end(g, what, failed, stream, fn, arg, more, sizeof(more));
   if (more[0]) {
     size_t used = strlen(why);
     snprintf(why + used, whylen - used, "%s", more);
   }
   if (rc == 0) {
-    rt->stats.captures++;
-    cgrt__comms_capture_end(&rt->comms, *graph, used_comm);
+    g->stats->captures++;
+    cgrt__comms_capture_end(g->comms, *graph, used_comm);
   }
   return rc;
 }
 
 /* ---------------------------------------------------------------- the graph watcher */
 
-void cgrt__watch(cgrt_runtime *rt, int op, void *graph, void *exec, void *stream) {
-  if (!rt->watch_fn)
+void cgrt__watch(struct cgrt_graphs *g, int op, void *graph, void *exec, void *stream) {
+  if (!g->watch_fn)
     return;
   struct cgrt_tool_graph_event ev = {.struct_size = sizeof(ev),
                                      .op = (cgrt_tool_graph_op)op,
                                      .graph = graph,
                                      .exec = exec,
                                      .stream = stream,
-                                     .driver = rt->dev.drv->name};
-  rt->watch_fn(rt->watch_user, &ev);
+                                     .driver = g->dev->drv->name};
+  g->watch_fn(g->watch_user, &ev);
 }
 
 /* ---------------------------------------------------------------- fallbacks */
 
-int cgrt__capture_fallback(cgrt_runtime *rt, int code, const char *what, const char *why) {
-  rt->stats.fallbacks++;
-  if (rt->rep)
-    rt->rep->fallbacks++;
+int cgrt__capture_fallback(struct cgrt_graphs *g, int code, const char *what, const char *why) {
+  g->stats->fallbacks++;
+  if (g->rep)
+    g->rep->fallbacks++;
   if (code == CGRT_E_NOMEM) {
     /* Out of memory: say where graph memory stands, so the budget can be set from the line. */
     char mem[512];
-    cgrt__mem_describe(&rt->mem, cgrt__mem_budget(rt), mem, sizeof(mem));
-    cgrt__fail(&rt->log, code,
+    cgrt__mem_describe(&g->mem, cgrt__mem_budget(g), mem, sizeof(mem));
+    cgrt__fail(g->log, code,
                "capture of %s failed, running it eagerly: %s (%s; set [cuda_graph] "
                "memory_budget below the memory left for graphs)",
                what, why, mem);
-    cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", rt->log.err);
+    cgrt__log(g->log, CGRT_LOG_WARN, "%s", g->log->err);
     return code;
   }
-  cgrt__fail(&rt->log, code, "capture of %s failed, running it eagerly: %s", what, why);
-  cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", rt->log.err);
+  cgrt__fail(g->log, code, "capture of %s failed, running it eagerly: %s", what, why);
+  cgrt__log(g->log, CGRT_LOG_WARN, "%s", g->log->err);
   return code;
 }

@@ -17,7 +17,9 @@
 #include <unwind.h>
 
 #include "capture.h"
-#include "runtime.h"
+#include "graphs.h"
+#include "base/log.h"
+#include "driver.h"
 
 /* Distinct findings kept; repeats of one are counted in it. */
 #define MAX_FINDINGS 256
@@ -128,8 +130,8 @@ void cgrt__diag_caller(const void *host_frame, struct cgrt_diag_call *c) {
 
 static void dev_note(struct cgrt_dev *dev, cgrt_finding_kind kind, int refused, const char *op,
                      int result, const char *detail) {
-  cgrt_runtime *rt = dev->note_user;
-  struct cgrt_diag_state *d = rt ? rt->diag : NULL;
+  struct cgrt_graphs *g = dev->note_user;
+  struct cgrt_diag_state *d = g ? g->diag : NULL;
   if (!d || !d->recording)
     return;
   d->rec.seen++;
@@ -143,13 +145,13 @@ static void dev_note(struct cgrt_dev *dev, cgrt_finding_kind kind, int refused, 
   snprintf(c->result_name, sizeof(c->result_name), "%s",
            result == 0 ? "success" : cgrt_strerror(result));
   snprintf(c->detail, sizeof(c->detail), "%s", detail ? detail : "");
-  cgrt__diag_caller(rt->host_frame, c);
+  cgrt__diag_caller(g->host_frame, c);
 }
 
-void cgrt__diagnose_open(cgrt_runtime *rt) {
-  rt->diag = calloc(1, sizeof(*rt->diag));
-  rt->dev.note = dev_note;
-  rt->dev.note_user = rt;
+void cgrt__diagnose_open(struct cgrt_graphs *g) {
+  g->diag = calloc(1, sizeof(*g->diag));
+  g->dev->note = dev_note;
+  g->dev->note_user = g;
 }
 
 static void findings_free(struct cgrt_diag_state *d) {
@@ -166,15 +168,15 @@ static void findings_free(struct cgrt_diag_state *d) {
   d->count = 0;
 }
 
-void cgrt__diagnose_close(cgrt_runtime *rt) {
-  struct cgrt_diag_state *d = rt->diag;
+void cgrt__diagnose_close(struct cgrt_graphs *g) {
+  struct cgrt_diag_state *d = g->diag;
   if (!d)
     return;
   if (d->recorder_used)
-    rt->dev.drv->record_release();
+    g->dev->drv->record_release();
   findings_free(d);
   free(d);
-  rt->diag = NULL;
+  g->diag = NULL;
 }
 
 /* ---------------------------------------------------------------- the host's pool allocator */
@@ -255,16 +257,16 @@ static char *dup_or_empty(const char *s) {
 }
 
 /* Adds or counts one finding and logs it the first time. */
-static void add_finding(cgrt_runtime *rt, const struct cgrt_diag_call *c, int broke,
+static void add_finding(struct cgrt_graphs *g, const struct cgrt_diag_call *c, int broke,
                         const char *what) {
-  struct cgrt_diag_state *d = rt->diag;
-  rt->stats.findings++;
+  struct cgrt_diag_state *d = g->diag;
+  g->stats->findings++;
   for (size_t i = 0; i < d->count; i++) {
     struct finding *f = &d->findings[i];
     if (f->pub.kind == c->kind && f->pub.broke_capture == broke && strcmp(f->call, c->call) == 0 &&
         strcmp(f->what, what) == 0 && strcmp(f->caller, c->caller) == 0) {
       f->pub.count++;
-      cgrt__log(&rt->log, CGRT_LOG_DEBUG, "diagnose: %s in %s seen again (%u times)", c->call, what,
+      cgrt__log(g->log, CGRT_LOG_DEBUG, "diagnose: %s in %s seen again (%u times)", c->call, what,
                 f->pub.count);
       return;
     }
@@ -276,14 +278,14 @@ static void add_finding(cgrt_runtime *rt, const struct cgrt_diag_call *c, int br
   else
     snprintf(result, sizeof(result), "succeeded");
   snprintf(line, sizeof(line), "diagnose: %s %s while capturing %s (step %llu)%s%s%s [%s]: %s; %s",
-           c->call, result, what, (unsigned long long)rt->step_index,
+           c->call, result, what, (unsigned long long)g->step_index,
            c->caller[0] ? ", called from " : "", c->caller,
            broke        ? ", and broke the capture"
            : c->refused ? ", after the capture broke"
                         : ", suspicious",
            cgrt_finding_kind_name(c->kind), c->detail[0] ? c->detail : "no detail",
            advice(c->kind, c->refused));
-  cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", line);
+  cgrt__log(g->log, CGRT_LOG_WARN, "%s", line);
   if (d->count == MAX_FINDINGS)
     return;
   if (!d->findings && !(d->findings = calloc(MAX_FINDINGS, sizeof(*d->findings))))
@@ -307,62 +309,62 @@ static void add_finding(cgrt_runtime *rt, const struct cgrt_diag_call *c, int br
   f->pub.kind = c->kind;
   f->pub.broke_capture = broke;
   f->pub.result = c->result;
-  f->pub.step = rt->step_index;
+  f->pub.step = g->step_index;
   f->pub.count = 1;
   d->count++;
 }
 
-void cgrt__diagnose_begin(cgrt_runtime *rt) {
-  struct cgrt_diag_state *d = rt->diag;
-  if (!d || rt->cfg.view.diagnose == CGRT_DIAGNOSE_OFF)
+void cgrt__diagnose_begin(struct cgrt_graphs *g) {
+  struct cgrt_diag_state *d = g->diag;
+  if (!d || g->view->diagnose == CGRT_DIAGNOSE_OFF)
     return;
   memset(&d->rec, 0, sizeof(d->rec));
   d->recording = 1;
   d->recorder = 0;
-  const struct cgrt_driver *drv = rt->dev.drv;
-  if (rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON || !drv->record_start)
+  const struct cgrt_driver *drv = g->dev->drv;
+  if (g->view->diagnose != CGRT_DIAGNOSE_ON || !drv->record_start)
     return;
   char err[512];
-  if (drv->record_start(&d->rec, &rt->host_frame, cgrt__diag_caller, err, sizeof(err)) == 0) {
+  if (drv->record_start(&d->rec, &g->host_frame, cgrt__diag_caller, err, sizeof(err)) == 0) {
     d->recorder = 1;
     if (!d->recorder_used++)
       drv->record_acquire();
   } else if (!d->recorder_warned) {
     d->recorder_warned = 1;
-    cgrt__log(&rt->log, CGRT_LOG_WARN,
+    cgrt__log(g->log, CGRT_LOG_WARN,
               "diagnose: the CUDA calls made while capturing are not recorded: %s", err);
   }
 }
 
-void cgrt__diagnose_pause(cgrt_runtime *rt) {
-  struct cgrt_diag_state *d = rt->diag;
+void cgrt__diagnose_pause(struct cgrt_graphs *g) {
+  struct cgrt_diag_state *d = g->diag;
   if (!d || !d->recording)
     return;
   if (d->recorder)
-    rt->dev.drv->record_stop();
+    g->dev->drv->record_stop();
   d->recording = 0;
 }
 
 /* A driver with a recorder (cuda), diagnose = failures: the failed work captured once more with
  * recording on. */
-static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg), void *arg) {
-  struct cgrt_diag_state *d = rt->diag;
-  char err[512], saved[sizeof(rt->log.err)], saved_dev[sizeof(rt->dev.err)];
-  snprintf(saved, sizeof(saved), "%s", rt->log.err);
-  snprintf(saved_dev, sizeof(saved_dev), "%s", rt->dev.err);
+static void record_again(struct cgrt_graphs *g, void *stream, int (*again)(void *arg), void *arg) {
+  struct cgrt_diag_state *d = g->diag;
+  char err[512], saved[sizeof(g->log->err)], saved_dev[sizeof(g->dev->err)];
+  snprintf(saved, sizeof(saved), "%s", g->log->err);
+  snprintf(saved_dev, sizeof(saved_dev), "%s", g->dev->err);
   memset(&d->rec, 0, sizeof(d->rec));
   /* The host's capture hooks bracket this capture too (its allocator must know). */
-  if (cgrt__hook_begin(&rt->hooks, stream) != 0)
+  if (cgrt__hook_begin(&g->hooks, stream) != 0)
     goto out;
-  if (rt->dev.drv->capture_begin(&rt->dev, stream) != 0) {
-    (void)cgrt__hook_end(&rt->hooks, stream);
+  if (g->dev->drv->capture_begin(g->dev, stream) != 0) {
+    (void)cgrt__hook_end(&g->hooks, stream);
     goto out;
   }
-  const struct cgrt_driver *drv = rt->dev.drv;
-  if (drv->record_start(&d->rec, &rt->host_frame, cgrt__diag_caller, err, sizeof(err)) != 0) {
+  const struct cgrt_driver *drv = g->dev->drv;
+  if (drv->record_start(&d->rec, &g->host_frame, cgrt__diag_caller, err, sizeof(err)) != 0) {
     if (!d->recorder_warned) {
       d->recorder_warned = 1;
-      cgrt__log(&rt->log, CGRT_LOG_WARN,
+      cgrt__log(g->log, CGRT_LOG_WARN,
                 "diagnose: cannot record the CUDA calls of the failed capture: %s", err);
     }
   } else {
@@ -374,28 +376,28 @@ static void record_again(cgrt_runtime *rt, void *stream, int (*again)(void *arg)
   if (d->recorder)
     drv->record_stop();
   void *graph = NULL;
-  rt->dev.drv->capture_end(&rt->dev, stream, &graph);
-  (void)cgrt__hook_end(&rt->hooks, stream);
+  g->dev->drv->capture_end(g->dev, stream, &graph);
+  (void)cgrt__hook_end(&g->hooks, stream);
   if (graph)
-    rt->dev.drv->graph_destroy(&rt->dev, graph);
+    g->dev->drv->graph_destroy(g->dev, graph);
 out:
-  snprintf(rt->log.err, sizeof(rt->log.err), "%s", saved);
-  snprintf(rt->dev.err, sizeof(rt->dev.err), "%s", saved_dev);
+  snprintf(g->log->err, sizeof(g->log->err), "%s", saved);
+  snprintf(g->dev->err, sizeof(g->dev->err), "%s", saved_dev);
 }
 
-void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *stream,
+void cgrt__diagnose_end(struct cgrt_graphs *g, const char *what, int failed, void *stream,
                         int (*again)(void *arg), void *arg, char *why_more, size_t len) {
-  struct cgrt_diag_state *d = rt->diag;
+  struct cgrt_diag_state *d = g->diag;
   why_more[0] = '\0';
-  if (!d || rt->cfg.view.diagnose == CGRT_DIAGNOSE_OFF)
+  if (!d || g->view->diagnose == CGRT_DIAGNOSE_OFF)
     return;
   d->recording = 0;
-  if (failed && !d->recorder && rt->dev.drv->record_start && again)
-    record_again(rt, stream, again, arg);
+  if (failed && !d->recorder && g->dev->drv->record_start && again)
+    record_again(g, stream, again, arg);
   if (d->recorder)
-    rt->dev.drv->record_finish(&d->rec);
+    g->dev->drv->record_finish(&d->rec);
   d->recorder = 0;
-  if (!failed && rt->cfg.view.diagnose != CGRT_DIAGNOSE_ON)
+  if (!failed && g->view->diagnose != CGRT_DIAGNOSE_ON)
     return;
   int broke = 0;
   size_t pooled = 0;
@@ -407,7 +409,7 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
     if (c->refused && broke && c->kind == CGRT_FINDING_OTHER)
       continue;
     if (c->refused && broke) {
-      add_finding(rt, c, 0, what);
+      add_finding(g, c, 0, what);
       continue;
     }
     /*
@@ -415,7 +417,7 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
      * from the pool its begin hook opened, reserved for the graph, as the host meant. One that
      * was refused broke the capture all the same: reported below.
      */
-    if (c->kind == CGRT_FINDING_MALLOC && !c->refused && in_pool(rt->hooks.pool, c->object)) {
+    if (c->kind == CGRT_FINDING_MALLOC && !c->refused && in_pool(g->hooks.pool, c->object)) {
       pooled++;
       continue;
     }
@@ -424,56 +426,44 @@ void cgrt__diagnose_end(cgrt_runtime *rt, const char *what, int failed, void *st
       snprintf(why_more, len, "; diagnose: the first call refused was %s (%s)%s%s", c->call,
                c->result_name, c->caller[0] ? " from " : "", c->caller);
     }
-    add_finding(rt, c, c->refused, what);
+    add_finding(g, c, c->refused, what);
   }
   if (pooled)
-    cgrt__log(&rt->log, CGRT_LOG_DEBUG,
+    cgrt__log(g->log, CGRT_LOG_DEBUG,
               "diagnose: %zu allocations or frees by the host's pool allocator (%s) while "
               "capturing %s (step %llu) are not reported: they come from its pool",
-              pooled, rt->hooks.pool, what, (unsigned long long)rt->step_index);
+              pooled, g->hooks.pool, what, (unsigned long long)g->step_index);
   if (d->rec.dropped)
-    cgrt__log(&rt->log, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
+    cgrt__log(g->log, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
               d->rec.dropped, what);
   if (failed && !broke)
-    cgrt__log(&rt->log, CGRT_LOG_INFO,
+    cgrt__log(g->log, CGRT_LOG_INFO,
               "diagnose: the capture of %s failed, but none of the %llu device calls recorded "
               "while capturing was refused (an error of the captured work itself, or an injected "
               "fault)",
               what, (unsigned long long)d->rec.seen);
 }
 
-/* ---------------------------------------------------------------- the public list */
+/* ---------------------------------------------------------------- the list, for the runtime */
 
-CGRT_API int cgrt_findings_count(const cgrt_runtime *rt, size_t *count) {
-  if (!rt || !count)
+size_t cgrt__findings_count(const struct cgrt_graphs *g) {
+  return g->diag ? g->diag->count : 0;
+}
+
+int cgrt__finding_get(const struct cgrt_graphs *g, size_t index, cgrt_finding *out) {
+  if (!g->diag || index >= g->diag->count)
     return CGRT_E_INVAL;
-  *count = rt->diag ? rt->diag->count : 0;
+  const struct finding *f = &g->diag->findings[index];
+  *out = f->pub;
+  out->call = f->call;
+  out->result_name = f->result_name;
+  out->what = f->what;
+  out->caller = f->caller;
+  out->detail = f->detail;
   return 0;
 }
 
-CGRT_API int cgrt_finding_get(const cgrt_runtime *rt, size_t index, cgrt_finding *out) {
-  if (!rt || !out || out->struct_size < offsetof(cgrt_finding, count) + sizeof(out->count) ||
-      !rt->diag || index >= rt->diag->count)
-    return CGRT_E_INVAL;
-  const struct finding *f = &rt->diag->findings[index];
-  cgrt_finding v = f->pub;
-  v.call = f->call;
-  v.result_name = f->result_name;
-  v.what = f->what;
-  v.caller = f->caller;
-  v.detail = f->detail;
-  size_t keep = out->struct_size;
-  memcpy(out, &v, keep < sizeof(v) ? keep : sizeof(v));
-  out->struct_size = keep;
-  return 0;
-}
-
-CGRT_API int cgrt_findings_clear(cgrt_runtime *rt) {
-  if (!rt)
-    return CGRT_E_INVAL;
-  if (rt->in_step)
-    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_findings_clear: not allowed inside a step");
-  if (rt->diag)
-    findings_free(rt->diag);
-  return 0;
+void cgrt__findings_clear(struct cgrt_graphs *g) {
+  if (g->diag)
+    findings_free(g->diag);
 }

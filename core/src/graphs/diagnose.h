@@ -25,7 +25,7 @@
 
 #include "cgrt/cgrt.h"
 
-struct cgrt_runtime;
+struct cgrt_graphs; /* graphs.h */
 
 /* One device API call seen while capturing, as the recorder classified it. */
 struct cgrt_diag_call {
@@ -69,16 +69,16 @@ static inline struct cgrt_diag_call *cgrt__diag_rec_add(struct cgrt_diag_rec *re
 
 /*
  * The function that made the device call being recorded, from a backtrace of the calling thread:
- * the first frame below `boundary` (the runtime's host_frame) outside libcgrt, CUDA's libraries and
- * CUPTI, into c->caller as "symbol+0xoff (object)" or "object+0xoff" when the symbol is not
- * exported, and its object's file name into c->object; both "" if the call was made by cgrt
+ * the first frame below `boundary` (struct cgrt_graphs' host_frame) outside libcgrt, CUDA's
+ * libraries and CUPTI, into c->caller as "symbol+0xoff (object)" or "object+0xoff" when the symbol
+ * is not exported, and its object's file name into c->object; both "" if the call was made by cgrt
  * itself, or no frame qualifies.
  */
 void cgrt__diag_caller(const void *boundary, struct cgrt_diag_call *c);
 
 /* Sets up diagnose for an opened runtime (the driver's note hook); close frees the findings. */
-void cgrt__diagnose_open(struct cgrt_runtime *rt);
-void cgrt__diagnose_close(struct cgrt_runtime *rt);
+void cgrt__diagnose_open(struct cgrt_graphs *g);
+void cgrt__diagnose_close(struct cgrt_graphs *g);
 
 /*
  * Around one recording (cgrt__record): begin right after the capture began, pause right before it
@@ -86,9 +86,18 @@ void cgrt__diagnose_close(struct cgrt_runtime *rt);
  * same work once more on `stream` (cuda driver, diagnose = failures). end writes the sentence of
  * the call that broke the capture, if one was found, into why_more (else "").
  */
-void cgrt__diagnose_begin(struct cgrt_runtime *rt);
-void cgrt__diagnose_pause(struct cgrt_runtime *rt);
-void cgrt__diagnose_end(struct cgrt_runtime *rt, const char *what, int failed, void *stream,
+void cgrt__diagnose_begin(struct cgrt_graphs *g);
+void cgrt__diagnose_pause(struct cgrt_graphs *g);
+void cgrt__diagnose_end(struct cgrt_graphs *g, const char *what, int failed, void *stream,
                         int (*again)(void *arg), void *arg, char *why_more, size_t len);
+
+/*
+ * The findings kept so far, for cgrt_findings_count, cgrt_finding_get and cgrt_findings_clear
+ * (runtime/): get fills the whole of *out (its strings live until the findings are cleared or the
+ * runtime closes), CGRT_E_INVAL past the end.
+ */
+size_t cgrt__findings_count(const struct cgrt_graphs *g);
+int cgrt__finding_get(const struct cgrt_graphs *g, size_t index, cgrt_finding *out);
+void cgrt__findings_clear(struct cgrt_graphs *g);
 
 #endif

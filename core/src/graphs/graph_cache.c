@@ -20,8 +20,11 @@
 #include "capture.h"
 #include "graph_cache.h"
 #include "graph_stage.h"
-#include "runtime.h"
+#include "graphs.h"
 #include "verify.h"
+#include "base/log.h"
+#include "comm/comm.h"
+#include "module.h"
 
 struct entry {
   struct cgrt_graph_key key;
@@ -46,7 +49,8 @@ struct entry {
 };
 
 struct cgrt_graph_cache {
-  cgrt_runtime *rt;
+  struct cgrt_graphs *g;            /* the graph layer it belongs to */
+  const struct cgrt_host_api *host; /* g->host, one load nearer for every replay */
   int max_graphs;
   cgrt_rebind rebind;
   struct entry **table;
@@ -131,7 +135,7 @@ static void touch(struct cgrt_graph_cache *c, struct entry *e) {
 
 /* The executable's addresses and private copies go (the moves followed stay). */
 static void free_private(struct cgrt_graph_cache *c, struct entry *e) {
-  cgrt__stage_unstage(&c->rt->host, &c->rt->mem, &e->st);
+  cgrt__stage_unstage(c->host, &c->g->mem, &e->st);
   free(e->bufs);
   e->bufs = NULL;
   e->num_bufs = 0;
@@ -140,11 +144,11 @@ static void free_private(struct cgrt_graph_cache *c, struct entry *e) {
 static void drop_exec(struct cgrt_graph_cache *c, struct entry *e) {
   if (!e->exec)
     return;
-  c->rt->host.exec_destroy(&c->rt->host, e->exec);
+  c->host->exec_destroy(c->host, e->exec);
   e->exec = NULL;
   c->live--;
   if (e->charged) {
-    cgrt__mem_discharge(c->rt, &e->rec);
+    cgrt__mem_discharge(c->g, &e->rec);
     e->charged = 0;
   }
   free_private(c, e);
@@ -157,7 +161,7 @@ static void entry_remove(struct cgrt_graph_cache *c, struct entry *e) {
   *p = e->chain;
   list_unlink(c, e);
   drop_exec(c, e);
-  cgrt__stage_free(&c->rt->host, &c->rt->mem, &e->st);
+  cgrt__stage_free(c->host, &c->g->mem, &e->st);
   c->count--;
   free(e);
 }
@@ -231,7 +235,7 @@ static void make_room(struct cgrt_graph_cache *c, const struct entry *keep) {
     if (!o->exec || o == keep)
       continue;
     drop_exec(c, o);
-    c->rt->stats.evictions++;
+    c->g->stats->evictions++;
   }
 }
 
@@ -279,10 +283,10 @@ static struct expectation expected_cost(const struct cgrt_graph_cache *c, const 
  * the pool's reserved total by (the driver's figure: idle memory and the other graphs' shared
  * memory count as reusable).
  */
-static uint64_t expected_growth(cgrt_runtime *rt, const struct expectation *x) {
+static uint64_t expected_growth(struct cgrt_graphs *g, const struct expectation *x) {
   struct cgrt__mem_probe p = {0};
   if (x->pool)
-    cgrt__mem_probe(rt, &p);
+    cgrt__mem_probe(g, &p);
   uint64_t reserved = p.ok ? p.reserved : 0;
   return x->exec + (x->pool > reserved ? x->pool - reserved : 0);
 }
@@ -298,23 +302,23 @@ static uint64_t expected_growth(cgrt_runtime *rt, const struct expectation *x) {
  */
 static int budget_fit(struct cgrt_graph_cache *c, const struct entry *keep,
                       const struct expectation *x) {
-  cgrt_runtime *rt = c->rt;
-  uint64_t budget = cgrt__mem_budget(rt);
-  if (cgrt__mem_total(&rt->mem) + expected_growth(rt, x) <= budget)
+  struct cgrt_graphs *g = c->g;
+  uint64_t budget = cgrt__mem_budget(g);
+  if (cgrt__mem_total(&g->mem) + expected_growth(g, x) <= budget)
     return 1;
-  if (rt->mem.idle)
-    cgrt__mem_reclaim(rt, NULL);
+  if (g->mem.idle)
+    cgrt__mem_reclaim(g, NULL);
   for (struct entry *o = c->oldest, *newer;
-       o && cgrt__mem_total(&rt->mem) + expected_growth(rt, x) > budget; o = newer) {
+       o && cgrt__mem_total(&g->mem) + expected_growth(g, x) > budget; o = newer) {
     newer = o->newer;
-    if (!o->exec || o == keep || (rt->in_step && o->rec.last_use == rt->step_index))
+    if (!o->exec || o == keep || (g->in_step && o->rec.last_use == g->step_index))
       continue;
     drop_exec(c, o);
-    rt->stats.evictions++;
-    rt->mem.budget_evictions++;
-    cgrt__mem_reclaim(rt, NULL);
+    g->stats->evictions++;
+    g->mem.budget_evictions++;
+    cgrt__mem_reclaim(g, NULL);
   }
-  return cgrt__mem_total(&rt->mem) + expected_growth(rt, x) <= budget;
+  return cgrt__mem_total(&g->mem) + expected_growth(g, x) <= budget;
 }
 
 static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mode);
@@ -322,14 +326,14 @@ static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mo
 /* The work's graph does not fit under the budget: it runs eagerly, counted (logged once). */
 static int budget_eager(struct cgrt_graph_cache *c, struct entry *e,
                         const struct cgrt_graph_work *w, uint64_t need, cgrt_mode *mode) {
-  cgrt_runtime *rt = c->rt;
-  rt->mem.budget_eager++;
+  struct cgrt_graphs *g = c->g;
+  g->mem.budget_eager++;
   if (!e->budget_logged) {
     char size[32], mem[512];
     e->budget_logged = 1;
     cgrt__mem_format(need, size, sizeof(size));
-    cgrt__mem_describe(&rt->mem, cgrt__mem_budget(rt), mem, sizeof(mem));
-    cgrt__log(&rt->log, CGRT_LOG_INFO,
+    cgrt__mem_describe(&g->mem, cgrt__mem_budget(g), mem, sizeof(mem));
+    cgrt__log(g->log, CGRT_LOG_INFO,
               "%s runs eagerly: its graph takes about %s, which does not fit under "
               "[cuda_graph] memory_budget (%s)",
               w->what, size, mem);
@@ -378,25 +382,24 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
 
 static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
                   cgrt_mode *mode) {
-  const struct cgrt_host_api *h = &c->rt->host;
+  const struct cgrt_host_api *h = c->host;
   if (__builtin_expect(c->verify != CGRT_VERIFY_OFF, 0))
     return replay_checked(c, e, w, mode);
   int rc = 0;
-  e->rec.last_use = c->rt->step_index;
+  e->rec.last_use = c->g->step_index;
   if (*mode == CGRT_MODE_REPLAY)
     e->rec.replays++;
   if (e->st.staged)
-    rc = cgrt__stage_copy(&c->rt->host, &c->rt->stats.copy_bytes, &e->st, w->buffers,
-                          w->num_buffers, 1);
+    rc = cgrt__stage_copy(c->host, &c->g->stats->copy_bytes, &e->st, w->buffers, w->num_buffers, 1);
   if (rc != 0)
     return rc;
   rc = h->exec_launch(h, e->exec, h->stream(h));
   if (rc != 0) {
-    cgrt__capture_fallback(c->rt, rc, w->what, h->last_error(h));
+    cgrt__capture_fallback(c->g, rc, w->what, h->last_error(h));
     drop_exec(c, e);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
-  return e->st.staged ? cgrt__stage_copy(&c->rt->host, &c->rt->stats.copy_bytes, &e->st, w->buffers,
+  return e->st.staged ? cgrt__stage_copy(c->host, &c->g->stats->copy_bytes, &e->st, w->buffers,
                                          w->num_buffers, 0)
                       : 0;
 }
@@ -410,33 +413,33 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
  */
 static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
                           const struct cgrt_graph_work *w, cgrt_mode *mode) {
-  cgrt_runtime *rt = c->rt;
-  const struct cgrt_host_api *h = &rt->host;
+  struct cgrt_graphs *g = c->g;
+  const struct cgrt_host_api *h = g->host;
   int due = 0;
   uint64_t nth = 0;
-  e->rec.last_use = rt->step_index;
+  e->rec.last_use = g->step_index;
   if (*mode == CGRT_MODE_REPLAY) {
     e->rec.replays++;
     nth = ++e->replays;
     due =
         nth == 1 || (c->verify == CGRT_VERIFY_EVERY && (nth - 1) % (uint64_t)c->verify_every == 0);
   }
-  int rc = e->st.staged ? cgrt__stage_copy(&rt->host, &rt->stats.copy_bytes, &e->st, w->buffers,
+  int rc = e->st.staged ? cgrt__stage_copy(g->host, &g->stats->copy_bytes, &e->st, w->buffers,
                                            w->num_buffers, 1)
                         : 0;
   if (rc != 0)
     return rc;
   struct cgrt_verify_shadow s = {0};
-  if (due && cgrt__verify_snapshot(&rt->host, &rt->log, e->bufs, e->num_bufs, &s) != 0) {
+  if (due && cgrt__verify_snapshot(g->host, g->log, e->bufs, e->num_bufs, &s) != 0) {
     due = 0;
-    rt->stats.verify_skipped++;
-    cgrt__log(&rt->log, CGRT_LOG_WARN, "verify: %s, replay %llu not checked: %s", w->what,
-              (unsigned long long)nth, rt->log.err);
+    g->stats->verify_skipped++;
+    cgrt__log(g->log, CGRT_LOG_WARN, "verify: %s, replay %llu not checked: %s", w->what,
+              (unsigned long long)nth, g->log->err);
   }
   rc = h->exec_launch(h, e->exec, h->stream(h));
   if (rc != 0) {
-    cgrt__verify_free(&rt->host, &s);
-    cgrt__capture_fallback(rt, rc, w->what, h->last_error(h));
+    cgrt__verify_free(g->host, &s);
+    cgrt__capture_fallback(g, rc, w->what, h->last_error(h));
     drop_exec(c, e);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
@@ -446,23 +449,23 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
     /* The same work, eagerly, on the private copies (in_body_graph calls run directly). */
     rc = w->fn(w->arg, CGRT_MODE_EAGER, s.bufs, s.n);
     if (rc == 0)
-      differ = cgrt__verify_outputs(&rt->host, rt->cfg.view.verify_tolerance, e->bufs, &s, msg,
-                                    sizeof(msg));
+      differ =
+          cgrt__verify_outputs(g->host, g->view->verify_tolerance, e->bufs, &s, msg, sizeof(msg));
     if (differ < 0) {
       rc = differ;
       differ = 0;
     }
-    rt->stats.verifications += rc == 0;
+    g->stats->verifications += rc == 0;
   }
-  cgrt_verify_action act = rt->cfg.view.verify_action;
+  cgrt_verify_action act = g->view->verify_action;
   if (differ) {
-    rt->stats.verify_mismatches++;
-    cgrt__log(&rt->log, CGRT_LOG_WARN,
+    g->stats->verify_mismatches++;
+    cgrt__log(g->log, CGRT_LOG_WARN,
               "verify: %s (step %llu, replay %llu of its graph) differs from an eager run: %s; %s "
               "(a graph replays the kernel arguments it was captured with: a value computed on "
               "the host that changes between calls must be read from device memory, or the "
               "calls need different keys)",
-              w->what, (unsigned long long)rt->step_index, (unsigned long long)nth, msg,
+              w->what, (unsigned long long)g->step_index, (unsigned long long)nth, msg,
               act == CGRT_VERIFY_WARN    ? "the graph keeps replaying (verify_action = warn)"
               : act == CGRT_VERIFY_EAGER ? "the eager outputs are kept and the call runs eagerly "
                                            "from now on (verify_action = eager)"
@@ -470,17 +473,17 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
                                            "from now on and the step fails (verify_action = "
                                            "error)");
     if (act != CGRT_VERIFY_WARN)
-      rc = cgrt__verify_adopt(&rt->host, e->bufs, &s);
+      rc = cgrt__verify_adopt(g->host, e->bufs, &s);
   }
   if (rc == 0 && e->st.staged)
-    rc = cgrt__stage_copy(&rt->host, &rt->stats.copy_bytes, &e->st, w->buffers, w->num_buffers, 0);
-  cgrt__verify_free(&rt->host, &s);
+    rc = cgrt__stage_copy(g->host, &g->stats->copy_bytes, &e->st, w->buffers, w->num_buffers, 0);
+  cgrt__verify_free(g->host, &s);
   if (differ && act != CGRT_VERIFY_WARN) {
     drop_exec(c, e);
     e->failures = CAPTURE_ATTEMPTS; /* eager until cgrt_release_graphs, as a key that fails */
     if (rc == 0 && act == CGRT_VERIFY_ERROR)
       rc = h->set_error(h, CGRT_E_VERIFY, "verify: %s (step %llu) differs from an eager run: %s",
-                        w->what, (unsigned long long)rt->step_index, msg);
+                        w->what, (unsigned long long)g->step_index, msg);
   }
   return rc;
 }
@@ -499,13 +502,13 @@ static void key_text(const struct cgrt_graph_key *k, char *buf, size_t len) {
 
 static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
                    const char *why, cgrt_mode *mode) {
-  cgrt_runtime *rt = c->rt;
+  struct cgrt_graphs *g = c->g;
   char key[96];
   key_text(&e->key, key, sizeof(key));
   drop_exec(c, e);
   e->eager = 1;
-  rt->stats.rebind_eager_keys++;
-  cgrt__log(&rt->log, CGRT_LOG_WARN,
+  g->stats->rebind_eager_keys++;
+  cgrt__log(g->log, CGRT_LOG_WARN,
             "%s (%s): its buffers moved on %d of its last %d calls and %s: it runs eagerly from "
             "now on (rebind = auto, until cgrt_release_graphs); keep the buffers it is handed in "
             "place (allocate them once, outside the step) to graph it",
@@ -516,12 +519,12 @@ static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgr
 /* rebind = auto staged buffers of a key whose buffers move on most calls: said once per key. */
 static void say_staged(struct cgrt_graph_cache *c, const struct entry *e,
                        const struct cgrt_graph_work *w) {
-  cgrt_runtime *rt = c->rt;
+  struct cgrt_graphs *g = c->g;
   char names[512], key[96];
   cgrt__stage_names(&e->st, w->buffers, w->num_buffers, names, sizeof(names));
   key_text(&e->key, key, sizeof(key));
-  rt->stats.rebind_copy_keys++;
-  cgrt__log(&rt->log, CGRT_LOG_WARN,
+  g->stats->rebind_copy_keys++;
+  cgrt__log(g->log, CGRT_LOG_WARN,
             "%s (%s): buffer%s %s moved on %d of its last %d calls (rebind = auto): its graph now "
             "works on private copies, copied in before and out after each replay (%llu bytes a "
             "call; its module must read their addresses from args->buffers); keep %s in place "
@@ -537,8 +540,8 @@ static void to_variants(struct cgrt_graph_cache *c, struct entry *e,
   char key[96];
   key_text(&e->key, key, sizeof(key));
   e->variants = 1;
-  c->rt->stats.rebind_variant_keys++;
-  cgrt__log(&c->rt->log, CGRT_LOG_INFO,
+  c->g->stats->rebind_variant_keys++;
+  cgrt__log(c->g->log, CGRT_LOG_INFO,
             "%s (%s): its buffers moved on %d of its last %d calls, among address sets it had "
             "before (rebind = auto): it keeps a graph per address set, at most %d, and copies "
             "nothing",
@@ -569,9 +572,9 @@ static int stage_for_capture(struct cgrt_graph_cache *c, struct entry *e,
   if (e->own)
     return 0; /* its host stages: captured as it is, its later moves are followed from here */
   size_t added = 0;
-  uint64_t budget = all ? 0 : cgrt__mem_budget(c->rt);
-  int rc = cgrt__stage_alloc(&c->rt->host, &c->rt->mem, &e->st, w->buffers, w->num_buffers, all,
-                             budget, &added, why, whylen);
+  uint64_t budget = all ? 0 : cgrt__mem_budget(c->g);
+  int rc = cgrt__stage_alloc(c->host, &c->g->mem, &e->st, w->buffers, w->num_buffers, all, budget,
+                             &added, why, whylen);
   if (rc == 0 && added && !all)
     say_staged(c, e, w);
   return rc;
@@ -580,9 +583,9 @@ static int stage_for_capture(struct cgrt_graph_cache *c, struct entry *e,
 /* Captures a new executable for e; on failure runs the work eagerly. */
 static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
                        cgrt_mode *mode) {
-  cgrt_runtime *rt = c->rt;
-  const struct cgrt_host_api *h = &rt->host;
-  uint64_t budget = cgrt__mem_budget(rt);
+  struct cgrt_graphs *g = c->g;
+  const struct cgrt_host_api *h = g->host;
+  uint64_t budget = cgrt__mem_budget(g);
   if (budget) {
     /* A graph that cannot fit even alone runs eagerly at once: evicting the others (say, the
        small buckets' graphs for a large bucket) could not make room for it. */
@@ -599,7 +602,7 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
     rc = save_buffers(e, w->buffers, w->num_buffers);
   if (rc != 0) {
     /* Out of memory for the private buffers: this call runs eagerly instead. */
-    cgrt__capture_fallback(c->rt, rc, w->what, why[0] ? why : h->last_error(h));
+    cgrt__capture_fallback(c->g, rc, w->what, why[0] ? why : h->last_error(h));
     free_private(c, e);
     e->failures++;
     return run_eager(w, CGRT_MODE_EAGER, mode);
@@ -619,25 +622,25 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   e->exec = exec;
   e->replays = 0;
   c->live++;
-  if (rt->mem.build_valid) {
-    e->rec = rt->mem.build;
+  if (g->mem.build_valid) {
+    e->rec = g->mem.build;
     e->has_rec = 1;
     e->charged = 1;
-    cgrt__mem_charge(rt, &e->rec);
+    cgrt__mem_charge(g, &e->rec);
   }
   /* The expectation can be wrong (a first capture has none): the budget holds after the build
      too. A graph that cannot fit alone (its growth, or its pool mark, with its own memory over
      the budget) goes at once, without evicting the others. */
-  if (budget && cgrt__mem_total(&rt->mem) > budget) {
+  if (budget && cgrt__mem_total(&g->mem) > budget) {
     struct expectation none = {0, 0};
     /* Idle memory first: its trim also lowers the new graph's mark to what the pool keeps. */
-    if (rt->mem.idle)
-      cgrt__mem_reclaim(rt, NULL);
+    if (g->mem.idle)
+      cgrt__mem_reclaim(g, NULL);
     uint64_t alone = e->rec.pool_mark + e->rec.exec_bytes;
-    if (cgrt__mem_total(&rt->mem) > budget &&
+    if (cgrt__mem_total(&g->mem) > budget &&
         (e->rec.built_bytes > budget || alone > budget || !budget_fit(c, e, &none))) {
       drop_exec(c, e);
-      cgrt__mem_reclaim(rt, NULL);
+      cgrt__mem_reclaim(g, NULL);
       return budget_eager(c, e, w, alone > e->rec.built_bytes ? alone : e->rec.built_bytes, mode);
     }
   }
@@ -648,9 +651,9 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
 /* Update policy: re-records the work with the new addresses and updates e's executable. */
 static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
                          const struct cgrt_graph_work *w, cgrt_mode *mode) {
-  cgrt_runtime *rt = c->rt;
-  const struct cgrt_host_api *h = &rt->host;
-  char why[sizeof(rt->log.err)];
+  struct cgrt_graphs *g = c->g;
+  const struct cgrt_host_api *h = g->host;
+  char why[sizeof(g->log->err)];
   void *graph = NULL;
   /* The new addresses: the host's, and the private copies of staged buffers. */
   cgrt_buffer *bufs = NULL;
@@ -660,15 +663,15 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
   struct record_arg r = {w, bufs ? bufs : w->buffers};
   struct cgrt__mem_probe before, after;
   if (e->charged)
-    cgrt__mem_probe(rt, &before);
-  rc = cgrt__record(rt, h->stream(h), record_work, &r, w->what, why, sizeof(why), &graph);
+    cgrt__mem_probe(g, &before);
+  rc = cgrt__record(g, h->stream(h), record_work, &r, w->what, why, sizeof(why), &graph);
   if (rc != 0) {
     /* The old executable stays for its own addresses, unless it now has private copies it was
        not recorded with; this call runs eagerly. */
     free(bufs);
     if (e->st.staged)
       drop_exec(c, e);
-    cgrt__capture_fallback(rt, rc, w->what, why);
+    cgrt__capture_fallback(g, rc, w->what, why);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
   rc = h->exec_update(h, e->exec, graph);
@@ -685,14 +688,14 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
   h->graph_destroy(h, graph);
   if (e->charged) {
     /* The executable may have changed: its record moves with the driver's figures. */
-    cgrt__mem_probe(rt, &after);
-    cgrt__mem_adjust(rt, &e->rec, &before, &after);
+    cgrt__mem_probe(g, &after);
+    cgrt__mem_adjust(g, &e->rec, &before, &after);
   }
   if (rc != 0) {
     free(bufs);
     if (e->st.staged)
       drop_exec(c, e);
-    cgrt__capture_fallback(rt, rc, w->what, rt->log.err);
+    cgrt__capture_fallback(g, rc, w->what, g->log->err);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
   free(e->bufs);
@@ -706,7 +709,7 @@ static int rebind_update(struct cgrt_graph_cache *c, struct entry *e,
 /* Names the first buffer that moved, for the error policy. */
 static int rebind_refused(struct cgrt_graph_cache *c, const struct entry *e,
                           const struct cgrt_graph_work *w) {
-  const struct cgrt_host_api *h = &c->rt->host;
+  const struct cgrt_host_api *h = c->host;
   if (e->num_bufs != w->num_buffers)
     return h->set_error(h, CGRT_E_REBIND,
                         "%s: called with %zu buffers, captured with %zu; rebind = error refuses "
@@ -736,7 +739,7 @@ static struct entry *sibling(struct cgrt_graph_cache *c, const struct cgrt_graph
 /* Copy policy: a call the private copies cannot take (another count of buffers, one grew). */
 static int copy_refused(struct cgrt_graph_cache *c, const struct entry *e,
                         const struct cgrt_graph_work *w) {
-  const struct cgrt_host_api *h = &c->rt->host;
+  const struct cgrt_host_api *h = c->host;
   if (w->num_buffers != e->st.n)
     return h->set_error(h, CGRT_E_REBIND,
                         "%s: called with %zu buffers, captured with %zu; give calls with other "
@@ -779,8 +782,8 @@ static int fold_variants(struct cgrt_graph_cache *c, struct entry *keep,
       keep->st.b[i].sticky = 1;
   char why[512] = "";
   size_t added = 0;
-  rc = cgrt__stage_alloc(&c->rt->host, &c->rt->mem, &keep->st, w->buffers, w->num_buffers, 0,
-                         cgrt__mem_budget(c->rt), &added, why, sizeof(why));
+  rc = cgrt__stage_alloc(c->host, &c->g->mem, &keep->st, w->buffers, w->num_buffers, 0,
+                         cgrt__mem_budget(c->g), &added, why, sizeof(why));
   if (rc != 0)
     return give_up(c, keep, w, why, mode);
   if (added)
@@ -807,8 +810,8 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
   char why[512] = "";
   if (w->num_buffers != e->st.n)
     free_private(c, e); /* private copies follow buffers by index: gone with another count */
-  int rc = cgrt__stage_regrow(&c->rt->host, &c->rt->mem, &e->st, w->buffers, w->num_buffers, why,
-                              sizeof(why));
+  int rc =
+      cgrt__stage_regrow(c->host, &c->g->mem, &e->st, w->buffers, w->num_buffers, why, sizeof(why));
   if (rc < 0)
     return give_up(c, e, w, why, mode);
   rc = cgrt__stage_track(&e->st, w->buffers, w->num_buffers);
@@ -819,8 +822,8 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
     to_variants(c, e, w);
     struct entry *v = insert(c, &e->key, e->hash);
     if (!v)
-      return c->rt->host.set_error(&c->rt->host, CGRT_E_NOMEM,
-                                   "out of memory in the graph cache (%s)", w->what);
+      return c->host->set_error(c->host, CGRT_E_NOMEM, "out of memory in the graph cache (%s)",
+                                w->what);
     v->warm = e->warm;
     v->variants = 1;
     v->own = e->own;
@@ -833,8 +836,8 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
                      "private copies",
                      mode);
     size_t added = 0;
-    rc = cgrt__stage_alloc(&c->rt->host, &c->rt->mem, &e->st, w->buffers, w->num_buffers, 0,
-                           cgrt__mem_budget(c->rt), &added, why, sizeof(why));
+    rc = cgrt__stage_alloc(c->host, &c->g->mem, &e->st, w->buffers, w->num_buffers, 0,
+                           cgrt__mem_budget(c->g), &added, why, sizeof(why));
     if (rc != 0)
       return give_up(c, e, w, why, mode);
     if (added)
@@ -848,7 +851,7 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
 /* cache_run, for a unit whose module may stage its own inputs (`own`: never private copies). */
 static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
                     const struct cgrt_graph_work *w, int own, cgrt_mode *mode) {
-  const struct cgrt_host_api *h = &c->rt->host;
+  const struct cgrt_host_api *h = c->host;
   if (w->num_buffers && !w->buffers)
     return h->set_error(h, CGRT_E_INVAL, "%s: num_buffers is %zu but buffers is NULL", w->what,
                         w->num_buffers);
@@ -859,7 +862,7 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
     struct entry *other = sibling(c, key, hash);
     if (other && other->variants && count_entries(c, key, hash) >= AUTO_VARIANTS) {
       touch(c, other);
-      c->rt->stats.rebinds++;
+      c->g->stats->rebinds++;
       return fold_variants(c, other, w, mode);
     }
     if (!(e = insert(c, key, hash)))
@@ -868,7 +871,7 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
       e->warm = other->warm;
       e->variants = other->variants;
       e->own = other->own;
-      c->rt->stats.rebinds++;
+      c->g->stats->rebinds++;
     }
   }
   touch(c, e);
@@ -898,7 +901,7 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
     return replay(c, e, w, mode);
   }
   /* The buffers moved (recapture never gets here: find() matched or made another entry). */
-  c->rt->stats.rebinds++;
+  c->g->stats->rebinds++;
   switch (c->rebind) {
   case CGRT_REBIND_AUTO:
     return rebind_auto(c, e, w, mode);
@@ -957,7 +960,7 @@ void cgrt__cache_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache 
   if (!c)
     return;
   cgrt__cache_clear(h, c);
-  for (struct cgrt_graph_cache **p = &c->rt->caches; *p; p = &(*p)->next_cache)
+  for (struct cgrt_graph_cache **p = &c->g->caches; *p; p = &(*p)->next_cache)
     if (*p == c) {
       *p = c->next_cache;
       break;
@@ -968,39 +971,41 @@ void cgrt__cache_destroy(const struct cgrt_host_api *h, struct cgrt_graph_cache 
 
 static const struct cgrt__graph_walkers walkers; /* below */
 
-int cgrt__cache_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind rebind,
+int cgrt__cache_create(struct cgrt_graphs *g, int max_graphs, cgrt_rebind rebind,
                        struct cgrt_graph_cache **out) {
+  const struct cgrt_host_api *h = g->host;
   *out = NULL;
   if (max_graphs < 1 || (unsigned)rebind > CGRT_REBIND_AUTO)
     return h->set_error(h, CGRT_E_INVAL, "cache_create: max_graphs %d must be >= 1", max_graphs);
   struct cgrt_graph_cache *c = calloc(1, sizeof(*c));
   if (!c)
     return CGRT_E_NOMEM;
-  c->rt = CGRT_RT(h);
+  c->g = g;
+  c->host = g->host;
   c->max_graphs = max_graphs;
   c->rebind = rebind;
-  c->verify = c->rt->cfg.view.verify;
-  c->verify_every = c->rt->cfg.view.verify_every > 0 ? c->rt->cfg.view.verify_every : 1;
+  c->verify = c->g->view->verify;
+  c->verify_every = c->g->view->verify_every > 0 ? c->g->view->verify_every : 1;
   c->table_size = 64;
   c->table = calloc(c->table_size, sizeof(*c->table));
   if (!c->table) {
     free(c);
     return CGRT_E_NOMEM;
   }
-  c->next_cache = c->rt->caches;
-  c->rt->caches = c;
-  c->rt->mem.caches = &walkers;
+  c->next_cache = c->g->caches;
+  c->g->caches = c;
+  c->g->mem.caches = &walkers;
   *out = c;
   return 0;
 }
 
 /* ---------------------------------------------------------------- for graph_mem.c */
 
-int cgrt__caches_visit(cgrt_runtime *rt,
+int cgrt__caches_visit(struct cgrt_graphs *g,
                        int (*fn)(void *arg, const struct cgrt_graph_key *key,
                                  const struct cgrt__graph_rec *rec),
                        void *arg) {
-  for (struct cgrt_graph_cache *c = rt->caches; c; c = c->next_cache)
+  for (struct cgrt_graph_cache *c = g->caches; c; c = c->next_cache)
     for (struct entry *e = c->newest; e; e = e->older)
       if (e->exec) {
         int rc = fn(arg, &e->key, &e->rec);
@@ -1010,9 +1015,9 @@ int cgrt__caches_visit(cgrt_runtime *rt,
   return 0;
 }
 
-struct cgrt__graph_rec *cgrt__caches_largest(cgrt_runtime *rt) {
+struct cgrt__graph_rec *cgrt__caches_largest(struct cgrt_graphs *g) {
   struct cgrt__graph_rec *best = NULL;
-  for (struct cgrt_graph_cache *c = rt->caches; c; c = c->next_cache)
+  for (struct cgrt_graph_cache *c = g->caches; c; c = c->next_cache)
     for (struct entry *e = c->oldest; e; e = e->newer)
       if (e->charged && e->rec.alloc_bytes > 0 &&
           (!best || e->rec.alloc_bytes >= best->alloc_bytes))
@@ -1020,8 +1025,8 @@ struct cgrt__graph_rec *cgrt__caches_largest(cgrt_runtime *rt) {
   return best;
 }
 
-void cgrt__caches_cap_marks(cgrt_runtime *rt, uint64_t reserved) {
-  for (struct cgrt_graph_cache *c = rt->caches; c; c = c->next_cache)
+void cgrt__caches_cap_marks(struct cgrt_graphs *g, uint64_t reserved) {
+  for (struct cgrt_graph_cache *c = g->caches; c; c = c->next_cache)
     for (struct entry *e = c->oldest; e; e = e->newer)
       if (e->charged && e->rec.pool_mark > reserved)
         e->rec.pool_mark = reserved;
@@ -1036,28 +1041,28 @@ static const struct cgrt__graph_walkers walkers = {
 /* ---------------------------------------------------------------- whole bodies */
 
 struct body_unit {
-  cgrt_runtime *rt;
+  struct cgrt_graphs *g;
   struct cgrt_step_frame *f;
   const char *what;
 };
 
 static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, size_t n) {
   struct body_unit *b = arg;
-  cgrt_runtime *rt = b->rt;
+  struct cgrt_graphs *g = b->g;
   cgrt_ctx *ctx = b->f->ctx;
   const cgrt_buffer *saved = ctx->buffers;
   size_t saved_n = ctx->num_buffers;
   /* The body addresses the static buffers the unit works on: private ones under copy. */
   ctx->mode = mode;
-  int rc = cgrt__comms_wait(&rt->comms, &rt->dev, rt->stream, &rt->log, &rt->stats.comm_waits, ctx,
-                            b->what);
+  int rc =
+      cgrt__comms_wait(g->comms, g->dev, g->stream, g->log, &g->stats->comm_waits, ctx, b->what);
   if (rc != 0)
     return rc;
   ctx->buffers = bufs;
   ctx->num_buffers = n;
-  rt->in_body_graph = 1;
-  rc = rt->host.run_body(&rt->host, b->f);
-  rt->in_body_graph = 0;
+  g->in_body_graph = 1;
+  rc = g->host->run_body(g->host, b->f);
+  g->in_body_graph = 0;
   ctx->buffers = saved;
   ctx->num_buffers = saved_n;
   return rc;
@@ -1072,7 +1077,8 @@ int cgrt__cache_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache 
              (unsigned long long)key->shape);
   else
     snprintf(what, sizeof(what), "the %s body", cgrt_phase_name(f->ctx->phase));
-  struct body_unit b = {CGRT_RT(h), f, what};
+  (void)h;
+  struct body_unit b = {c->g, f, what};
   struct cgrt_graph_work work = {
       .struct_size = sizeof(work),
       .fn = run_body_unit,
@@ -1082,7 +1088,7 @@ int cgrt__cache_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache 
       .warmup = warmup,
       .what = what,
   };
-  int rc = run_unit(c, key, &work, b.rt->body_stages, mode);
+  int rc = run_unit(c, key, &work, b.g->body_stages, mode);
   f->ctx->mode = *mode;
   return rc;
 }
@@ -1090,14 +1096,14 @@ int cgrt__cache_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache 
 /* ---------------------------------------------------------------- module calls */
 
 struct call_unit {
-  cgrt_runtime *rt;
+  const struct cgrt_host_api *host;
   struct cgrt_call *call;
 };
 
 static int run_call_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, size_t n) {
   struct call_unit *u = arg;
   struct cgrt_call *c = u->call;
-  const struct cgrt_host_api *h = &u->rt->host;
+  const struct cgrt_host_api *h = u->host;
   c->ctx->mode = mode;
   if (bufs == c->args->buffers)
     return h->run_module(h, c);
@@ -1113,7 +1119,7 @@ static int run_call_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, siz
 int cgrt__cache_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
                          struct cgrt_call *call, const struct cgrt_graph_key *key, int warmup,
                          cgrt_mode *mode) {
-  struct call_unit u = {CGRT_RT(h), call};
+  struct call_unit u = {h, call};
   struct cgrt_graph_work work = {
       .struct_size = sizeof(work),
       .fn = run_call_unit,

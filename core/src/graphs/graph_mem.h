@@ -45,7 +45,7 @@ struct cgrt__graph_rec {
   uint64_t replays;
 };
 
-struct cgrt_runtime;
+struct cgrt_graphs; /* graphs.h */
 struct cgrt_graph_key;
 
 /*
@@ -53,18 +53,18 @@ struct cgrt_graph_key;
  * cache, NULL before: no cache, no live executable), so the ledger calls nothing above itself.
  */
 struct cgrt__graph_walkers {
-  /* Lowers the pool mark of every live executable of rt to `reserved` (the pool after a trim). */
-  void (*cap_marks)(struct cgrt_runtime *rt, uint64_t reserved);
-  /* Calls fn for every live executable of every cache of rt; stops at fn's first nonzero. */
-  int (*visit)(struct cgrt_runtime *rt,
+  /* Lowers the pool mark of every live executable of g to `reserved` (the pool after a trim). */
+  void (*cap_marks)(struct cgrt_graphs *g, uint64_t reserved);
+  /* Calls fn for every live executable of every cache of g; stops at fn's first nonzero. */
+  int (*visit)(struct cgrt_graphs *g,
                int (*fn)(void *arg, const struct cgrt_graph_key *key,
                          const struct cgrt__graph_rec *rec),
                void *arg);
   /* The record of the live executable with the largest allocations, or NULL if none has any. */
-  struct cgrt__graph_rec *(*largest)(struct cgrt_runtime *rt);
+  struct cgrt__graph_rec *(*largest)(struct cgrt_graphs *g);
 };
 
-/* The runtime's ledger. */
+/* The graph layer's ledger (struct cgrt_graphs, mem). */
 struct cgrt__graph_mem {
   const struct cgrt__graph_walkers *caches; /* the caches' live records, NULL if none yet */
   struct cgrt__graph_rec build;             /* the capture helper's last build */
@@ -84,25 +84,24 @@ struct cgrt__mem_probe {
   uint64_t used, reserved, free;
 };
 
-struct cgrt_runtime;
 struct cgrt_graph_cache;
 
-void cgrt__mem_probe(struct cgrt_runtime *rt, struct cgrt__mem_probe *p);
+void cgrt__mem_probe(struct cgrt_graphs *g, struct cgrt__mem_probe *p);
 
-/* Fills rt->mem.build from the readings around a build and the graph's figures. */
-void cgrt__mem_build_done(struct cgrt_runtime *rt, const struct cgrt__mem_probe *before,
+/* Fills g->mem.build from the readings around a build and the graph's figures. */
+void cgrt__mem_build_done(struct cgrt_graphs *g, const struct cgrt__mem_probe *before,
                           const struct cgrt__mem_probe *after, uint64_t nodes, uint64_t alloc_bytes,
                           uint64_t capture_ns, uint64_t instantiate_ns);
 
 /* Adds a live graph's record to the ledger, or takes it out (its pool bytes become idle). */
-void cgrt__mem_charge(struct cgrt_runtime *rt, const struct cgrt__graph_rec *r);
-void cgrt__mem_discharge(struct cgrt_runtime *rt, const struct cgrt__graph_rec *r);
+void cgrt__mem_charge(struct cgrt_graphs *g, const struct cgrt__graph_rec *r);
+void cgrt__mem_discharge(struct cgrt_graphs *g, const struct cgrt__graph_rec *r);
 
 /*
  * A rebind changed a live graph's executable: the readings around it change its record (and the
  * ledger) by what the driver's figures moved.
  */
-void cgrt__mem_adjust(struct cgrt_runtime *rt, struct cgrt__graph_rec *r,
+void cgrt__mem_adjust(struct cgrt_graphs *g, struct cgrt__graph_rec *r,
                       const struct cgrt__mem_probe *before, const struct cgrt__mem_probe *after);
 
 /*
@@ -111,10 +110,10 @@ void cgrt__mem_adjust(struct cgrt_runtime *rt, struct cgrt__graph_rec *r,
  * Not while the stream captures (then nothing is done). *released: bytes given back (may be
  * NULL).
  */
-void cgrt__mem_reclaim(struct cgrt_runtime *rt, uint64_t *released);
+void cgrt__mem_reclaim(struct cgrt_graphs *g, uint64_t *released);
 
 /* The configured budget in bytes, 0 if off. */
-uint64_t cgrt__mem_budget(const struct cgrt_runtime *rt);
+uint64_t cgrt__mem_budget(const struct cgrt_graphs *g);
 
 /* What the budget is compared with: the live graphs' bytes, idle pool memory and private copies. */
 uint64_t cgrt__mem_total(const struct cgrt__graph_mem *m);

@@ -84,14 +84,15 @@ int cgrt__buckets_observe(const struct cgrt_host_api *h, int64_t tokens, int *ch
     cgrt__log(&rt->log, CGRT_LOG_DEBUG,
               "adaptive buckets at step %llu: keeping {%s} (%.2f padded tokens per step; the "
               "best set {%s} would pad %.2f, less than adapt_min_gain = %g%% saved)",
-              (unsigned long long)rt->step_index, old_set, now, new_set, best, a->min_gain * 100.0);
+              (unsigned long long)rt->graphs.step_index, old_set, now, new_set, best,
+              a->min_gain * 100.0);
     free(next);
     return 0;
   }
   cgrt__log(&rt->log, CGRT_LOG_INFO,
             "adaptive buckets at step %llu: {%s} -> {%s}; expected padding %.2f -> %.2f tokens "
             "per step (%.1f%% less)",
-            (unsigned long long)rt->step_index, old_set, new_set, now, best,
+            (unsigned long long)rt->graphs.step_index, old_set, new_set, now, best,
             now > 0 ? 100.0 * (now - best) / now : 0.0);
   free(rt->buckets);
   rt->buckets = next;

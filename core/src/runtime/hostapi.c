@@ -54,10 +54,10 @@ static int h_run_prepare(const struct cgrt_host_api *h, struct cgrt_step_frame *
   cgrt_runtime *rt = CGRT_RT(h);
   if (!f->desc->prepare)
     return 0;
-  const void *outer = rt->host_frame;
-  rt->host_frame = __builtin_frame_address(0);
+  const void *outer = rt->graphs.host_frame;
+  rt->graphs.host_frame = __builtin_frame_address(0);
   int rc = f->desc->prepare(f->ctx, f->desc->user);
-  rt->host_frame = outer;
+  rt->graphs.host_frame = outer;
   if (rc != 0)
     return cgrt__fail(&rt->log, CGRT_E_CALLBACK, "the prepare callback of step %llu returned %d",
                       (unsigned long long)f->ctx->step, rc);
@@ -69,10 +69,10 @@ static int h_run_body(const struct cgrt_host_api *h, struct cgrt_step_frame *f) 
   rt->in_body = 1;
   rt->body_error = 0;
   cgrt__comms_handed(&rt->comms, f->ctx->comm);
-  const void *outer = rt->host_frame;
-  rt->host_frame = __builtin_frame_address(0);
+  const void *outer = rt->graphs.host_frame;
+  rt->graphs.host_frame = __builtin_frame_address(0);
   int rc = f->desc->body(f->ctx, f->desc->user);
-  rt->host_frame = outer;
+  rt->graphs.host_frame = outer;
   rt->in_body = 0;
   if (rc == 0)
     return 0;
@@ -102,10 +102,10 @@ static int h_run_module(const struct cgrt_host_api *h, struct cgrt_call *c) {
     c->ctx->comm = comm;
     return rc;
   }
-  const void *outer = rt->host_frame;
-  rt->host_frame = __builtin_frame_address(0);
+  const void *outer = rt->graphs.host_frame;
+  rt->graphs.host_frame = __builtin_frame_address(0);
   rc = fn(c->ctx, c->args, m->user);
-  rt->host_frame = outer;
+  rt->graphs.host_frame = outer;
   c->ctx->comm = comm;
   if (rc != 0)
     return cgrt__fail(
@@ -135,7 +135,7 @@ static int h_stream_sync(const struct cgrt_host_api *h, void *stream) {
  */
 static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
-  int hrc = cgrt__hook_begin(&rt->hooks, stream);
+  int hrc = cgrt__hook_begin(&rt->graphs.hooks, stream);
   if (hrc != 0)
     return cgrt__fail(&rt->log, CGRT_E_CALLBACK,
                       "the host's capture begin hook returned %d and refused the capture", hrc);
@@ -144,7 +144,8 @@ static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
     rt->open_captures++;
     cgrt__comms_capture_begin(&rt->comms);
   } else
-    (void)cgrt__hook_end(&rt->hooks, stream); /* no capture began: close the pair the hook opened */
+    (void)cgrt__hook_end(&rt->graphs.hooks,
+                         stream); /* no capture began: close the pair the hook opened */
   return dev_rc(rt, rc);
 }
 
@@ -154,7 +155,7 @@ static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **gra
   if (owed)
     rt->open_captures--;
   int rc = dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
-  int hrc = owed ? cgrt__hook_end(&rt->hooks, stream) : 0;
+  int hrc = owed ? cgrt__hook_end(&rt->graphs.hooks, stream) : 0;
   if (rc == 0 && hrc != 0) {
     DRV(rt)->graph_destroy(DEV(rt), *graph);
     *graph = NULL;
@@ -182,9 +183,9 @@ static int h_graph_instantiate(const struct cgrt_host_api *h, void *graph, void 
   rt->stats.instantiations++;
   rt->stats.live_graphs++;
   cgrt__comms_exec_from(&rt->comms, *exec, graph);
-  if (rt->rep)
-    rt->rep->graphs_built++;
-  cgrt__watch(rt, CGRT_TOOL_GRAPH_INSTANTIATED, graph, *exec, NULL);
+  if (rt->graphs.rep)
+    rt->graphs.rep->graphs_built++;
+  cgrt__watch(&rt->graphs, CGRT_TOOL_GRAPH_INSTANTIATED, graph, *exec, NULL);
   return 0;
 }
 
@@ -204,7 +205,7 @@ static int h_exec_update(const struct cgrt_host_api *h, void *exec, void *graph)
   if (rc == 0) {
     rt->stats.updates++;
     cgrt__comms_exec_from(&rt->comms, exec, graph);
-    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPDATED, graph, exec, NULL);
+    cgrt__watch(&rt->graphs, CGRT_TOOL_GRAPH_UPDATED, graph, exec, NULL);
   } else if (rc == CGRT_E_UPDATE)
     rt->stats.update_refusals++;
   return dev_rc(rt, rc);
@@ -214,7 +215,7 @@ static int h_exec_upload(const struct cgrt_host_api *h, void *exec, void *stream
   cgrt_runtime *rt = CGRT_RT(h);
   int rc = DRV(rt)->exec_upload(DEV(rt), exec, stream);
   if (rc == 0)
-    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPLOADED, NULL, exec, stream);
+    cgrt__watch(&rt->graphs, CGRT_TOOL_GRAPH_UPLOADED, NULL, exec, stream);
   return dev_rc(rt, rc);
 }
 
@@ -223,7 +224,7 @@ static int h_exec_launch(const struct cgrt_host_api *h, void *exec, void *stream
   int rc = cgrt__fault_exec_launch(&rt->faults, DEV(rt), exec, stream);
   if (rc == 0) {
     cgrt__comms_launched(&rt->comms, exec);
-    cgrt__watch(rt, CGRT_TOOL_GRAPH_LAUNCHED, NULL, exec, stream);
+    cgrt__watch(&rt->graphs, CGRT_TOOL_GRAPH_LAUNCHED, NULL, exec, stream);
   }
   return dev_rc(rt, rc);
 }
@@ -297,13 +298,13 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   size_t nodes = 0;
   uint64_t alloc_bytes = 0;
   *exec = NULL;
-  rt->mem.build_valid = 0;
+  rt->graphs.mem.build_valid = 0;
   /* Memory is read around the whole build: a graph's pool memory is mapped at upload. */
-  cgrt__mem_probe(rt, &before);
+  cgrt__mem_probe(&rt->graphs, &before);
   uint64_t t0 = cgrt__now_ns();
-  int rc = cgrt__record(rt, stream, fn, arg, what, why, sizeof(why), &graph);
+  int rc = cgrt__record(&rt->graphs, stream, fn, arg, what, why, sizeof(why), &graph);
   if (rc != 0)
-    return cgrt__capture_fallback(rt, rc, what, why);
+    return cgrt__capture_fallback(&rt->graphs, rc, what, why);
   uint64_t t1 = cgrt__now_ns();
   if (DRV(rt)->graph_node_count(DEV(rt), graph, &nodes) != 0)
     nodes = 0;
@@ -312,21 +313,27 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   rc = h_graph_instantiate(h, graph, exec);
   h_graph_destroy(h, graph);
   if (rc != 0)
-    return cgrt__capture_fallback(rt, rc, what, rt->dev.err);
+    return cgrt__capture_fallback(&rt->graphs, rc, what, rt->dev.err);
   rc = DRV(rt)->exec_upload(DEV(rt), *exec, stream);
   if (rc == 0)
-    cgrt__watch(rt, CGRT_TOOL_GRAPH_UPLOADED, NULL, *exec, stream);
+    cgrt__watch(&rt->graphs, CGRT_TOOL_GRAPH_UPLOADED, NULL, *exec, stream);
   if (rc != 0) {
     snprintf(why, sizeof(why), "%s", rt->dev.err);
     h_exec_destroy(h, *exec);
     *exec = NULL;
-    return cgrt__capture_fallback(rt, rc, what, why);
+    return cgrt__capture_fallback(&rt->graphs, rc, what, why);
   }
   uint64_t t2 = cgrt__now_ns();
-  cgrt__mem_probe(rt, &after);
-  cgrt__mem_build_done(rt, &before, &after, nodes, alloc_bytes, t1 - t0, t2 - t1);
+  cgrt__mem_probe(&rt->graphs, &after);
+  cgrt__mem_build_done(&rt->graphs, &before, &after, nodes, alloc_bytes, t1 - t0, t2 - t1);
   cgrt__log(&rt->log, CGRT_LOG_DEBUG, "captured %s", what);
   return 0;
+}
+
+/* The table's cache_create: a cache belongs to the runtime's graph layer. */
+static int h_cache_create(const struct cgrt_host_api *h, int max_graphs, cgrt_rebind rebind,
+                          struct cgrt_graph_cache **out) {
+  return cgrt__cache_create(&CGRT_RT(h)->graphs, max_graphs, rebind, out);
 }
 
 static void h_count(const struct cgrt_host_api *h, cgrt_counter which, int64_t delta) {
@@ -347,8 +354,8 @@ static void h_count(const struct cgrt_host_api *h, cgrt_counter which, int64_t d
     break;
   case CGRT_COUNT_FALLBACKS:
     s->fallbacks += (uint64_t)delta;
-    if (rt->rep)
-      rt->rep->fallbacks += (uint32_t)delta;
+    if (rt->graphs.rep)
+      rt->graphs.rep->fallbacks += (uint32_t)delta;
     break;
   }
 }
@@ -475,7 +482,7 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   /* graphs/graph_cache.c */
   h->run_body_graph = cgrt__cache_run_body;
   h->run_call_graph = cgrt__cache_run_call;
-  h->cache_create = cgrt__cache_create;
+  h->cache_create = h_cache_create;
   h->cache_destroy = cgrt__cache_destroy;
   h->cache_clear = cgrt__cache_clear;
   h->cache_run = cgrt__cache_run;

@@ -147,7 +147,7 @@ static int open_runtime(cgrt_runtime *rt) {
                 "[runtime] diagnose = %s is used",
                 env_diag, cgrt__diagnose_name(v->diagnose));
   }
-  cgrt__diagnose_open(rt);
+  cgrt__diagnose_open(&rt->graphs);
 
   int rc =
       cgrt__buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
@@ -199,6 +199,7 @@ static int open_runtime(cgrt_runtime *rt) {
   rt->dev_open = 1;
   bind_thread(rt);
   rc = open_stream(rt);
+  rt->graphs.stream = rt->stream;
   if (rc != 0)
     return rc;
 
@@ -228,6 +229,15 @@ static cgrt_runtime *runtime_alloc(cgrt_log_fn log, void *log_user) {
   }
   rt->stats.struct_size = sizeof(rt->stats);
   cgrt__host_api_init(rt);
+  /* What the graph layer is lent; the stream follows once open_stream has one. */
+  struct cgrt_graphs *g = &rt->graphs;
+  g->host = &rt->host;
+  g->dev = &rt->dev;
+  g->log = &rt->log;
+  g->stats = &rt->stats;
+  g->view = &rt->cfg.view;
+  g->comms = &rt->comms;
+  g->faults = &rt->faults;
   return rt;
 }
 
@@ -296,7 +306,7 @@ CGRT_API int cgrt_open_string(cgrt_runtime **out, const char *ini) {
 CGRT_API int cgrt_close(cgrt_runtime *rt) {
   if (!rt)
     return 0;
-  if (rt->in_step)
+  if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_close called from inside a step; close after it");
   int first = 0, rc;
@@ -315,6 +325,7 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
     rt->dev.drv->stream_destroy(&rt->dev, rt->stream);
   }
   rt->stream = NULL;
+  rt->graphs.stream = NULL;
   if (rt->dev_open)
     rt->dev.drv->close(&rt->dev);
   cgrt__backend_close(&rt->lib);
@@ -327,8 +338,8 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   free(rt->modules);
   free(rt->buckets);
   cgrt__adaptive_close(rt);
-  cgrt__diagnose_close(rt);
-  free(rt->hooks.pool);
+  cgrt__diagnose_close(&rt->graphs);
+  free(rt->graphs.hooks.pool);
   cgrt__config_free(&rt->cfg);
   free(rt);
   return first;
@@ -359,7 +370,7 @@ CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgr
                                     void *user) {
   if (!rt)
     return CGRT_E_INVAL;
-  if (rt->in_step)
+  if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_set_capture_hooks: not allowed inside a step (a capture may be open)");
   cgrt_capture_hooks h = {.struct_size = sizeof(h), .begin = begin, .end = end, .user = user};
@@ -376,7 +387,7 @@ CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hook
     return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_set_capture_hooks_ex: hooks must be non-NULL, with hooks->struct_size "
                       "set to sizeof(cgrt_capture_hooks)");
-  if (rt->in_step)
+  if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_set_capture_hooks_ex: not allowed inside a step (a capture may be "
                       "open)");
@@ -388,11 +399,11 @@ CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hook
   if (h.pool_allocator && h.pool_allocator[0] && !(pool = strdup(h.pool_allocator)))
     return cgrt__fail(&rt->log, CGRT_E_NOMEM,
                       "cgrt_set_capture_hooks_ex: out of memory copying pool_allocator");
-  free(rt->hooks.pool);
-  rt->hooks.pool = pool;
-  rt->hooks.begin = h.begin;
-  rt->hooks.end = h.end;
-  rt->hooks.user = h.user;
+  free(rt->graphs.hooks.pool);
+  rt->graphs.hooks.pool = pool;
+  rt->graphs.hooks.begin = h.begin;
+  rt->graphs.hooks.end = h.end;
+  rt->graphs.hooks.user = h.user;
   return 0;
 }
 
@@ -438,7 +449,7 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, c
     return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_module_register: desc and out must be non-NULL and "
                       "desc->struct_size set to sizeof(cgrt_module_desc)");
-  if (rt->in_step)
+  if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_module_register: register modules before or between steps, not "
                       "inside one");
@@ -529,11 +540,11 @@ static void count_call(cgrt_runtime *rt, cgrt_mode mode) {
   rt->stats.calls_by_mode[mode]++;
   rt->call_modes |= 1u << mode;
   if (mode == CGRT_MODE_CAPTURE)
-    rt->rep->calls_captured++;
+    rt->graphs.rep->calls_captured++;
   else if (mode == CGRT_MODE_REPLAY)
-    rt->rep->calls_replayed++;
+    rt->graphs.rep->calls_replayed++;
   else
-    rt->rep->calls_eager++;
+    rt->graphs.rep->calls_eager++;
 }
 
 /* The mode of a step from its module calls so far: capture, else warmup, else replay, else eager.
@@ -557,14 +568,14 @@ static int close_stray_capture(cgrt_runtime *rt) {
       rt->dev.drv->graph_destroy(&rt->dev, graph);
   }
   /* Whatever the stream's state, the host hears the end of every capture it heard begin. */
-  while (rt->hooks.depth > 0)
-    (void)cgrt__hook_end(&rt->hooks, rt->stream);
+  while (rt->graphs.hooks.depth > 0)
+    (void)cgrt__hook_end(&rt->graphs.hooks, rt->stream);
   if (!active)
     return 0;
   cgrt__fail(&rt->log, CGRT_E_CAPTURE,
              "backend '%s' returned from step %llu with the stream still capturing; the capture "
              "was ended and discarded (a bug in the backend)",
-             rt->lib.vt->name, (unsigned long long)rt->step_index);
+             rt->lib.vt->name, (unsigned long long)rt->graphs.step_index);
   cgrt__log(&rt->log, CGRT_LOG_ERROR, "%s", rt->log.err);
   return CGRT_E_CAPTURE;
 }
@@ -572,7 +583,7 @@ static int close_stray_capture(cgrt_runtime *rt) {
 CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report) {
   if (!rt)
     return CGRT_E_INVAL;
-  if (rt->in_step)
+  if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_step called from inside a step (prepare, body or a module); steps "
                       "do not nest");
@@ -591,7 +602,7 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
       .phase = desc->phase,
       .mode = CGRT_MODE_EAGER,
       .microbatch = -1,
-      .step = rt->step_index,
+      .step = rt->graphs.step_index,
       .tokens = desc->tokens,
       .padded_tokens = desc->tokens,
       .num_sequences = desc->num_sequences,
@@ -605,19 +616,19 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   struct cgrt_step_frame frame = {
       .struct_size = sizeof(frame), .desc = desc, .ctx = &ctx, .report = &rep};
-  rt->in_step = 1;
-  rt->body_stages = desc->struct_size >= STEP_DESC_STAGES && desc->stages_inputs != 0;
+  rt->graphs.in_step = 1;
+  rt->graphs.body_stages = desc->struct_size >= STEP_DESC_STAGES && desc->stages_inputs != 0;
   rt->ctx = &ctx;
-  rt->rep = &rep;
+  rt->graphs.rep = &rep;
   rt->call_modes = 0;
   rc = rt->lib.vt->step(rt->be_state, &frame);
   int stray = close_stray_capture(rt);
   if (rc == 0)
     rc = stray;
-  rt->in_step = 0;
+  rt->graphs.in_step = 0;
   rt->in_body = 0;
   rt->ctx = NULL;
-  rt->rep = NULL;
+  rt->graphs.rep = NULL;
 
   rep.mode = ctx.mode;
   rep.padded_tokens = ctx.padded_tokens;
@@ -628,7 +639,7 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
     rt->stats.padded_tokens += (uint64_t)(ctx.padded_tokens - ctx.tokens);
   if (desc->phase == CGRT_PHASE_INFER)
     rt->stats.real_tokens += (uint64_t)desc->tokens;
-  rt->step_index++;
+  rt->graphs.step_index++;
   if (report) {
     size_t n = report->struct_size < sizeof(rep) ? report->struct_size : sizeof(rep);
     size_t keep = report->struct_size;
@@ -677,13 +688,13 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
                            .dir = dir,
                            .args = args,
                            .ctx = c_ctx,
-                           .in_body_graph = rt->in_body_graph};
+                           .in_body_graph = rt->graphs.in_body_graph};
   rt->in_call = 1;
   /* The backend's work is cgrt's own until it runs the module's callback (diagnose's caller). */
-  const void *host_frame = rt->host_frame;
-  rt->host_frame = NULL;
+  const void *host_frame = rt->graphs.host_frame;
+  rt->graphs.host_frame = NULL;
   rc = rt->lib.vt->call(rt->be_state, &call);
-  rt->host_frame = host_frame;
+  rt->graphs.host_frame = host_frame;
   rt->in_call = 0;
   count_call(rt, c_ctx->mode);
   c_ctx->mode = body_mode;
@@ -716,7 +727,7 @@ CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void 
 CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
   if (!rt)
     return CGRT_E_INVAL;
-  if (rt->in_step)
+  if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_synchronize: not allowed inside a step (the work may be captured)");
   int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
@@ -729,7 +740,7 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
 CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
   if (!rt)
     return CGRT_E_INVAL;
-  if (rt->in_step)
+  if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_set_world_comm: not allowed inside a step");
   const struct cgrt_config_view *v = &rt->cfg.view;
   return cgrt__comms_split(&rt->comms, &rt->dev, v->driver == CGRT_DRIVER_HOST, v->cp_sizes,
@@ -752,16 +763,16 @@ CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
     s.graph_mem_used = used;
     s.graph_mem_reserved = reserved;
   }
-  s.graph_pool_bytes = rt->mem.pool;
-  s.graph_exec_bytes = rt->mem.exec;
-  s.graph_bytes = rt->mem.pool + rt->mem.exec;
-  s.graph_pool_idle = rt->mem.idle;
-  s.graph_bytes_peak = rt->mem.peak;
-  s.graph_nodes = rt->mem.nodes;
+  s.graph_pool_bytes = rt->graphs.mem.pool;
+  s.graph_exec_bytes = rt->graphs.mem.exec;
+  s.graph_bytes = rt->graphs.mem.pool + rt->graphs.mem.exec;
+  s.graph_pool_idle = rt->graphs.mem.idle;
+  s.graph_bytes_peak = rt->graphs.mem.peak;
+  s.graph_nodes = rt->graphs.mem.nodes;
   s.memory_budget = rt->cfg.view.memory_budget;
-  s.budget_eager = rt->mem.budget_eager;
-  s.budget_evictions = rt->mem.budget_evictions;
-  s.staged_bytes = rt->mem.staged;
+  s.budget_eager = rt->graphs.mem.budget_eager;
+  s.budget_evictions = rt->graphs.mem.budget_evictions;
+  s.staged_bytes = rt->graphs.mem.staged;
   if (CGRT_BACKEND_HAS(rt->lib.vt, stats)) {
     int rc = rt->lib.vt->stats(rt->be_state, &s);
     if (rc != 0)

@@ -136,8 +136,8 @@ CGRT_API int cgrt_tool_nccl_mixing_off(const cgrt_runtime *rt) {
 CGRT_API int cgrt_tool_watch_graphs(cgrt_runtime *rt, cgrt_tool_graph_fn fn, void *user) {
   if (!rt)
     return CGRT_E_INVAL;
-  rt->watch_fn = fn;
-  rt->watch_user = fn ? user : NULL;
+  rt->graphs.watch_fn = fn;
+  rt->graphs.watch_user = fn ? user : NULL;
   return 0;
 }
 

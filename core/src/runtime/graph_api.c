@@ -1,0 +1,164 @@
+/*
+ * graph_api.c - the host API of the graph layer, which needs the runtime (its modules, its
+ * backend, whether a step runs): the per-graph listing and releasing with a report over the
+ * ledger (graphs/graph_mem.c), stream-ordered temporaries, and diagnose's findings
+ * (graphs/diagnose.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "graphs/diagnose.h"
+#include "graphs/graph_mem.h"
+#include "runtime.h"
+
+static uint64_t minus(uint64_t a, uint64_t b) {
+  return a > b ? a - b : 0;
+}
+
+/* ---------------------------------------------------------------- the live graphs */
+
+struct list_arg {
+  cgrt_runtime *rt;
+  cgrt_graph_fn fn;
+  void *user;
+};
+
+static int list_one(void *arg, const struct cgrt_graph_key *k, const struct cgrt__graph_rec *r) {
+  struct list_arg *a = arg;
+  cgrt_runtime *rt = a->rt;
+  const char *module = NULL;
+  if (k->module != CGRT_KEY_BODY && k->module < rt->num_modules)
+    module = rt->modules[k->module]->name;
+  char name[256];
+  int n;
+  if (module)
+    n = snprintf(name, sizeof(name), "%s %s, %s, key %llu", module,
+                 k->dir == CGRT_BACKWARD ? "bwd" : "fwd", cgrt_phase_name((cgrt_phase)k->phase),
+                 (unsigned long long)k->shape);
+  else
+    n = snprintf(name, sizeof(name), "body, %s, key %llu", cgrt_phase_name((cgrt_phase)k->phase),
+                 (unsigned long long)k->shape);
+  if (n > 0 && (size_t)n < sizeof(name) && k->microbatch > 0)
+    n += snprintf(name + n, sizeof(name) - (size_t)n, ", microbatch %d", (int)k->microbatch);
+  if (n > 0 && (size_t)n < sizeof(name) && k->extra)
+    snprintf(name + n, sizeof(name) - (size_t)n, ", extra %llu", (unsigned long long)k->extra);
+  cgrt_graph_info g = {
+      .struct_size = sizeof(g),
+      .name = name,
+      .module = module,
+      .dir = k->dir == CGRT_BACKWARD ? CGRT_BACKWARD : CGRT_FORWARD,
+      .microbatch = k->microbatch,
+      .phase = (cgrt_phase)k->phase,
+      .shape = k->shape,
+      .extra = k->extra,
+      .bytes = r->pool_bytes + r->exec_bytes,
+      .pool_bytes = r->pool_bytes,
+      .pool_used_bytes = r->pool_used_bytes,
+      .exec_bytes = r->exec_bytes,
+      .alloc_bytes = r->alloc_bytes,
+      .nodes = r->nodes,
+      .capture_ns = r->capture_ns,
+      .instantiate_ns = r->instantiate_ns,
+      .last_use = r->last_use,
+      .replays = r->replays,
+  };
+  return a->fn(a->user, &g);
+}
+
+CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (!fn)
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_graph_list: fn is NULL");
+  if (rt->graphs.in_step)
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_graph_list: not allowed inside a step");
+  struct list_arg a = {rt, fn, user};
+  return rt->graphs.mem.caches ? rt->graphs.mem.caches->visit(&rt->graphs, list_one, &a) : 0;
+}
+
+CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *report) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (report && report->struct_size < sizeof(size_t))
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
+                      "cgrt_release_graphs_ex: report->struct_size is not set");
+  if (rt->graphs.in_step)
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_release_graphs: not allowed inside a step");
+  cgrt_release_report rep = {.struct_size = sizeof(rep)};
+  struct cgrt__graph_mem m0 = rt->graphs.mem;
+  uint64_t used = 0;
+  int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
+  if (rc != 0)
+    cgrt__fail(&rt->log, rc, "cgrt_release_graphs: %s", rt->dev.err);
+  (void)rt->dev.drv->graph_mem(&rt->dev, &used, &rep.pool_reserved_before);
+  if (CGRT_BACKEND_HAS(rt->lib.vt, release)) {
+    int brc = rt->lib.vt->release(rt->be_state);
+    rc = rc ? rc : brc;
+  }
+  rep.graphs = minus(m0.graphs, rt->graphs.mem.graphs);
+  rep.bytes = minus(m0.pool + m0.exec, rt->graphs.mem.pool + rt->graphs.mem.exec);
+  rep.nodes = minus(m0.nodes, rt->graphs.mem.nodes);
+  if (rc == 0)
+    cgrt__mem_reclaim(&rt->graphs, NULL);
+  rep.pool_reserved_after = rep.pool_reserved_before;
+  (void)rt->dev.drv->graph_mem(&rt->dev, &used, &rep.pool_reserved_after);
+  if (report) {
+    size_t keep = report->struct_size;
+    memcpy(report, &rep, keep < sizeof(rep) ? keep : sizeof(rep));
+    report->struct_size = keep;
+  }
+  return rc;
+}
+
+/* ---------------------------------------------------------------- stream-ordered temporaries */
+
+CGRT_API int cgrt_alloc_async(const cgrt_ctx *ctx, size_t bytes, void **ptr) {
+  if (!ctx || !ctx->rt || !ptr)
+    return CGRT_E_INVAL;
+  cgrt_runtime *rt = ctx->rt;
+  int rc = rt->dev.drv->mem_alloc_async(&rt->dev, ctx->stream, bytes, ptr);
+  if (rc != 0)
+    return cgrt__fail(&rt->log, rc, "cgrt_alloc_async of %zu bytes: %s", bytes, rt->dev.err);
+  return 0;
+}
+
+CGRT_API int cgrt_free_async(const cgrt_ctx *ctx, void *ptr) {
+  if (!ctx || !ctx->rt)
+    return CGRT_E_INVAL;
+  cgrt_runtime *rt = ctx->rt;
+  int rc = rt->dev.drv->mem_free_async(&rt->dev, ctx->stream, ptr);
+  if (rc != 0)
+    return cgrt__fail(&rt->log, rc, "cgrt_free_async: %s", rt->dev.err);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- diagnose's findings */
+
+CGRT_API int cgrt_findings_count(const cgrt_runtime *rt, size_t *count) {
+  if (!rt || !count)
+    return CGRT_E_INVAL;
+  *count = cgrt__findings_count(&rt->graphs);
+  return 0;
+}
+
+CGRT_API int cgrt_finding_get(const cgrt_runtime *rt, size_t index, cgrt_finding *out) {
+  if (!rt || !out || out->struct_size < offsetof(cgrt_finding, count) + sizeof(out->count))
+    return CGRT_E_INVAL;
+  cgrt_finding v;
+  int rc = cgrt__finding_get(&rt->graphs, index, &v);
+  if (rc != 0)
+    return rc;
+  size_t keep = out->struct_size;
+  memcpy(out, &v, keep < sizeof(v) ? keep : sizeof(v));
+  out->struct_size = keep;
+  return 0;
+}
+
+CGRT_API int cgrt_findings_clear(cgrt_runtime *rt) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (rt->graphs.in_step)
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_findings_clear: not allowed inside a step");
+  cgrt__findings_clear(&rt->graphs);
+  return 0;
+}
