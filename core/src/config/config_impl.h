@@ -136,8 +136,19 @@ struct cfg_origin {
   char *means;     /* for a legacy spelling, what it stands for ("impl = local"); else NULL */
 };
 
-/* Legacy spellings in [cuda_graph]; `scope` and `cuda_graph_scope` are one option. */
-enum { LEG_ENABLE, LEG_EXTERNAL, LEG_IMPL, LEG_SCOPE, LEG_COUNT };
+/*
+ * Legacy spellings in [cuda_graph]; `scope` and `cuda_graph_scope` are one option. Then one per
+ * RENAMED row of config_keys.def (LEG_RENAMED_<key id>).
+ */
+enum {
+  LEG_ENABLE,
+  LEG_EXTERNAL,
+  LEG_SCOPE,
+#define KEY(...)
+#define RENAMED(id, old) LEG_RENAMED_##id,
+#include "config_keys.def"
+  LEG_COUNT
+};
 
 /* The state of one cgrt__config_parse(). */
 struct cfg_parse {

@@ -11,16 +11,27 @@
 
 #include "config_impl.h"
 
-/* The legacy keys of [cuda_graph] and the option each spells. */
+/* The legacy keys of [cuda_graph], the option each spells and, for an older name of a key
+   (config_keys.def's RENAMED rows), that key. */
 static const struct legacy_key {
   const char *name;
   int option;
+  int key; /* the key renamed, or -1 */
 } legacy_keys[] = {
-    {"enable_cuda_graph", LEG_ENABLE}, {"external_cuda_graph", LEG_EXTERNAL},
-    {"cuda_graph_impl", LEG_IMPL},     {"scope", LEG_SCOPE},
-    {"cuda_graph_scope", LEG_SCOPE},
+    {"enable_cuda_graph", LEG_ENABLE, -1},
+    {"external_cuda_graph", LEG_EXTERNAL, -1},
+    {"scope", LEG_SCOPE, -1},
+    {"cuda_graph_scope", LEG_SCOPE, -1},
+#define KEY(...)
+#define RENAMED(id, old) {old, LEG_RENAMED_##id, id},
+#include "config_keys.def"
 };
 #define NUM_LEGACY (sizeof(legacy_keys) / sizeof(legacy_keys[0]))
+
+/* The section a legacy key is read in: its key's for an older name, else [cuda_graph]. */
+static const char *legacy_section(const struct legacy_key *lk) {
+  return lk->key >= 0 ? cgrt__cfg_keys[lk->key].section : "cuda_graph";
+}
 
 /* "key = value", or "key =" for an empty value. */
 static char *key_value(const char *key, const char *value) {
@@ -111,7 +122,7 @@ static int set_key(struct cfg_parse *st, int id, const char *text, int line, con
   return 0;
 }
 
-/* A legacy key of [cuda_graph]: migrated to the new spelling with a warning that gives it. */
+/* A legacy key: migrated to the new spelling with a warning that gives it. */
 static void migrate(struct cfg_parse *st, const struct cfg_pair *pr, const struct legacy_key *lk) {
   struct cfg_origin *o = &st->legacy[lk->option];
   const char *v = pr->value;
@@ -149,10 +160,10 @@ static void migrate(struct cfg_parse *st, const struct cfg_pair *pr, const struc
                v, impl);
     return;
   }
-  if (lk->option == LEG_IMPL) {
-    if (set_key(st, K_IMPL, v, pr->line, lk->name, v) == 0)
-      CFG_WARN(st, pr->line, "'%s = %s' is a legacy spelling; write 'impl = %s' instead", lk->name,
-               v, v);
+  if (lk->key >= 0) { /* an older name of a key, its values unchanged */
+    if (set_key(st, lk->key, v, pr->line, lk->name, v) == 0)
+      CFG_WARN(st, pr->line, "'%s = %s' is a legacy spelling; write '%s = %s' instead", lk->name, v,
+               cgrt__cfg_keys[lk->key].name, v);
     return;
   }
   /* scope: a whole-step graph, or the module kinds to graph */
@@ -204,9 +215,11 @@ static const char *home_of(const char *name, const char *section) {
     if (strcmp(cgrt__cfg_keys[i].name, name) == 0 &&
         (!section || strcmp(cgrt__cfg_keys[i].section, section) != 0))
       return cgrt__cfg_keys[i].section;
-  for (size_t i = 0; i < NUM_LEGACY; i++)
-    if (strcmp(legacy_keys[i].name, name) == 0 && (!section || strcmp(section, "cuda_graph") != 0))
-      return "cuda_graph";
+  for (size_t i = 0; i < NUM_LEGACY; i++) {
+    const char *home = legacy_section(&legacy_keys[i]);
+    if (strcmp(legacy_keys[i].name, name) == 0 && (!section || strcmp(section, home) != 0))
+      return home;
+  }
   return NULL;
 }
 
@@ -293,12 +306,12 @@ void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr) {
     set_key(st, id, pr->value, pr->line, NULL, NULL);
     return;
   }
-  if (strcmp(pr->section, "cuda_graph") == 0)
-    for (size_t i = 0; i < NUM_LEGACY; i++)
-      if (strcmp(pr->key, legacy_keys[i].name) == 0) {
-        migrate(st, pr, &legacy_keys[i]);
-        return;
-      }
+  for (size_t i = 0; i < NUM_LEGACY; i++)
+    if (strcmp(pr->key, legacy_keys[i].name) == 0 &&
+        strcmp(pr->section, legacy_section(&legacy_keys[i])) == 0) {
+      migrate(st, pr, &legacy_keys[i]);
+      return;
+    }
   const char *home = home_of(pr->key, pr->section);
   if (home) {
     CFG_ERROR(st, pr->line, "key '%s' belongs in [%s], not [%s]", pr->key, home, pr->section);
