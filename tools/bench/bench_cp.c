@@ -603,11 +603,7 @@ int bench_cp(const struct bench_opts *o) {
   (void)make_patterns;
   (void)cp_launch_conf;
   (void)cp_compute_conf;
-#ifdef CGRT_HAVE_CUDA
   printf("cgrt bench: no CUDA device: cgrt was built without NCCL (the cp workload needs it)\n");
-#else
-  printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
-#endif
   return EXIT_UNUSABLE;
 }
 

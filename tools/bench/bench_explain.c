@@ -26,7 +26,6 @@
 #include "bench.h"
 #include "tool.h"
 
-#ifdef CGRT_HAVE_CUDA
 #include "bench_gpu.h"
 #include "probe.h"
 
@@ -688,14 +687,3 @@ out:
   cgrt_tool_config_free(eager_cfg);
   return status;
 }
-
-#else /* no CUDA */
-
-int bench_explain(const struct bench_workload *w, const struct bench_opts *o) {
-  (void)w;
-  (void)o;
-  printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
-  return EXIT_UNUSABLE;
-}
-
-#endif

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef CGRT_HAVE_CUDA
 #include "bench_fresh.h"
 
 /* Steady-state counters: this many more steps after the timing. */
@@ -129,10 +128,3 @@ void bench_fresh_print(const struct fresh_row *rows, int n, int json) {
            (unsigned long long)r->fallbacks);
   }
 }
-
-#else
-
-/* Built without CUDA: nothing to measure (bench_gpu() says so first). */
-typedef int bench_fresh_unused;
-
-#endif

@@ -19,7 +19,6 @@
 #include "bench_plot.h"
 #include "tool.h"
 
-#ifdef CGRT_HAVE_CUDA
 #include "bench_fresh.h"
 #include "bench_gpu.h"
 
@@ -863,22 +862,3 @@ out:
   cgrt_tool_config_free(cfg);
   return status;
 }
-
-#else /* no CUDA */
-
-int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
-  (void)w;
-  (void)o;
-  printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
-  return EXIT_UNUSABLE;
-}
-
-int plan_decode(const char *conf, plan_report_fn report, void *user) {
-  (void)conf;
-  (void)report;
-  (void)user;
-  printf("cgrt plan: no CUDA device: cgrt was built without CUDA support\n");
-  return EXIT_UNUSABLE;
-}
-
-#endif

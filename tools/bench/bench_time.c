@@ -18,7 +18,6 @@ double bench_median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-#ifdef CGRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 /* Untimed steps: at least `steps`, and until `ms` milliseconds of host time have passed. */
@@ -139,5 +138,3 @@ int bench_host_cost(const struct bench_stepper *st, int steps, double *us) {
   free(dt);
   return rc;
 }
-
-#endif

@@ -19,7 +19,6 @@
 #include "tool.h"
 #include "traffic.h"
 
-#ifdef CGRT_HAVE_CUDA
 #include "bench_gpu.h"
 
 #define SAMPLES 48
@@ -291,14 +290,3 @@ out:
   cgrt_tool_config_free(check_cfg);
   return status;
 }
-
-#else /* no CUDA */
-
-int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
-  (void)w;
-  (void)o;
-  printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
-  return EXIT_UNUSABLE;
-}
-
-#endif

@@ -13,7 +13,6 @@
 #include "bench.h"
 #include "tool.h"
 
-#ifdef CGRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "train_host.h"
@@ -323,21 +322,3 @@ out:
   cgrt_tool_config_free(cfg);
   return status;
 }
-
-#else
-
-int bench_train(const struct bench_opts *o) {
-  (void)o;
-  printf("cgrt bench: no CUDA device: cgrt was built without CUDA support\n");
-  return EXIT_UNUSABLE;
-}
-
-int plan_train(const char *conf, plan_report_fn report, void *user) {
-  (void)conf;
-  (void)report;
-  (void)user;
-  printf("cgrt plan: no CUDA device: cgrt was built without CUDA support\n");
-  return EXIT_UNUSABLE;
-}
-
-#endif

@@ -9,7 +9,6 @@
 
 #include "bench.h"
 
-#ifdef CGRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "chain.h"
@@ -187,10 +186,3 @@ const struct bench_workload bench_chain = {
     .read = chain_read,
     .buffer = chain_buffer,
 };
-
-#else /* no CUDA: bench_gpu() says so before touching a workload */
-
-const struct bench_workload bench_decode = {.name = "decode"};
-const struct bench_workload bench_chain = {.name = "chain"};
-
-#endif
