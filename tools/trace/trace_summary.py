@@ -13,7 +13,10 @@ kernels whose time per step differs most between the two.
 Without --step (a run with no step marker: a multi-rank bench), the whole trace: its span, busy
 and idle time, and per kernel, copy or graph (CGRT_TRACE_GRAPHS=1 records one per launch, named
 by graph id) the calls, the median and the total time; with --against, the names whose median
-moved most. Standard library only.
+moved most. With --api (a trace taken with CGRT_TRACE_API=1), the host side too: per runtime
+API function, its calls and host time over the whole trace divided by its number of steps (the
+kernels named --step), e.g. to see which calls an eager loop spends its launch-bound time in.
+Standard library only.
 """
 import argparse
 import csv
@@ -168,6 +171,45 @@ def main_whole(a):
         print(f"    only in {'the second' if key in names2 else 'the first'}: {key[:80]}")
 
 
+def summarize_api(path, marker):
+    """Per runtime API function: (calls, host us) a step, over the whole trace; and the steps."""
+    steps, by = 0, {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["kind"] == "kernel" and short(row["name"]).startswith(marker):
+                steps += 1
+            elif row["kind"] == "api":
+                n, t = by.get(row["name"], (0, 0))
+                by[row["name"]] = (n + 1, t + int(row["end_ns"]) - int(row["start_ns"]))
+    if not steps:
+        sys.exit(f"{path}: no kernel named {marker}*: no steps to divide by")
+    if not by:
+        sys.exit(f"{path}: no API records (take the trace with CGRT_TRACE_API=1)")
+    return steps, {k: (n / steps, t / steps / 1e3) for k, (n, t) in by.items()}
+
+
+def print_api(path, steps, names, top):
+    calls = sum(n for n, _ in names.values())
+    host = sum(t for _, t in names.values())
+    print(f"{path}: runtime API over {steps} steps, per step: calls {calls:.1f}, host_us {host:.1f}")
+    for key, (n, t) in sorted(names.items(), key=lambda x: -x[1][1])[:top]:
+        print(f"    {t:9.1f} us  x{n:<7.1f} {key[:80]}")
+
+
+def main_api(a):
+    steps, names = summarize_api(a.csv, a.step)
+    print_api(a.csv, steps, names, a.top)
+    if not a.against:
+        return
+    steps2, names2 = summarize_api(a.against, a.step)
+    print_api(a.against, steps2, names2, a.top)
+    print(f"  {a.against} - {a.csv}, per step:")
+    diff = {k: (names2.get(k, (0, 0))[0] - names.get(k, (0, 0))[0],
+                names2.get(k, (0, 0))[1] - names.get(k, (0, 0))[1]) for k in set(names) | set(names2)}
+    for key, (dn, dt) in sorted(diff.items(), key=lambda x: -abs(x[1][1]))[:a.top]:
+        print(f"    {dt:+9.1f} us  {dn:+8.1f} calls  {key[:80]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
@@ -175,7 +217,14 @@ def main():
     ap.add_argument("--skip", type=int, default=2, help="steps left out at the start (warm-up)")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--against", help="a second trace of the same program, to compare")
+    ap.add_argument("--api", action="store_true",
+                    help="the runtime API calls a step (needs --step and CGRT_TRACE_API=1)")
     a = ap.parse_args()
+    if a.api:
+        if not a.step:
+            ap.error("--api needs --step, to count the steps")
+        main_api(a)
+        return
     if not a.step:
         main_whole(a)
         return

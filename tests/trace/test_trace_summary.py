@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""tools/trace/trace_summary.py on small hand-made traces whose figures are worked out here:
+the step mode (busy time as the union of overlapping records, idle, per-kernel times), the
+whole-trace mode, and --api (runtime calls a step). Standard library only (ctest label unit)."""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOOL = os.path.join(HERE, "..", "..", "tools", "trace", "trace_summary.py")
+HEADER = ["kind", "name", "start_ns", "end_ns", "stream", "graph", "graph_node", "correlation"]
+
+
+def write_trace(rows):
+    fd, path = tempfile.mkstemp(suffix=".csv")
+    with os.fdopen(fd, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(HEADER)
+        for kind, name, s, e in rows:
+            w.writerow([kind, name, s, e, 7, 0, 0, 0])
+    return path
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def step(t0, api_calls):
+    """One step from t0 (ns): marker 0-2 us, a copy 1-3 us overlapping it, gemm 5-9 us; the
+    next step starts 20 us later. API rows: api_calls launches of 1.5 us each."""
+    rows = [("kernel", "_Z15encoder_forwardPfi", t0, t0 + 2000),
+            ("memcpy", "memcpy", t0 + 1000, t0 + 3000),
+            ("kernel", "gemm<float>(int)", t0 + 5000, t0 + 9000)]
+    rows += [("api", "cudaLaunchKernel", t0 + 100 * i, t0 + 100 * i + 1500) for i in range(api_calls)]
+    rows.append(("api", "cudaMemcpyAsync", t0, t0 + 4000))
+    return rows
+
+
+class TraceSummary(unittest.TestCase):
+    def setUp(self):
+        rows = []
+        for i in range(5):
+            rows += step(i * 20000, 2)
+        self.a = write_trace(rows)
+        rows = []
+        for i in range(5):
+            rows += step(i * 20000, 3)
+        self.b = write_trace(rows)
+
+    def tearDown(self):
+        os.unlink(self.a)
+        os.unlink(self.b)
+
+    def test_step(self):
+        # 4 whole steps (the 5th has no next marker), skip 1 -> 3; busy = 3 (union 0-3) + 4 = 7 us
+        rc, out = run(self.a, "--step", "encoder_forward", "--skip", "1")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("3 steps", out)
+        self.assertIn("kernels 2, in_graphs 0, copies 1, kernel_us 6.0, busy_us 7.0, "
+                      "span_us 20.0, idle_us 13.0", out)
+        self.assertIn("4.0 us  x1    gemm", out)
+        self.assertIn("2.0 us  x1    encoder_forward", out)
+
+    def test_whole(self):
+        rc, out = run(self.a)
+        self.assertEqual(rc, 0, out)
+        # span 0 .. 89 us, busy 5 x 7 us, api rows left out
+        self.assertIn("span_us 89.0, busy_us 35.0, idle_us 54.0", out)
+        self.assertNotIn("cudaLaunchKernel", out)
+
+    def test_api(self):
+        rc, out = run(self.a, "--step", "encoder_forward", "--api", "--against", self.b)
+        self.assertEqual(rc, 0, out)
+        # per step: 2 launches x 1.5 us + one 4 us copy = 3 calls, 7 us; the other has 3 launches
+        self.assertIn("over 5 steps, per step: calls 3.0, host_us 7.0", out)
+        self.assertIn("over 5 steps, per step: calls 4.0, host_us 8.5", out)
+        self.assertIn("+1.5 us      +1.0 calls  cudaLaunchKernel", out)
+
+    def test_api_needs_api_records(self):
+        path = write_trace([r for r in step(0, 2) if r[0] != "api"])
+        try:
+            rc, out = run(path, "--step", "encoder_forward", "--api")
+        finally:
+            os.unlink(path)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("CGRT_TRACE_API=1", out)
+
+    def test_api_needs_step(self):
+        rc, out = run(self.a, "--api")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("--api needs --step", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
