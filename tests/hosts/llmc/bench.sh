@@ -7,7 +7,8 @@
 # forward, backward, grad norm, update and, for the port, the read of the loss), as stepbits.c
 # prints it with all its digits. Each run trains STEPS steps (default 40) and the median is taken
 # over the steps after SKIP (default 8: cuBLAS's first calls, cgrt's warm-up and capture), pooled
-# over ROUNDS rounds (default 2) that interleave the runs. SHAPES defaults to the issue's four.
+# over ROUNDS rounds (default 2) that interleave the runs. SHAPES defaults to the issue's four, RUNS
+# to llmc (unpatched) and the four backends; LLMC_PIN (run.sh) pins every run to the same CPUs.
 # Targets (issue 29): full_iteration >= 2x llm.c at d6 B1 T64 and >= 1.5x at d12 B4 T64; no backend
 # slower than llm.c at any shape. Exit 0 when they are met, 1 when a run failed, 3 when one is missed.
 set -eu
@@ -18,7 +19,7 @@ steps=${STEPS:-40}
 skip=${SKIP:-8}
 rounds=${ROUNDS:-2}
 shapes=${SHAPES:-"d6,1,64 d6,1,16 d12,4,64 d12,4,256"}
-runs="llmc none local transformer_engine full_iteration"
+runs=${RUNS:-"llmc none local transformer_engine full_iteration"}
 
 if "$build/bin/cgrt" info 2>&1 | grep -q "no CUDA device"; then
   echo "SKIPPED: no CUDA device"
@@ -79,6 +80,7 @@ busy_ms() { # TAG D B T: the median busy ms a step, or "-"
 echo "llm.c through cgrt: ms per step, median of steps $((skip + 1))-$steps over $rounds round(s) (and each round's), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 printf '%-14s %-20s %10s %-26s %9s %8s %s\n' shape run ms/step rounds speedup losses "cgrt (last round)"
 missed=""
+checked="" # the shapes whose full_iteration target was checked
 for shape in $shapes; do
   IFS=, read -r d b t <<EOF
 $shape
@@ -120,8 +122,11 @@ EOF
         need=""
         [ "$tag" = d6-b1-t64 ] && need=2.0
         [ "$tag" = d12-b4-t64 ] && need=1.5
-        if [ -n "$need" ] && awk -v x="$ratio" -v n="$need" 'BEGIN { exit !(x < n) }'; then
-          missed="$missed; full_iteration ${speedup} < ${need}x at $label"
+        if [ -n "$need" ]; then
+          checked="$checked $tag"
+          if awk -v x="$ratio" -v n="$need" 'BEGIN { exit !(x < n) }'; then
+            missed="$missed; full_iteration ${speedup} < ${need}x at $label"
+          fi
         fi
       fi
     fi
@@ -134,4 +139,10 @@ if [ -n "$missed" ]; then
   echo "targets MISSED${missed}"
   exit 3
 fi
-echo "targets met: full_iteration >= 2x at d6 B1 T64 and >= 1.5x at d12 B4 T64; no backend slower than llm.c"
+case "$checked" in
+*d6-b1-t64*d12-b4-t64* | *d12-b4-t64*d6-b1-t64*)
+  echo "targets met: full_iteration >= 2x at d6 B1 T64 and >= 1.5x at d12 B4 T64; no backend slower than llm.c" ;;
+*)
+  where=${checked:+"only at$checked"}
+  echo "targets met in part: no run of RUNS ($runs) slower than llm.c at SHAPES ($shapes); full_iteration's targets checked ${where:-nowhere} (they need it in RUNS, d6,1,64 and d12,4,64 in SHAPES)" ;;
+esac

@@ -22,6 +22,7 @@
 # LLMC_WORK: the work dir (default: BUILD_DIR/llmc-host). LLMC_SM: the compute capability to build
 # for (default: llm.c's Makefile asks nvidia-smi; 90 where there is none). LLMC_PRELOAD: more
 # libraries for the trainer's LD_PRELOAD, e.g. BUILD_DIR/lib/libcgrt-trace.so (tools/trace/).
+# LLMC_PIN: a CPU list the trainer runs on (taskset -c), e.g. 4-5; default: wherever it is put.
 # Exit 77 (skipped) with the reason when LLMC_DIR, nvcc or python3 is missing.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -115,7 +116,7 @@ run_trainer() {
     exit 1
   }
   cd "$work/$tree"
-  LD_PRELOAD="$work/stepbits.so${LLMC_PRELOAD:+ $LLMC_PRELOAD}" exec ./train_gpt2cu -i "$work/data/train_*.bin" \
+  LD_PRELOAD="$work/stepbits.so${LLMC_PRELOAD:+ $LLMC_PRELOAD}" exec ${LLMC_PIN:+taskset -c "$LLMC_PIN"} ./train_gpt2cu -i "$work/data/train_*.bin" \
     -j "$work/data/val_*.bin" -s 0 -v 100000 -m 1 "$@"
 }
 
