@@ -58,22 +58,23 @@ int bench_fresh_rows(const struct bench_workload *w, void *ws, int64_t max_rows,
     struct fresh_row *r = &rows[i];
     memset(r, 0, sizeof(*r));
     r->tokens = o->tokens[i];
+    /* Eager, the static host under the backend and the fresh one in turn (measure_row). */
     struct measure me, mf, ms;
-    rc = hm_measure(&eager, r->tokens, r->tokens, o, &me);
-    if (rc != 0)
-      break;
-    struct hm_stepper hs, hf;
+    struct hm_stepper he, hs, hf;
+    hm_stepper_init(&he, &eager, r->tokens, r->tokens);
     hm_stepper_init(&hs, backend, r->tokens, r->tokens);
     hm_stepper_init(&hf, &fresh, r->tokens, r->tokens);
-    const struct bench_stepper st[2] = {hs.bs, hf.bs};
-    double us[2] = {0};
-    rc = bench_time_blocks(st, 2, o, us);
+    const struct bench_stepper st[3] = {he.bs, hs.bs, hf.bs};
+    double us[3] = {0};
+    rc = bench_time_blocks(st, 3, o, us);
     if (rc != 0) {
-      fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(fresh.rt));
+      fprintf(stderr, "cgrt bench: %s / %s\n", cgrt_last_error(fresh.rt),
+              cgrt_last_error(eager.rt));
       break;
     }
-    hm_stepper_result(&hs, us[0], &ms);
-    hm_stepper_result(&hf, us[1], &mf);
+    hm_stepper_result(&he, us[0], &me);
+    hm_stepper_result(&hs, us[1], &ms);
+    hm_stepper_result(&hf, us[2], &mf);
     r->bucket = mf.padded;
     r->eager_us = me.step_us;
     r->static_us = ms.step_us;
