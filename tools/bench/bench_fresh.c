@@ -111,7 +111,8 @@ void bench_fresh_print(const struct fresh_row *rows, int n, int json) {
   }
   printf("fresh inputs (the host allocates the hidden buffer with cudaMallocAsync every step and "
          "frees the last one after; same host code under eager and cgrt): vs_static = cgrt_us / "
-         "static_us (the same backend, buffer in place, timed in turn); rec/step and copy_B/step "
+         "static_us (the same backend, buffer in place; eager, static and fresh timed in turn); "
+         "rec/step and copy_B/step "
          "over %d steady steps; keys on private copies, with a graph per address set (var_keys) "
          "and sent eager, since the runtime opened\n",
          PROBE_STEPS);

@@ -425,6 +425,31 @@ static const char *scope_of(const struct cgrt_config_view *v) {
   return v->inference_scope == CGRT_SCOPE_BLOCK ? "block" : "layer";
 }
 
+/*
+ * The token counts where cgrt ran slower than eager (speedup below 1), for the static host's rows
+ * and the fresh host's: their count, and "T: 0.93x" for each into list. A regression shows as a
+ * number; the table has the figures.
+ */
+static int slower_than_eager(const struct row *rows, const struct fresh_row *fresh, int n,
+                             int fresh_rows, char *list, size_t len) {
+  int k = 0;
+  size_t at = 0;
+  list[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    double x = fresh_rows ? fresh[i].eager_us / fresh[i].cgrt_us
+                          : rows[i].eager.step_us / rows[i].backend.step_us;
+    if (!(x < 1.0))
+      continue;
+    k++;
+    if (at < len) {
+      int w = snprintf(list + at, len - at, "%s%lld: %.2fx", at ? ", " : "",
+                       (long long)(fresh_rows ? fresh[i].tokens : rows[i].tokens), x);
+      at += w > 0 ? (size_t)w : 0;
+    }
+  }
+  return k;
+}
+
 static void print_table(const struct bench_opts *o, const struct cgrt_config_view *v,
                         const char *what, const char *device, struct row *rows,
                         const struct fresh_row *fresh, int n, double dispatch_us, double floor_us,
@@ -457,15 +482,19 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
     }
     printf("]");
     bench_fresh_print(fresh, n, 1);
+    char list[8];
+    printf(",\"slower_than_eager\":%d,\"fresh_slower_than_eager\":%d",
+           slower_than_eager(rows, fresh, n, 0, list, sizeof(list)),
+           slower_than_eager(rows, fresh, n, 1, list, sizeof(list)));
     bench_print_checks(rt, 1);
     printf("}\n");
     return;
   }
   printf("cgrt bench: workload %s (%s), backend %s (scope %s), %s\n", o->workload, what, v->impl,
          scope_of(v), device);
-  printf("median of %d steps after %d warm-up steps and %d ms; cgrt and both floors timed in "
-         "turn in %d blocks (same GPU conditions); floor = same work as raw graphs (block: one per "
-         "step, layer: one per module)\n",
+  printf("median of %d steps after %d warm-up steps and %d ms; eager, cgrt and both floors timed "
+         "in turn in %d blocks (same host and GPU conditions); floor = same work as raw graphs "
+         "(block: one per step, layer: one per module)\n",
          o->steps, o->warmup, o->warmup_ms, o->blocks);
   const int limit = n > 0 && rows[0].limit_us > 0;
   if (limit)
@@ -493,6 +522,13 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
     printf("\n");
   }
   bench_fresh_print(fresh, n, 0);
+  char slow[512], slow_fresh[512];
+  int ks = slower_than_eager(rows, fresh, n, 0, slow, sizeof(slow));
+  int kf = slower_than_eager(rows, fresh, n, 1, slow_fresh, sizeof(slow_fresh));
+  printf("slower than eager (speedup below 1): %d of %d token counts%s%s%s, with fresh inputs %d "
+         "of %d%s%s%s\n",
+         ks, n, ks ? " (" : "", slow, ks ? ")" : "", kf, n, kf ? " (" : "", slow_fresh,
+         kf ? ")" : "");
   printf("replay dispatch: %.3f us of host time per replayed graph (%s) above cudaGraphLaunch of "
          "the same executables by hand (raw launch %.3f us), %.3f us above the floor's graphs "
          "by hand; medians of 400 differences within triples of steps\n",
