@@ -73,6 +73,10 @@ struct cgrt_dev {
  */
 #define CGRT_LEGACY_STREAM ((void *)0x1)
 
+/* cores_near with bind, the thread's own narrower affinity kept: near the GPU, or not. */
+#define CGRT_CORES_KEPT     1
+#define CGRT_CORES_KEPT_FAR 2
+
 /*
  * Names the caller of a device call being recorded into c (diagnose.c's cgrt__diag_caller, lent
  * to the driver's recorder): the first frame below boundary outside cgrt, its drivers and the
@@ -180,8 +184,10 @@ struct cgrt_driver {
 
   /*
    * The CPU cores near device `device`, as a list ("0-15,32-47") into cores; with bind, also
-   * binds the calling thread there. Needs no open dev (`cgrt info` asks before any runtime).
-   * Errors leave a sentence in err.
+   * binds the calling thread there, unless its affinity was narrowed before cgrt opened (taskset,
+   * numactl, the host's pinning): that is kept, its cores go into cores, a sentence into err,
+   * and CGRT_CORES_KEPT is returned (CGRT_CORES_KEPT_FAR when none of them is near the GPU).
+   * Needs no open dev (`cgrt info` asks before any runtime). Errors leave a sentence in err.
    */
   int (*cores_near)(int device, int bind, char *cores, size_t len, char *err, size_t errlen);
 

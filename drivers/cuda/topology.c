@@ -24,11 +24,27 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
   return code;
 }
 
-/* Finds the cores near `device`; bind: also binds the calling thread there. */
+/*
+ * The calling thread's affinity when something before cgrt narrowed it (taskset, numactl, a
+ * host's own pinning): its cores into *cur, 1. Bound to the whole machine (nobody chose): 0.
+ */
+static int narrowed(hwloc_topology_t topo, hwloc_bitmap_t cur) {
+  if (hwloc_get_cpubind(topo, cur, HWLOC_CPUBIND_THREAD) != 0)
+    return 0;
+  hwloc_const_bitmap_t all = hwloc_topology_get_topology_cpuset(topo);
+  return !hwloc_bitmap_iszero(cur) && !hwloc_bitmap_isincluded(all, cur);
+}
+
+/*
+ * Finds the cores near `device`; bind: also binds the calling thread there, unless its affinity
+ * was narrowed before (narrowed): an operator's taskset or a host's pinning is kept, never
+ * widened, and CGRT_CORES_KEPT (or CGRT_CORES_KEPT_FAR: none of them near the GPU) returned with
+ * the sentence in err.
+ */
 int cgrt__cuda_cores_near(int device, int bind, char *cores, size_t len, char *err, size_t errlen) {
   hwloc_topology_t topo = NULL;
-  hwloc_bitmap_t set = NULL;
-  char *list = NULL;
+  hwloc_bitmap_t set = NULL, cur = NULL;
+  char *list = NULL, *cur_list = NULL;
   int rc = 0;
   if (hwloc_topology_init(&topo) != 0) {
     topo = NULL;
@@ -40,11 +56,27 @@ int cgrt__cuda_cores_near(int device, int bind, char *cores, size_t len, char *e
     goto out;
   }
   set = hwloc_bitmap_alloc();
-  if (!set) {
+  cur = hwloc_bitmap_alloc();
+  if (!set || !cur) {
     rc = fail(err, errlen, CGRT_E_NOMEM, "hwloc_bitmap_alloc: out of memory");
     goto out;
   }
+  const int kept = bind && narrowed(topo, cur);
+  if (kept && hwloc_bitmap_list_asprintf(&cur_list, cur) < 0) {
+    rc = fail(err, errlen, CGRT_E_NOMEM, "hwloc_bitmap_list_asprintf: out of memory");
+    goto out;
+  }
   if (hwloc_cudart_get_device_cpuset(topo, device, set) != 0) {
+    if (kept) { /* the host's choice stands, near or not */
+      snprintf(cores, len, "%s", cur_list);
+      rc = fail(err, errlen, CGRT_CORES_KEPT,
+                "left on cores %s, the affinity this thread had before this runtime opened "
+                "(taskset, numactl, the host or an earlier runtime); where GPU %d sits is unknown "
+                "(hwloc_cudart_get_device_cpuset "
+                "failed)",
+                cur_list, device);
+      goto out;
+    }
     rc = fail(err, errlen, CGRT_E_DEVICE,
               "hwloc_cudart_get_device_cpuset could not place GPU %d (no PCI locality in sysfs?)",
               device);
@@ -58,6 +90,15 @@ int cgrt__cuda_cores_near(int device, int bind, char *cores, size_t len, char *e
     rc = fail(err, errlen, CGRT_E_NOMEM, "hwloc_bitmap_list_asprintf: out of memory");
     goto out;
   }
+  if (kept) {
+    const int near = hwloc_bitmap_intersects(cur, set);
+    snprintf(cores, len, "%s", cur_list);
+    rc = fail(err, errlen, near ? CGRT_CORES_KEPT : CGRT_CORES_KEPT_FAR,
+              "left on cores %s, the affinity this thread had before this runtime opened "
+              "(taskset, numactl, the host or an earlier runtime)%s; the cores near GPU %d are %s",
+              cur_list, near ? "" : ", none of them near the GPU", device, list);
+    goto out;
+  }
   snprintf(cores, len, "%s", list);
   if (bind && hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD) != 0) {
     rc = fail(err, errlen, CGRT_E_DEVICE, "hwloc_set_cpubind to cores %s failed", list);
@@ -65,8 +106,11 @@ int cgrt__cuda_cores_near(int device, int bind, char *cores, size_t len, char *e
   }
 out:
   free(list);
+  free(cur_list);
   if (set)
     hwloc_bitmap_free(set);
+  if (cur)
+    hwloc_bitmap_free(cur);
   if (topo)
     hwloc_topology_destroy(topo);
   return rc;

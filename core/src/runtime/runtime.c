@@ -79,9 +79,13 @@ static void bind_thread(cgrt_runtime *rt) {
     return;
   }
   char cores[256], err[512];
-  if (rt->dev.drv->cores_near(v->device, 1, cores, sizeof(cores), err, sizeof(err)) == 0)
+  int rc = rt->dev.drv->cores_near(v->device, 1, cores, sizeof(cores), err, sizeof(err));
+  if (rc == 0)
     cgrt__log(&rt->log, CGRT_LOG_INFO, "bind_cpu = auto: bound this thread to cores %s near GPU %d",
               cores, v->device);
+  else if (rc == CGRT_CORES_KEPT || rc == CGRT_CORES_KEPT_FAR)
+    cgrt__log(&rt->log, rc == CGRT_CORES_KEPT ? CGRT_LOG_INFO : CGRT_LOG_WARN,
+              "bind_cpu = auto: %s", err);
   else
     cgrt__log(&rt->log, CGRT_LOG_WARN, "bind_cpu = auto: thread left unbound: %s", err);
 }
