@@ -66,37 +66,35 @@ int cgrt__cuda_cores_near(int device, int bind, char *cores, size_t len, char *e
     rc = fail(err, errlen, CGRT_E_NOMEM, "hwloc_bitmap_list_asprintf: out of memory");
     goto out;
   }
-  if (hwloc_cudart_get_device_cpuset(topo, device, set) != 0) {
-    if (kept) { /* the host's choice stands, near or not */
-      snprintf(cores, len, "%s", cur_list);
-      rc = fail(err, errlen, CGRT_CORES_KEPT,
-                "left on cores %s, the affinity this thread had before this runtime opened "
-                "(taskset, numactl, the host or an earlier runtime); where GPU %d sits is unknown "
-                "(hwloc_cudart_get_device_cpuset "
-                "failed)",
-                cur_list, device);
-      goto out;
-    }
+  const int placed = hwloc_cudart_get_device_cpuset(topo, device, set) == 0;
+  if (!placed && !kept) {
     rc = fail(err, errlen, CGRT_E_DEVICE,
               "hwloc_cudart_get_device_cpuset could not place GPU %d (no PCI locality in sysfs?)",
               device);
     goto out;
   }
-  if (hwloc_bitmap_iszero(set) || hwloc_bitmap_isfull(set)) {
+  if (placed && (hwloc_bitmap_iszero(set) || hwloc_bitmap_isfull(set))) {
     /* No locality known: every core is as near as any other. */
     hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(topo));
   }
-  if (hwloc_bitmap_list_asprintf(&list, set) < 0) {
+  if (placed && hwloc_bitmap_list_asprintf(&list, set) < 0) {
     rc = fail(err, errlen, CGRT_E_NOMEM, "hwloc_bitmap_list_asprintf: out of memory");
     goto out;
   }
-  if (kept) {
-    const int near = hwloc_bitmap_intersects(cur, set);
+  if (kept) { /* the host's choice stands, near the GPU or not */
+    const int near = placed && hwloc_bitmap_intersects(cur, set);
+    char where[512];
+    if (placed)
+      snprintf(where, sizeof(where), "%sthe cores near GPU %d are %s",
+               near ? "" : "none of them is near the GPU; ", device, list);
+    else
+      snprintf(where, sizeof(where),
+               "where GPU %d sits is unknown (hwloc_cudart_get_device_cpuset failed)", device);
     snprintf(cores, len, "%s", cur_list);
-    rc = fail(err, errlen, near ? CGRT_CORES_KEPT : CGRT_CORES_KEPT_FAR,
+    rc = fail(err, errlen, placed && !near ? CGRT_CORES_KEPT_FAR : CGRT_CORES_KEPT,
               "left on cores %s, the affinity this thread had before this runtime opened "
-              "(taskset, numactl, the host or an earlier runtime)%s; the cores near GPU %d are %s",
-              cur_list, near ? "" : ", none of them near the GPU", device, list);
+              "(taskset, numactl, the host or an earlier runtime); %s",
+              cur_list, where);
     goto out;
   }
   snprintf(cores, len, "%s", list);
