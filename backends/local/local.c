@@ -13,13 +13,6 @@
  * retired from the cache, and new buckets are captured lazily at their first use, or, with
  * `capture = eager`, one bucket per step, so no step waits for more than one bucket's capture.
  *
- * With `[local] compare_eager = N` (0, off, by default), once a bucket's graphs have replayed
- * a few steps, the next N steps of that bucket at the same token count are timed replayed and N
- * more run eagerly at their real token count, in turn, each alone on the stream (a sync before
- * and after); when the replays' median is the slower, the log says so once for the bucket, with
- * what to change, and cgrt_stats counts it (slower_than_eager). Off by default: those eager
- * steps run unpadded, whose outputs need not be bitwise the replays'.
- *
  * The mechanism (warm-up counts, capture, LRU bound, rebind policy, stats) is the core's graph
  * cache; this file is the policy.
  */
@@ -30,20 +23,6 @@
 
 #include "cgrt/backend.h"
 #include "rules.h"
-
-#define COMPARE_MAX     16   /* [local] compare_eager at most */
-#define COMPARE_AFTER   3    /* replayed steps of a bucket before its comparison starts */
-#define COMPARE_BUCKETS 64   /* buckets compared at most (CGRT_STATS_MAX_BUCKETS) */
-#define COMPARE_MARGIN  0.02 /* replays this much slower than eager count as slower */
-
-/* compare_eager: one bucket's steps at one token count, replayed and eager, timed alone. */
-struct compare {
-  int64_t bucket, tokens; /* tokens: the first token count replayed at this bucket */
-  int replays;            /* steady replayed steps seen before the comparison */
-  int n_replay, n_eager;
-  double replay_us[COMPARE_MAX], eager_us[COMPARE_MAX];
-  int done;
-};
 
 struct local_state {
   const struct cgrt_host_api *h;
@@ -57,9 +36,6 @@ struct local_state {
   size_t nset;
   int64_t *pending; /* adaptive, capture = eager: new buckets still to capture, largest last */
   size_t npending;
-  int compare_n; /* [local] compare_eager: steps of each kind timed per bucket; 0: off */
-  struct compare compare[COMPARE_BUCKETS];
-  size_t ncompare;
 };
 
 static double ms_since(const struct timespec *t0) {
@@ -264,114 +240,6 @@ static int capture_pending(struct local_state *s, struct cgrt_step_frame *f) {
   return rc;
 }
 
-/* ---------------------------------------------------------------- compare_eager */
-
-/* The comparison of `bucket`, started at the first step; NULL when off or all slots are taken. */
-static struct compare *compare_for(struct local_state *s, int64_t bucket, int64_t tokens) {
-  if (s->compare_n == 0)
-    return NULL;
-  for (size_t i = 0; i < s->ncompare; i++)
-    if (s->compare[i].bucket == bucket)
-      return &s->compare[i];
-  if (s->ncompare == COMPARE_BUCKETS)
-    return NULL;
-  struct compare *c = &s->compare[s->ncompare++];
-  memset(c, 0, sizeof(*c));
-  c->bucket = bucket;
-  c->tokens = tokens;
-  return c;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Both sides timed: the verdict, said once, and counted. */
-static void compare_verdict(struct local_state *s, struct compare *c) {
-  const struct cgrt_host_api *h = s->h;
-  const double r = median(c->replay_us, c->n_replay), e = median(c->eager_us, c->n_eager);
-  const int slower = r > e * (1.0 + COMPARE_MARGIN);
-  const int block = s->cfg->inference_scope == CGRT_SCOPE_BLOCK;
-  c->done = 1;
-  if (h->minor >= 6) {
-    h->count(h, CGRT_COUNT_EAGER_COMPARISONS, 1);
-    if (slower)
-      h->count(h, CGRT_COUNT_SLOWER_THAN_EAGER, 1);
-  }
-  if (!slower) {
-    h->log(h, CGRT_LOG_INFO,
-           "compare_eager: steps of %lld tokens (bucket %lld) replayed in %.1f us and ran eagerly "
-           "in %.1f us (each alone on the stream, medians of %d): the graphs are %.2fx faster",
-           (long long)c->tokens, (long long)c->bucket, r, e, c->n_eager, e / r);
-    return;
-  }
-  char advice[256];
-  if (c->tokens < c->bucket)
-    snprintf(advice, sizeof(advice),
-             "the bucket pads %lld tokens to %lld: buckets nearer the traffic ([inference] "
-             "buckets = list or adaptive)%s",
-             (long long)c->tokens, (long long)c->bucket,
-             block ? "" : ", or inference_scope = block (one graph per step)");
-  else
-    snprintf(advice, sizeof(advice), "%s",
-             block ? "impl = none for these steps (max_tokens below them)"
-                   : "inference_scope = block (one graph per step), or impl = none");
-  h->log(h, CGRT_LOG_WARN,
-         "compare_eager: steps of %lld tokens (bucket %lld) replayed in %.1f us and ran eagerly "
-         "in %.1f us (each alone on the stream, medians of %d): the graphs are %.0f%% slower "
-         "than eager here; try %s",
-         (long long)c->tokens, (long long)c->bucket, r, e, c->n_eager, (r / e - 1.0) * 100.0,
-         advice);
-}
-
-static double us_since(const struct timespec *t0) {
-  return ms_since(t0) * 1e3;
-}
-
-/*
- * A step of a bucket under comparison, at its token count: replayed (as usual) or, when the
- * replays are ahead, eagerly at the real token count (as a step above the buckets runs), alone on
- * the stream and timed from the sync before it to the sync after.
- */
-static int compare_step(struct local_state *s, struct cgrt_step_frame *f, struct compare *c) {
-  const struct cgrt_host_api *h = s->h;
-  cgrt_ctx *ctx = f->ctx;
-  void *stream = h->stream(h);
-  const int eager = c->n_replay > c->n_eager;
-  int rc = h->stream_sync(h, stream);
-  struct timespec t0;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (rc == 0 && eager) {
-    ctx->padded_tokens = ctx->tokens;
-    ctx->mode = CGRT_MODE_EAGER;
-    s->eager_body = 1;
-    rc = h->run_prepare(h, f);
-    if (rc == 0)
-      rc = h->run_body(h, f);
-    s->eager_body = 0;
-  } else if (rc == 0) {
-    rc = run_pass(s, f);
-  }
-  if (rc == 0)
-    rc = h->stream_sync(h, stream);
-  if (rc != 0)
-    return rc;
-  const double us = us_since(&t0);
-  if (eager)
-    c->eager_us[c->n_eager++] = us;
-  else if (ctx->mode == CGRT_MODE_REPLAY)
-    c->replay_us[c->n_replay++] = us;
-  if (c->n_eager == s->compare_n && c->n_replay == s->compare_n)
-    compare_verdict(s, c);
-  return 0;
-}
-
 static int local_step(void *state, struct cgrt_step_frame *f) {
   struct local_state *s = state;
   const struct cgrt_host_api *h = s->h;
@@ -409,15 +277,6 @@ static int local_step(void *state, struct cgrt_step_frame *f) {
       rc = capture_pending(s, f);
     }
     s->infer_steps++;
-    struct compare *c = rc == 0 ? compare_for(s, bucket, ctx->tokens) : NULL;
-    if (c && !c->done && ctx->tokens == c->tokens) {
-      if (c->replays >= COMPARE_AFTER)
-        return compare_step(s, f, c);
-      rc = run_pass(s, f);
-      if (rc == 0 && ctx->mode == CGRT_MODE_REPLAY)
-        c->replays++;
-      return rc;
-    }
   }
   return rc == 0 ? run_pass(s, f) : rc;
 }
@@ -443,10 +302,6 @@ static int local_init(const struct cgrt_host_api *h, const struct cgrt_config_vi
     free(s);
     return CGRT_E_CONFIG;
   }
-  int64_t compare = 0; /* a core before minor 4 reads no [local] section: off */
-  if (CGRT_VIEW_HAS(cfg, get_int) && cfg->get_int &&
-      cfg->get_int(cfg, "local", "compare_eager", &compare) == 0)
-    s->compare_n = (int)compare;
   int rc = h->cache_create(h, cfg->max_graphs, cfg->rebind, &s->cache);
   if (rc == 0 && s->adaptive)
     rc = remember_set(s);
@@ -474,7 +329,6 @@ static int local_release(void *state) {
   s->infer_steps = 0;
   s->eager_capture_done = 0;
   s->npending = 0;
-  s->ncompare = 0; /* the graphs are gone: compare the new ones afresh */
   return 0;
 }
 
@@ -522,29 +376,14 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
              c->capture == CGRT_CAPTURE_EAGER ? "one per step" : "at first use");
     emit(user, line);
   }
-  if (s->compare_n > 0) {
-    snprintf(line, sizeof(line),
-             "compare_eager = %d: per bucket, after %d replayed steps, %d steps timed replayed "
-             "and %d eager at their real tokens, each alone on the stream; the log says when "
-             "the graphs are the slower",
-             s->compare_n, COMPARE_AFTER, s->compare_n, s->compare_n);
-    emit(user, line);
-  }
   return 0;
 }
 
 /*
- * local's options: [local] compare_eager (above); and its default of a core key, [cuda_graph]
+ * local's options: none of its own section; its default of a core key, [cuda_graph]
  * inference_scope = layer (one graph per module call and bucket), where other backends' is none.
  */
 static const struct cgrt_option local_options[] = {
-    {.name = "compare_eager",
-     .type = CGRT_OPTION_INT,
-     .def = "0",
-     .min = 0,
-     .max = COMPARE_MAX,
-     .meaning = "steps per bucket timed replayed and as many eager at their real tokens, to say "
-                "when the graphs are slower than eager; 0: off"},
     {.name = "cuda_graph.inference_scope",
      .type = CGRT_OPTION_ENUM,
      .def = "layer",

@@ -46,7 +46,7 @@ __all__ = [
     "version",
 ]
 
-__version__ = "0.5.0"
+__version__ = "0.4.0"
 
 
 class Status(enum.IntEnum):
@@ -135,7 +135,7 @@ def library_path() -> str:
 
 
 def version() -> str:
-    """libcgrt's version string, e.g. "0.5.0"."""
+    """libcgrt's version string, e.g. "0.4.0"."""
     return _lib_handle().cgrt_version().decode()
 
 
@@ -393,8 +393,6 @@ class Stats:
     copy_bytes: int
     staged_bytes: int
     rebind_variant_keys: int
-    eager_comparisons: int
-    slower_than_eager: int
 
 
 @dataclass(frozen=True)
@@ -640,8 +638,6 @@ class Runtime:
             copy_bytes=s.copy_bytes,
             staged_bytes=s.staged_bytes,
             rebind_variant_keys=s.rebind_variant_keys,
-            eager_comparisons=s.eager_comparisons,
-            slower_than_eager=s.slower_than_eager,
         )
 
     def findings(self) -> Tuple[Finding, ...]:

@@ -170,9 +170,6 @@ class CStats(Structure):
         ("copy_bytes", c_uint64),
         ("staged_bytes", c_uint64),
         ("rebind_variant_keys", c_uint64),
-        # since 0.5: graphs against eager ([local] compare_eager)
-        ("eager_comparisons", c_uint64),
-        ("slower_than_eager", c_uint64),
     ]
 
 

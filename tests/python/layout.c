@@ -125,8 +125,6 @@ int main(void) {
   FIELD(cgrt_stats, copy_bytes);
   FIELD(cgrt_stats, staged_bytes);
   FIELD(cgrt_stats, rebind_variant_keys);
-  FIELD(cgrt_stats, eager_comparisons);
-  FIELD(cgrt_stats, slower_than_eager);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);

@@ -247,58 +247,6 @@ static void infer_layer_pads_to_buckets(void **state) {
   fixture_close(f);
 }
 
-/*
- * [local] compare_eager = 2: after three steady replays of a bucket, two replayed steps and two
- * eager ones at the real token count, in turn (the eager ones compute with the real count, not
- * the bucket, baked in), then one verdict counted; replays resume. Off by default.
- */
-static void infer_compare_eager_times_replays_against_eager(void **state) {
-  (void)state;
-  const char *scopes[] = {"", "inference_scope = block\n"};
-  for (int sc = 0; sc < 2; sc++) {
-    char extra[256];
-    snprintf(extra, sizeof(extra), "%s[inference]\nmax_tokens = 64\n[local]\ncompare_eager = 2\n",
-             scopes[sc]);
-    struct fixture *f = fixture_open(extra);
-    cgrt_step_report rep = {.struct_size = sizeof(rep)};
-    cgrt_mode modes[12];
-    double out[12];
-    int64_t padded[12];
-    for (int i = 0; i < 12; i++) {
-      assert_int_equal(step(f, CGRT_PHASE_INFER, 37, &rep), 0);
-      modes[i] = rep.mode;
-      out[i] = f->out[1];
-      padded[i] = rep.padded_tokens;
-      if (i < 9)
-        assert_int_equal(stats(f).eager_comparisons, 0);
-    }
-    /* 2 warm-ups, the capture, 3 replays, then replay, eager, replay, eager, then replays */
-    const cgrt_mode want[12] = {CGRT_MODE_WARMUP, CGRT_MODE_WARMUP, CGRT_MODE_CAPTURE,
-                                CGRT_MODE_REPLAY, CGRT_MODE_REPLAY, CGRT_MODE_REPLAY,
-                                CGRT_MODE_REPLAY, CGRT_MODE_EAGER,  CGRT_MODE_REPLAY,
-                                CGRT_MODE_EAGER,  CGRT_MODE_REPLAY, CGRT_MODE_REPLAY};
-    for (int i = 0; i < 12; i++) {
-      assert_int_equal(modes[i], want[i]);
-      const int64_t pad = want[i] == CGRT_MODE_EAGER ? 37 : 64;
-      assert_int_equal(padded[i], pad);
-      assert_true(out[i] == 2.0 * 2 + (double)pad);
-    }
-    cgrt_stats s = stats(f);
-    assert_int_equal(s.eager_comparisons, 1);
-    assert_true(s.slower_than_eager <= 1);
-    assert_int_equal(s.captures, sc ? 1 : MODS); /* the eager steps captured nothing */
-    fixture_close(f);
-  }
-  /* Off by default: replays only. */
-  struct fixture *f = fixture_open("[inference]\nmax_tokens = 64\n");
-  cgrt_step_report rep = {.struct_size = sizeof(rep)};
-  for (int i = 0; i < 12; i++)
-    assert_int_equal(step(f, CGRT_PHASE_INFER, 37, &rep), 0);
-  assert_int_equal(stats(f).steps_by_mode[CGRT_MODE_REPLAY], 9);
-  assert_int_equal(stats(f).eager_comparisons, 0);
-  fixture_close(f);
-}
-
 static void infer_above_max_runs_eagerly(void **state) {
   (void)state;
   struct fixture *f = fixture_open("[inference]\nmax_tokens = 16\n");
@@ -495,7 +443,6 @@ int main(void) {
       cmocka_unit_test(train_keys_split_by_key_microbatch_phase),
       cmocka_unit_test(modules_option_scopes_kinds),
       cmocka_unit_test(infer_layer_pads_to_buckets),
-      cmocka_unit_test(infer_compare_eager_times_replays_against_eager),
       cmocka_unit_test(infer_above_max_runs_eagerly),
       cmocka_unit_test(infer_block_replays_whole_body),
       cmocka_unit_test(infer_eager_capture_takes_every_bucket_largest_first),

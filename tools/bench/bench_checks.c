@@ -1,9 +1,8 @@
 /*
  * bench_checks.c - what went wrong or was checked during a `cgrt bench` run: fallbacks, moved
  * buffers (keys on private copies, keys sent eager, bytes copied), calls eager for the memory
- * budget, replays checked against eager and how many differed ([cuda_graph] verify), buckets
- * whose replays the runtime timed slower than eager ([local] compare_eager), and diagnose's
- * findings, as text lines or as JSON fields.
+ * budget, replays checked against eager and how many differed ([cuda_graph] verify), and
+ * diagnose's findings, as text lines or as JSON fields.
  */
 #include <stdio.h>
 
@@ -37,10 +36,9 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            (unsigned long long)s.rebind_eager_keys, (unsigned long long)s.copy_bytes,
            (unsigned long long)s.budget_eager);
     printf(",\"verifications\":%llu,\"verify_mismatches\":%llu,\"verify_skipped\":%llu,"
-           "\"eager_comparisons\":%llu,\"runtime_slower_than_eager\":%llu,\"findings\":[",
+           "\"findings\":[",
            (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
-           (unsigned long long)s.verify_skipped, (unsigned long long)s.eager_comparisons,
-           (unsigned long long)s.slower_than_eager);
+           (unsigned long long)s.verify_skipped);
     for (size_t i = 0; i < n; i++) {
       cgrt_finding f = {.struct_size = sizeof(f)};
       if (cgrt_finding_get(rt, i, &f) != 0)
@@ -74,10 +72,6 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            "memory for the private copies)\n",
            (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
            (unsigned long long)s.verify_skipped);
-  if (s.eager_comparisons)
-    printf("compare_eager: %llu buckets timed against eager by the runtime, %llu of them slower "
-           "replayed than eager (the log says which)\n",
-           (unsigned long long)s.eager_comparisons, (unsigned long long)s.slower_than_eager);
   if (n == 0)
     return;
   printf("diagnose: %zu finding%s\n", n, n == 1 ? "" : "s");

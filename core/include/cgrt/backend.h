@@ -48,7 +48,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    6
+#define CGRT_HOST_API_MINOR    5
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -305,10 +305,7 @@ typedef enum cgrt_counter {
   CGRT_COUNT_UPDATE_REFUSALS = 1, /* the driver refused an update */
   CGRT_COUNT_REBINDS = 2,         /* a call's buffers had moved since its capture */
   CGRT_COUNT_EVICTIONS = 3,       /* an executable was dropped to respect max_graphs */
-  CGRT_COUNT_FALLBACKS = 4,       /* a capture done without the helpers failed, ran eagerly */
-  /* -- since minor 6: graphs timed against eager (cgrt_stats.eager_comparisons) -- */
-  CGRT_COUNT_EAGER_COMPARISONS = 5, /* a key's replayed steps were timed against eager ones */
-  CGRT_COUNT_SLOWER_THAN_EAGER = 6  /* ...and the replays were the slower */
+  CGRT_COUNT_FALLBACKS = 4        /* a capture done without the helpers failed, ran eagerly */
 } cgrt_counter;
 
 /* A keyed set of executables owned by the core (see cgrt_host_api.cache_*). Opaque. */

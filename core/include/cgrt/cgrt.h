@@ -40,9 +40,9 @@ extern "C" {
 #endif
 
 #define CGRT_VERSION_MAJOR  0
-#define CGRT_VERSION_MINOR  5
+#define CGRT_VERSION_MINOR  4
 #define CGRT_VERSION_PATCH  0
-#define CGRT_VERSION_STRING "0.5.0"
+#define CGRT_VERSION_STRING "0.4.0"
 
 /* Status codes. 0 is success; every error is negative. */
 typedef enum cgrt_status {
@@ -341,10 +341,6 @@ typedef struct cgrt_stats {
                                    [cuda_graph] memory_budget) */
   uint64_t rebind_variant_keys; /* keys rebind = auto gave a graph per address set: their buffers
                                    moved on 3 of 4 calls among at most 4 sets they had before */
-  /* -- since 0.5: graphs against eager ([local] compare_eager) -- */
-  uint64_t eager_comparisons; /* buckets whose replayed steps were timed against the same steps
-                                 run eagerly at their real token count */
-  uint64_t slower_than_eager; /* of those, buckets whose replays were the slower */
 } cgrt_stats;
 
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
@@ -371,7 +367,7 @@ typedef struct cgrt_open_options {
   void *stream;
 } cgrt_open_options;
 
-/* The library's version string, e.g. "0.5.0". Static. */
+/* The library's version string, e.g. "0.4.0". Static. */
 CGRT_API const char *cgrt_version(void);
 
 /*

@@ -357,12 +357,6 @@ static void h_count(const struct cgrt_host_api *h, cgrt_counter which, int64_t d
     if (rt->graphs.rep)
       rt->graphs.rep->fallbacks += (uint32_t)delta;
     break;
-  case CGRT_COUNT_EAGER_COMPARISONS:
-    s->eager_comparisons += (uint64_t)delta;
-    break;
-  case CGRT_COUNT_SLOWER_THAN_EAGER:
-    s->slower_than_eager += (uint64_t)delta;
-    break;
   }
 }
 
