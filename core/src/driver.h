@@ -47,8 +47,13 @@ struct cgrt_diag_call;
 /* One opened driver instance. */
 struct cgrt_dev {
   const struct cgrt_driver *drv;
-  void *impl;                     /* the driver's private state */
-  int device;                     /* device ordinal ([runtime] device) */
+  void *impl; /* the driver's private state */
+  /*
+   * Device ordinal ([runtime] device). -1 (`current`) before open: open resolves it to the device
+   * of `host_stream` when the host handed one, else to the device current on the opening thread.
+   */
+  int device;
+  void *host_stream;              /* the host's stream (cgrt_open_options.stream), or NULL */
   cgrt_capture_mode capture_mode; /* how captures begin ([cuda_graph] capture_mode) */
   /*
    * An experiment, from the environment (CGRT_FOLD_EVENT_LEAVES=1): the cuda driver folds leaf

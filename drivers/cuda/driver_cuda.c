@@ -86,6 +86,36 @@ static int use_device(struct cgrt_dev *dev) {
   return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaSetDevice", NULL);
 }
 
+/*
+ * [runtime] device = current (-1): the device of the host's stream when it handed one (a process
+ * per GPU sets its device and creates its stream before opening cgrt), else the device current on
+ * this thread. An index must be the host stream's device, if there is one.
+ */
+static int resolve_device(struct cgrt_dev *dev) {
+  if (dev->host_stream) {
+    int of_stream = -1;
+    cudaError_t e = cudaStreamGetDevice((cudaStream_t)dev->host_stream, &of_stream);
+    if (e != cudaSuccess)
+      return cuda_fail(dev, e, "cudaStreamGetDevice(cgrt_open_options.stream)",
+                       "pass a cudaStream_t the host created, or NULL");
+    if (dev->device >= 0 && dev->device != of_stream)
+      return cgrt__dev_fail(dev, CGRT_E_INVAL,
+                            "cgrt_open_options.stream is a stream of device %d, but [runtime] "
+                            "device = %d: cgrt runs on the host's stream, so set device = current "
+                            "(or %d), or hand a stream of device %d",
+                            of_stream, dev->device, of_stream, dev->device);
+    dev->device = of_stream;
+  }
+  if (dev->device < 0) {
+    int current = 0;
+    cudaError_t e = cudaGetDevice(&current);
+    if (e != cudaSuccess)
+      return cuda_fail(dev, e, "cudaGetDevice ([runtime] device = current)", NULL);
+    dev->device = current;
+  }
+  return 0;
+}
+
 static int cuda_open(struct cgrt_dev *dev) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
@@ -100,7 +130,10 @@ static int cuda_open(struct cgrt_dev *dev) {
     return cgrt__dev_fail(dev, CGRT_E_NODEV,
                           "no CUDA device: cudaGetDeviceCount found none; set [runtime] driver = "
                           "host to run without a GPU");
-  if (dev->device < 0 || dev->device >= count)
+  int rc = resolve_device(dev);
+  if (rc != 0)
+    return rc;
+  if (dev->device >= count)
     return cgrt__dev_fail(dev, CGRT_E_NODEV,
                           "no CUDA device: [runtime] device = %d, but this process sees %d CUDA "
                           "device%s (0 to %d); set [runtime] device, or check CUDA_VISIBLE_DEVICES",

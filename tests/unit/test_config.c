@@ -130,7 +130,7 @@ static void assert_defaults(const struct cgrt_config_view *v) {
   assert_int_equal(v->graph_slots, 2);
   assert_int_equal(v->over_capacity, CGRT_OVER_CAPACITY_ERROR);
   assert_int_equal(v->cp_scope, CGRT_CP_SCOPE_MODULES);
-  assert_int_equal(v->device, 0);
+  assert_int_equal(v->device, -1); /* current */
   assert_int_equal(v->driver, CGRT_DRIVER_CUDA);
   assert_int_equal(v->bind_cpu, 1);
   assert_int_equal(v->log_level, CGRT_LOG_INFO);
@@ -442,7 +442,10 @@ static void integer_values(void **state) {
     assert_refused(f, text, want);
   }
   assert_refused(f, "[runtime]\ndevice = -1\n",
-                 "t.ini:2: [runtime] device = '-1': expected a whole number from 0 to 2147483647");
+                 "t.ini:2: [runtime] device = '-1': expected current (the host stream's device, "
+                 "else the opening thread's) or a device index from 0 to 2147483647");
+  assert_refused(f, "[runtime]\ndevice = curent\n",
+                 "[runtime] device = 'curent': expected current");
   assert_refused(f, "[host]\nmoe_experts = -8\n", "[host] moe_experts = '-8': expected");
   assert_refused(f, "[cuda_graph]\nmax_graphs = 2147483648\n",
                  "t.ini:2: [cuda_graph] max_graphs = '2147483648': too large: expected a whole "
@@ -1352,7 +1355,7 @@ static void print_writes_every_key_in_order(void **state) {
       "over_capacity = error\n",
       "graph_scope = modules\n",
       "[runtime]\n",
-      "device = 0\n",
+      "device = current\n",
       "driver = cuda\n",
       "bind_cpu = auto\n",
       "log = info\n",
@@ -1592,6 +1595,16 @@ static void names_and_distances(void **state) {
   assert_int_equal(cgrt__edit_distance("ab", "ba"), 2);
 }
 
+/* [runtime] device: `current` (any case) or an index. */
+static void device_current_or_index(void **state) {
+  struct fx *f = *state;
+  assert_clean(f, "[runtime]\ndevice = CURRENT\n");
+  assert_int_equal(f->cfg.view.device, -1);
+  assert_clean(f, "[runtime]\ndevice = 3\n");
+  assert_int_equal(f->cfg.view.device, 3);
+  assert_refused(f, "[runtime]\ndevice = 1 2\n", "[runtime] device = '1 2': expected current");
+}
+
 static void view_get_edge_cases(void **state) {
   struct fx *f = *state;
   assert_clean(f, "[runtime]\ndevice = 1\n");
@@ -1704,6 +1717,7 @@ int main(void) {
       T(load_refuses_binary_files),
       T(every_shipped_example_validates),
       T(names_and_distances),
+      T(device_current_or_index),
       T(view_get_edge_cases),
       T(parsing_is_thread_safe),
   };

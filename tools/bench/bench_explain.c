@@ -499,7 +499,7 @@ int bench_explain(const struct bench_workload *w, const struct bench_opts *o) {
     return status;
   struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   v->driver = CGRT_DRIVER_CUDA;
-  const int device = v->device;
+  const int device = v->device < 0 ? 0 : v->device; /* current: a tool's is 0 */
   const int block = v->inference_scope == CGRT_SCOPE_BLOCK;
   const int eager_impl = strcmp(v->impl, "none") == 0;
   char impl[128];

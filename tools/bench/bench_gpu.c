@@ -725,7 +725,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   if (status != EXIT_VALID)
     return status;
   const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
-  int device = v->device;
+  int device = v->device < 0 ? 0 : v->device; /* current: a tool's is 0 */
 
   int64_t *buckets = NULL;
   size_t nb = 0;
@@ -868,7 +868,7 @@ int plan_decode(const char *conf, plan_report_fn report, void *user) {
   struct bench_opts o = {.workload = "decode", .steps = 1, .warmup = v->warmup_steps + 1};
   void *ws = NULL;
   struct host_model hm = {0};
-  int device = v->device;
+  int device = v->device < 0 ? 0 : v->device; /* current: a tool's is 0 */
   if (cgrt_tool_buckets_build(v->buckets, v->max_tokens, v->num_graphs, v->tp_size, v->bucket_list,
                               v->bucket_list_len, &buckets, &nb, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt plan: %s\n", err);

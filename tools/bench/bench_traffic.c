@@ -237,7 +237,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   if (tool_eager_config(v, &eager_cfg) != EXIT_VALID ||
       (have_alt && load_variant(o, 1, alt_dist, &alt) != EXIT_VALID))
     goto out;
-  int device = v->device;
+  int device = v->device < 0 ? 0 : v->device; /* current: a tool's is 0 */
   struct cudaDeviceProp prop;
   cudaSetDevice(device);
   cudaGetDeviceProperties(&prop, device);

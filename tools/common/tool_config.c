@@ -20,10 +20,12 @@ int tool_load_config(const char *path, const char *text, const char *name, cgrt_
 }
 
 int tool_eager_config(const struct cgrt_config_view *v, cgrt_tool_config **eager) {
-  char ini[256];
+  char ini[256], device[16] = "current";
+  if (v->device >= 0)
+    snprintf(device, sizeof(device), "%d", v->device);
   snprintf(ini, sizeof(ini),
-           "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\ndevice = %d\nbind_cpu = %s\n"
+           "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\ndevice = %s\nbind_cpu = %s\n"
            "log = warn\n",
-           v->device, v->bind_cpu ? "auto" : "off");
+           device, v->bind_cpu ? "auto" : "off");
   return tool_load_config(NULL, ini, "<bench eager>", eager, 0);
 }

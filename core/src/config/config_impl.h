@@ -28,6 +28,7 @@ enum cfg_type {
   CFG_PERCENT,  /* a percentage from 0 to 100 ("5" or "5%"), stored as a fraction (double) */
   CFG_SIZE,     /* `off` (0) or a whole number of KiB, MiB or GiB, stored as bytes (uint64_t) */
   CFG_VERIFY,   /* off | first | every:N, into view.verify and view.verify_every */
+  CFG_DEVICE,   /* `current` (stored as -1) or a device index >= 0, an int */
 };
 
 /* The known keys, one row each in config_keys.def, in DESIGN.md order (the print order). */

@@ -519,6 +519,7 @@ int cgrt__cfg_view_get_int(const struct cgrt_config_view *view, const char *sect
   const char *field = (const char *)view + c->offset;
   switch (c->type) {
   case CFG_INT:
+  case CFG_DEVICE:
   case CFG_ENUM:
   case CFG_BOOL:
     *out = *(const int *)field;

@@ -501,18 +501,29 @@ int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char 
     return set_cp_sizes(cfg, text, norm, why, whylen);
   case CFG_VERIFY:
     return set_verify(cfg, text, norm, why, whylen);
+  case CFG_DEVICE:
   case CFG_INT:
   case CFG_INT64: {
+    if (k->type == CFG_DEVICE && strcasecmp(text, "current") == 0) {
+      *(int *)field = -1;
+      return (*norm = strdup("current")) ? 0 : CGRT_E_NOMEM;
+    }
     int64_t v;
-    if (cgrt__cfg_parse_count(text, k->type == CFG_INT ? INT_MAX : INT64_MAX, &v, why, whylen) != 0)
+    if (cgrt__cfg_parse_count(text, k->type == CFG_INT64 ? INT64_MAX : INT_MAX, &v, why, whylen) !=
+        0) {
+      if (k->type == CFG_DEVICE)
+        say(why, whylen,
+            "expected current (the host stream's device, else the opening "
+            "thread's) or a device index from 0 to 2147483647");
       return CGRT_E_CONFIG;
+    }
     snprintf(buf, sizeof(buf), "%" PRId64, v);
     if (!(*norm = strdup(buf)))
       return CGRT_E_NOMEM;
-    if (k->type == CFG_INT)
-      *(int *)field = (int)v;
-    else
+    if (k->type == CFG_INT64)
       *(int64_t *)field = v;
+    else
+      *(int *)field = (int)v;
     return 0;
   }
   case CFG_PERCENT: {
@@ -595,6 +606,14 @@ char *cgrt__cfg_value_text(const struct cgrt_config *cfg, int id) {
   case CFG_INT:
     snprintf(num, sizeof(num), "%d", *(const int *)field);
     sb_add(&out, num);
+    break;
+  case CFG_DEVICE:
+    if (*(const int *)field < 0)
+      sb_add(&out, "current");
+    else {
+      snprintf(num, sizeof(num), "%d", *(const int *)field);
+      sb_add(&out, num);
+    }
     break;
   case CFG_INT64:
     snprintf(num, sizeof(num), "%" PRId64, *(const int64_t *)field);

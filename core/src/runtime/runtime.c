@@ -79,10 +79,10 @@ static void bind_thread(cgrt_runtime *rt) {
     return;
   }
   char cores[256], err[512];
-  int rc = rt->dev.drv->cores_near(v->device, 1, cores, sizeof(cores), err, sizeof(err));
+  int rc = rt->dev.drv->cores_near(rt->dev.device, 1, cores, sizeof(cores), err, sizeof(err));
   if (rc == 0)
     cgrt__log(&rt->log, CGRT_LOG_INFO, "bind_cpu = auto: bound this thread to cores %s near GPU %d",
-              cores, v->device);
+              cores, rt->dev.device);
   else if (rc == CGRT_CORES_KEPT || rc == CGRT_CORES_KEPT_FAR)
     cgrt__log(&rt->log, rc == CGRT_CORES_KEPT ? CGRT_LOG_INFO : CGRT_LOG_WARN,
               "bind_cpu = auto: %s", err);
@@ -190,6 +190,7 @@ static int open_runtime(cgrt_runtime *rt) {
   if (rc != 0)
     return cgrt__fail(&rt->log, rc, "%s", err);
   rt->dev.device = v->device;
+  rt->dev.host_stream = rt->host_stream;
   rt->dev.capture_mode = v->capture_mode;
   const char *fold = cgrt__getenv("CGRT_FOLD_EVENT_LEAVES");
   rt->dev.fold_event_leaves = fold && strcmp(fold, "1") == 0;
@@ -201,6 +202,8 @@ static int open_runtime(cgrt_runtime *rt) {
   if (rc != 0)
     return cgrt__fail(&rt->log, rc, "%s", rt->dev.err);
   rt->dev_open = 1;
+  if (rt->dev.device < 0) /* `current` on a driver with one device (host) */
+    rt->dev.device = 0;
   bind_thread(rt);
   rc = open_stream(rt);
   rt->graphs.stream = rt->stream;
@@ -211,7 +214,7 @@ static int open_runtime(cgrt_runtime *rt) {
   if (rc != 0)
     return rc;
   cgrt__log(&rt->log, CGRT_LOG_INFO, "cgrt %s: backend %s (%s), driver %s, device %d",
-            CGRT_VERSION_STRING, rt->lib.vt->name, rt->lib.path, rt->dev.drv->name, v->device);
+            CGRT_VERSION_STRING, rt->lib.vt->name, rt->lib.path, rt->dev.drv->name, rt->dev.device);
   return 0;
 }
 
