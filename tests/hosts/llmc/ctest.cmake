@@ -3,6 +3,7 @@
 # local, transformer_engine and full_iteration, the patched binary's own step and the naive body,
 # and checks every step's loss bitwise against llm.c's, the replays, and what diagnose names (label
 # gpu). Skipped with its reason (exit 77) without the llm.c tree, nvcc or a CUDA device.
+# host_llmc_2gpu (label multigpu): the same on two GPUs (test2.sh).
 if(CGRT_HAVE_CUDA)
   # LLMC_DIR in the environment at configure time, else the tree beside the checkout.
   if(DEFINED ENV{LLMC_DIR})
@@ -14,5 +15,14 @@ if(CGRT_HAVE_CUDA)
       "a karpathy/llm.c tree for the llm.c host test (tests/hosts/llmc)")
   add_test(NAME host_llmc COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test.sh ${CMAKE_BINARY_DIR})
   set_tests_properties(host_llmc PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 1200
+    RESOURCE_LOCK llmc_work
+    ENVIRONMENT "LLMC_DIR=${CGRT_LLMC_DIR};LLMC_WORK=${CMAKE_CURRENT_BINARY_DIR}/llmc-host")
+  # The same trainer on two GPUs, llm.c's NCCL data parallelism (test2.sh): losses and each rank's
+  # checkpoint bitwise llm.c's under every backend, ZeRO 0 and 1, and the two failure drills.
+  # Skipped with its reason on fewer than two GPUs. The two tests share the work folder (shards,
+  # stepbits.so), so they take turns (RESOURCE_LOCK).
+  add_test(NAME host_llmc_2gpu COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test2.sh ${CMAKE_BINARY_DIR})
+  set_tests_properties(host_llmc_2gpu PROPERTIES LABELS multigpu SKIP_RETURN_CODE 77 TIMEOUT 1500
+    RESOURCE_LOCK llmc_work
     ENVIRONMENT "LLMC_DIR=${CGRT_LLMC_DIR};LLMC_WORK=${CMAKE_CURRENT_BINARY_DIR}/llmc-host")
 endif()
