@@ -140,7 +140,7 @@ done
 # Drill 1: rank 1's captures fail (a synchronizing call inside), rank 0's do not.
 name=z1.break1
 start=$(date +%s)
-if ! one_run "$name" 1 port2 full_iteration LLMC_CGRT_BREAK_RANK=1 LLMC_NCCL_TIMEOUT=60; then
+if ! one_run "$name" 1 port2 full_iteration LLMC_CGRT_BREAK_RANK=1 LLMC_NCCL_TIMEOUT=30 LLMC_RANK_TIMEOUT=120; then
   fail "$name: a rank exited with an error, $(($(date +%s) - start)) s (see $out/$name.txt)"
 elif same "$name" z1.llmc; then
   # shellcheck disable=SC2046
@@ -160,7 +160,7 @@ fi
 name=z0.die1
 start=$(date +%s)
 rc=0
-one_run "$name" 0 port2 full_iteration LLMC_CGRT_DIE_AT=1:6 LLMC_NCCL_TIMEOUT=10 || rc=$?
+one_run "$name" 0 port2 full_iteration LLMC_CGRT_DIE_AT=1:6 LLMC_NCCL_TIMEOUT=10 LLMC_RANK_TIMEOUT=90 || rc=$?
 took=$(($(date +%s) - start))
 if [ "$rc" -eq 0 ]; then
   fail "$name: the run succeeded although rank 1 was killed"
