@@ -32,6 +32,7 @@ if [ "${gpus:-0}" -lt 2 ]; then
   echo "SKIPPED: needs two GPUs, ${gpus:-0} visible (nvidia-smi -L)"
   exit 77
 fi
+mkdir -p "$work"
 if ! sh "$here/run.sh" "$build" build2 >"$work/build2.txt" 2>&1; then
   rc=$?
   cat "$work/build2.txt"
