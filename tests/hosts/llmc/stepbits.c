@@ -8,7 +8,8 @@
  *
  *     stepbits 3 loss 0x1.5d1c7ap+3 norm 0x1.2f0e4cp+2 lr 0x1.3a92a4p-12 ms 12.345678
  *
- * Both binaries run under it, so both are read the same way. Build:
+ * Both binaries run under it, so both are read the same way. It also makes stdout line-buffered.
+ * Build:
  *     cc -shared -fPIC -O2 -o stepbits.so stepbits.c -ldl
  */
 #define _GNU_SOURCE
@@ -36,6 +37,12 @@ static void note_step(const char *fmt, va_list ap) {
   va_end(aq);
   fprintf(stdout, "stepbits %d loss %a norm %a lr %a ms %.6f\n", step, loss, norm, lr, ms);
 }
+
+/*
+ * stdout line by line, as on a terminal, also into a file: a run that hangs, or is killed by a
+ * timeout, still leaves every line it printed (the two-GPU runs write each rank to a file).
+ */
+__attribute__((constructor)) static void line_buffered(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
 
 /* A step's exact line first (if it is a step's), then llm.c's line as it printed it. */
 static int print_noted(const char *fmt, va_list ap) {

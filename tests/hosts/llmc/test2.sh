@@ -8,7 +8,8 @@
 #   its checkpoint (AdamW m and v, master weights, RNG and loader state) and rank 0's model file;
 # - none runs every step eagerly; the graph backends replay every step after warm-up and capture on
 #   both ranks, with no fallback; full_iteration in one graph, the collectives inside it.
-# Then two drills, under full_iteration:
+# Unpatched llm.c runs twice at each ZeRO stage: a reference that differs from itself is reported as
+# such. Then two drills, under full_iteration:
 # - rank 1's captures meet a synchronizing call (LLMC_CGRT_BREAK_RANK=1, ZeRO 1): rank 1 says what
 #   broke them and runs its steps eagerly, rank 0 replays, nobody hangs, and the losses and states
 #   are still llm.c's;
@@ -25,7 +26,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 steps=${STEPS:-12}
 warmup=3 # warmup_steps of conf/*.ini
 backends=${BACKENDS:-"none local transformer_engine full_iteration"}
-export LLMC_GPUS=2 LLMC_RANK_TIMEOUT="${LLMC_RANK_TIMEOUT:-300}"
+zeros=${ZEROS:-"0 1"}
+drills=${DRILLS:-1} # 0: skip the two drills
+# a rank waits at most LLMC_NCCL_TIMEOUT s for a step (the port's watchdog), and is killed after
+# LLMC_RANK_TIMEOUT s in all
+export LLMC_GPUS=2 LLMC_RANK_TIMEOUT="${LLMC_RANK_TIMEOUT:-240}" LLMC_NCCL_TIMEOUT="${LLMC_NCCL_TIMEOUT:-60}"
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${gpus:-0}" -lt 2 ]; then
@@ -59,11 +64,29 @@ stats() {
   if [ "$2" -eq 0 ]; then pre=""; else pre="rank$2| "; fi
   grep "^${pre}cgrt: backend " "$1" | sed -E 's/.*steps ([0-9]+): eager ([0-9]+), warmup ([0-9]+), capture ([0-9]+), replay ([0-9]+) .*graphs built ([0-9]+), fallbacks ([0-9]+), findings ([0-9]+).*/\1 \2 \3 \4 \5 \6 \7 \8/'
 }
-# states DIR: a checksum per file of the checkpoint a run wrote (each rank's state, rank 0's
-# model), then the files are removed (hundreds of MB each)
-states() {
-  (cd "$1" && sha256sum model_*.bin state_*.bin 2>/dev/null) || true
-  rm -f "$1"/*.bin
+# states DIR: a checksum per file of the checkpoint a run wrote (each rank's state, rank 0's model)
+states() { (cd "$1" && sha256sum model_*.bin state_*.bin 2>/dev/null) || true; }
+
+# where NAME's checkpoint first differs from REF's, per file: the state files are a 1024-byte
+# header (step, RNG and loader state), then AdamW m, v and the master weights, n floats each
+# (n: the rank's shard of the parameters)
+where_differs() {
+  for f in "$out/$2.ckpt"/*.bin; do
+    b=$(basename "$f")
+    at=$(cmp "$f" "$out/$1.ckpt/$b" 2>&1 | sed -n 's/.* differ: byte \([0-9]*\).*/\1/p')
+    [ -n "$at" ] || continue
+    n=$(cmp -l "$f" "$out/$1.ckpt/$b" 2>/dev/null | wc -l)
+    case "$b" in
+    state_*)
+      size=$(wc -c <"$f")
+      per=$(((size - 1024) / 3))
+      part=$(awk -v a="$at" -v p="$per" 'BEGIN { if (a <= 1024) print "the header";
+        else { i = int((a - 1025) / p); split("m v master", w, " "); printf "%s, float %d", w[i + 1], int(((a - 1025) % p) / 4) } }')
+      ;;
+    *) part="the model file" ;;
+    esac
+    echo "  $b: first difference at byte $at ($part), $n bytes differ"
+  done
 }
 
 # one_run NAME ZERO TREE [CONFIG] [env...]: a two-rank run; its log in $out/NAME.txt, its bits in
@@ -89,6 +112,9 @@ one_run() {
   return "$rc"
 }
 
+# drop NAME: its checkpoint's files (hundreds of MB each)
+drop() { rm -f "$out/$1.ckpt"/*.bin; }
+
 # same NAME REF: NAME's bits and checkpoint equal REF's
 same() {
   if ! cmp -s "$out/$2.bits" "$out/$1.bits"; then
@@ -98,24 +124,34 @@ same() {
   fi
   if [ ! -s "$out/$2.sums" ] || ! cmp -s "$out/$2.sums" "$out/$1.sums"; then
     fail "$1: the checkpoint differs from unpatched llm.c's (or none was written):"
-    diff "$out/$2.sums" "$out/$1.sums" | head -6
+    where_differs "$1" "$2"
     return 1
   fi
   return 0
 }
 
-for zero in 0 1; do
+for zero in $zeros; do
   ref=z$zero.llmc
   one_run "$ref" "$zero" llmc2 || fail "$ref: unpatched llm.c exited with an error (see $out/$ref.txt)"
   [ "$(wc -l <"$out/$ref.bits")" -eq "$steps" ] || fail "$ref: unpatched llm.c printed $(wc -l <"$out/$ref.bits") steps, not $steps"
   [ "$(wc -l <"$out/$ref.sums")" -eq 3 ] || fail "$ref: expected a model file and two states, got: $(cat "$out/$ref.sums")"
+  # the reference against itself: what no port can match is llm.c's, not the port's
+  one_run "$ref.again" "$zero" llmc2 || fail "$ref.again: unpatched llm.c exited with an error"
+  if same "$ref.again" "$ref"; then
+    echo "$ref: unpatched llm.c gave the same losses and checkpoints twice"
+  else
+    echo "($ref: unpatched llm.c differs from itself, above: it is not deterministic at ZeRO $zero)"
+  fi
+  drop "$ref.again"
   for conf in $backends; do
     name=z$zero.$conf
     if ! one_run "$name" "$zero" port2 "$conf"; then
       fail "$name: the port exited with an error (see $out/$name.txt)"
+      drop "$name"
       continue
     fi
-    same "$name" "$ref" || continue
+    same "$name" "$ref" || { drop "$name"; continue; }
+    drop "$name"
     for rank in 0 1; do
       # shellcheck disable=SC2046
       set -- $(stats "$out/$name.txt" "$rank")
@@ -136,7 +172,13 @@ for zero in 0 1; do
     done
     echo "$name: $steps steps and both ranks' checkpoints bitwise equal to llm.c's; rank 0: $(stats "$out/$name.txt" 0); rank 1: $(stats "$out/$name.txt" 1)"
   done
+  [ "$drills" = 1 ] && [ "$zero" = 1 ] || drop "$ref"
 done
+if [ "$drills" != 1 ]; then
+  [ "$failures" -eq 0 ] || { echo "FAILED: $failures check(s); logs in $out"; exit 1; }
+  echo "passed (DRILLS=0: the drills were not run): logs in $out"
+  exit 0
+fi
 
 # Drill 1: rank 1's captures fail (a synchronizing call inside), rank 0's do not.
 name=z1.break1
@@ -156,12 +198,15 @@ elif same "$name" z1.llmc; then
     fail "$name: rank 0 should replay as usual: $*"
   echo "$name: rank 1's captures failed and it ran eagerly beside rank 0's replays: losses and checkpoints still llm.c's, $(($(date +%s) - start)) s; rank 1: $(grep -m1 '^rank1| cgrt: finding' "$out/$name.txt" | sed 's/^rank1| //')"
 fi
+drop "$name"
+drop z1.llmc
 
 # Drill 2: rank 1 dies at step 6; rank 0 must say so and stop, not wait for ever.
 name=z0.die1
 start=$(date +%s)
 rc=0
 one_run "$name" 0 port2 full_iteration LLMC_CGRT_DIE_AT=1:6 LLMC_NCCL_TIMEOUT=10 LLMC_RANK_TIMEOUT=90 || rc=$?
+drop "$name"
 took=$(($(date +%s) - start))
 if [ "$rc" -eq 0 ]; then
   fail "$name: the run succeeded although rank 1 was killed"
