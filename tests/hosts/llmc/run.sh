@@ -2,8 +2,8 @@
 # llm.c's GPT-2 trainer (karpathy/llm.c, not written for cgrt) through cgrt.
 #
 #   run.sh [BUILD_DIR] build
-#       copies LLMC_DIR twice into the work dir: llmc/ gets only the CUDA 13 fix of cgrt.patch (its
-#       llmc/cuda_utils.cuh part: "unpatched llm.c"), port/ the whole patch; builds train_gpt2cu in
+#       copies LLMC_DIR twice into the work dir: llmc/ gets only fixes.patch (two fixes of llm.c's
+#       own: "unpatched llm.c"), port/ fixes.patch and then cgrt.patch; builds train_gpt2cu in
 #       both (make train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=0), port/ against the libcgrt
 #       of BUILD_DIR; builds stepbits.so; writes the synthetic token shards (gen_shards.py).
 #   run.sh [BUILD_DIR] build2
@@ -106,10 +106,10 @@ do_build() {
     rm -rf "${work:?}/$tree$suffix"
     cp -R "$llmc_dir" "$work/$tree$suffix"
   done
-  # unpatched llm.c: the patch's CUDA 13 fix only (cudaMemAdvise takes a cudaMemLocation)
-  awk '/^diff /{ keep = ($0 ~ /llmc\/cuda_utils\.cuh/) } keep' "$here/cgrt.patch" >"$work/cuda13.patch"
-  (cd "$work/llmc$suffix" && patch -s -p1 <"$work/cuda13.patch")
-  (cd "$work/port$suffix" && patch -s -p1 <"$here/cgrt.patch")
+  # "unpatched" llm.c: fixes.patch only (CUDA 13's cudaMemAdvise, and ZeRO 1's gather ordered
+  # after the update it reads); the port: fixes.patch, then cgrt.patch
+  (cd "$work/llmc$suffix" && patch -s -p1 <"$here/fixes.patch")
+  (cd "$work/port$suffix" && patch -s -p1 <"$here/fixes.patch" && patch -s -p1 <"$here/cgrt.patch")
   (cd "$work/llmc$suffix" && make_train_gpt2cu) || {
     cat "$work/llmc$suffix/build.log"
     echo "FAILED: building unpatched llm.c in $work/llmc$suffix"
