@@ -65,6 +65,22 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("4.0 us  x1    gemm", out)
         self.assertIn("2.0 us  x1    encoder_forward", out)
 
+    def test_nccl(self):
+        # an NCCL kernel 8-15 us overlapping the gemm (5-9 us): busy = 3 + (5..15) = 13 us, NCCL
+        # 7 us, busy without it 7 us (the steps above)
+        rows = []
+        for i in range(4):
+            rows += step(i * 20000, 1)
+            rows.append(("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgs)",
+                         i * 20000 + 8000, i * 20000 + 15000))
+        path = write_trace(rows)
+        try:
+            rc, out = run(path, "--step", "encoder_forward", "--skip", "0")
+        finally:
+            os.unlink(path)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("busy_us 13.0, span_us 20.0, idle_us 7.0, nccl_us 7.0, busy_wo_nccl_us 7.0", out)
+
     def test_whole(self):
         rc, out = run(self.a)
         self.assertEqual(rc, 0, out)

@@ -7,7 +7,10 @@
 A step begins at each kernel whose name starts with --step (a step's first kernel). Per step:
 kernels and copies run, the sum of the kernels' durations, the time the device was busy (the
 union of every kernel, copy and memset interval), the span from this step's first kernel to the
-next step's, and the idle time of that span. The medians over the steps after --skip are
+next step's, the idle time of that span, the time in NCCL's kernels (nccl_us: their durations
+summed) and the busy time without them (busy_wo_nccl_us). On several GPUs an NCCL kernel also
+spins while it waits for the other ranks, so busy_us then counts waiting too, and the busy time
+without NCCL is the rank's own work. The medians over the steps after --skip are
 printed, then the kernels by time per step; with --against, the same for a second trace and the
 kernels whose time per step differs most between the two.
 Without --step (a run with no step marker: a multi-rank bench), the whole trace: its span, busy
@@ -78,6 +81,10 @@ def steps_of(recs, marker):
     return [(recs[a:b], recs[b][0]) for a, b in zip(starts, starts[1:])]
 
 
+def is_nccl(rec):
+    return rec[2] == "kernel" and short(rec[3]).startswith("nccl")
+
+
 def busy_ns(recs):
     total, cur_s, cur_e = 0, None, None
     for s, e, *_ in recs:
@@ -107,6 +114,8 @@ def summarize(path, marker, skip):
             "kernel_us": sum(e - s for s, e, *_ in kernels) / 1e3,
             "busy_us": busy_ns(seg) / 1e3,
             "span_us": (next_start - seg[0][0]) / 1e3,
+            "nccl_us": sum(e - s for s, e, *_ in filter(is_nccl, kernels)) / 1e3,
+            "busy_wo_nccl_us": busy_ns([r for r in seg if not is_nccl(r)]) / 1e3,
         })
         step_names = {}
         for s, e, kind, name, _ in seg:
@@ -129,7 +138,8 @@ def print_summary(path, n, med, names, top):
     print(f"{path}: {n} steps")
     print("  per step (median): " + ", ".join(
         f"{k} {med[k]:.1f}" if k.endswith("_us") else f"{k} {med[k]:g}"
-        for k in ("kernels", "in_graphs", "copies", "kernel_us", "busy_us", "span_us", "idle_us")))
+        for k in ("kernels", "in_graphs", "copies", "kernel_us", "busy_us", "span_us", "idle_us",
+                  "nccl_us", "busy_wo_nccl_us")))
     for key, (t, cnt) in sorted(names.items(), key=lambda x: -x[1][0])[:top]:
         print(f"    {t:9.1f} us  x{cnt:<4g} {key[:80]}")
 
