@@ -145,6 +145,13 @@ struct cgrt_driver {
   int (*event_query)(struct cgrt_dev *dev, void *event);
   int (*event_sync)(struct cgrt_dev *dev, void *event);
   void (*event_destroy)(struct cgrt_dev *dev, void *event);
+  /*
+   * Makes later work on `stream` wait, on the device, for the work before `event`'s last record
+   * (cudaStreamWaitEvent): the host does not wait. Either may be the legacy default stream. On a
+   * capturing stream, an event recorded in that capture joins its branch; one recorded outside
+   * it is refused and invalidates the capture (cgrt waits only outside captures).
+   */
+  int (*stream_wait)(struct cgrt_dev *dev, void *stream, void *event);
 
   /* Device memory (host memory on the host driver). */
   int (*mem_alloc)(struct cgrt_dev *dev, void **ptr, size_t bytes);

@@ -24,6 +24,11 @@ struct cgrt_runtime {
   int dev_open;
   void *stream;
   void *host_stream; /* cgrt_open_options.stream: used as `stream`, never destroyed */
+  /*
+   * On cgrt's own stream, the events that order it with the host's legacy default stream at a
+   * step's entry and exit (runtime.c, order_with_host); NULL on the host's stream.
+   */
+  void *order_in, *order_out;
   struct cgrt_backend_lib lib;
   void *be_state; /* the backend's state after a good init() */
   int be_ready;

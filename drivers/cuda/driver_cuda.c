@@ -476,6 +476,11 @@ static int cuda_event_record(struct cgrt_dev *dev, void *event, void *stream) {
   return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaEventRecord", NULL);
 }
 
+static int cuda_stream_wait(struct cgrt_dev *dev, void *stream, void *event) {
+  cudaError_t e = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+  return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaStreamWaitEvent", NULL);
+}
+
 static int cuda_event_query(struct cgrt_dev *dev, void *event) {
   cudaError_t e = cudaEventQuery((cudaEvent_t)event);
   if (e == cudaSuccess)
@@ -643,6 +648,7 @@ CGRT_DRIVER_EXPORT const struct cgrt_driver cgrt_driver_v1 = {
     .event_query = cuda_event_query,
     .event_sync = cuda_event_sync,
     .event_destroy = cuda_event_destroy,
+    .stream_wait = cuda_stream_wait,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .mem_info = cuda_mem_info,

@@ -58,6 +58,10 @@
  *   destroys the streams still open.
  * - CGRT_LEGACY_STREAM ((void *)1, as cudaStreamLegacy) is the dev's legacy default stream: work
  *   can be queued there (it runs when that stream is synchronized) but it is never captured.
+ * - stream_wait queues a wait for an event's last record: when the queue reaches it, the stream
+ *   of that record runs up to it first, so work on two streams keeps the order the waits give it
+ *   (and, without a wait, runs in whatever order the syncs come: a race on a GPU is a wrong
+ *   result here, every time).
  * - Diagnose: while a capture runs, each rule that refuses a call, and each call that is captured
  *   but suspicious (a mem_alloc or mem_free in relaxed mode, a copy from or to memory that did not
  *   come from mem_alloc, i.e. "pageable" host memory, or from it to host memory, work on the
@@ -90,9 +94,9 @@ HOST_EXPORT extern const struct cgrt_driver cgrt_driver_v1;
 #include <string.h>
 #include <unistd.h>
 
-enum node_type { NODE_HOST, NODE_MEMCPY, NODE_EVENT, NODE_ALLOC, NODE_FREE };
-static const char *const node_type_names[] = {"host function", "memcpy", "event record",
-                                              "memory allocation", "memory free"};
+enum node_type { NODE_HOST, NODE_MEMCPY, NODE_EVENT, NODE_ALLOC, NODE_FREE, NODE_WAIT };
+static const char *const node_type_names[] = {"host function",     "memcpy",      "event record",
+                                              "memory allocation", "memory free", "event wait"};
 
 /* Device memory an executable owns per node (kernel parameters, launch state), modelled. */
 #define HOST_EXEC_NODE_BYTES 256
@@ -128,8 +132,9 @@ struct node {
   void *dst; /* NODE_MEMCPY */
   const void *src;
   size_t bytes;
-  struct host_event *event; /* NODE_EVENT, holding a reference */
-  uint64_t seq;             /* NODE_EVENT on a queue: which record of `event` this is */
+  struct host_event *event; /* NODE_EVENT, NODE_WAIT: holding a reference */
+  uint64_t seq;             /* NODE_EVENT on a queue: which record of `event` this is;
+                               NODE_WAIT: the record waited for */
   struct host_block *block; /* NODE_ALLOC, NODE_FREE: holding a reference */
 };
 
@@ -365,8 +370,19 @@ static void queue_launch(struct host_stream *s, const struct node_list *l) {
     }
 }
 
+static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t seq);
+static struct host_stream *stream_by_id(struct host_dev *hd, uint64_t id);
+
 static void node_run(const struct node *n) {
   switch (n->type) {
+  case NODE_WAIT: {
+    /* The work before that record first: the other stream runs up to it, here, now. */
+    struct host_stream *t =
+        n->event->done < n->seq ? stream_by_id(n->event->hd, n->event->stream_id) : NULL;
+    if (t)
+      stream_run(t, n->event, n->seq);
+    break;
+  }
   case NODE_HOST:
     n->fn(n->arg);
     break;
@@ -386,6 +402,7 @@ static void node_run(const struct node *n) {
 
 /* Runs the queue in order until it is empty or, if ev is given, its record `seq` has run. */
 static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t seq) {
+  int was_running = s->hd->running; /* a wait node runs another stream from inside a run */
   s->hd->running = 1;
   while (s->head < s->queue.n && !(ev && ev->done >= seq)) {
     /* A copy: a host function may (wrongly) enqueue, moving the queue. */
@@ -393,7 +410,7 @@ static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t se
     node_run(&n);
     node_release(&n);
   }
-  s->hd->running = 0;
+  s->hd->running = was_running;
   if (s->head == s->queue.n)
     s->head = s->queue.n = 0;
 }
@@ -947,6 +964,27 @@ static int host_event_record(struct cgrt_dev *dev, void *event, void *stream) {
   return 0;
 }
 
+static int host_stream_wait(struct cgrt_dev *dev, void *stream, void *event) {
+  struct host_event *e = as_event(dev, event);
+  struct host_stream *s = as_stream(dev, stream);
+  if (!e || !s)
+    return bad_handle(dev, "stream_wait", e ? "stream" : "event");
+  if (e->records == 0)
+    return 0; /* never recorded: nothing to wait for, as in CUDA */
+  if (s->capture) {
+    if (e->capture_id == s->capture_id)
+      return 0; /* recorded earlier in this capture: the graph's order already holds it */
+    capture_invalidate(s, "stream_wait on an event recorded outside the capture");
+    return cgrt__dev_fail(dev, CGRT_E_CAPTURE,
+                          "stream_wait on a capturing stream of an event recorded outside the "
+                          "capture is not permitted (CUDA needs cudaEventWaitExternal for it); "
+                          "the capture is invalidated; wait before capture_begin");
+  }
+  struct node n = {.type = NODE_WAIT, .event = e, .seq = e->records};
+  e->refs++;
+  return submit(dev, s, &n, "stream_wait");
+}
+
 /* Refuses (and invalidates that capture) if e was last recorded into a capture still running. */
 static int event_in_capture(struct cgrt_dev *dev, struct host_event *e, const char *op) {
   struct host_stream *t = stream_by_capture(dev->impl, e->capture_id);
@@ -1199,6 +1237,7 @@ HOST_EXPORT const struct cgrt_driver HOST_TABLE = {
     .event_query = host_event_query,
     .event_sync = host_event_sync,
     .event_destroy = host_event_destroy,
+    .stream_wait = host_stream_wait,
     .mem_alloc = host_mem_alloc,
     .host_alloc = host_host_alloc,
     .host_free = host_host_free,

@@ -72,6 +72,7 @@ static const struct {
                  OP(event_query),
                  OP(event_sync),
                  OP(event_destroy),
+                 OP(stream_wait),
                  OP(mem_alloc),
                  OP(mem_free),
                  OP(mem_info),

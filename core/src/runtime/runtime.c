@@ -113,6 +113,10 @@ static int open_backend_state(cgrt_runtime *rt) {
 static int open_stream(cgrt_runtime *rt) {
   if (!rt->host_stream) {
     int rc = rt->dev.drv->stream_create(&rt->dev, &rt->stream);
+    if (rc == 0)
+      rc = rt->dev.drv->event_create(&rt->dev, &rt->order_in);
+    if (rc == 0)
+      rc = rt->dev.drv->event_create(&rt->dev, &rt->order_out);
     return rc ? cgrt__fail(&rt->log, rc, "%s", rt->dev.err) : 0;
   }
   if (rt->cfg.view.driver != CGRT_DRIVER_CUDA)
@@ -325,6 +329,11 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   }
   /* Communicators go after the graphs that captured collectives on them. */
   cgrt__comms_destroy(&rt->comms);
+  if (rt->order_in)
+    rt->dev.drv->event_destroy(&rt->dev, rt->order_in);
+  if (rt->order_out)
+    rt->dev.drv->event_destroy(&rt->dev, rt->order_out);
+  rt->order_in = rt->order_out = NULL;
   if (rt->stream && rt->stream == rt->host_stream) { /* the host's: waited for, kept */
     rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
     first = first ? first : rc;
@@ -587,6 +596,36 @@ static int close_stray_capture(cgrt_runtime *rt) {
   return CGRT_E_CAPTURE;
 }
 
+/*
+ * Orders cgrt's own stream with the host's legacy default stream (DESIGN section 2, README
+ * "Streams"), on the device: the host never blocks. At a step's entry (entry 1) cgrt's stream
+ * waits for what was enqueued on the legacy stream before: the host's copies and kernels there,
+ * and, as the legacy stream itself waits for every blocking stream (a per-thread default stream,
+ * a stream made with cudaStreamCreate), their work too. At its exit (entry 0) the legacy stream
+ * waits for the step, so what the host enqueues there next sees the step's writes. Outside any
+ * capture: the step's captures begin after the entry and end before the exit. Nothing to do when
+ * cgrt runs on the host's own stream (cgrt_open_options.stream): one stream is in order.
+ */
+static int order_with_host(cgrt_runtime *rt, int entry) {
+  if (!rt->order_in)
+    return 0;
+  const struct cgrt_driver *d = rt->dev.drv;
+  void *event = entry ? rt->order_in : rt->order_out;
+  void *from = entry ? CGRT_LEGACY_STREAM : rt->stream;
+  void *to = entry ? rt->stream : CGRT_LEGACY_STREAM;
+  int rc = d->event_record(&rt->dev, event, from);
+  if (rc == 0)
+    rc = d->stream_wait(&rt->dev, to, event);
+  if (rc != 0)
+    return cgrt__fail(&rt->log, rc,
+                      "cgrt_step: making %s wait for %s failed: %s; the step's results are not "
+                      "ordered with the host's work on the legacy default stream",
+                      entry ? "cgrt's stream" : "the legacy default stream",
+                      entry ? "the host's work on the legacy default stream" : "the step",
+                      rt->dev.err);
+  return 0;
+}
+
 CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report) {
   if (!rt)
     return CGRT_E_INVAL;
@@ -599,6 +638,9 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
     return rc;
   if (report && report->struct_size < REPORT_MIN)
     return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_step: report->struct_size is not set");
+  rc = order_with_host(rt, 1);
+  if (rc != 0)
+    return rc;
 
   uint64_t t0 = cgrt__now_ns();
   cgrt_ctx ctx = {
@@ -632,6 +674,10 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
   int stray = close_stray_capture(rt);
   if (rc == 0)
     rc = stray;
+  /* Also after a failed step: what it enqueued still comes before the host's next work. */
+  int ordered = order_with_host(rt, 0);
+  if (rc == 0)
+    rc = ordered;
   rt->graphs.in_step = 0;
   rt->in_body = 0;
   rt->ctx = NULL;

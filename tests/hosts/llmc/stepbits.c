@@ -42,7 +42,9 @@ static void note_step(const char *fmt, va_list ap) {
  * stdout line by line, as on a terminal, also into a file: a run that hangs, or is killed by a
  * timeout, still leaves every line it printed (the two-GPU runs write each rank to a file).
  */
-__attribute__((constructor)) static void line_buffered(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
+__attribute__((constructor)) static void line_buffered(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+}
 
 /* A step's exact line first (if it is a step's), then llm.c's line as it printed it. */
 static int print_noted(const char *fmt, va_list ap) {
