@@ -1,0 +1,255 @@
+/*
+ * test_streams.c (GPU) - a step is ordered with the host's streams (issue 37, README "Streams").
+ *
+ * Each step the host writes its input with a kernel on its own stream (the legacy default stream,
+ * a per-thread default stream, or the stream it handed at open) queued behind a kernel that spins
+ * for about a millisecond, runs a step whose four layers compute y = 2x + 1, and copies the output
+ * back on that same stream. Nothing else synchronizes. If cgrt's stream did not wait for the
+ * host's at the step's entry, the layers would read the input before the spin ends (an old one);
+ * if the host's stream did not wait for the step at its exit, the copy would run while the step
+ * is still queued behind the spin. Either way the result is wrong on every step, not only when
+ * the GPU happens to be busy. Under none, local (layer and block scope), transformer_engine,
+ * full_iteration, rebind copy and auto; and, with another thread copying on the legacy stream all
+ * the while, captures still succeed (cgrt's stream is non-blocking: nothing implicit ties them).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cuda_runtime_api.h>
+
+#include "cgrt/cgrt.h"
+#include "cgrt_kernels.h"
+#include "probe.h"
+
+#define N      4096
+#define LAYERS 4
+#define STEPS  300
+#define SPIN   2000000LL /* SM cycles: about a millisecond */
+
+struct host {
+  cgrt_runtime *rt;
+  cgrt_module *m[LAYERS];
+  int layer[LAYERS];
+  float *x, *y[LAYERS];
+  unsigned long long *probe;
+  float *out;      /* pinned: y[LAYERS-1][0] and [N-1] */
+  cudaStream_t hs; /* the host's stream: cudaStreamLegacy, cudaStreamPerThread or its own */
+};
+
+static struct host *the_host;
+
+static float *input_of(const struct host *h, int l) {
+  return l == 0 ? h->x : h->y[l - 1];
+}
+
+/* y[l] = 1 + 2 * input: a fill, then an axpy, on ctx->stream. */
+static int layer_fwd(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
+  (void)args;
+  int l = *(int *)user;
+  struct host *h = the_host;
+  if (cgrtk_fill_f32(h->y[l], 1.0f, N, ctx->stream) != 0)
+    return -1;
+  return cgrtk_axpy_f32(h->y[l], input_of(h, l), 2.0f, N, ctx->stream) == 0 ? 0 : -1;
+}
+
+static int body(const cgrt_ctx *ctx, void *user) {
+  struct host *h = user;
+  for (int l = 0; l < LAYERS; l++) {
+    cgrt_buffer b[] = {{input_of(h, l), N * sizeof(float), CGRT_IN, "x"},
+                       {h->y[l], N * sizeof(float), CGRT_OUT, "y"}};
+    cgrt_args a = {.struct_size = sizeof(a), .key = N, .buffers = b, .num_buffers = 2};
+    int rc = cgrt_forward(h->rt, h->m[l], ctx, &a);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+static float expected(float x) {
+  for (int l = 0; l < LAYERS; l++)
+    x = 1.0f + 2.0f * x;
+  return x;
+}
+
+static int have_gpu(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+/* Opens a runtime: handed = 1 hands h->hs at open (it must be a stream the host created). */
+static struct host *host_open(const char *cuda_graph, cudaStream_t hs, int handed) {
+  struct host *h = calloc(1, sizeof(*h));
+  assert_non_null(h);
+  h->hs = hs;
+  char ini[1024];
+  snprintf(ini, sizeof(ini),
+           "[cuda_graph]\n%s\nwarmup_steps = 2\n[runtime]\ndriver = cuda\nlog = warn\n"
+           "[host]\nnan_check = off\n",
+           cuda_graph);
+  cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .stream = handed ? hs : NULL};
+  if (cgrt_open_ex(&h->rt, &o) != 0)
+    fail_msg("open (%s): %s", cuda_graph, cgrt_last_error(NULL));
+  assert_int_equal(cudaMalloc((void **)&h->x, N * sizeof(float)), cudaSuccess);
+  for (int l = 0; l < LAYERS; l++) {
+    assert_int_equal(cudaMalloc((void **)&h->y[l], N * sizeof(float)), cudaSuccess);
+    char name[32];
+    snprintf(name, sizeof(name), "layer%d.%s", l, l % 2 ? "mlp" : "attn");
+    h->layer[l] = l;
+    cgrt_module_desc d = {.struct_size = sizeof(d),
+                          .name = name,
+                          .kind = l % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
+                          .layer = l,
+                          .forward = layer_fwd,
+                          .user = &h->layer[l]};
+    assert_int_equal(cgrt_module_register(h->rt, &d, &h->m[l]), 0);
+  }
+  assert_int_equal(cudaMalloc((void **)&h->probe, 2 * sizeof(unsigned long long)), cudaSuccess);
+  assert_int_equal(cudaMallocHost((void **)&h->out, 2 * sizeof(float)), cudaSuccess);
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  the_host = h;
+  return h;
+}
+
+static void host_close(struct host *h) {
+  assert_int_equal(cgrt_close(h->rt), 0);
+  cudaFree(h->x);
+  for (int l = 0; l < LAYERS; l++)
+    cudaFree(h->y[l]);
+  cudaFree(h->probe);
+  cudaFreeHost(h->out);
+  free(h);
+}
+
+/* STEPS steps; the host's spin, fill and read-back on h->hs, waited for there alone. */
+static void run_steps(struct host *h, const char *what, cgrt_phase phase) {
+  for (int s = 0; s < STEPS; s++) {
+    float v = (float)(s % 97) * 0.25f;
+    assert_int_equal(cgrtk_clock_probe(h->probe, SPIN, h->hs), 0);
+    assert_int_equal(cgrtk_fill_f32(h->x, v, N, h->hs), 0);
+    cgrt_step_desc d = {
+        .struct_size = sizeof(d), .phase = phase, .tokens = N, .body = body, .user = h};
+    if (cgrt_step(h->rt, &d, NULL) != 0)
+      fail_msg("%s, step %d: %s", what, s, cgrt_last_error(h->rt));
+    float *last = h->y[LAYERS - 1];
+    assert_int_equal(
+        cudaMemcpyAsync(&h->out[0], last, sizeof(float), cudaMemcpyDeviceToHost, h->hs),
+        cudaSuccess);
+    assert_int_equal(
+        cudaMemcpyAsync(&h->out[1], last + N - 1, sizeof(float), cudaMemcpyDeviceToHost, h->hs),
+        cudaSuccess);
+    assert_int_equal(cudaStreamSynchronize(h->hs), cudaSuccess);
+    float want = expected(v);
+    if (memcmp(&h->out[0], &want, sizeof(want)) != 0 || memcmp(&h->out[1], &want, sizeof(want)))
+      fail_msg("%s, %s step %d: the host read %g and %g on its stream after the step, which "
+               "computes %g from the input the host wrote there",
+               what, cgrt_phase_name(phase), s, h->out[0], h->out[1], want);
+  }
+}
+
+static const struct {
+  const char *cuda_graph;
+  cgrt_phase phase;
+} configs[] = {
+    {"impl = none", CGRT_PHASE_TRAIN},
+    {"impl = none", CGRT_PHASE_INFER},
+    {"impl = local\nmodules =", CGRT_PHASE_TRAIN},
+    {"impl = local\nmodules =", CGRT_PHASE_INFER},
+    {"impl = local\nmodules =\ninference_scope = block", CGRT_PHASE_INFER},
+    {"impl = transformer_engine\nmodules = attn mlp", CGRT_PHASE_TRAIN},
+    {"impl = full_iteration", CGRT_PHASE_TRAIN},
+    {"impl = local\nmodules =\nrebind = copy", CGRT_PHASE_TRAIN},
+    {"impl = full_iteration\nrebind = auto", CGRT_PHASE_TRAIN},
+};
+
+static void each_config(cudaStream_t hs, int handed, const char *stream_name) {
+  for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
+    struct host *h = host_open(configs[i].cuda_graph, hs, handed);
+    char what[256];
+    snprintf(what, sizeof(what), "%s (host stream: %s)", configs[i].cuda_graph, stream_name);
+    run_steps(h, what, configs[i].phase);
+    cgrt_stats st = {.struct_size = sizeof(st)};
+    assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
+    assert_int_equal(st.fallbacks, 0);
+    host_close(h);
+  }
+}
+
+static void legacy_default_stream(void **state) {
+  (void)state;
+  if (!have_gpu())
+    skip();
+  each_config(cudaStreamLegacy, 0, "legacy default");
+}
+
+static void per_thread_default_stream(void **state) {
+  (void)state;
+  if (!have_gpu())
+    skip();
+  each_config(cudaStreamPerThread, 0, "per-thread default");
+}
+
+static void stream_handed_at_open(void **state) {
+  (void)state;
+  if (!have_gpu())
+    skip();
+  cudaStream_t s = NULL;
+  assert_int_equal(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  each_config(s, 1, "its own, handed at open");
+  assert_int_equal(cudaStreamDestroy(s), cudaSuccess);
+}
+
+/* Another thread's copies on the legacy stream, all the while: no capture of cgrt's may break. */
+static volatile int stop_copier;
+
+static void *copier(void *arg) {
+  float *buf = arg, host[64];
+  while (!stop_copier)
+    (void)cudaMemcpy(host, buf, sizeof(host), cudaMemcpyDeviceToHost); /* legacy, blocking */
+  return NULL;
+}
+
+static void captures_survive_another_threads_legacy_work(void **state) {
+  (void)state;
+  if (!have_gpu())
+    skip();
+  float *buf = NULL;
+  assert_int_equal(cudaMalloc((void **)&buf, 64 * sizeof(float)), cudaSuccess);
+  stop_copier = 0;
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, copier, buf), 0);
+  const char *graphs[] = {"impl = local\nmodules =", "impl = full_iteration"};
+  for (int i = 0; i < 2; i++) {
+    struct host *h = host_open(graphs[i], cudaStreamLegacy, 0);
+    run_steps(h, graphs[i], CGRT_PHASE_TRAIN);
+    cgrt_stats st = {.struct_size = sizeof(st)};
+    assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
+    if (st.fallbacks != 0)
+      fail_msg("%s: %llu captures fell back while another thread copied on the legacy stream",
+               graphs[i], (unsigned long long)st.fallbacks);
+    host_close(h);
+  }
+  stop_copier = 1;
+  pthread_join(t, NULL);
+  cudaFree(buf);
+}
+
+int main(void) {
+  if (!have_gpu()) {
+    printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(legacy_default_stream),
+      cmocka_unit_test(per_thread_default_stream),
+      cmocka_unit_test(stream_handed_at_open),
+      cmocka_unit_test(captures_survive_another_threads_legacy_work),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
