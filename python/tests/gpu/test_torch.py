@@ -131,6 +131,52 @@ def test_inference_from_the_default_stream():
     _inference("block", switch_streams=True)
 
 
+def _ordered_with(stream_kind):
+    """Issue 37: each step's input is made on the caller's stream behind a ~1 ms spin
+    (torch.cuda._sleep), the step runs, and its output is compared on that stream right after,
+    with no synchronize: unordered, the step would read the input before it is written."""
+    import cgrt.torch as ct
+
+    _require_gpu()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = _decoder()
+    base = torch.randn(16, 256, device="cuda").to(torch.bfloat16)
+    caller = torch.cuda.Stream() if stream_kind == "side" else torch.cuda.current_stream()
+    ini = _ini("local", "[inference]\nbuckets = list\nlist = 16\nmax_tokens = 16")
+    with ct.Runtime(ini) as rt, torch.no_grad(), torch.cuda.stream(caller):
+        mods = [
+            rt.register_module(f"layer{i}", layer, kind="attn" if i % 2 else "mlp", layer=i)
+            for i, layer in enumerate(model.layers)
+        ]
+        static = torch.zeros(16, 256, device="cuda", dtype=torch.bfloat16)
+        for step in range(40):
+            torch.cuda._sleep(2_000_000)
+            x = base * float(step % 7 + 1)  # on the caller's stream, after the spin
+
+            def prepare(ctx):
+                static.copy_(x)
+
+            def body(ctx):
+                h = static
+                for m in mods:
+                    h = m(ctx, h)
+                return h
+
+            out = rt.run("infer", 16, prepare, body, inputs=[static])
+            ref = model(x)  # on the caller's stream, right after the step
+            mode = rt.last_report.mode.name
+            assert torch.equal(out, ref), f"step {step} ({stream_kind} stream, {mode})"
+        assert rt.stats().fallbacks == 0
+
+
+def test_ordered_with_the_default_stream():
+    _ordered_with("default")
+
+
+def test_ordered_with_a_side_stream():
+    _ordered_with("side")
+
+
 def test_moved_input_rebinds_or_is_refused():
     import cgrt.torch as ct
 
