@@ -7,6 +7,10 @@
  * The whole-body mechanism (warm-up counting, capture, replay, rebind of the step's buffers) is
  * the core's run_body_graph, the same one local's block scope uses. A step of another shape
  * (token count, microbatch count) gets a graph of its own rather than a wrong replay.
+ *
+ * Inference is the same strategy per token bucket ([inference]): an infer step's tokens select
+ * the smallest bucket that holds them, prepare pads up to it, and the whole body of that bucket
+ * is one graph, as local's block scope does; a step above the largest bucket runs eagerly.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +22,7 @@ struct fi_state {
   const struct cgrt_host_api *h;
   const struct cgrt_config_view *cfg;
   struct cgrt_graph_cache *cache;
+  int eager_body; /* an infer step above the largest bucket: its calls run directly */
 };
 
 static int fi_init(const struct cgrt_host_api *h, const struct cgrt_config_view *cfg, void **state,
@@ -56,14 +61,30 @@ static void fi_fini(void *state) {
 static int fi_step(void *state, struct cgrt_step_frame *f) {
   struct fi_state *s = state;
   const struct cgrt_host_api *h = s->h;
+  cgrt_ctx *ctx = f->ctx;
+  if (ctx->phase == CGRT_PHASE_INFER) {
+    int64_t bucket;
+    if (h->bucket_for_tokens(h, ctx->tokens, &bucket) != 0) {
+      /* Above the largest bucket: no graph holds it, the step runs eagerly. */
+      ctx->padded_tokens = ctx->tokens;
+      ctx->mode = CGRT_MODE_EAGER;
+      s->eager_body = 1;
+      int rc = h->run_prepare(h, f);
+      if (rc == 0)
+        rc = h->run_body(h, f);
+      s->eager_body = 0;
+      return rc;
+    }
+    ctx->padded_tokens = bucket;
+  }
   int rc = h->run_prepare(h, f);
   if (rc != 0)
     return rc;
   const cgrt_step_desc *d = f->desc;
   struct cgrt_graph_key key = {
       .module = CGRT_KEY_BODY,
-      .phase = (uint32_t)f->ctx->phase,
-      .shape = (uint64_t)d->tokens,
+      .phase = (uint32_t)ctx->phase,
+      .shape = (uint64_t)ctx->padded_tokens,
       .extra = (uint64_t)(d->microbatches > 0 ? d->microbatches : 1),
   };
   cgrt_mode mode;
@@ -73,6 +94,8 @@ static int fi_step(void *state, struct cgrt_step_frame *f) {
 static int fi_call(void *state, struct cgrt_call *c) {
   struct fi_state *s = state;
   /* Every call belongs to the body being warmed, captured or run eagerly as one unit. */
+  if (s->eager_body)
+    c->ctx->mode = CGRT_MODE_EAGER;
   return s->h->run_module(s->h, c);
 }
 
@@ -84,18 +107,22 @@ static int fi_release(void *state) {
 
 static int fi_describe(void *state, void (*emit)(void *user, const char *line), void *user) {
   struct fi_state *s = state;
-  char line[256];
+  char line[320];
   snprintf(line, sizeof(line),
            "full_iteration: %d eager steps per phase, then the whole body (all microbatches, "
-           "forward, backward, update) is captured once per phase (train, eval) and replayed",
+           "forward, backward, update) is captured once per phase (train, eval) and step shape "
+           "(token and microbatch count), and replayed",
            s->cfg->warmup_steps);
   emit(user, line);
+  emit(user, "infer steps: the whole body per token bucket ([inference]), prepare padding up to "
+             "it; a step above the largest bucket runs eagerly");
   emit(user, "prepare runs eagerly every step; module calls inside the body are never graphed "
              "on their own");
   return 0;
 }
 
-/* The whole step is one graph: its rules; and training only, so no inference scope or buckets. */
+/* The whole step is one graph: its rules; inference by the static buckets (no scope to choose, no
+   adaptive set to follow). */
 static int fi_check(const struct cgrt_config_view *cfg,
                     void (*report)(void *user, int line, const char *message), void *user) {
   struct rules r = {cfg, report, user, 0};
@@ -110,7 +137,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
     .name = "full_iteration",
-    .caps = CGRT_CAP_TRAINING | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS,
+    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS,
     .init = fi_init,
     .fini = fi_fini,
     .step = fi_step,

@@ -29,6 +29,12 @@ struct cgrt_runtime {
    * step's entry and exit (runtime.c, order_with_host); NULL on the host's stream.
    */
   void *order_in, *order_out;
+  /*
+   * A step of a phase the backend has no form for runs eagerly in the core (runtime.c): its module
+   * calls go to the module directly, not to the backend. phase_said: the phases said once at info.
+   */
+  int core_eager;
+  unsigned phase_said;
   struct cgrt_backend_lib lib;
   void *be_state; /* the backend's state after a good init() */
   int be_ready;

@@ -290,14 +290,84 @@ static void fi_whole_step_per_phase(void **state) {
   model_close(md);
 }
 
-static void fi_refuses_infer_steps(void **state) {
+/* An infer step of `tokens` tokens; its report. */
+static cgrt_step_report infer(struct model *md, int64_t tokens) {
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  cgrt_step_desc d = {.struct_size = sizeof(d),
+                      .phase = CGRT_PHASE_INFER,
+                      .tokens = tokens,
+                      .prepare = prepare,
+                      .body = body,
+                      .user = md};
+  if (cgrt_step(md->rt, &d, &rep) != 0)
+    fail_msg("infer step of %lld tokens: %s", (long long)tokens, cgrt_last_error(md->rt));
+  assert_int_equal(cgrt_synchronize(md->rt), 0);
+  return rep;
+}
+
+/* full_iteration's inference: the whole body per token bucket, eager above the largest. */
+static void fi_infers_per_bucket(void **state) {
   (void)state;
-  struct model *md = model_open("impl = full_iteration", "nan_check = off\n");
-  cgrt_step_desc d = {
-      .struct_size = sizeof(d), .phase = CGRT_PHASE_INFER, .body = body, .user = md};
-  assert_int_equal(cgrt_step(md->rt, &d, NULL), CGRT_E_UNSUPPORTED);
-  if (!strstr(cgrt_last_error(md->rt), "does not run infer steps"))
-    fail_msg("%s", cgrt_last_error(md->rt));
+  struct model *md = model_open("impl = full_iteration\n[inference]\nbuckets = list\nlist = 4 16",
+                                "nan_check = off\n");
+  md->microbatches = 1;
+  cgrt_mode modes[4];
+  for (int s = 0; s < 4; s++) {
+    cgrt_step_report r = infer(md, 3);
+    modes[s] = r.mode;
+    assert_int_equal(r.padded_tokens, 4);
+  }
+  assert_int_equal(modes[0], CGRT_MODE_WARMUP);
+  assert_int_equal(modes[2], CGRT_MODE_CAPTURE);
+  assert_int_equal(modes[3], CGRT_MODE_REPLAY);
+  assert_int_equal(stats(md).captures, 1);
+  /* Another bucket: a graph of its own. */
+  for (int s = 0; s < 3; s++)
+    assert_int_equal(infer(md, 9).padded_tokens, 16);
+  assert_int_equal(stats(md).captures, 2);
+  assert_int_equal(infer(md, 16).mode, CGRT_MODE_REPLAY);
+  /* Above the largest bucket: eager, unpadded, no graph. */
+  cgrt_step_report r = infer(md, 20);
+  assert_int_equal(r.mode, CGRT_MODE_EAGER);
+  assert_int_equal(r.padded_tokens, 20);
+  assert_int_equal(stats(md).captures, 2);
+  for (int i = 0; i < md->n; i++)
+    assert_int_equal(md->ran[i][0], 4 + 3 + 1 + 1); /* every step ran each forward once */
+  cgrt_backend_info bi = {.struct_size = sizeof(bi)};
+  assert_int_equal(cgrt_backend_info_get(md->rt, &bi), 0);
+  assert_string_equal(bi.name, "full_iteration");
+  assert_int_equal(bi.phases[CGRT_PHASE_INFER], CGRT_RUN_GRAPHS);
+  assert_int_equal(stats(md).eager_phase_steps, 0);
+  model_close(md);
+}
+
+/* transformer_engine has no form for inference: cgrt runs those steps eagerly, and says so. */
+static void te_infer_steps_run_eagerly(void **state) {
+  (void)state;
+  struct model *md = model_open("impl = transformer_engine\nmodules = attn mlp", NULL);
+  md->microbatches = 1;
+  cgrt_backend_info bi = {.struct_size = sizeof(bi)};
+  assert_int_equal(cgrt_backend_info_get(md->rt, &bi), 0);
+  assert_int_equal(bi.phases[CGRT_PHASE_TRAIN], CGRT_RUN_GRAPHS);
+  assert_int_equal(bi.phases[CGRT_PHASE_EVAL], CGRT_RUN_GRAPHS);
+  assert_int_equal(bi.phases[CGRT_PHASE_INFER], CGRT_RUN_CORE_EAGER);
+  assert_true(bi.caps & CGRT_BACKEND_GRAPHS);
+  assert_false(bi.caps & CGRT_BACKEND_INFERENCE);
+  for (int s = 0; s < 5; s++) {
+    cgrt_step_report r = infer(md, 7);
+    assert_int_equal(r.mode, CGRT_MODE_EAGER);
+  }
+  for (int i = 0; i < md->n; i++)
+    assert_int_equal(md->ran[i][0], 5);
+  cgrt_stats st = stats(md);
+  assert_int_equal(st.eager_phase_steps, 5);
+  assert_int_equal(st.captures, 0);
+  assert_int_equal(st.calls_by_mode[CGRT_MODE_EAGER], 5 * md->n);
+  /* Training still graphs its module kinds. */
+  for (int s = 0; s < 4; s++)
+    step(md, CGRT_PHASE_TRAIN);
+  assert_true(stats(md).captures > 0);
+  assert_int_equal(stats(md).eager_phase_steps, 5);
   model_close(md);
 }
 
@@ -379,7 +449,8 @@ int main(void) {
       cmocka_unit_test(te_late_key_warms_once),
       cmocka_unit_test(te_eval_has_its_own_warmup),
       cmocka_unit_test(fi_whole_step_per_phase),
-      cmocka_unit_test(fi_refuses_infer_steps),
+      cmocka_unit_test(fi_infers_per_bucket),
+      cmocka_unit_test(te_infer_steps_run_eagerly),
       cmocka_unit_test(rules_refused_at_open),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

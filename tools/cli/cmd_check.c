@@ -108,6 +108,12 @@ static void print_sim(const char *what, cgrt_runtime *rt, const cgrt_stats *befo
          (unsigned long long)(s.calls_by_mode[3] - before->calls_by_mode[3]),
          (unsigned long long)(s.instantiations - before->instantiations),
          (unsigned long long)s.live_graphs, (unsigned long long)(s.fallbacks - before->fallbacks));
+  /* Whole-step graphs replay without module calls: the steps say it. */
+  printf("; steps replayed %llu", (unsigned long long)(s.steps_by_mode[CGRT_MODE_REPLAY] -
+                                                       before->steps_by_mode[CGRT_MODE_REPLAY]));
+  if (s.eager_phase_steps > before->eager_phase_steps)
+    printf("; run eagerly by cgrt %llu",
+           (unsigned long long)(s.eager_phase_steps - before->eager_phase_steps));
   /* NCCL's graph mixing off: how often eager work waited for queued graphs (README). */
   if (s.comm_waits > before->comm_waits)
     printf("; waits for queued graphs %llu",
@@ -167,22 +173,29 @@ static int dry_run(cgrt_tool_config *cfg) {
     if (kinds & CGRT_KIND_BIT(k))
       printf(" %s", cgrt_kind_name((cgrt_kind)k));
   printf(", forward and backward\n");
+  /* Every phase, under every backend: what a host that swaps `impl` will meet. */
+  cgrt_backend_info bi = {.struct_size = sizeof(bi)};
+  if (rc == 0)
+    rc = cgrt_backend_info_get(s.rt, &bi);
+  static const char *const runs[] = {"eagerly (the backend's way)",
+                                     "with graphs (the backend's way)",
+                                     "eagerly by cgrt: the backend has no form for this phase"};
   cgrt_stats before = {.struct_size = sizeof(before)};
-  if (rc == 0 && (vt->caps & CGRT_CAP_TRAINING)) {
+  for (int p = 0; rc == 0 && p < CGRT_PHASE_COUNT; p++) {
+    printf("  %s steps run %s\n", cgrt_phase_name((cgrt_phase)p),
+           (unsigned)bi.phases[p] < 3 ? runs[bi.phases[p]] : "(unknown)");
     cgrt_stats_get(s.rt, &before);
-    rc = sim_steps(&s, CGRT_PHASE_TRAIN, 64, v->warmup_steps + 3);
-    if (rc == 0)
-      print_sim("train", s.rt, &before);
-  }
-  if (rc == 0 && (vt->caps & CGRT_CAP_INFERENCE)) {
-    cgrt_stats_get(s.rt, &before);
-    for (size_t i = num_buckets; rc == 0 && i-- > 0;)
-      rc = sim_steps(&s, CGRT_PHASE_INFER, buckets[i], v->warmup_steps + 2);
-    if (rc == 0) {
-      char what[64];
+    char what[64];
+    if (p == CGRT_PHASE_INFER) {
+      for (size_t i = num_buckets; rc == 0 && i-- > 0;)
+        rc = sim_steps(&s, CGRT_PHASE_INFER, buckets[i], v->warmup_steps + 2);
       snprintf(what, sizeof(what), "infer (%zu token buckets)", num_buckets);
-      print_sim(what, s.rt, &before);
+    } else {
+      rc = sim_steps(&s, (cgrt_phase)p, 64, v->warmup_steps + 3);
+      snprintf(what, sizeof(what), "%s", cgrt_phase_name((cgrt_phase)p));
     }
+    if (rc == 0)
+      print_sim(what, s.rt, &before);
   }
   if (rc == 0)
     rc = cgrt_release_graphs(s.rt);

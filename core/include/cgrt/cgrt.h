@@ -341,6 +341,9 @@ typedef struct cgrt_stats {
                                    [cuda_graph] memory_budget) */
   uint64_t rebind_variant_keys; /* keys rebind = auto gave a graph per address set: their buffers
                                    moved on 3 of 4 calls among at most 4 sets they had before */
+  /* -- since 0.4: every backend runs every phase -- */
+  uint64_t eager_phase_steps; /* steps cgrt ran eagerly itself because the backend has no form
+                                 for their phase (cgrt_backend_info.phases: CGRT_RUN_CORE_EAGER) */
 } cgrt_stats;
 
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
@@ -446,10 +449,47 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *desc
  * Runs one step: prepare (always eager), then the body, eagerly or captured or replaced by a
  * replay as the backend decides. `report` may be NULL. On error the stream is never left
  * capturing; a failed capture is retried eagerly within the step and counted as a fallback.
- * Errors: CGRT_E_INVAL, CGRT_E_STATE (nested step), CGRT_E_CALLBACK, CGRT_E_CAPACITY,
- * CGRT_E_REBIND, CGRT_E_DEVICE.
+ * Every phase runs under every backend: one the backend has no form for runs eagerly
+ * (cgrt_backend_info_get says which). Errors: CGRT_E_INVAL (a bad desc; a cp size dynamic_cp
+ * has no bank for), CGRT_E_STATE (nested step), CGRT_E_CALLBACK, CGRT_E_CAPACITY (dynamic_cp,
+ * over_capacity = error), CGRT_E_REBIND, CGRT_E_DEVICE. CGRT_E_UNSUPPORTED is not returned for a
+ * phase any more.
  */
 CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report);
+
+/* What the configured backend does with the steps of one phase (cgrt_backend_info.phases). */
+typedef enum cgrt_phase_run {
+  CGRT_RUN_EAGER = 0,     /* the backend runs them eagerly, every step (impl = none) */
+  CGRT_RUN_GRAPHS = 1,    /* the backend captures and replays graphs for them, its way */
+  CGRT_RUN_CORE_EAGER = 2 /* the backend has no form for the phase: cgrt runs them eagerly
+                             itself, as under none; said once at info, counted in
+                             cgrt_stats.eager_phase_steps */
+} cgrt_phase_run;
+
+/* What a backend can do (cgrt_backend_info.caps), as its table declares it. */
+#define CGRT_BACKEND_TRAINING  (1u << 0) /* has a form of its own for train and eval steps */
+#define CGRT_BACKEND_INFERENCE (1u << 1) /* has a form of its own for infer steps */
+#define CGRT_BACKEND_BACKWARD  (1u << 2) /* handles backward module calls */
+#define CGRT_BACKEND_GRAPHS    (1u << 3) /* builds graphs (otherwise eager only) */
+#define CGRT_BACKEND_MULTI_GPU (1u << 4) /* designed for several ranks */
+#define CGRT_BACKEND_COMM      (1u << 5) /* needs the host's world communicator */
+#define CGRT_BACKEND_ADAPTIVE  (1u << 6) /* follows [inference] buckets = adaptive */
+
+/* The configured backend, for a host that wants to know before it runs (since 0.4). */
+typedef struct cgrt_backend_info {
+  size_t struct_size;
+  const char *name; /* its table's name; lives as long as the runtime */
+  const char *path; /* the shared object it was loaded from; lives as long as the runtime */
+  uint64_t caps;    /* CGRT_BACKEND_* bits; unknown bits may appear: ignore them */
+  cgrt_phase_run phases[CGRT_PHASE_COUNT]; /* per cgrt_phase: what its steps get */
+} cgrt_backend_info;
+
+/*
+ * Fills `info` (set info->struct_size first; fields past it are left alone). Every phase runs
+ * under every backend: a phase the backend has no form for runs eagerly (CGRT_RUN_CORE_EAGER), so
+ * a host that swaps `impl` never meets CGRT_E_UNSUPPORTED for a phase. Errors: CGRT_E_INVAL.
+ */
+CGRT_API int cgrt_backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info);
 
 /*
  * Runs a module's forward (or backward) call from inside the step body, with the ctx the body was

@@ -3,6 +3,7 @@
  * calls through the loaded backend, statistics.
  */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -540,12 +541,65 @@ static int check_step_desc(cgrt_runtime *rt, const cgrt_step_desc *d) {
   if (d->num_buffers > 0 && !d->buffers)
     return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_step: num_buffers is %zu but buffers is NULL",
                       d->num_buffers);
-  uint64_t caps = rt->lib.vt->caps;
-  uint64_t need = d->phase == CGRT_PHASE_INFER ? CGRT_CAP_INFERENCE : CGRT_CAP_TRAINING;
-  if (!(caps & need))
-    return cgrt__fail(&rt->log, CGRT_E_UNSUPPORTED,
-                      "backend '%s' does not run %s steps; choose another [cuda_graph] impl",
-                      rt->lib.vt->name, cgrt_phase_name(d->phase));
+  return 0;
+}
+
+/* cgrt.h's names for the backend's capabilities are backend.h's bits. */
+_Static_assert(CGRT_BACKEND_TRAINING == CGRT_CAP_TRAINING &&
+                   CGRT_BACKEND_INFERENCE == CGRT_CAP_INFERENCE &&
+                   CGRT_BACKEND_BACKWARD == CGRT_CAP_BACKWARD &&
+                   CGRT_BACKEND_GRAPHS == CGRT_CAP_GRAPHS &&
+                   CGRT_BACKEND_MULTI_GPU == CGRT_CAP_MULTI_GPU &&
+                   CGRT_BACKEND_COMM == CGRT_CAP_NEEDS_COMM &&
+                   CGRT_BACKEND_ADAPTIVE == CGRT_CAP_ADAPTIVE_BUCKETS,
+               "cgrt.h's CGRT_BACKEND_* differ from backend.h's CGRT_CAP_*");
+
+/* Whether the backend has a form of its own for steps of `phase` (its CGRT_CAP_* bits). */
+static int backend_runs_phase(const cgrt_runtime *rt, cgrt_phase phase) {
+  uint64_t need = phase == CGRT_PHASE_INFER ? CGRT_CAP_INFERENCE : CGRT_CAP_TRAINING;
+  return (rt->lib.vt->caps & need) != 0;
+}
+
+/*
+ * A step of a phase the backend has no form for (transformer_engine's inference): cgrt runs it
+ * eagerly, as under none, so that swapping `impl` never breaks a host that also serves or
+ * evaluates. Said once per phase at info, counted (cgrt_stats.eager_phase_steps).
+ */
+static int run_phase_eagerly(cgrt_runtime *rt, struct cgrt_step_frame *f) {
+  cgrt_phase phase = f->ctx->phase;
+  if (!(rt->phase_said & (1u << phase))) {
+    rt->phase_said |= 1u << phase;
+    cgrt__log(&rt->log, CGRT_LOG_INFO,
+              "backend '%s' has no form for %s steps: cgrt runs them eagerly, as under impl = "
+              "none (cgrt_backend_info_get tells a host in advance; cgrt_stats.eager_phase_steps "
+              "counts them)",
+              rt->lib.vt->name, cgrt_phase_name(phase));
+  }
+  rt->stats.eager_phase_steps++;
+  f->ctx->mode = CGRT_MODE_EAGER;
+  int rc = rt->host.run_prepare(&rt->host, f);
+  if (rc != 0)
+    return rc;
+  rt->core_eager = 1;
+  rc = rt->host.run_body(&rt->host, f);
+  rt->core_eager = 0;
+  return rc;
+}
+
+CGRT_API int cgrt_backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
+  if (!rt || !info || info->struct_size < offsetof(cgrt_backend_info, phases))
+    return CGRT_E_INVAL;
+  cgrt_backend_info out = {.struct_size = sizeof(out),
+                           .name = rt->lib.vt->name,
+                           .path = rt->lib.path,
+                           .caps = rt->lib.vt->caps};
+  for (int p = 0; p < CGRT_PHASE_COUNT; p++)
+    out.phases[p] = !backend_runs_phase(rt, (cgrt_phase)p)      ? CGRT_RUN_CORE_EAGER
+                    : (rt->lib.vt->caps & CGRT_CAP_GRAPHS) != 0 ? CGRT_RUN_GRAPHS
+                                                                : CGRT_RUN_EAGER;
+  size_t keep = info->struct_size;
+  memcpy(info, &out, keep < sizeof(out) ? keep : sizeof(out));
+  info->struct_size = keep;
   return 0;
 }
 
@@ -670,7 +724,8 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
   rt->ctx = &ctx;
   rt->graphs.rep = &rep;
   rt->call_modes = 0;
-  rc = rt->lib.vt->step(rt->be_state, &frame);
+  rc = backend_runs_phase(rt, desc->phase) ? rt->lib.vt->step(rt->be_state, &frame)
+                                           : run_phase_eagerly(rt, &frame);
   int stray = close_stray_capture(rt);
   if (rc == 0)
     rc = stray;
@@ -746,7 +801,8 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
   /* The backend's work is cgrt's own until it runs the module's callback (diagnose's caller). */
   const void *host_frame = rt->graphs.host_frame;
   rt->graphs.host_frame = NULL;
-  rc = rt->lib.vt->call(rt->be_state, &call);
+  rc = rt->core_eager ? rt->host.run_module(&rt->host, &call)
+                      : rt->lib.vt->call(rt->be_state, &call);
   rt->graphs.host_frame = host_frame;
   rt->in_call = 0;
   count_call(rt, c_ctx->mode);
