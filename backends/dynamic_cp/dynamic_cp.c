@@ -410,6 +410,9 @@ static int dcp_describe(void *state, void (*emit)(void *user, const char *line),
                              "slot (module calls run inside it)"
                            : "graph_scope = modules: a graph per call of a module of a kind in "
                              "modules (empty: every kind)");
+  emit(user, s->step_scope ? "replay key: (phase, microbatches, cp size, slot)"
+                           : "replay key: (module, direction, microbatch, phase, args.key, cp "
+                             "size, slot)");
   snprintf(line, sizeof(line),
            "%d eager steps, then one step captures every bank and slot, smallest cp first; "
            "steps over capacity: %s",

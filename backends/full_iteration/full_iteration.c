@@ -118,6 +118,7 @@ static int fi_describe(void *state, void (*emit)(void *user, const char *line), 
              "it; a step above the largest bucket runs eagerly");
   emit(user, "prepare runs eagerly every step; module calls inside the body are never graphed "
              "on their own");
+  emit(user, "replay key: (phase, step tokens (infer: token bucket), microbatches)");
   return 0;
 }
 

@@ -348,7 +348,7 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
     n += snprintf(line + n, sizeof(line) - (size_t)n, " are graphed, others run eagerly");
   }
   snprintf(line + n, sizeof(line) - (size_t)n,
-           "; one graph per (module, direction, microbatch, key, phase) after %d eager calls",
+           "; one graph per (module, direction, microbatch, phase, args.key) after %d eager calls",
            c->warmup_steps);
   emit(user, line);
   const int64_t *sizes;
@@ -376,6 +376,11 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
              c->capture == CGRT_CAPTURE_EAGER ? "one per step" : "at first use");
     emit(user, line);
   }
+  emit(user, c->inference_scope == CGRT_SCOPE_BLOCK
+                 ? "replay key: (module, direction, microbatch, phase, args.key); infer: (token "
+                   "bucket)"
+                 : "replay key: (module, direction, microbatch, phase, args.key); infer: (module, "
+                   "direction, microbatch, phase, args.key, token bucket)");
   return 0;
 }
 

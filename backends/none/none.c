@@ -48,6 +48,7 @@ static int none_call(void *state, struct cgrt_call *c) {
 static int none_describe(void *state, void (*emit)(void *user, const char *line), void *user) {
   (void)state;
   emit(user, "backend none: every step and module call runs eagerly; no graph is built");
+  emit(user, "replay key: -");
   return 0;
 }
 

@@ -111,6 +111,8 @@ static int te_describe(void *state, void (*emit)(void *user, const char *line), 
            "and direction); other kinds run eagerly",
            s->cfg->warmup_steps, s->cfg->warmup_steps + 1);
   emit(user, line);
+  emit(user, "replay key: (module, direction, microbatch, phase, args.key)");
+  emit(user, "infer steps: no form of its own: cgrt runs them eagerly");
   return 0;
 }
 
