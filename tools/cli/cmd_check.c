@@ -147,8 +147,10 @@ static int dry_run(cgrt_tool_config *cfg) {
   uint32_t kinds = sim_kinds(cv);
   struct sim_model s = {0};
   int rc = cgrt_tool_open(&s.rt, cfg, log_to_stderr, NULL);
-  if (rc != 0)
-    return exit_for(rc); /* the log sink has printed why */
+  if (rc != 0) {
+    fprintf(stderr, "error: %s\n", cgrt_last_error(NULL)); /* the log says it at debug only */
+    return exit_for(rc);
+  }
   const struct cgrt_config_view *v = cgrt_tool_view(s.rt);
   const char *path = NULL;
   const struct cgrt_backend_v1 *vt = cgrt_tool_backend(s.rt, &path);

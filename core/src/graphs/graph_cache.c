@@ -492,12 +492,19 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
  * rebind = auto met a key whose buffers move on most calls and that private copies cannot serve:
  * it runs eagerly from now on (until cgrt_release_graphs), said once.
  */
-/* "key 64, microbatch 0, 8 tokens": the parts of a graph key that tell a module's keys apart. */
+/*
+ * "key 64, microbatch 0, extra 8": the parts of a graph key that tell a module's keys apart, as
+ * cgrt_graph_list names them; a body's shape is the step's token count. `extra` is the backend's
+ * own (local: the token bucket; full_iteration: the microbatch count; dynamic_cp: cp size and
+ * slot), so it is printed as it is, not named.
+ */
 static void key_text(const struct cgrt_graph_key *k, char *buf, size_t len) {
-  int n = snprintf(buf, len, "key %llu, microbatch %d", (unsigned long long)k->shape,
-                   (int)k->microbatch);
+  int n = k->module == CGRT_KEY_BODY
+              ? snprintf(buf, len, "%llu tokens", (unsigned long long)k->shape)
+              : snprintf(buf, len, "key %llu, microbatch %d", (unsigned long long)k->shape,
+                         (int)k->microbatch);
   if (k->extra && n > 0 && (size_t)n < len)
-    snprintf(buf + n, len - (size_t)n, ", %llu tokens", (unsigned long long)k->extra);
+    snprintf(buf + n, len - (size_t)n, ", extra %llu", (unsigned long long)k->extra);
 }
 
 static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,

@@ -257,7 +257,12 @@ static cgrt_runtime *runtime_alloc(cgrt_log_fn log, void *log_user) {
 static int open_finish(cgrt_runtime **out, cgrt_runtime *rt, int rc) {
   if (rc != 0) {
     snprintf(open_error, sizeof(open_error), "%s", rt->log.err);
-    cgrt__log(&rt->log, CGRT_LOG_ERROR, "%s", rt->log.err);
+    /*
+     * Returned to the caller, who has it in cgrt_last_error(NULL): the log says it at debug
+     * only, so that a host printing its errors (as the README's example does) shows each once.
+     * The log's error level is for what nobody is told otherwise.
+     */
+    cgrt__log(&rt->log, CGRT_LOG_DEBUG, "open failed: %s", rt->log.err);
     cgrt_close(rt);
     return rc;
   }
