@@ -138,7 +138,8 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
     .name = "full_iteration",
-    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS,
+    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS |
+            CGRT_CAP_TOKEN_BUCKETS,
     .init = fi_init,
     .fini = fi_fini,
     .step = fi_step,

@@ -419,7 +419,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .struct_size = sizeof(struct cgrt_backend_v1),
     .name = "local",
     .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS |
-            CGRT_CAP_ADAPTIVE_BUCKETS,
+            CGRT_CAP_TOKEN_BUCKETS | CGRT_CAP_ADAPTIVE_BUCKETS,
     .init = local_init,
     .fini = local_fini,
     .step = local_step,

@@ -243,7 +243,7 @@ static void infer_layer_pads_to_buckets(void **state) {
   }
   cgrt_stats s = stats(f);
   assert_int_equal(s.captures, 4 * MODS); /* buckets 1, 4, 8, 64 */
-  assert_int_equal(s.padded_tokens, 4 * ((4 - 3) + (64 - 37)));
+  assert_int_equal(s.padding_tokens, 4 * ((4 - 3) + (64 - 37)));
   fixture_close(f);
 }
 

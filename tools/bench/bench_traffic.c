@@ -134,7 +134,7 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
              "\"budget_evictions\":%llu,\"graph_bytes_peak\":%llu,\"memory_budget\":%llu,"
              "\"buckets\":\"%s\",\"checked\":%d,\"bitwise_equal\":%d}",
              i ? "," : "", r->label, r->wall_ms, r->wall_ms * 1e3 / (double)r->steps, r->steady_us,
-             eager->wall_ms / r->wall_ms, (unsigned long long)r->st.padded_tokens,
+             eager->wall_ms / r->wall_ms, (unsigned long long)r->st.padding_tokens,
              padded_share(&r->st), (unsigned long long)r->st.captures,
              (unsigned long long)r->st.bucket_changes, (unsigned long long)r->st.budget_eager,
              (unsigned long long)r->st.evictions, (unsigned long long)r->st.budget_evictions,

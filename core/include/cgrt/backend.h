@@ -60,6 +60,9 @@ extern "C" {
 /* since minor 1: follows the token buckets when [inference] buckets = adaptive changes them
    (buckets_observe) */
 #define CGRT_CAP_ADAPTIVE_BUCKETS (1u << 6)
+/* pads infer steps up to the [inference] token buckets (bucket_for_tokens): cgrt_stats lists the
+   buckets only for such a backend (a core before 0.4 ignores the bit) */
+#define CGRT_CAP_TOKEN_BUCKETS (1u << 7)
 
 /* Values of the enumerated options, shared by the core's parser and backends. */
 typedef enum cgrt_inference_scope {

@@ -296,16 +296,30 @@ typedef struct cgrt_stats {
   uint64_t evictions;                      /* executables dropped by the max_graphs bound */
   uint64_t fallbacks;                      /* failed captures that ran eagerly */
   uint64_t live_graphs;                    /* executables alive now */
-  uint64_t padded_tokens;      /* tokens added by padding to buckets, summed over steps */
+  /*
+   * Tokens added by padding to buckets, summed over steps. Its name before 0.4 was padded_tokens,
+   * which elsewhere (ctx, step report) is the size a step ran at: kept as an alias where the
+   * compiler offers anonymous unions (C11, C++); use padding_tokens.
+   */
+#if (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L) || defined(__cplusplus)
+  union {
+    uint64_t padding_tokens;
+    uint64_t padded_tokens; /* the old name of padding_tokens */
+  };
+#else
+  uint64_t padding_tokens;
+#endif
   uint64_t capture_ns;         /* host time spent capturing */
   uint64_t instantiate_ns;     /* host time spent instantiating and updating */
   uint64_t graph_mem_used;     /* bytes of graph memory in use (driver's figure) */
   uint64_t graph_mem_reserved; /* bytes of graph memory reserved (driver's figure) */
   /* -- since 0.2: token buckets -- */
   uint64_t real_tokens;    /* real tokens of inference steps, summed; the padded share of the
-                              work is padded_tokens / (padded_tokens + real_tokens) */
+                              work is padding_tokens / (padding_tokens + real_tokens) */
   uint64_t bucket_changes; /* bucket sets adopted by [inference] buckets = adaptive */
-  uint32_t num_buckets;    /* token buckets in force now */
+  uint32_t num_buckets;    /* token buckets in force now; 0 under a backend that never pads to
+                              them (CGRT_BACKEND_BUCKETS unset: none, transformer_engine,
+                              dynamic_cp) */
   int64_t buckets[CGRT_STATS_MAX_BUCKETS]; /* the smallest min(num_buckets, 64) of them,
                                               ascending */
   /* -- since 0.3: graph memory (cgrt_graph_list() has the figures per graph) -- */
@@ -474,6 +488,7 @@ typedef enum cgrt_phase_run {
 #define CGRT_BACKEND_MULTI_GPU (1u << 4) /* designed for several ranks */
 #define CGRT_BACKEND_COMM      (1u << 5) /* needs the host's world communicator */
 #define CGRT_BACKEND_ADAPTIVE  (1u << 6) /* follows [inference] buckets = adaptive */
+#define CGRT_BACKEND_BUCKETS   (1u << 7) /* pads infer steps up to the [inference] token buckets */
 
 /* The configured backend, for a host that wants to know before it runs (since 0.4). */
 typedef struct cgrt_backend_info {

@@ -556,7 +556,8 @@ _Static_assert(CGRT_BACKEND_TRAINING == CGRT_CAP_TRAINING &&
                    CGRT_BACKEND_GRAPHS == CGRT_CAP_GRAPHS &&
                    CGRT_BACKEND_MULTI_GPU == CGRT_CAP_MULTI_GPU &&
                    CGRT_BACKEND_COMM == CGRT_CAP_NEEDS_COMM &&
-                   CGRT_BACKEND_ADAPTIVE == CGRT_CAP_ADAPTIVE_BUCKETS,
+                   CGRT_BACKEND_ADAPTIVE == CGRT_CAP_ADAPTIVE_BUCKETS &&
+                   CGRT_BACKEND_BUCKETS == CGRT_CAP_TOKEN_BUCKETS,
                "cgrt.h's CGRT_BACKEND_* differ from backend.h's CGRT_CAP_*");
 
 /* Whether the backend has a form of its own for steps of `phase` (its CGRT_CAP_* bits). */
@@ -749,7 +750,7 @@ CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_r
   rt->stats.steps++;
   rt->stats.steps_by_mode[ctx.mode < CGRT_MODE_COUNT ? ctx.mode : CGRT_MODE_EAGER]++;
   if (ctx.padded_tokens > ctx.tokens)
-    rt->stats.padded_tokens += (uint64_t)(ctx.padded_tokens - ctx.tokens);
+    rt->stats.padding_tokens += (uint64_t)(ctx.padded_tokens - ctx.tokens);
   if (desc->phase == CGRT_PHASE_INFER)
     rt->stats.real_tokens += (uint64_t)desc->tokens;
   rt->graphs.step_index++;
@@ -869,9 +870,11 @@ CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
   if (!rt || !out || out->struct_size < STATS_MIN)
     return CGRT_E_INVAL;
   cgrt_stats s = rt->stats;
-  s.num_buckets = (uint32_t)rt->num_buckets;
-  for (size_t i = 0; i < rt->num_buckets && i < CGRT_STATS_MAX_BUCKETS; i++)
-    s.buckets[i] = rt->buckets[i];
+  if (rt->lib.vt->caps & CGRT_CAP_TOKEN_BUCKETS) { /* else no step is ever padded to them */
+    s.num_buckets = (uint32_t)rt->num_buckets;
+    for (size_t i = 0; i < rt->num_buckets && i < CGRT_STATS_MAX_BUCKETS; i++)
+      s.buckets[i] = rt->buckets[i];
+  }
   uint64_t used = 0, reserved = 0;
   if (rt->dev.drv->graph_mem(&rt->dev, &used, &reserved) == 0) {
     s.graph_mem_used = used;
