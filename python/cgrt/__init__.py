@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
-from . import _lib
+from . import _check, _lib
 from ._lib import LibraryNotFound
 
 __all__ = [
@@ -220,6 +220,8 @@ class Args:
 
 
 def _view_buffers(ptr, n):
+    if not n or not ptr:
+        return ()
     out = []
     for i in range(n):
         b = ptr[i]
@@ -227,25 +229,38 @@ def _view_buffers(ptr, n):
     return tuple(out)
 
 
+def _callback_name(module, label):
+    """ "module 'm' forward", "the step's body": the callback a view was handed to."""
+    return f"module '{module.name}' {label}" if module is not None else f"the step's {label}"
+
+
 class Ctx:
     """What cgrt tells a callback about the work at hand. Valid only during the callback it was
-    passed to (cgrt owns the memory); using it later raises Error(STATE)."""
+    passed to (cgrt owns the memory): any use after that raises Error(STATE); copy what you
+    keep."""
 
-    __slots__ = ("_ptr", "_c", "_rt")
+    __slots__ = ("_ptr", "_c", "_rt", "_module", "_label")
 
-    def __init__(self, rt, ptr):
+    def __init__(self, rt, ptr, module=None, label="body"):
         self._rt = rt
         self._ptr = ptr
         self._c = ptr.contents
+        self._module = module
+        self._label = label
 
     def _live(self):
         c = self._c
         if c is None:
-            raise Error(Status.STATE, "this Ctx was used after the callback it was given to returned")
+            raise Error(
+                Status.STATE,
+                f"ctx of {_callback_name(self._module, self._label)} is valid only during the "
+                "callback: copy what you keep",
+            )
         return c
 
     @property
     def runtime(self):
+        self._live()
         return self._rt
 
     @property
@@ -300,42 +315,72 @@ class Ctx:
     @property
     def buffers(self) -> Tuple[Buffer, ...]:
         """The step's static buffers as the body must address them (private copies under
-        rebind = copy)."""
+        rebind = copy), copied: the tuple stays valid after the callback."""
         c = self._live()
-        return _view_buffers(c.buffers, c.num_buffers) if c.num_buffers else ()
+        return _view_buffers(c.buffers, c.num_buffers)
 
     def enqueue_host(self, fn: Callable[[], None]) -> None:
         """Enqueues `fn()` on the stream (cudaLaunchHostFunc on the cuda driver): it runs after the
         work before it and is recorded like a kernel when the call is captured, so a replay runs
-        it again. It must not call cgrt or CUDA. An exception it raises is reported by the next
-        Runtime.synchronize()."""
+        it again. It must not call cgrt or CUDA (a cgrt call from it raises Error(STATE)). An
+        exception it raises is reported by the next Runtime.synchronize()."""
         self._rt._enqueue_host(self, fn)
 
 
 class ArgsView:
     """The arguments a module callback was called with: key, microbatch, buffers (the addresses
-    the call must use: private copies under rebind = copy)."""
+    the call must use: private copies under rebind = copy). Valid only during the callback, like
+    its Ctx: any use after that raises Error(STATE); `buffers` returns copies to keep."""
 
-    __slots__ = ("key", "microbatch", "_ptr", "_c")
+    __slots__ = ("_ptr", "_c", "_module", "_label")
 
-    def __init__(self, ptr):
-        c = ptr.contents
+    def __init__(self, ptr, module=None, label="forward"):
         self._ptr = ptr
-        self._c = c
-        self.key = c.key
-        self.microbatch = c.microbatch
+        self._c = ptr.contents
+        self._module = module
+        self._label = label
+
+    def _live(self):
+        c = self._c
+        if c is None:
+            raise Error(
+                Status.STATE,
+                f"args of {_callback_name(self._module, self._label)} are valid only during the "
+                "callback: copy what you keep",
+            )
+        return c
+
+    @property
+    def key(self) -> int:
+        return self._live().key
+
+    @property
+    def microbatch(self) -> int:
+        return self._live().microbatch
 
     @property
     def num_buffers(self) -> int:
-        return self._c.num_buffers
+        return self._live().num_buffers
 
     def buffer_ptr(self, i: int) -> int:
-        return self._c.buffers[i].ptr or 0
+        """The address of buffer `i` (negative counts from the end, as for a tuple)."""
+        c = self._live()
+        n = c.num_buffers
+        j = _check.integer(i, "buffer_ptr index", "int64_t")
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError(
+                f"args of {_callback_name(self._module, self._label)} have {n} buffer(s): "
+                f"buffer_ptr({i}) is out of range"
+            )
+        return c.buffers[j].ptr or 0
 
     @property
     def buffers(self) -> Tuple[Buffer, ...]:
-        c = self._c
-        return _view_buffers(c.buffers, c.num_buffers) if c.num_buffers else ()
+        """The call's buffers, copied: the tuple stays valid after the callback."""
+        c = self._live()
+        return _view_buffers(c.buffers, c.num_buffers)
 
 
 @dataclass(frozen=True)
@@ -735,15 +780,21 @@ class Runtime:
         return self._by_name[name]
 
     def _module_tramp(self, backward):
+        label = "backward" if backward else "forward"
+
         def tramp(ctx_ptr, args_ptr, user):
             try:
                 m = self._modules[user or 0]
                 fn = m.backward if backward else m.forward
-                ctx = Ctx(self, ctx_ptr)
+                ctx = Ctx(self, ctx_ptr, m, label)
+                args = ArgsView(args_ptr, m, label)
                 try:
-                    rc = fn(ctx, ArgsView(args_ptr))
+                    rc = fn(ctx, args)
                 finally:
+                    # Views of cgrt's memory die with the callback (a private copy of the args
+                    # is freed or reused after it): later uses raise instead of reading it.
                     ctx._c = None
+                    args._c = None
                 return int(rc) if rc else 0
             except BaseException as e:  # noqa: BLE001 - never unwind into C
                 self._remember(e)
@@ -755,7 +806,7 @@ class Runtime:
         def tramp(ctx_ptr, user):
             try:
                 fn = self._step_fns[0 if which == "prepare" else 1]
-                ctx = Ctx(self, ctx_ptr)
+                ctx = Ctx(self, ctx_ptr, None, which)
                 try:
                     rc = fn(ctx)
                 finally:
@@ -881,9 +932,19 @@ class Runtime:
             args = Args(**kw)
         elif kw:
             raise TypeError("give either an Args or key=/microbatch=/buffers=, not both")
-        rc = fn(self._handle(), module.handle, ctx._ptr, args._ref)
+        rc = fn(self._handle(), module.handle, self._ctx_ptr(ctx), args._ref)
         if rc != 0:
             self._raise_for(rc)
+
+    def _ctx_ptr(self, ctx):
+        """The C ctx behind `ctx`, refused when its callback returned (cgrt would read memory
+        that is gone) or it is another runtime's."""
+        if not isinstance(ctx, Ctx):
+            raise TypeError(f"expected the cgrt.Ctx a callback was given, not {type(ctx).__name__}")
+        ctx._live()
+        if ctx._rt is not self:
+            raise Error(Status.INVAL, "this ctx was given by another runtime's step")
+        return ctx._ptr
 
     # -- context parallelism
 

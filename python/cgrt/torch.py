@@ -441,7 +441,7 @@ class TorchModule:
     def _run(self, fn, ctx, args):
         """cgrt_forward/cgrt_backward without the generic wrapper's checks (the hot path)."""
         rt = self.rt
-        rc = fn(rt._handle(), self.handle.handle, ctx._ptr, args._ref)
+        rc = fn(rt._handle(), self.handle.handle, rt._ctx_ptr(ctx), args._ref)
         if rc != 0:
             rt._raise_for(rc)
 
