@@ -487,6 +487,27 @@ class Module:
 _HOST_FNS = {}
 _HOST_IDS = iter(range(1, 1 << 62))
 
+# Code cgrt runs from inside its own calls and that must not call cgrt (a host function, the log
+# sink, the capture hooks): while one runs on a thread, a Runtime method that would re-enter cgrt
+# raises Error(STATE) on that thread (a close() there would free the runtime under the call that
+# is running it). Reading (stream, backend, stats, findings, config) stays allowed.
+_INSIDE = threading.local()
+
+
+def _run_inside(what, fn, *args):
+    prev = getattr(_INSIDE, "what", None)
+    _INSIDE.what = what
+    try:
+        return fn(*args)
+    finally:
+        _INSIDE.what = prev
+
+
+def _refuse_if_inside():
+    what = getattr(_INSIDE, "what", None)
+    if what is not None:
+        raise Error(Status.STATE, f"{what} must not call cgrt: cgrt runs it from inside its own calls")
+
 
 @_lib.HOST_FN
 def _host_trampoline(arg):
@@ -497,7 +518,7 @@ def _host_trampoline(arg):
     if once:
         _HOST_FNS.pop(arg, None)
     try:
-        fn()
+        _run_inside("a host function (Ctx.enqueue_host)", fn)
     except BaseException as e:  # noqa: BLE001 - reported at the next synchronize
         rt._host_errors.append(e)
 
@@ -528,6 +549,8 @@ class Runtime:
         self._hooks = None
         self._log_fn = None
         self._log_cb = None
+        self._sink_said = False
+        self._closing = False
         self._closed = False
         opts = _lib.COpenOptions()
         opts.struct_size = ctypes.sizeof(_lib.COpenOptions)
@@ -542,9 +565,9 @@ class Runtime:
 
             def sink(user, level, msg):
                 try:
-                    self._log_fn(level, msg.decode(errors="replace"))
-                except BaseException:  # noqa: BLE001 - a log sink must not unwind into C
-                    pass
+                    _run_inside("the log sink", self._log_fn, level, msg.decode(errors="replace"))
+                except BaseException as e:  # noqa: BLE001 - a log sink must not unwind into C
+                    self._sink_raised(e)
 
             self._log_cb = _lib.LOG_FN(sink)
             opts.log = self._log_cb
@@ -579,11 +602,21 @@ class Runtime:
 
     def close(self) -> None:
         """Waits for the stream, frees every graph, finalizes the backend and closes the driver.
-        Safe to call twice."""
+        Safe to call twice. From inside a step (a callback) cgrt refuses: Error(STATE), and the
+        runtime stays open and usable; close it after the step."""
         if self._closed:
             return
+        _refuse_if_inside()
+        self._closing = True  # a log line written while tearing down must not read the runtime
+        try:
+            rc = self._lib.cgrt_close(self._rt)
+        finally:
+            self._closing = False
+        if rc == Status.STATE:
+            # cgrt_close refuses inside a step before it tears anything down (its only
+            # CGRT_E_STATE); any other result means the runtime is freed.
+            raise self._fail(rc)
         self._closed = True
-        rc = self._lib.cgrt_close(self._rt)
         self._drop_host_fns(all_of_them=True)
         self._closed_hook()
         self._rt = ctypes.c_void_p()
@@ -594,9 +627,33 @@ class Runtime:
         """For subclasses: runs after cgrt_close (graphs freed)."""
 
     def _handle(self):
+        """The C runtime, for a call that may re-enter cgrt's callbacks or change the runtime."""
+        rt = self._peek()
+        _refuse_if_inside()
+        return rt
+
+    def _peek(self):
+        """The C runtime, for reading; also from a log sink, capture hook or host function."""
         if self._closed:
             raise Error(Status.STATE, "the runtime is closed")
+        if self._closing:
+            raise Error(Status.STATE, "the runtime is closing")
         return self._rt
+
+    def _sink_raised(self, e):
+        """A log sink's exception cannot reach the caller (C is between them): said once."""
+        if self._sink_said:
+            return
+        self._sink_said = True
+        try:
+            warnings.warn(
+                f"cgrt: the log sink raised {type(e).__name__}: {e}; the line was dropped (said "
+                "once per runtime)",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+        except BaseException:  # noqa: BLE001 - warnings turned into errors: still not into C
+            pass
 
     def _fail(self, rc, exception=None):
         msg = self._lib.cgrt_last_error(self._rt).decode(errors="replace")
@@ -607,13 +664,15 @@ class Runtime:
     @property
     def backend(self) -> str:
         """The loaded backend's name, e.g. "local"."""
-        return self._lib.cgrt_backend_name(self._handle()).decode()
+        return self._lib.cgrt_backend_name(self._peek()).decode()
 
     def log(self, level: int, msg: str) -> None:
         """Writes msg to the runtime's log at `level` (1 error, 2 warn, 3 info, 4 debug) if that
         level is enabled, through the same sink as cgrt's own lines."""
+        if getattr(_INSIDE, "what", None) == "the log sink":
+            _refuse_if_inside()  # it would call the sink again, without end
         if _lib.has(self._lib, "cgrt_log_message"):
-            self._lib.cgrt_log_message(self._handle(), int(level), msg.encode())
+            self._lib.cgrt_log_message(self._peek(), int(level), msg.encode())
 
     def config(self, section: str, key: str) -> str:
         """The value in force of a configuration key as `cgrt check` prints it, e.g.
@@ -621,7 +680,7 @@ class Runtime:
         if not _lib.has(self._lib, "cgrt_config_get"):
             raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_config_get")
         buf = ctypes.create_string_buffer(4096)
-        rc = self._lib.cgrt_config_get(self._handle(), section.encode(), key.encode(), buf, 4096)
+        rc = self._lib.cgrt_config_get(self._peek(), section.encode(), key.encode(), buf, 4096)
         if rc != 0:
             raise self._fail(rc)
         return buf.value.decode()
@@ -629,7 +688,7 @@ class Runtime:
     @property
     def stream(self) -> int:
         """The stream cgrt runs on (a cudaStream_t on the cuda driver), as an int."""
-        return self._lib.cgrt_stream(self._handle()) or 0
+        return self._lib.cgrt_stream(self._peek()) or 0
 
     @property
     def modules(self) -> Tuple[Module, ...]:
@@ -639,7 +698,7 @@ class Runtime:
         """The runtime's counters since it opened."""
         s = _lib.CStats()
         s.struct_size = ctypes.sizeof(_lib.CStats)
-        rc = self._lib.cgrt_stats_get(self._handle(), ctypes.byref(s))
+        rc = self._lib.cgrt_stats_get(self._peek(), ctypes.byref(s))
         if rc != 0:
             raise self._fail(rc)
         n = min(s.num_buckets, _lib.STATS_MAX_BUCKETS)
@@ -691,14 +750,14 @@ class Runtime:
         if not _lib.has(self._lib, "cgrt_finding_get"):
             raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_finding_get (diagnose)")
         n = ctypes.c_size_t()
-        rc = self._lib.cgrt_findings_count(self._handle(), ctypes.byref(n))
+        rc = self._lib.cgrt_findings_count(self._peek(), ctypes.byref(n))
         if rc != 0:
             raise self._fail(rc)
         out = []
         for i in range(n.value):
             f = _lib.CFinding()
             f.struct_size = ctypes.sizeof(_lib.CFinding)
-            rc = self._lib.cgrt_finding_get(self._handle(), i, ctypes.byref(f))
+            rc = self._lib.cgrt_finding_get(self._peek(), i, ctypes.byref(f))
             if rc != 0:
                 raise self._fail(rc)
 
@@ -887,14 +946,19 @@ class Runtime:
         d.stages_inputs = 1 if stages_inputs else 0
         rep = _lib.CStepReport()
         rep.struct_size = ctypes.sizeof(_lib.CStepReport)
+        nested = self._in_step
         saved = self._step_fns
         self._step_fns = (prepare, body)
         self._in_step = True
         try:
             rc = self._lib.cgrt_step(h, ctypes.byref(d), ctypes.byref(rep))
         finally:
-            self._in_step = False
+            self._in_step = nested
             self._step_fns = saved
+        if rc != 0 and nested:
+            # cgrt refused a step inside a step; what the outer step's callbacks left pending
+            # is the outer step's to report.
+            raise self._fail(rc)
         if rc != 0:
             self._raise_for(rc)
         e = self._take_pending()
@@ -960,6 +1024,7 @@ class Runtime:
     # -- host functions and synchronization
 
     def _enqueue_host(self, ctx, fn):
+        self._handle()
         c = ctx._live()
         hid = next(_HOST_IDS)
         once = c.mode != Mode.CAPTURE
@@ -1046,7 +1111,7 @@ class Runtime:
 
             def hook(user, stream):
                 try:
-                    fn(stream or 0)
+                    _run_inside(f"the capture {which} hook", fn, stream or 0)
                     return 0
                 except BaseException as e:  # noqa: BLE001 - never unwind into C
                     warnings.warn(
