@@ -100,7 +100,8 @@ class Access(enum.IntEnum):
 
 
 def _enum(cls, value, what):
-    """An enum member from itself, its int value, or its name ("infer", "moe_router")."""
+    """An enum member from itself, its int value, or its name ("infer", "moe_router"); else
+    ValueError (TypeError for a value neither an integer nor a str) naming `what`."""
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
@@ -109,7 +110,12 @@ def _enum(cls, value, what):
         except KeyError:
             names = " ".join(m.name.lower() for m in cls)
             raise ValueError(f"{what} {value!r} is not one of: {names}") from None
-    return cls(int(value))
+    v = _check.integer(value, what, "int")
+    try:
+        return cls(v)
+    except ValueError:
+        names = " ".join(f"{m.name.lower()}={m.value}" for m in cls)
+        raise ValueError(f"{what} {v} is not one of: {names}") from None
 
 
 # ---------------------------------------------------------------- the library
@@ -174,12 +180,22 @@ def _strerror(code):
 @dataclass(frozen=True)
 class Buffer:
     """Memory a step or a module call reads and writes: a device pointer on the cuda driver, host
-    memory on the host driver. `name` only appears in messages."""
+    memory on the host driver. `name` only appears in messages. `ptr` and `bytes` are integers in
+    the range of the C fields (void * and size_t: never negative), `access` an Access, its value
+    or its name; anything else raises ValueError or TypeError here."""
 
     ptr: int
     bytes: int
     access: Access = Access.INOUT
     name: Optional[str] = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__  # frozen: the checked values replace the given ones
+        set_(self, "ptr", _check.integer(self.ptr, "Buffer ptr", "void *"))
+        set_(self, "bytes", _check.integer(self.bytes, "Buffer bytes", "size_t"))
+        set_(self, "access", _enum(Access, self.access, "Buffer access"))
+        if self.name is not None:
+            _check.c_string(self.name, "Buffer name")
 
 
 def _c_buffers(buffers):
@@ -188,35 +204,40 @@ def _c_buffers(buffers):
     arr = (_lib.CBuffer * n)()
     for i, b in enumerate(buffers):
         if not isinstance(b, Buffer):
-            b = Buffer(*b)
-        name = b.name.encode() if b.name else None
-        arr[i].ptr = int(b.ptr)
-        arr[i].bytes = int(b.bytes)
-        arr[i].access = int(_enum(Access, b.access, "access"))
-        arr[i].name = name
+            b = Buffer(*b)  # checks its fields
+        arr[i].ptr = b.ptr
+        arr[i].bytes = b.bytes
+        arr[i].access = int(b.access)
+        arr[i].name = _check.c_string(b.name, "Buffer name") if b.name else None
     return arr
 
 
 class Args:
     """The arguments of one module call: `key` (the host's signature of the call's shape: calls
     with different keys never share a graph), `microbatch`, and the buffers it reads and writes.
-    Build one and reuse it while the call's buffers stay the same."""
+    Build one and reuse it while the call's buffers stay the same. Read-only once built (what
+    cgrt reads is filled here): build another for other values. `key` is a uint64_t,
+    `microbatch` an int: other values raise ValueError."""
 
-    __slots__ = ("key", "microbatch", "buffers", "_c", "_arr", "_ref")
+    __slots__ = ("_key", "_microbatch", "_buffers", "_c", "_arr", "_ref")
 
     def __init__(self, key: int = 0, microbatch: int = 0, buffers: Sequence = ()):
-        self.key = int(key)
-        self.microbatch = int(microbatch)
-        self.buffers = tuple(b if isinstance(b, Buffer) else Buffer(*b) for b in buffers)
-        self._arr = _c_buffers(self.buffers)
+        self._key = _check.integer(key, "Args key", "uint64_t")
+        self._microbatch = _check.integer(microbatch, "Args microbatch", "int")
+        self._buffers = tuple(b if isinstance(b, Buffer) else Buffer(*b) for b in buffers)
+        self._arr = _c_buffers(self._buffers)
         c = _lib.CArgs()
         c.struct_size = ctypes.sizeof(_lib.CArgs)
-        c.key = self.key
-        c.microbatch = self.microbatch
-        c.buffers = ctypes.cast(self._arr, ctypes.POINTER(_lib.CBuffer)) if self.buffers else None
-        c.num_buffers = len(self.buffers)
+        c.key = self._key
+        c.microbatch = self._microbatch
+        c.buffers = ctypes.cast(self._arr, ctypes.POINTER(_lib.CBuffer)) if self._buffers else None
+        c.num_buffers = len(self._buffers)
         self._c = c
         self._ref = ctypes.pointer(c)
+
+    key = property(lambda self: self._key, doc="The call's key (uint64_t).")
+    microbatch = property(lambda self: self._microbatch, doc="The call's microbatch (int).")
+    buffers = property(lambda self: self._buffers, doc="The call's buffers, a tuple of Buffer.")
 
 
 def _view_buffers(ptr, n):
@@ -460,7 +481,9 @@ class Finding:
 
 
 class Module:
-    """A registered module: name, kind, layer and the callbacks. Owned by its Runtime."""
+    """A registered module: name, kind, layer and the callbacks. Owned by its Runtime. What cgrt
+    was given at registration is read-only (cgrt keeps its own copy); `forward` and `backward`
+    may be replaced by other callables (a module registered without a backward keeps none)."""
 
     __slots__ = (
         "name",
@@ -473,7 +496,24 @@ class Module:
         "handle",
         "index",
         "runtime",
+        "_sealed",
     )
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_sealed", False):
+            if name not in ("forward", "backward"):
+                raise AttributeError(
+                    f"module '{self.name}': {name} was given to cgrt at registration and cannot "
+                    "change"
+                )
+            if name == "backward" and self.backward is None:
+                raise AttributeError(
+                    f"module '{self.name}' was registered without a backward: cgrt never calls "
+                    "one (register it with backward=)"
+                )
+            if not callable(value):
+                raise TypeError(f"module '{self.name}': {name} must be callable")
+        object.__setattr__(self, name, value)
 
     def __repr__(self):
         return f"cgrt.Module({self.name!r}, kind={self.kind.name.lower()}, layer={self.layer})"
@@ -556,9 +596,9 @@ class Runtime:
         opts.struct_size = ctypes.sizeof(_lib.COpenOptions)
         if config is not None:
             if isinstance(config, os.PathLike) or ("\n" not in config and "[" not in config):
-                opts.path = os.fsencode(config)
+                opts.path = _check.c_path(config, "config path")
             else:
-                opts.ini = config.encode()
+                opts.ini = _check.c_string(config, "config text")
                 opts.ini_name = b"<python string>"
         if log is not None:
             self._log_fn = log
@@ -671,8 +711,12 @@ class Runtime:
         level is enabled, through the same sink as cgrt's own lines."""
         if getattr(_INSIDE, "what", None) == "the log sink":
             _refuse_if_inside()  # it would call the sink again, without end
+        lv = _check.integer(level, "log level", "int")
+        if not 1 <= lv <= 4:
+            raise ValueError(f"log level = {lv} is out of range: 1 error, 2 warn, 3 info, 4 debug")
+        text = _check.c_string(msg, "log message")
         if _lib.has(self._lib, "cgrt_log_message"):
-            self._lib.cgrt_log_message(self._peek(), int(level), msg.encode())
+            self._lib.cgrt_log_message(self._peek(), lv, text)
 
     def config(self, section: str, key: str) -> str:
         """The value in force of a configuration key as `cgrt check` prints it, e.g.
@@ -680,7 +724,13 @@ class Runtime:
         if not _lib.has(self._lib, "cgrt_config_get"):
             raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_config_get")
         buf = ctypes.create_string_buffer(4096)
-        rc = self._lib.cgrt_config_get(self._peek(), section.encode(), key.encode(), buf, 4096)
+        rc = self._lib.cgrt_config_get(
+            self._peek(),
+            _check.c_string(section, "config section"),
+            _check.c_string(key, "config key"),
+            buf,
+            4096,
+        )
         if rc != 0:
             raise self._fail(rc)
         return buf.value.decode()
@@ -806,10 +856,11 @@ class Runtime:
             raise Error(Status.INVAL, f"register('{name}'): forward must be callable")
         if backward is not None and not callable(backward):
             raise Error(Status.INVAL, f"register('{name}'): backward must be callable or None")
+        c_name = _check.c_string(name, "register: the module name")
         m = Module()
         m.name = name
-        m.kind = _enum(Kind, kind, "kind")
-        m.layer = int(layer)
+        m.kind = _enum(Kind, kind, f"register('{name}'): kind")
+        m.layer = _check.integer(layer, f"register('{name}'): layer", "int")
         m.forward = forward
         m.backward = backward
         m.no_cp_comm = bool(no_cp_comm)
@@ -818,7 +869,7 @@ class Runtime:
         m.runtime = self
         d = _lib.CModuleDesc()
         d.struct_size = ctypes.sizeof(_lib.CModuleDesc)
-        d.name = name.encode()
+        d.name = c_name
         d.kind = int(m.kind)
         d.layer = m.layer
         d.forward = self._fwd_cb
@@ -831,6 +882,7 @@ class Runtime:
         if rc != 0:
             raise self._fail(rc)
         m.handle = handle
+        m._sealed = True
         self._modules.append(m)
         self._by_name[name] = m
         return m
@@ -854,7 +906,7 @@ class Runtime:
                     # is freed or reused after it): later uses raise instead of reading it.
                     ctx._c = None
                     args._c = None
-                return int(rc) if rc else 0
+                return _check.c_result(rc, f"module '{m.name}' {label}")
             except BaseException as e:  # noqa: BLE001 - never unwind into C
                 self._remember(e)
                 return _PENDING_CALLBACK
@@ -878,8 +930,9 @@ class Runtime:
         return tramp
 
     def _step_result(self, which, ctx_ptr, rc):
-        """What a prepare or body callback's return value means to cgrt (subclasses keep it)."""
-        return int(rc) if isinstance(rc, int) and rc else 0
+        """What a prepare or body callback's return value means to cgrt (subclasses keep it): a
+        nonzero int fails the step (it must fit a C int), anything else is ignored."""
+        return _check.c_result(rc, f"the step's {which}") if isinstance(rc, int) and rc else 0
 
     def _remember(self, e):
         # The latest: after a capture that raised, cgrt retries eagerly, and if that fails too,
@@ -926,18 +979,29 @@ class Runtime:
         h = self._handle()
         d = _lib.CStepDesc()
         d.struct_size = ctypes.sizeof(_lib.CStepDesc)
-        d.phase = int(_enum(Phase, phase, "phase"))
-        d.tokens = int(tokens)
+        d.phase = int(_enum(Phase, phase, "step phase"))
+        d.tokens = _check.integer(tokens, "step tokens", "int64_t")
         keep = []
         if seqlens is not None:
-            arr = (ctypes.c_int32 * len(seqlens))(*seqlens)
+            n = _check.integer(len(seqlens), "step: the number of seqlens", "int")
+            arr = (ctypes.c_int32 * n)(
+                *(_check.integer(x, f"step seqlens[{i}]", "int32_t") for i, x in enumerate(seqlens))
+            )
             keep.append(arr)
             d.seqlens = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int32))
-            d.num_sequences = len(seqlens)
-        d.cp_size = int(cp_size)
-        d.microbatches = int(microbatches)
-        if buffers:
-            arr = buffers if isinstance(buffers, ctypes.Array) else _c_buffers(buffers)
+            d.num_sequences = n
+        d.cp_size = _check.integer(cp_size, "step cp_size", "int")
+        d.microbatches = _check.integer(microbatches, "step microbatches", "int")
+        if buffers is not None and len(buffers):
+            if isinstance(buffers, ctypes.Array):
+                if buffers._type_ is not _lib.CBuffer:
+                    raise TypeError(
+                        f"step buffers: a ctypes array of {buffers._type_.__name__}, not of "
+                        "cgrt_buffer (give Buffers, or an array _c_buffers() made)"
+                    )
+                arr = buffers
+            else:
+                arr = _c_buffers(buffers)
             keep.append(arr)
             d.buffers = ctypes.cast(arr, ctypes.POINTER(_lib.CBuffer))
             d.num_buffers = len(arr)
@@ -1017,6 +1081,8 @@ class Runtime:
         collective, every rank calls it once before its first step. cgrt splits one communicator
         per cp size; a step's body finds its group's in ctx.comm and its rank in ctx.cp_rank. The
         host driver accepts None and stands in placeholders. Raises Error."""
+        if comm is not None:
+            comm = _check.integer(comm, "set_world_comm comm", "void *")
         rc = self._lib.cgrt_set_world_comm(self._handle(), comm or None)
         if rc != 0:
             raise self._fail(rc)
@@ -1101,7 +1167,7 @@ class Runtime:
         if pool_allocator is not None:
             if isinstance(pool_allocator, (str, bytes, os.PathLike)):
                 pool_allocator = [pool_allocator]
-            pool = b":".join(os.fsencode(p) for p in pool_allocator)
+            pool = b":".join(_check.c_path(p, "pool_allocator") for p in pool_allocator)
         elif not _lib.has(self._lib, "cgrt_set_capture_hooks"):
             raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_set_capture_hooks")
 

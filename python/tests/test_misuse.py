@@ -218,3 +218,154 @@ def test_a_log_sink_that_calls_cgrt_is_refused_and_said_once():
     holder.clear()
     rt.close()
     assert rt._rt.value is None
+
+
+# ---------------------------------------------------------------- integers that do not fit their C field
+
+
+def _refused(exc, *words):
+    """The exception's text names every word (the field, the value, the range)."""
+    text = str(exc.value)
+    assert all(w in text for w in words), text
+
+
+def test_integers_out_of_their_c_range_are_refused_naming_field_value_and_range(rt):
+    m = rt.register("m", "mlp", lambda ctx, args: None)
+    body = lambda ctx: rt.forward(m, ctx)  # noqa: E731
+    for kw, words in (
+        (dict(tokens=2**64 + 4), ("step tokens", str(2**64 + 4), "int64_t", str(2**63 - 1))),
+        (dict(tokens=-(2**63) - 1), ("step tokens", "int64_t")),
+        (dict(cp_size=2**32 + 1), ("step cp_size", str(2**32 + 1), "int", str(2**31 - 1))),
+        (dict(microbatches=2**31), ("step microbatches", "int")),
+        (dict(seqlens=[4, 2**32 + 3]), ("step seqlens[1]", str(2**32 + 3), "int32_t")),
+    ):
+        with pytest.raises(ValueError) as e:
+            rt.step("infer", **dict(dict(tokens=1), **kw), body=body)
+        _refused(e, *words)
+    for kw, words in (
+        (dict(key=2**64 + 1), ("Args key", str(2**64 + 1), "uint64_t", str(2**64 - 1))),
+        (dict(key=-1), ("Args key", "-1", "uint64_t")),
+        (dict(microbatch=2**31), ("Args microbatch", str(2**31), "int")),
+    ):
+        with pytest.raises(ValueError) as e:
+            cgrt.Args(**kw)
+        _refused(e, *words)
+    with pytest.raises(ValueError) as e:
+        rt.register("l", "mlp", lambda c, a: None, layer=2**32 + 3)
+    _refused(e, "register('l'): layer", str(2**32 + 3), "int", str(-(2**31)))
+    assert [x.name for x in rt.modules] == ["m"]  # nothing registered
+    assert rt.stats().steps == 0  # no step ran
+
+
+def test_buffer_refuses_negative_and_oversized_pointers_and_sizes():
+    for args, words in (
+        ((4096, -8), ("Buffer bytes", "-8", "size_t")),
+        ((4096, 2**64), ("Buffer bytes", str(2**64), "size_t", str(2**64 - 1))),
+        ((-8, 8), ("Buffer ptr", "-8", "void *")),
+        ((2**64, 8), ("Buffer ptr", str(2**64), "void *")),
+        ((4096, 8, 7), ("Buffer access", "7", "in=1", "out=2", "inout=3")),
+    ):
+        with pytest.raises(ValueError) as e:
+            cgrt.Buffer(*args)
+        _refused(e, *words)
+    with pytest.raises(TypeError, match="Buffer bytes must be an integer, not float"):
+        cgrt.Buffer(4096, 8.5)
+    with pytest.raises(ValueError, match="NUL"):
+        cgrt.Buffer(4096, 8, name="a\0b")
+    # The limits themselves are fine, and the access takes its name.
+    b = cgrt.Buffer(2**64 - 1, 2**64 - 1, "in")
+    assert b.ptr == 2**64 - 1 and b.access == cgrt.Access.IN
+    with pytest.raises(ValueError, match="Buffer bytes"):
+        cgrt.Args(buffers=[(4096, -8)])  # the tuple form too
+
+
+def test_the_limits_of_each_c_field_go_through_unchanged(rt):
+    seen = []
+    m = rt.register("m", "mlp", lambda ctx, args: seen.append((args.key, args.microbatch)),
+                    layer=-(2**31))
+    block, addr = _block()
+    args = cgrt.Args(key=2**64 - 1, microbatch=0, buffers=[(addr, 8)])
+    rep = rt.step("infer", 2**62, body=lambda ctx: rt.forward(m, ctx, args))
+    assert rep.padded_tokens == 2**62 and seen == [(2**64 - 1, 0)]
+    assert m.layer == -(2**31)
+
+
+def test_floats_and_strings_are_not_integers(rt):
+    body = lambda ctx: None  # noqa: E731
+    with pytest.raises(TypeError, match="step tokens must be an integer, not float"):
+        rt.step("infer", 5.9, body=body)
+    with pytest.raises(TypeError, match="Args key must be an integer, not str"):
+        cgrt.Args(key="7")
+    assert rt.stats().steps == 0
+
+
+def test_enum_values_out_of_range_name_the_field(rt):
+    with pytest.raises(ValueError) as e:
+        rt.step(7, 1, body=lambda ctx: None)
+    _refused(e, "step phase 7", "train=0", "infer=2")
+    with pytest.raises(ValueError) as e:
+        rt.register("x", 2**32 + 1, lambda c, a: None)
+    _refused(e, "register('x'): kind", str(2**32 + 1), "int")
+    with pytest.raises(ValueError) as e:
+        rt.register("x", 99, lambda c, a: None)
+    _refused(e, "register('x'): kind 99", "attn=0", "other=6")
+
+
+def test_log_level_and_strings_with_nul_are_refused(rt):
+    for level in (0, 5, 2**32 + 2, -1):
+        with pytest.raises(ValueError) as e:
+            rt.log(level, "hello")
+        _refused(e, "log level", str(level))
+    with pytest.raises(ValueError, match="NUL"):
+        rt.log(2, "cut\0here")
+    with pytest.raises(ValueError, match="the module name 'a\\\\x00b' holds a NUL"):
+        rt.register("a\0b", "mlp", lambda c, a: None)
+    with pytest.raises(ValueError, match="NUL"):
+        rt.config("cuda_graph\0", "impl")
+    with pytest.raises(ValueError, match="config path"):
+        cgrt.Runtime("conf/local.ini\0.bak")
+    assert rt.modules == ()
+
+
+def test_set_world_comm_refuses_a_pointer_out_of_range(rt):
+    with pytest.raises(ValueError, match="set_world_comm comm = -1 is out of range"):
+        rt.set_world_comm(-1)
+
+
+def test_step_buffers_as_a_ctypes_array_of_another_type_are_refused(rt):
+    wrong = (ctypes.c_int * 4)()
+    with pytest.raises(TypeError, match="ctypes array of c_int"):
+        rt.step("infer", 1, body=lambda ctx: None, buffers=wrong)
+    block, addr = _block()
+    right = cgrt._c_buffers([cgrt.Buffer(addr, 8)])
+    seen = []
+    rt.step("infer", 1, body=lambda ctx: seen.append(ctx.buffers), buffers=right)
+    assert seen == [(cgrt.Buffer(addr, 8),)]
+
+
+def test_what_cgrt_was_given_cannot_change_behind_its_back(rt):
+    m = rt.register("m", "mlp", lambda c, a: None, layer=3)
+    for name, value in (("layer", 4), ("name", "n"), ("kind", cgrt.Kind.ATTN), ("handle", 5)):
+        with pytest.raises(AttributeError, match=f"module 'm': {name} was given to cgrt"):
+            setattr(m, name, value)
+    with pytest.raises(AttributeError, match="registered without a backward"):
+        m.backward = lambda c, a: None
+    with pytest.raises(TypeError, match="forward must be callable"):
+        m.forward = None
+    m.forward = lambda c, a: None  # replacing a callback stays allowed
+    args = cgrt.Args(key=1)
+    with pytest.raises(AttributeError):
+        args.key = 2
+    assert args._c.key == 1 and args.key == 1
+
+
+def test_a_callback_result_that_a_c_int_cannot_hold_fails_the_call(rt):
+    m = rt.register("m", "mlp", lambda ctx, args: 2**32)
+    with pytest.raises(Error) as e:
+        rt.step("infer", 1, body=lambda ctx: rt.forward(m, ctx))
+    assert e.value.code == Status.CALLBACK and isinstance(e.value.__cause__, ValueError)
+    assert "module 'm' forward returned 4294967296, which a C int cannot hold" in str(e.value)
+    with pytest.raises(Error) as e:
+        rt.step("infer", 1, body=lambda ctx: 2**32)
+    assert e.value.code == Status.CALLBACK and "the step's body returned 4294967296" in str(e.value)
+    assert rt.step("infer", 1, body=lambda ctx: "ignored").mode == cgrt.Mode.EAGER
