@@ -150,7 +150,11 @@ def version() -> str:
 
 class Error(Exception):
     """A failed cgrt call: `code` (a Status), `message` (the runtime's sentence naming the module,
-    option, file:line or buffer at fault) and, when a Python callback raised, `exception`."""
+    option, file:line or buffer at fault) and, when a Python callback raised, `exception`.
+
+    str() says each sentence once and each code once: the message, then what `exception` adds
+    (a cgrt.Error from a call inside the callback: its sentence when the message does not already
+    hold it, and its code when it differs), then [CGRT_E_<code>]."""
 
     def __init__(self, code, message, exception=None):
         try:
@@ -161,10 +165,22 @@ class Error(Exception):
         self.message = message
         self.exception = exception
         text = message or _strerror(code)
-        if exception is not None:
+        if isinstance(exception, Error):
+            # cgrt keeps the sentence of a call that failed inside a callback as the step's or
+            # the call's own: said already, then.
+            inner = exception._detail
+            if exception.code != code:
+                inner = f"{inner} [{_code_name(exception.code)}]"
+            if exception._detail not in text:
+                text = f"{text}: {inner}"
+        elif exception is not None:
             text = f"{text}: {type(exception).__name__}: {exception}"
-        name = code.name if isinstance(code, Status) else str(code)
-        super().__init__(f"{text} [CGRT_E_{name}]")
+        self._detail = text
+        super().__init__(f"{text} [{_code_name(code)}]")
+
+
+def _code_name(code):
+    return "CGRT_E_" + (code.name if isinstance(code, Status) else str(code))
 
 
 def _strerror(code):
@@ -947,6 +963,15 @@ class Runtime:
         e = self._take_pending()
         if e is not None and not isinstance(e, Exception):
             raise e  # KeyboardInterrupt, SystemExit...: not ours to wrap
+        err = self._fail(rc)
+        if isinstance(e, Error) and e.exception is None and (e.code, e.message) == (
+            err.code,
+            err.message,
+        ):
+            # A cgrt call inside the callback failed and the callback let its Error through:
+            # cgrt kept that call's sentence and code, so this is the same error. Raised as it
+            # is, it is said once (also in a traceback) and points at the call that failed.
+            raise e
         root = e.exception if isinstance(e, Error) and e.exception is not None else e
         err = self._fail(rc, root)
         if root is not None:

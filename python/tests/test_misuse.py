@@ -369,3 +369,62 @@ def test_a_callback_result_that_a_c_int_cannot_hold_fails_the_call(rt):
         rt.step("infer", 1, body=lambda ctx: 2**32)
     assert e.value.code == Status.CALLBACK and "the step's body returned 4294967296" in str(e.value)
     assert rt.step("infer", 1, body=lambda ctx: "ignored").mode == cgrt.Mode.EAGER
+
+
+# ---------------------------------------------------------------- error text said once
+
+
+def _seen(exc):
+    """Everything an uncaught exception prints: the chain with its tracebacks."""
+    import traceback
+
+    return "".join(traceback.format_exception(exc))
+
+
+def test_a_cgrt_error_let_through_a_body_is_said_once(rt):
+    m = rt.register("m", "mlp", lambda ctx, args: 5)
+    with pytest.raises(Error) as e:
+        rt.step("infer", 1, body=lambda ctx: rt.forward(m, ctx))
+    sentence = "module 'm' forward returned 5 (step 0, microbatch 0, eager)"
+    assert e.value.code == Status.CALLBACK and e.value.message == sentence
+    assert str(e.value) == f"{sentence} [CGRT_E_CALLBACK]"
+    out = _seen(e.value)
+    assert out.count("returned 5") == 1 and out.count("CGRT_E_CALLBACK") == 1, out
+    assert "rt.forward(m, ctx)" in out  # the traceback reaches the call that failed
+
+
+def test_a_module_raising_a_cgrt_error_of_its_own_names_the_call_then_its_sentence(rt):
+    """As cgrt.torch does: the call's sentence, then the module's, each code once."""
+
+    def fwd(ctx, args):
+        raise Error(Status.STATE, "module 'm': its backward is not ready")
+
+    m = rt.register("m", "mlp", fwd)
+    with pytest.raises(Error) as e:
+        rt.step("infer", 1, body=lambda ctx: rt.forward(m, ctx))
+    text = str(e.value)
+    assert text == (
+        "module 'm' forward returned 1 (step 0, microbatch 0, eager): module 'm': its backward "
+        "is not ready [CGRT_E_STATE] [CGRT_E_CALLBACK]"
+    )
+
+
+def test_prepare_refused_by_forward_says_each_sentence_and_code_once(rt):
+    m = rt.register("m", "mlp", lambda ctx, args: None)
+    with pytest.raises(Error) as e:
+        rt.step("infer", 1, prepare=lambda ctx: rt.forward(m, ctx), body=lambda ctx: None)
+    text = str(e.value)
+    assert e.value.code == Status.CALLBACK and e.value.__cause__.code == Status.STATE
+    for part in ("module calls are made from the step body", "CGRT_E_STATE", "CGRT_E_CALLBACK"):
+        assert text.count(part) == 1, text
+
+
+def test_error_built_around_the_same_error_says_it_once():
+    inner = Error(Status.CALLBACK, "module 'm' forward returned 5")
+    assert str(Error(Status.CALLBACK, inner.message, inner)) == (
+        "module 'm' forward returned 5 [CGRT_E_CALLBACK]"
+    )
+    other = Error(Status.STATE, "not now")
+    assert str(Error(Status.CALLBACK, "the body failed", other)) == (
+        "the body failed: not now [CGRT_E_STATE] [CGRT_E_CALLBACK]"
+    )
