@@ -1001,6 +1001,8 @@ class Runtime:
         copies). Raises Error."""
         if body is None:
             raise Error(Status.INVAL, "step: body is required")
+        if not callable(body) or (prepare is not None and not callable(prepare)):
+            raise Error(Status.INVAL, "step: body (and prepare, when given) must be callable")
         h = self._handle()
         d = _lib.CStepDesc()
         d.struct_size = ctypes.sizeof(_lib.CStepDesc)
@@ -1085,6 +1087,13 @@ class Runtime:
             args = Args(**kw)
         elif kw:
             raise TypeError("give either an Args or key=/microbatch=/buffers=, not both")
+        elif not isinstance(args, Args):
+            raise TypeError(f"args must be a cgrt.Args, not {type(args).__name__}")
+        if not isinstance(module, Module):
+            raise TypeError(f"expected a cgrt.Module from register(), not {type(module).__name__}")
+        if module.runtime is not self:
+            # cgrt would read the module to find out, and another runtime's may be freed.
+            raise Error(Status.INVAL, f"module '{module.name}' is registered with another runtime")
         rc = fn(self._handle(), module.handle, self._ctx_ptr(ctx), args._ref)
         if rc != 0:
             self._raise_for(rc)
@@ -1115,6 +1124,8 @@ class Runtime:
     # -- host functions and synchronization
 
     def _enqueue_host(self, ctx, fn):
+        if not callable(fn):
+            raise TypeError(f"enqueue_host: fn must be callable, not {type(fn).__name__}")
         self._handle()
         c = ctx._live()
         hid = next(_HOST_IDS)

@@ -220,6 +220,74 @@ def test_a_log_sink_that_calls_cgrt_is_refused_and_said_once():
     assert rt._rt.value is None
 
 
+def test_every_public_method_called_inside_a_step_is_refused_or_harmless(rt):
+    """From the body and from a module callback: what changes the runtime is refused with cgrt's
+    sentence, what reads it works, and the step and the runtime go on."""
+    m = rt.register("m", "mlp", lambda ctx, args: None)
+    said = {}
+
+    def try_all(where, ctx):
+        calls = {
+            "close": rt.close,
+            "step": lambda: rt.step("infer", 1, body=lambda c: None),
+            "register": lambda: rt.register(f"x{where}", "mlp", lambda c, a: None),
+            "synchronize": rt.synchronize,
+            "release_graphs": rt.release_graphs,
+            "set_world_comm": lambda: rt.set_world_comm(None),
+            "set_capture_hooks": lambda: rt.set_capture_hooks(None, None),
+        }
+        if where == "module":
+            calls["forward"] = lambda: rt.forward(m, ctx)  # calls do not nest
+        for name, call in calls.items():
+            with pytest.raises(Error) as e:
+                call()
+            assert e.value.code == Status.STATE, (where, name, e.value)
+            said[(where, name)] = e.value.message
+        # Reading is fine.
+        assert rt.backend == "none" and rt.stream != 0 and rt.stats().steps == 0
+        assert rt.config("cuda_graph", "impl") == "none" and rt.findings() == ()
+        rt.log(4, "inside")
+
+    n = rt.register("n", "mlp", lambda ctx, args: try_all("module", ctx))
+
+    def body(ctx):
+        try_all("body", ctx)
+        rt.forward(m, ctx)
+        rt.forward(n, ctx)
+
+    assert rt.step("infer", 1, body=body).calls_eager == 2
+    assert len(said) == 15 and all(said.values())
+    assert "steps do not nest" in said[("body", "step")]
+    assert "not inside one" in said[("module", "register")]
+    assert "do not nest" in said[("module", "forward")]
+    assert [x.name for x in rt.modules] == ["m", "n"]
+    rt.synchronize()
+    rt.release_graphs()
+    assert rt.stats().steps == 1
+
+
+def test_a_module_of_another_runtime_is_refused_before_cgrt_reads_it(rt):
+    other = cgrt.Runtime(host_ini("none"))
+    theirs = other.register("theirs", "mlp", lambda ctx, args: None)
+    other.close()  # its modules are freed
+    errors = []
+
+    def body(ctx):
+        for bad, exc in ((theirs, Error), ("theirs", TypeError)):
+            with pytest.raises(exc) as e:
+                rt.forward(bad, ctx)
+            errors.append(e.value)
+        with pytest.raises(TypeError, match="args must be a cgrt.Args"):
+            rt.forward(mine, ctx, (1, 2))
+
+    mine = rt.register("mine", "mlp", lambda ctx, args: None)
+    rt.step("infer", 1, body=body)
+    assert errors[0].code == Status.INVAL
+    assert errors[0].message == "module 'theirs' is registered with another runtime"
+    with pytest.raises(Error, match="must be callable"):
+        rt.step("infer", 1, body="body")
+
+
 # ---------------------------------------------------------------- integers that do not fit their C field
 
 
@@ -378,7 +446,7 @@ def _seen(exc):
     """Everything an uncaught exception prints: the chain with its tracebacks."""
     import traceback
 
-    return "".join(traceback.format_exception(exc))
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 def test_a_cgrt_error_let_through_a_body_is_said_once(rt):
