@@ -548,18 +548,24 @@ _HOST_IDS = iter(range(1, 1 << 62))
 # raises Error(STATE) on that thread (a close() there would free the runtime under the call that
 # is running it). Reading (stream, backend, stats, findings, config) stays allowed.
 _INSIDE = threading.local()
+_inside_any = 0  # how many run now, on any thread: the common case (none) reads no thread-local
 
 
 def _run_inside(what, fn, *args):
+    global _inside_any
     prev = getattr(_INSIDE, "what", None)
     _INSIDE.what = what
+    _inside_any += 1
     try:
         return fn(*args)
     finally:
+        _inside_any -= 1
         _INSIDE.what = prev
 
 
 def _refuse_if_inside():
+    if not _inside_any:
+        return
     what = getattr(_INSIDE, "what", None)
     if what is not None:
         raise Error(Status.STATE, f"{what} must not call cgrt: cgrt runs it from inside its own calls")
@@ -922,7 +928,7 @@ class Runtime:
                     # is freed or reused after it): later uses raise instead of reading it.
                     ctx._c = None
                     args._c = None
-                return _check.c_result(rc, f"module '{m.name}' {label}")
+                return 0 if rc is None else _check.c_result(rc, f"module '{m.name}' {label}")
             except BaseException as e:  # noqa: BLE001 - never unwind into C
                 self._remember(e)
                 return _PENDING_CALLBACK
@@ -1087,16 +1093,28 @@ class Runtime:
             args = Args(**kw)
         elif kw:
             raise TypeError("give either an Args or key=/microbatch=/buffers=, not both")
-        elif not isinstance(args, Args):
+        try:
+            ok = module.runtime is self and ctx._rt is self and ctx._c is not None
+            c_args, c_module, c_ctx = args._ref, module.handle, ctx._ptr
+        except AttributeError:
+            ok = False
+        if not ok:
+            self._refuse_call(module, ctx, args)
+        rc = fn(self._handle(), c_module, c_ctx, c_args)
+        if rc != 0:
+            self._raise_for(rc)
+
+    def _refuse_call(self, module, ctx, args):
+        """Raises what is wrong with a module call's arguments (the checks _call makes at once)."""
+        if not isinstance(args, Args):
             raise TypeError(f"args must be a cgrt.Args, not {type(args).__name__}")
         if not isinstance(module, Module):
             raise TypeError(f"expected a cgrt.Module from register(), not {type(module).__name__}")
         if module.runtime is not self:
             # cgrt would read the module to find out, and another runtime's may be freed.
             raise Error(Status.INVAL, f"module '{module.name}' is registered with another runtime")
-        rc = fn(self._handle(), module.handle, self._ctx_ptr(ctx), args._ref)
-        if rc != 0:
-            self._raise_for(rc)
+        self._ctx_ptr(ctx)
+        raise AssertionError("_refuse_call found nothing wrong")  # not reached
 
     def _ctx_ptr(self, ctx):
         """The C ctx behind `ctx`, refused when its callback returned (cgrt would read memory

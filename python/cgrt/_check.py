@@ -35,13 +35,15 @@ def integer(value, what, ctype):
     """`value` as a Python int that fits C type `ctype` (a RANGES key), else TypeError or
     ValueError naming `what` ("step tokens", "Buffer bytes"). Accepts what has __index__ (int,
     bool, numpy and torch integers), never a float or a string."""
+    lo, hi = RANGES[ctype]
+    if type(value) is int and lo <= value <= hi:
+        return value  # the common case, first
     try:
         v = operator.index(value)
     except TypeError:
         raise TypeError(
             f"{what} must be an integer, not {type(value).__name__} ({value!r})"
         ) from None
-    lo, hi = RANGES[ctype]
     if v < lo or v > hi:
         raise ValueError(f"{what} = {v} is out of range: its C type {ctype} holds {lo} to {hi}")
     return v
