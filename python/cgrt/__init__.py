@@ -549,17 +549,20 @@ _HOST_IDS = iter(range(1, 1 << 62))
 # is running it). Reading (stream, backend, stats, findings, config) stays allowed.
 _INSIDE = threading.local()
 _inside_any = 0  # how many run now, on any thread: the common case (none) reads no thread-local
+_inside_lock = threading.Lock()  # host functions run on a thread of CUDA's on the cuda driver
 
 
 def _run_inside(what, fn, *args):
     global _inside_any
     prev = getattr(_INSIDE, "what", None)
     _INSIDE.what = what
-    _inside_any += 1
+    with _inside_lock:
+        _inside_any += 1
     try:
         return fn(*args)
     finally:
-        _inside_any -= 1
+        with _inside_lock:
+            _inside_any -= 1
         _INSIDE.what = prev
 
 
