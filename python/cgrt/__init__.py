@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Tuple
 
-from . import _lib
+from . import _check, _lib
 from ._lib import LibraryNotFound
 
 __all__ = [
@@ -100,7 +100,8 @@ class Access(enum.IntEnum):
 
 
 def _enum(cls, value, what):
-    """An enum member from itself, its int value, or its name ("infer", "moe_router")."""
+    """An enum member from itself, its int value, or its name ("infer", "moe_router"); else
+    ValueError (TypeError for a value neither an integer nor a str) naming `what`."""
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
@@ -109,7 +110,12 @@ def _enum(cls, value, what):
         except KeyError:
             names = " ".join(m.name.lower() for m in cls)
             raise ValueError(f"{what} {value!r} is not one of: {names}") from None
-    return cls(int(value))
+    v = _check.integer(value, what, "int")
+    try:
+        return cls(v)
+    except ValueError:
+        names = " ".join(f"{m.name.lower()}={m.value}" for m in cls)
+        raise ValueError(f"{what} {v} is not one of: {names}") from None
 
 
 # ---------------------------------------------------------------- the library
@@ -144,7 +150,11 @@ def version() -> str:
 
 class Error(Exception):
     """A failed cgrt call: `code` (a Status), `message` (the runtime's sentence naming the module,
-    option, file:line or buffer at fault) and, when a Python callback raised, `exception`."""
+    option, file:line or buffer at fault) and, when a Python callback raised, `exception`.
+
+    str() says each sentence once and each code once: the message, then what `exception` adds
+    (a cgrt.Error from a call inside the callback: its sentence when the message does not already
+    hold it, and its code when it differs), then [CGRT_E_<code>]."""
 
     def __init__(self, code, message, exception=None):
         try:
@@ -155,10 +165,22 @@ class Error(Exception):
         self.message = message
         self.exception = exception
         text = message or _strerror(code)
-        if exception is not None:
+        if isinstance(exception, Error):
+            # cgrt keeps the sentence of a call that failed inside a callback as the step's or
+            # the call's own: said already, then.
+            inner = exception._detail
+            if exception.code != code:
+                inner = f"{inner} [{_code_name(exception.code)}]"
+            if exception._detail not in text:
+                text = f"{text}: {inner}"
+        elif exception is not None:
             text = f"{text}: {type(exception).__name__}: {exception}"
-        name = code.name if isinstance(code, Status) else str(code)
-        super().__init__(f"{text} [CGRT_E_{name}]")
+        self._detail = text
+        super().__init__(f"{text} [{_code_name(code)}]")
+
+
+def _code_name(code):
+    return "CGRT_E_" + (code.name if isinstance(code, Status) else str(code))
 
 
 def _strerror(code):
@@ -174,12 +196,22 @@ def _strerror(code):
 @dataclass(frozen=True)
 class Buffer:
     """Memory a step or a module call reads and writes: a device pointer on the cuda driver, host
-    memory on the host driver. `name` only appears in messages."""
+    memory on the host driver. `name` only appears in messages. `ptr` and `bytes` are integers in
+    the range of the C fields (void * and size_t: never negative), `access` an Access, its value
+    or its name; anything else raises ValueError or TypeError here."""
 
     ptr: int
     bytes: int
     access: Access = Access.INOUT
     name: Optional[str] = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__  # frozen: the checked values replace the given ones
+        set_(self, "ptr", _check.integer(self.ptr, "Buffer ptr", "void *"))
+        set_(self, "bytes", _check.integer(self.bytes, "Buffer bytes", "size_t"))
+        set_(self, "access", _enum(Access, self.access, "Buffer access"))
+        if self.name is not None:
+            _check.c_string(self.name, "Buffer name")
 
 
 def _c_buffers(buffers):
@@ -188,38 +220,45 @@ def _c_buffers(buffers):
     arr = (_lib.CBuffer * n)()
     for i, b in enumerate(buffers):
         if not isinstance(b, Buffer):
-            b = Buffer(*b)
-        name = b.name.encode() if b.name else None
-        arr[i].ptr = int(b.ptr)
-        arr[i].bytes = int(b.bytes)
-        arr[i].access = int(_enum(Access, b.access, "access"))
-        arr[i].name = name
+            b = Buffer(*b)  # checks its fields
+        arr[i].ptr = b.ptr
+        arr[i].bytes = b.bytes
+        arr[i].access = int(b.access)
+        arr[i].name = _check.c_string(b.name, "Buffer name") if b.name else None
     return arr
 
 
 class Args:
     """The arguments of one module call: `key` (the host's signature of the call's shape: calls
     with different keys never share a graph), `microbatch`, and the buffers it reads and writes.
-    Build one and reuse it while the call's buffers stay the same."""
+    Build one and reuse it while the call's buffers stay the same. Read-only once built (what
+    cgrt reads is filled here): build another for other values. `key` is a uint64_t,
+    `microbatch` an int: other values raise ValueError."""
 
-    __slots__ = ("key", "microbatch", "buffers", "_c", "_arr", "_ref")
+    __slots__ = ("_key", "_microbatch", "_buffers", "_c", "_arr", "_ref")
 
     def __init__(self, key: int = 0, microbatch: int = 0, buffers: Sequence = ()):
-        self.key = int(key)
-        self.microbatch = int(microbatch)
-        self.buffers = tuple(b if isinstance(b, Buffer) else Buffer(*b) for b in buffers)
-        self._arr = _c_buffers(self.buffers)
+        self._key = _check.integer(key, "Args key", "uint64_t")
+        self._microbatch = _check.integer(microbatch, "Args microbatch", "int")
+        self._buffers = tuple(b if isinstance(b, Buffer) else Buffer(*b) for b in buffers)
+        self._arr = _c_buffers(self._buffers)
         c = _lib.CArgs()
         c.struct_size = ctypes.sizeof(_lib.CArgs)
-        c.key = self.key
-        c.microbatch = self.microbatch
-        c.buffers = ctypes.cast(self._arr, ctypes.POINTER(_lib.CBuffer)) if self.buffers else None
-        c.num_buffers = len(self.buffers)
+        c.key = self._key
+        c.microbatch = self._microbatch
+        c.buffers = ctypes.cast(self._arr, ctypes.POINTER(_lib.CBuffer)) if self._buffers else None
+        c.num_buffers = len(self._buffers)
         self._c = c
         self._ref = ctypes.pointer(c)
 
+    key = property(lambda self: self._key, doc="The call's key (uint64_t).")
+    microbatch = property(lambda self: self._microbatch, doc="The call's microbatch (int).")
+    buffers = property(lambda self: self._buffers, doc="The call's buffers, a tuple of Buffer.")
+
 
 def _view_buffers(ptr, n):
+    if not n or not ptr:
+        return ()
     out = []
     for i in range(n):
         b = ptr[i]
@@ -227,25 +266,38 @@ def _view_buffers(ptr, n):
     return tuple(out)
 
 
+def _callback_name(module, label):
+    """ "module 'm' forward", "the step's body": the callback a view was handed to."""
+    return f"module '{module.name}' {label}" if module is not None else f"the step's {label}"
+
+
 class Ctx:
     """What cgrt tells a callback about the work at hand. Valid only during the callback it was
-    passed to (cgrt owns the memory); using it later raises Error(STATE)."""
+    passed to (cgrt owns the memory): any use after that raises Error(STATE); copy what you
+    keep."""
 
-    __slots__ = ("_ptr", "_c", "_rt")
+    __slots__ = ("_ptr", "_c", "_rt", "_module", "_label")
 
-    def __init__(self, rt, ptr):
+    def __init__(self, rt, ptr, module=None, label="body"):
         self._rt = rt
         self._ptr = ptr
         self._c = ptr.contents
+        self._module = module
+        self._label = label
 
     def _live(self):
         c = self._c
         if c is None:
-            raise Error(Status.STATE, "this Ctx was used after the callback it was given to returned")
+            raise Error(
+                Status.STATE,
+                f"ctx of {_callback_name(self._module, self._label)} is valid only during the "
+                "callback: copy what you keep",
+            )
         return c
 
     @property
     def runtime(self):
+        self._live()
         return self._rt
 
     @property
@@ -300,42 +352,72 @@ class Ctx:
     @property
     def buffers(self) -> Tuple[Buffer, ...]:
         """The step's static buffers as the body must address them (private copies under
-        rebind = copy)."""
+        rebind = copy), copied: the tuple stays valid after the callback."""
         c = self._live()
-        return _view_buffers(c.buffers, c.num_buffers) if c.num_buffers else ()
+        return _view_buffers(c.buffers, c.num_buffers)
 
     def enqueue_host(self, fn: Callable[[], None]) -> None:
         """Enqueues `fn()` on the stream (cudaLaunchHostFunc on the cuda driver): it runs after the
         work before it and is recorded like a kernel when the call is captured, so a replay runs
-        it again. It must not call cgrt or CUDA. An exception it raises is reported by the next
-        Runtime.synchronize()."""
+        it again. It must not call cgrt or CUDA (a cgrt call from it raises Error(STATE)). An
+        exception it raises is reported by the next Runtime.synchronize()."""
         self._rt._enqueue_host(self, fn)
 
 
 class ArgsView:
     """The arguments a module callback was called with: key, microbatch, buffers (the addresses
-    the call must use: private copies under rebind = copy)."""
+    the call must use: private copies under rebind = copy). Valid only during the callback, like
+    its Ctx: any use after that raises Error(STATE); `buffers` returns copies to keep."""
 
-    __slots__ = ("key", "microbatch", "_ptr", "_c")
+    __slots__ = ("_ptr", "_c", "_module", "_label")
 
-    def __init__(self, ptr):
-        c = ptr.contents
+    def __init__(self, ptr, module=None, label="forward"):
         self._ptr = ptr
-        self._c = c
-        self.key = c.key
-        self.microbatch = c.microbatch
+        self._c = ptr.contents
+        self._module = module
+        self._label = label
+
+    def _live(self):
+        c = self._c
+        if c is None:
+            raise Error(
+                Status.STATE,
+                f"args of {_callback_name(self._module, self._label)} are valid only during the "
+                "callback: copy what you keep",
+            )
+        return c
+
+    @property
+    def key(self) -> int:
+        return self._live().key
+
+    @property
+    def microbatch(self) -> int:
+        return self._live().microbatch
 
     @property
     def num_buffers(self) -> int:
-        return self._c.num_buffers
+        return self._live().num_buffers
 
     def buffer_ptr(self, i: int) -> int:
-        return self._c.buffers[i].ptr or 0
+        """The address of buffer `i` (negative counts from the end, as for a tuple)."""
+        c = self._live()
+        n = c.num_buffers
+        j = _check.integer(i, "buffer_ptr index", "int64_t")
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError(
+                f"args of {_callback_name(self._module, self._label)} have {n} buffer(s): "
+                f"buffer_ptr({i}) is out of range"
+            )
+        return c.buffers[j].ptr or 0
 
     @property
     def buffers(self) -> Tuple[Buffer, ...]:
-        c = self._c
-        return _view_buffers(c.buffers, c.num_buffers) if c.num_buffers else ()
+        """The call's buffers, copied: the tuple stays valid after the callback."""
+        c = self._live()
+        return _view_buffers(c.buffers, c.num_buffers)
 
 
 @dataclass(frozen=True)
@@ -415,7 +497,9 @@ class Finding:
 
 
 class Module:
-    """A registered module: name, kind, layer and the callbacks. Owned by its Runtime."""
+    """A registered module: name, kind, layer and the callbacks. Owned by its Runtime. What cgrt
+    was given at registration is read-only (cgrt keeps its own copy); `forward` and `backward`
+    may be replaced by other callables (a module registered without a backward keeps none)."""
 
     __slots__ = (
         "name",
@@ -428,7 +512,24 @@ class Module:
         "handle",
         "index",
         "runtime",
+        "_sealed",
     )
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_sealed", False):
+            if name not in ("forward", "backward"):
+                raise AttributeError(
+                    f"module '{self.name}': {name} was given to cgrt at registration and cannot "
+                    "change"
+                )
+            if name == "backward" and self.backward is None:
+                raise AttributeError(
+                    f"module '{self.name}' was registered without a backward: cgrt never calls "
+                    "one (register it with backward=)"
+                )
+            if not callable(value):
+                raise TypeError(f"module '{self.name}': {name} must be callable")
+        object.__setattr__(self, name, value)
 
     def __repr__(self):
         return f"cgrt.Module({self.name!r}, kind={self.kind.name.lower()}, layer={self.layer})"
@@ -442,6 +543,36 @@ class Module:
 _HOST_FNS = {}
 _HOST_IDS = iter(range(1, 1 << 62))
 
+# Code cgrt runs from inside its own calls and that must not call cgrt (a host function, the log
+# sink, the capture hooks): while one runs on a thread, a Runtime method that would re-enter cgrt
+# raises Error(STATE) on that thread (a close() there would free the runtime under the call that
+# is running it). Reading (stream, backend, stats, findings, config) stays allowed.
+_INSIDE = threading.local()
+_inside_any = 0  # how many run now, on any thread: the common case (none) reads no thread-local
+_inside_lock = threading.Lock()  # host functions run on a thread of CUDA's on the cuda driver
+
+
+def _run_inside(what, fn, *args):
+    global _inside_any
+    prev = getattr(_INSIDE, "what", None)
+    _INSIDE.what = what
+    with _inside_lock:
+        _inside_any += 1
+    try:
+        return fn(*args)
+    finally:
+        with _inside_lock:
+            _inside_any -= 1
+        _INSIDE.what = prev
+
+
+def _refuse_if_inside():
+    if not _inside_any:
+        return
+    what = getattr(_INSIDE, "what", None)
+    if what is not None:
+        raise Error(Status.STATE, f"{what} must not call cgrt: cgrt runs it from inside its own calls")
+
 
 @_lib.HOST_FN
 def _host_trampoline(arg):
@@ -452,7 +583,7 @@ def _host_trampoline(arg):
     if once:
         _HOST_FNS.pop(arg, None)
     try:
-        fn()
+        _run_inside("a host function (Ctx.enqueue_host)", fn)
     except BaseException as e:  # noqa: BLE001 - reported at the next synchronize
         rt._host_errors.append(e)
 
@@ -483,23 +614,25 @@ class Runtime:
         self._hooks = None
         self._log_fn = None
         self._log_cb = None
+        self._sink_said = False
+        self._closing = False
         self._closed = False
         opts = _lib.COpenOptions()
         opts.struct_size = ctypes.sizeof(_lib.COpenOptions)
         if config is not None:
             if isinstance(config, os.PathLike) or ("\n" not in config and "[" not in config):
-                opts.path = os.fsencode(config)
+                opts.path = _check.c_path(config, "config path")
             else:
-                opts.ini = config.encode()
+                opts.ini = _check.c_string(config, "config text")
                 opts.ini_name = b"<python string>"
         if log is not None:
             self._log_fn = log
 
             def sink(user, level, msg):
                 try:
-                    self._log_fn(level, msg.decode(errors="replace"))
-                except BaseException:  # noqa: BLE001 - a log sink must not unwind into C
-                    pass
+                    _run_inside("the log sink", self._log_fn, level, msg.decode(errors="replace"))
+                except BaseException as e:  # noqa: BLE001 - a log sink must not unwind into C
+                    self._sink_raised(e)
 
             self._log_cb = _lib.LOG_FN(sink)
             opts.log = self._log_cb
@@ -534,11 +667,21 @@ class Runtime:
 
     def close(self) -> None:
         """Waits for the stream, frees every graph, finalizes the backend and closes the driver.
-        Safe to call twice."""
+        Safe to call twice. From inside a step (a callback) cgrt refuses: Error(STATE), and the
+        runtime stays open and usable; close it after the step."""
         if self._closed:
             return
+        _refuse_if_inside()
+        self._closing = True  # a log line written while tearing down must not read the runtime
+        try:
+            rc = self._lib.cgrt_close(self._rt)
+        finally:
+            self._closing = False
+        if rc == Status.STATE:
+            # cgrt_close refuses inside a step before it tears anything down (its only
+            # CGRT_E_STATE); any other result means the runtime is freed.
+            raise self._fail(rc)
         self._closed = True
-        rc = self._lib.cgrt_close(self._rt)
         self._drop_host_fns(all_of_them=True)
         self._closed_hook()
         self._rt = ctypes.c_void_p()
@@ -549,9 +692,33 @@ class Runtime:
         """For subclasses: runs after cgrt_close (graphs freed)."""
 
     def _handle(self):
+        """The C runtime, for a call that may re-enter cgrt's callbacks or change the runtime."""
+        rt = self._peek()
+        _refuse_if_inside()
+        return rt
+
+    def _peek(self):
+        """The C runtime, for reading; also from a log sink, capture hook or host function."""
         if self._closed:
             raise Error(Status.STATE, "the runtime is closed")
+        if self._closing:
+            raise Error(Status.STATE, "the runtime is closing")
         return self._rt
+
+    def _sink_raised(self, e):
+        """A log sink's exception cannot reach the caller (C is between them): said once."""
+        if self._sink_said:
+            return
+        self._sink_said = True
+        try:
+            warnings.warn(
+                f"cgrt: the log sink raised {type(e).__name__}: {e}; the line was dropped (said "
+                "once per runtime)",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+        except BaseException:  # noqa: BLE001 - warnings turned into errors: still not into C
+            pass
 
     def _fail(self, rc, exception=None):
         msg = self._lib.cgrt_last_error(self._rt).decode(errors="replace")
@@ -562,13 +729,19 @@ class Runtime:
     @property
     def backend(self) -> str:
         """The loaded backend's name, e.g. "local"."""
-        return self._lib.cgrt_backend_name(self._handle()).decode()
+        return self._lib.cgrt_backend_name(self._peek()).decode()
 
     def log(self, level: int, msg: str) -> None:
         """Writes msg to the runtime's log at `level` (1 error, 2 warn, 3 info, 4 debug) if that
         level is enabled, through the same sink as cgrt's own lines."""
+        if getattr(_INSIDE, "what", None) == "the log sink":
+            _refuse_if_inside()  # it would call the sink again, without end
+        lv = _check.integer(level, "log level", "int")
+        if not 1 <= lv <= 4:
+            raise ValueError(f"log level = {lv} is out of range: 1 error, 2 warn, 3 info, 4 debug")
+        text = _check.c_string(msg, "log message")
         if _lib.has(self._lib, "cgrt_log_message"):
-            self._lib.cgrt_log_message(self._handle(), int(level), msg.encode())
+            self._lib.cgrt_log_message(self._peek(), lv, text)
 
     def config(self, section: str, key: str) -> str:
         """The value in force of a configuration key as `cgrt check` prints it, e.g.
@@ -576,7 +749,13 @@ class Runtime:
         if not _lib.has(self._lib, "cgrt_config_get"):
             raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_config_get")
         buf = ctypes.create_string_buffer(4096)
-        rc = self._lib.cgrt_config_get(self._handle(), section.encode(), key.encode(), buf, 4096)
+        rc = self._lib.cgrt_config_get(
+            self._peek(),
+            _check.c_string(section, "config section"),
+            _check.c_string(key, "config key"),
+            buf,
+            4096,
+        )
         if rc != 0:
             raise self._fail(rc)
         return buf.value.decode()
@@ -584,7 +763,7 @@ class Runtime:
     @property
     def stream(self) -> int:
         """The stream cgrt runs on (a cudaStream_t on the cuda driver), as an int."""
-        return self._lib.cgrt_stream(self._handle()) or 0
+        return self._lib.cgrt_stream(self._peek()) or 0
 
     @property
     def modules(self) -> Tuple[Module, ...]:
@@ -594,7 +773,7 @@ class Runtime:
         """The runtime's counters since it opened."""
         s = _lib.CStats()
         s.struct_size = ctypes.sizeof(_lib.CStats)
-        rc = self._lib.cgrt_stats_get(self._handle(), ctypes.byref(s))
+        rc = self._lib.cgrt_stats_get(self._peek(), ctypes.byref(s))
         if rc != 0:
             raise self._fail(rc)
         n = min(s.num_buckets, _lib.STATS_MAX_BUCKETS)
@@ -646,14 +825,14 @@ class Runtime:
         if not _lib.has(self._lib, "cgrt_finding_get"):
             raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_finding_get (diagnose)")
         n = ctypes.c_size_t()
-        rc = self._lib.cgrt_findings_count(self._handle(), ctypes.byref(n))
+        rc = self._lib.cgrt_findings_count(self._peek(), ctypes.byref(n))
         if rc != 0:
             raise self._fail(rc)
         out = []
         for i in range(n.value):
             f = _lib.CFinding()
             f.struct_size = ctypes.sizeof(_lib.CFinding)
-            rc = self._lib.cgrt_finding_get(self._handle(), i, ctypes.byref(f))
+            rc = self._lib.cgrt_finding_get(self._peek(), i, ctypes.byref(f))
             if rc != 0:
                 raise self._fail(rc)
 
@@ -702,10 +881,11 @@ class Runtime:
             raise Error(Status.INVAL, f"register('{name}'): forward must be callable")
         if backward is not None and not callable(backward):
             raise Error(Status.INVAL, f"register('{name}'): backward must be callable or None")
+        c_name = _check.c_string(name, "register: the module name")
         m = Module()
         m.name = name
-        m.kind = _enum(Kind, kind, "kind")
-        m.layer = int(layer)
+        m.kind = _enum(Kind, kind, f"register('{name}'): kind")
+        m.layer = _check.integer(layer, f"register('{name}'): layer", "int")
         m.forward = forward
         m.backward = backward
         m.no_cp_comm = bool(no_cp_comm)
@@ -714,7 +894,7 @@ class Runtime:
         m.runtime = self
         d = _lib.CModuleDesc()
         d.struct_size = ctypes.sizeof(_lib.CModuleDesc)
-        d.name = name.encode()
+        d.name = c_name
         d.kind = int(m.kind)
         d.layer = m.layer
         d.forward = self._fwd_cb
@@ -727,6 +907,7 @@ class Runtime:
         if rc != 0:
             raise self._fail(rc)
         m.handle = handle
+        m._sealed = True
         self._modules.append(m)
         self._by_name[name] = m
         return m
@@ -735,16 +916,22 @@ class Runtime:
         return self._by_name[name]
 
     def _module_tramp(self, backward):
+        label = "backward" if backward else "forward"
+
         def tramp(ctx_ptr, args_ptr, user):
             try:
                 m = self._modules[user or 0]
                 fn = m.backward if backward else m.forward
-                ctx = Ctx(self, ctx_ptr)
+                ctx = Ctx(self, ctx_ptr, m, label)
+                args = ArgsView(args_ptr, m, label)
                 try:
-                    rc = fn(ctx, ArgsView(args_ptr))
+                    rc = fn(ctx, args)
                 finally:
+                    # Views of cgrt's memory die with the callback (a private copy of the args
+                    # is freed or reused after it): later uses raise instead of reading it.
                     ctx._c = None
-                return int(rc) if rc else 0
+                    args._c = None
+                return 0 if rc is None else _check.c_result(rc, f"module '{m.name}' {label}")
             except BaseException as e:  # noqa: BLE001 - never unwind into C
                 self._remember(e)
                 return _PENDING_CALLBACK
@@ -755,7 +942,7 @@ class Runtime:
         def tramp(ctx_ptr, user):
             try:
                 fn = self._step_fns[0 if which == "prepare" else 1]
-                ctx = Ctx(self, ctx_ptr)
+                ctx = Ctx(self, ctx_ptr, None, which)
                 try:
                     rc = fn(ctx)
                 finally:
@@ -768,8 +955,9 @@ class Runtime:
         return tramp
 
     def _step_result(self, which, ctx_ptr, rc):
-        """What a prepare or body callback's return value means to cgrt (subclasses keep it)."""
-        return int(rc) if isinstance(rc, int) and rc else 0
+        """What a prepare or body callback's return value means to cgrt (subclasses keep it): a
+        nonzero int fails the step (it must fit a C int), anything else is ignored."""
+        return _check.c_result(rc, f"the step's {which}") if isinstance(rc, int) and rc else 0
 
     def _remember(self, e):
         # The latest: after a capture that raised, cgrt retries eagerly, and if that fails too,
@@ -784,6 +972,15 @@ class Runtime:
         e = self._take_pending()
         if e is not None and not isinstance(e, Exception):
             raise e  # KeyboardInterrupt, SystemExit...: not ours to wrap
+        err = self._fail(rc)
+        if isinstance(e, Error) and e.exception is None and (e.code, e.message) == (
+            err.code,
+            err.message,
+        ):
+            # A cgrt call inside the callback failed and the callback let its Error through:
+            # cgrt kept that call's sentence and code, so this is the same error. Raised as it
+            # is, it is said once (also in a traceback) and points at the call that failed.
+            raise e
         root = e.exception if isinstance(e, Error) and e.exception is not None else e
         err = self._fail(rc, root)
         if root is not None:
@@ -813,21 +1010,34 @@ class Runtime:
         copies). Raises Error."""
         if body is None:
             raise Error(Status.INVAL, "step: body is required")
+        if not callable(body) or (prepare is not None and not callable(prepare)):
+            raise Error(Status.INVAL, "step: body (and prepare, when given) must be callable")
         h = self._handle()
         d = _lib.CStepDesc()
         d.struct_size = ctypes.sizeof(_lib.CStepDesc)
-        d.phase = int(_enum(Phase, phase, "phase"))
-        d.tokens = int(tokens)
+        d.phase = int(_enum(Phase, phase, "step phase"))
+        d.tokens = _check.integer(tokens, "step tokens", "int64_t")
         keep = []
         if seqlens is not None:
-            arr = (ctypes.c_int32 * len(seqlens))(*seqlens)
+            n = _check.integer(len(seqlens), "step: the number of seqlens", "int")
+            arr = (ctypes.c_int32 * n)(
+                *(_check.integer(x, f"step seqlens[{i}]", "int32_t") for i, x in enumerate(seqlens))
+            )
             keep.append(arr)
             d.seqlens = ctypes.cast(arr, ctypes.POINTER(ctypes.c_int32))
-            d.num_sequences = len(seqlens)
-        d.cp_size = int(cp_size)
-        d.microbatches = int(microbatches)
-        if buffers:
-            arr = buffers if isinstance(buffers, ctypes.Array) else _c_buffers(buffers)
+            d.num_sequences = n
+        d.cp_size = _check.integer(cp_size, "step cp_size", "int")
+        d.microbatches = _check.integer(microbatches, "step microbatches", "int")
+        if buffers is not None and len(buffers):
+            if isinstance(buffers, ctypes.Array):
+                if buffers._type_ is not _lib.CBuffer:
+                    raise TypeError(
+                        f"step buffers: a ctypes array of {buffers._type_.__name__}, not of "
+                        "cgrt_buffer (give Buffers, or an array _c_buffers() made)"
+                    )
+                arr = buffers
+            else:
+                arr = _c_buffers(buffers)
             keep.append(arr)
             d.buffers = ctypes.cast(arr, ctypes.POINTER(_lib.CBuffer))
             d.num_buffers = len(arr)
@@ -836,14 +1046,19 @@ class Runtime:
         d.stages_inputs = 1 if stages_inputs else 0
         rep = _lib.CStepReport()
         rep.struct_size = ctypes.sizeof(_lib.CStepReport)
+        nested = self._in_step
         saved = self._step_fns
         self._step_fns = (prepare, body)
         self._in_step = True
         try:
             rc = self._lib.cgrt_step(h, ctypes.byref(d), ctypes.byref(rep))
         finally:
-            self._in_step = False
+            self._in_step = nested
             self._step_fns = saved
+        if rc != 0 and nested:
+            # cgrt refused a step inside a step; what the outer step's callbacks left pending
+            # is the outer step's to report.
+            raise self._fail(rc)
         if rc != 0:
             self._raise_for(rc)
         e = self._take_pending()
@@ -881,9 +1096,38 @@ class Runtime:
             args = Args(**kw)
         elif kw:
             raise TypeError("give either an Args or key=/microbatch=/buffers=, not both")
-        rc = fn(self._handle(), module.handle, ctx._ptr, args._ref)
+        try:
+            ok = module.runtime is self and ctx._rt is self and ctx._c is not None
+            c_args, c_module, c_ctx = args._ref, module.handle, ctx._ptr
+        except AttributeError:
+            ok = False
+        if not ok:
+            self._refuse_call(module, ctx, args)
+        rc = fn(self._handle(), c_module, c_ctx, c_args)
         if rc != 0:
             self._raise_for(rc)
+
+    def _refuse_call(self, module, ctx, args):
+        """Raises what is wrong with a module call's arguments (the checks _call makes at once)."""
+        if not isinstance(args, Args):
+            raise TypeError(f"args must be a cgrt.Args, not {type(args).__name__}")
+        if not isinstance(module, Module):
+            raise TypeError(f"expected a cgrt.Module from register(), not {type(module).__name__}")
+        if module.runtime is not self:
+            # cgrt would read the module to find out, and another runtime's may be freed.
+            raise Error(Status.INVAL, f"module '{module.name}' is registered with another runtime")
+        self._ctx_ptr(ctx)
+        raise AssertionError("_refuse_call found nothing wrong")  # not reached
+
+    def _ctx_ptr(self, ctx):
+        """The C ctx behind `ctx`, refused when its callback returned (cgrt would read memory
+        that is gone) or it is another runtime's."""
+        if not isinstance(ctx, Ctx):
+            raise TypeError(f"expected the cgrt.Ctx a callback was given, not {type(ctx).__name__}")
+        ctx._live()
+        if ctx._rt is not self:
+            raise Error(Status.INVAL, "this ctx was given by another runtime's step")
+        return ctx._ptr
 
     # -- context parallelism
 
@@ -892,6 +1136,8 @@ class Runtime:
         collective, every rank calls it once before its first step. cgrt splits one communicator
         per cp size; a step's body finds its group's in ctx.comm and its rank in ctx.cp_rank. The
         host driver accepts None and stands in placeholders. Raises Error."""
+        if comm is not None:
+            comm = _check.integer(comm, "set_world_comm comm", "void *")
         rc = self._lib.cgrt_set_world_comm(self._handle(), comm or None)
         if rc != 0:
             raise self._fail(rc)
@@ -899,6 +1145,9 @@ class Runtime:
     # -- host functions and synchronization
 
     def _enqueue_host(self, ctx, fn):
+        if not callable(fn):
+            raise TypeError(f"enqueue_host: fn must be callable, not {type(fn).__name__}")
+        self._handle()
         c = ctx._live()
         hid = next(_HOST_IDS)
         once = c.mode != Mode.CAPTURE
@@ -975,7 +1224,7 @@ class Runtime:
         if pool_allocator is not None:
             if isinstance(pool_allocator, (str, bytes, os.PathLike)):
                 pool_allocator = [pool_allocator]
-            pool = b":".join(os.fsencode(p) for p in pool_allocator)
+            pool = b":".join(_check.c_path(p, "pool_allocator") for p in pool_allocator)
         elif not _lib.has(self._lib, "cgrt_set_capture_hooks"):
             raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_set_capture_hooks")
 
@@ -985,7 +1234,7 @@ class Runtime:
 
             def hook(user, stream):
                 try:
-                    fn(stream or 0)
+                    _run_inside(f"the capture {which} hook", fn, stream or 0)
                     return 0
                 except BaseException as e:  # noqa: BLE001 - never unwind into C
                     warnings.warn(

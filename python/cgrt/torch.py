@@ -441,7 +441,7 @@ class TorchModule:
     def _run(self, fn, ctx, args):
         """cgrt_forward/cgrt_backward without the generic wrapper's checks (the hot path)."""
         rt = self.rt
-        rc = fn(rt._handle(), self.handle.handle, ctx._ptr, args._ref)
+        rc = fn(rt._handle(), self.handle.handle, rt._ctx_ptr(ctx), args._ref)
         if rc != 0:
             rt._raise_for(rc)
 
@@ -750,6 +750,12 @@ class Runtime(cgrt.Runtime):
         tm.backward() and allocates p.grad for its trainable parameters. declare_params=True also declares the parameters as the call's buffers.
         no_cp_comm=True: its calls issue no collectives on the cp communicator (see
         cgrt.Runtime.register)."""
+        if self._in_step:  # before TorchModule allocates gradients for a module cgrt refuses
+            raise Error(
+                Status.STATE,
+                f"register_module('{name}'): register modules before or between steps, not "
+                "inside one",
+            )
         tm = TorchModule(self, name, module, kind, layer, backward, declare_params, no_cp_comm)
         self._modules_t.append(tm)
         return tm
@@ -776,6 +782,11 @@ class Runtime(cgrt.Runtime):
         The report is in last_report."""
         if body is None:
             raise Error(Status.INVAL, "run: body is required")
+        if self._in_step:  # before the outer step's records and staging are reset below
+            raise Error(
+                Status.STATE,
+                "run() called from inside a step (prepare, body or a module); steps do not nest",
+            )
         if threading.get_ident() != self._thread:
             raise Error(Status.STATE, "cgrt.torch: drive a runtime from the thread that opened it")
         sig = tuple((t.data_ptr(), t.numel() * t.element_size()) for t in inputs) + tuple(
