@@ -35,6 +35,8 @@ struct cgrt_runtime {
    */
   int core_eager;
   unsigned phase_said;
+  /* cgrt_enqueue_host_copy's records of captured calls, freed with the graphs (host_copy.c) */
+  struct cgrt_host_copy *host_copies;
   struct cgrt_backend_lib lib;
   void *be_state; /* the backend's state after a good init() */
   int be_ready;
@@ -82,6 +84,8 @@ int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn l
  */
 int cgrt__adaptive_open(cgrt_runtime *rt);
 void cgrt__adaptive_close(cgrt_runtime *rt);
+/* Frees cgrt_enqueue_host_copy's records of captured calls: call only once no graph can run. */
+void cgrt__host_copies_free(cgrt_runtime *rt);
 
 /* The embedded default configuration (conf/default.ini), NUL-terminated. */
 extern const char cgrt__default_config[];

@@ -520,8 +520,24 @@ CGRT_API int cgrt_backward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx
 /*
  * Enqueues a host function on ctx->stream (cudaLaunchHostFunc on the cuda driver): it runs after
  * the work before it and is captured like a kernel. `fn` must not call cgrt or CUDA.
+ * `arg` is passed as a pointer: fn reads what it points to when it runs, not when it was
+ * enqueued, and a graph that captured the call passes the same pointer at every replay. So `arg`
+ * must stay valid until the work ran (cgrt_synchronize) and, if the call was captured, as long as
+ * the graph lives (until cgrt_release_graphs or cgrt_close). To pass values, as a kernel's
+ * parameters are passed, use cgrt_enqueue_host_copy.
  */
 CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void *arg);
+
+/*
+ * As cgrt_enqueue_host, but by value, as CUDA copies a kernel's parameters at launch: the `size`
+ * bytes at `arg` are copied now, and fn receives the copy. A captured call keeps the values of its
+ * capture for every replay; the host may reuse or free `arg` as soon as this returns. cgrt frees
+ * the copy after fn ran (an eager call) or, for a captured call, at cgrt_release_graphs or
+ * cgrt_close (an evicted graph's copies wait for those too). size 0 passes NULL. (since 0.4)
+ * Errors: CGRT_E_INVAL, CGRT_E_NOMEM, CGRT_E_DEVICE, CGRT_E_CAPTURE.
+ */
+CGRT_API int cgrt_enqueue_host_copy(const cgrt_ctx *ctx, void (*fn)(void *arg), const void *arg,
+                                    size_t size);
 
 /*
  * Waits until all work enqueued on the runtime's stream has run (cudaStreamSynchronize on the cuda

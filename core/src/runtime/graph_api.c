@@ -98,8 +98,10 @@ CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *repor
   rep.graphs = minus(m0.graphs, rt->graphs.mem.graphs);
   rep.bytes = minus(m0.pool + m0.exec, rt->graphs.mem.pool + rt->graphs.mem.exec);
   rep.nodes = minus(m0.nodes, rt->graphs.mem.nodes);
-  if (rc == 0)
+  if (rc == 0) {
     cgrt__mem_reclaim(&rt->graphs, NULL);
+    cgrt__host_copies_free(rt); /* no graph is left to replay a captured call */
+  }
   rep.pool_reserved_after = rep.pool_reserved_before;
   (void)rt->dev.drv->graph_mem(&rt->dev, &used, &rep.pool_reserved_after);
   if (report) {

@@ -348,6 +348,7 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   }
   rt->stream = NULL;
   rt->graphs.stream = NULL;
+  cgrt__host_copies_free(rt); /* after the graphs and the stream: nothing runs them any more */
   if (rt->dev_open)
     rt->dev.drv->close(&rt->dev);
   cgrt__backend_close(&rt->lib);
