@@ -360,6 +360,20 @@ typedef struct cgrt_stats {
                                  for their phase (cgrt_backend_info.phases: CGRT_RUN_CORE_EAGER) */
 } cgrt_stats;
 
+/* How cgrt_stats_format() writes. */
+typedef enum cgrt_stats_style {
+  CGRT_STATS_TEXT = 0, /* one "name value" line per field ("steps_by_mode: eager 3 ...") */
+  CGRT_STATS_JSON = 1  /* one JSON object, every field by its name */
+} cgrt_stats_style;
+
+/*
+ * Writes every field of `s` (as far as s->struct_size covers) by its cgrt.h name into buf, NUL
+ * terminated and cut to len, as snprintf does; returns the length the whole text needs (without
+ * the NUL): call with len 0 to size the buffer. For hosts, tools and the Python package to print
+ * the same figures the same way. Needs no runtime. (since 0.4) Errors: CGRT_E_INVAL.
+ */
+CGRT_API int cgrt_stats_format(const cgrt_stats *s, cgrt_stats_style style, char *buf, size_t len);
+
 /* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
 typedef void (*cgrt_log_fn)(void *user, cgrt_log_level level, const char *msg);
 
