@@ -1,9 +1,9 @@
 #!/bin/sh
-# Fails (and lists the files) when a tracked C, CUDA or header file is not formatted as
+# Fails (and lists the files) when a tracked C, C++, CUDA or header file is not formatted as
 # .clang-format says. Fix with: clang-format -i FILE...
 set -eu
 cd "$(dirname "$0")/.."
-files=$(git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh')
+files=$(git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' '*.hpp')
 bad=""
 for f in $files; do
   [ -f "$f" ] || continue

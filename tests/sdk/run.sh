@@ -46,6 +46,13 @@ run "$host" "$work/template/libcgrt-backend-template.so" "$driver" /nonexistent 
 run "$work/host_pc" template "$driver" "$work/template" WWCRRR
 # The installed built-ins are found beside the installed library.
 run "$host" local "$driver" /nonexistent WWCRRR
+# The same from C++ through the installed cgrt/cgrt.hpp (-Wall -Wextra -pedantic -Werror), when
+# there is a C++ compiler.
+if command -v "${CXX:-c++}" >/dev/null 2>&1; then
+  cmake -S "$src/tests/sdk/cpp" -B "$work/cpp" $gen -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+  cmake --build "$work/cpp" >/dev/null
+  run "$work/cpp/sdk_cpp_host" local "$driver" WWCRRR
+fi
 # trace around local: the same behaviour, and every step and call in the log.
 run "$host" trace "$driver" "$work/trace" WWCRRR '[trace]\ninner = local\n[cuda_graph]\ninference_scope = layer'
 grep -q "trace: tracing backend 'local'" "$work/out.txt"
