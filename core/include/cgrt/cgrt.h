@@ -51,7 +51,8 @@ typedef enum cgrt_status {
   CGRT_E_NOMEM = -2,     /* host memory ran out */
   CGRT_E_IO = -3,        /* a file could not be read */
   CGRT_E_CONFIG = -4,    /* the configuration is invalid */
-  CGRT_E_NOTFOUND = -5,  /* the backend was not found on the search path */
+  CGRT_E_NOTFOUND = -5,  /* not found: the backend on the search path, or the configuration key
+                            cgrt_config_get was asked for */
   CGRT_E_BACKEND = -6,   /* the backend (or driver object) was found but cannot be used */
   CGRT_E_NODEV = -7,     /* the configured driver has no usable device (or cannot be loaded) */
   CGRT_E_DEVICE = -8,    /* a device operation failed */
