@@ -1,8 +1,8 @@
 #!/bin/sh
 # Sets up a fresh Debian machine and runs the whole test suite (unit, CLI, SDK, format, and the GPU
 # tests, which skip with their reason when there is no GPU), then the unit suite in a build outside
-# the checkout, under ASan+UBSan, and the config fuzzer for a bounded time. The README's test
-# command; CI runs it.
+# the checkout, under ASan+UBSan, the thread tests under TSan, and the config fuzzer for a bounded
+# time. The README's test command; CI runs it.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/deps.sh
@@ -22,6 +22,11 @@ ctest --test-dir "$oot" -L unit --output-on-failure
 cmake -S . -B build-asan -G Ninja -DCGRT_WITH_CUDA=OFF -DCGRT_SANITIZE=ON -DCGRT_WERROR=ON
 cmake --build build-asan
 ctest --test-dir build-asan -L unit --output-on-failure
+
+# The thread tests under ThreadSanitizer (host driver): one runtime driven from two threads.
+cmake -S . -B build-tsan -G Ninja -DCGRT_WITH_CUDA=OFF -DCGRT_SANITIZE_THREAD=ON -DCGRT_WERROR=ON
+cmake --build build-tsan --target test_misuse cgrt_backends cgrt_fixtures
+ctest --test-dir build-tsan -R '^test_misuse$' --output-on-failure
 
 # The configuration loader under libFuzzer for a bounded time (CGRT_FUZZ_SECONDS, default 60).
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCGRT_WITH_CUDA=OFF -DCGRT_FUZZ=ON

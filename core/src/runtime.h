@@ -3,6 +3,7 @@
 #define CGRT_RUNTIME_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,18 @@ struct cgrt_runtime {
      (ledger, caches, hooks, watcher, diagnose) and the step's state it reads (in_step,
      step_index, the report, host_frame...), written here. */
   struct cgrt_graphs graphs;
+
+  /*
+   * Who calls it now (runtime/guard.c): the driving thread's token while one of its public calls
+   * runs (0 between calls), the outermost of those calls, how many are in progress (callbacks
+   * re-enter), and what they are doing while the host's callbacks run (CGRT_BUSY_*).
+   */
+  _Atomic uintptr_t owner;
+  _Atomic(const char *) entry;
+  unsigned depth;
+  unsigned busy;
+  const char *stream_runner; /* the public call whose stream sync runs host functions now */
+  uint64_t serial;           /* unique in the process: a thread's refusal names its runtime */
 };
 
 /* The runtime that lent the host API table h. */
@@ -86,6 +99,14 @@ int cgrt__adaptive_open(cgrt_runtime *rt);
 void cgrt__adaptive_close(cgrt_runtime *rt);
 /* Frees cgrt_enqueue_host_copy's records of captured calls: call only once no graph can run. */
 void cgrt__host_copies_free(cgrt_runtime *rt);
+
+/*
+ * Waits for the stream (its host functions run meanwhile on the host driver, refused any cgrt
+ * call), then has the backend free every graph and settles the ledger, for public call fn
+ * (cgrt_release_graphs, cgrt_close; graph_api.c). Fills *report if not NULL. Returns the first
+ * error; the graphs are freed in any case.
+ */
+int cgrt__graphs_release(cgrt_runtime *rt, const char *fn, cgrt_release_report *report);
 
 /* The embedded default configuration (conf/default.ini), NUL-terminated. */
 extern const char cgrt__default_config[];

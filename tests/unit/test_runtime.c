@@ -270,6 +270,7 @@ struct misuse {
   int sync_rc;
   int close_rc;
   int null_args_rc;
+  char close_msg[512];
 };
 
 static int nested_module(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
@@ -290,6 +291,7 @@ static int misuse_body(const cgrt_ctx *ctx, void *user) {
   mu->register_rc = cgrt_module_register(mu->md->rt, &md, &m);
   mu->sync_rc = cgrt_synchronize(mu->md->rt);
   mu->close_rc = cgrt_close(mu->md->rt);
+  snprintf(mu->close_msg, sizeof(mu->close_msg), "%s", cgrt_last_error(mu->md->rt));
   return 0;
 }
 
@@ -305,7 +307,25 @@ static void misuse_inside_a_step_refused(void **state) {
   assert_int_equal(mu.register_rc, CGRT_E_STATE);
   assert_int_equal(mu.sync_rc, CGRT_E_STATE);
   assert_int_equal(mu.close_rc, CGRT_E_STATE); /* refused and not freed: teardown closes it */
+  assert_contains(mu.close_msg, "cgrt_close called from inside a step");
+  assert_contains(mu.close_msg, "nothing was freed");
   assert_int_equal(step(md, CGRT_PHASE_TRAIN, NULL), 0);
+}
+
+/* cgrt_close refuses, freeing nothing, while the runtime's stream is capturing (on the cuda
+   driver, a capture the host began on the stream it handed over; begun here through the driver),
+   and closes once the capture has ended. */
+static void close_refused_while_the_stream_captures(void **state) {
+  struct model *md = *state;
+  cgrt_runtime *rt = md->rt;
+  assert_int_equal(rt->dev.drv->capture_begin(&rt->dev, rt->stream), 0);
+  assert_int_equal(cgrt_close(rt), CGRT_E_STATE);
+  assert_contains(cgrt_last_error(rt), "the runtime's stream is capturing");
+  assert_contains(cgrt_last_error(rt), "nothing was freed");
+  void *graph = NULL;
+  assert_int_equal(rt->dev.drv->capture_end(&rt->dev, rt->stream, &graph), 0);
+  rt->dev.drv->graph_destroy(&rt->dev, graph);
+  assert_int_equal(step(md, CGRT_PHASE_TRAIN, NULL), 0); /* still usable; teardown closes it */
 }
 
 static int nested_body(const cgrt_ctx *ctx, void *user) {
@@ -575,6 +595,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(call_outside_body_refused, setup_none, teardown),
       cmocka_unit_test_setup_teardown(misuse_inside_a_step_refused, setup_none, teardown),
       cmocka_unit_test_setup_teardown(module_calls_do_not_nest, setup_none, teardown),
+      cmocka_unit_test_setup_teardown(close_refused_while_the_stream_captures, setup_none,
+                                      teardown),
       cmocka_unit_test_setup_teardown(sectioned_warms_captures_replays, setup_sectioned, teardown),
       cmocka_unit_test_setup_teardown(release_frees_graphs_and_recaptures, setup_sectioned,
                                       teardown),

@@ -17,7 +17,20 @@
  *   against an older header keeps working.
  * - Strings passed in live only during the call; cgrt copies what it keeps. Strings returned live
  *   as long as the object they came from, unless said otherwise.
- * - One runtime is driven by one host thread at a time; separate runtimes are independent.
+ * - Threads: one thread at a time drives a runtime (calls any of its functions); it may change
+ *   hands between calls (opened on one thread, closed on another). A call of a second thread
+ *   made while one of the driving thread's calls runs returns CGRT_E_STATE having touched
+ *   nothing, and cgrt_last_error(rt) on that second thread says "the runtime is being driven by
+ *   another thread (...): one thread at a time drives a runtime; open one per thread"; the
+ *   driving thread is unaffected. Separate runtimes are independent. cgrt_stream,
+ *   cgrt_backend_name and cgrt_version read only what is fixed at open, from any thread.
+ * - Callbacks (prepare, body, module callbacks, capture hooks, the log sink, graph-list visitors,
+ *   host functions, the tools' graph watcher) run on the driving thread, inside the cgrt call that
+ *   runs them. What they may call back: inside a step, what each function says (module calls
+ *   from the body, no nested step...); a graph-list visitor may read the runtime but not change
+ *   its graphs; the log sink may read it but not change it; host functions must not call cgrt
+ *   (the host driver refuses every call from one); cgrt_close is refused from every callback. A
+ *   refused call returns CGRT_E_STATE with a sentence and changes nothing.
  * - Versions: whatever was added after 0.1 (struct fields, enum values, functions) is labelled
  *   `since 0.N`, the minor (CGRT_VERSION_MINOR) of the first release that has it; a label never
  *   names a minor above this header's own. A struct's new fields are read only as far as the
@@ -51,7 +64,8 @@ typedef enum cgrt_status {
   CGRT_E_NOMEM = -2,     /* host memory ran out */
   CGRT_E_IO = -3,        /* a file could not be read */
   CGRT_E_CONFIG = -4,    /* the configuration is invalid */
-  CGRT_E_NOTFOUND = -5,  /* the backend was not found on the search path */
+  CGRT_E_NOTFOUND = -5,  /* not found: the backend on the search path, or the configuration key
+                            cgrt_config_get was asked for */
   CGRT_E_BACKEND = -6,   /* the backend (or driver object) was found but cannot be used */
   CGRT_E_NODEV = -7,     /* the configured driver has no usable device (or cannot be loaded) */
   CGRT_E_DEVICE = -8,    /* a device operation failed */
@@ -60,7 +74,8 @@ typedef enum cgrt_status {
   CGRT_E_REBIND = -11,   /* a call's buffers moved and the rebind policy refuses it */
   CGRT_E_CAPACITY = -12, /* the step exceeds a configured capacity */
   CGRT_E_CALLBACK = -13, /* a host callback (prepare, body, module) returned an error */
-  CGRT_E_STATE = -14,    /* the call is not allowed in the runtime's present state */
+  CGRT_E_STATE = -14,    /* the call is not allowed in the runtime's present state: inside a step,
+                            from a callback, or while another thread drives the runtime */
   CGRT_E_UNSUPPORTED = -15, /* the backend or driver does not offer this */
   CGRT_E_NOTREADY = -16,    /* asynchronous work has not finished yet (not a failure) */
   /* -- since 0.4 -- */
@@ -374,7 +389,15 @@ typedef enum cgrt_stats_style {
  */
 CGRT_API int cgrt_stats_format(const cgrt_stats *s, cgrt_stats_style style, char *buf, size_t len);
 
-/* Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime. */
+/*
+ * Receives cgrt's log lines (no trailing newline). Called on the thread that drives the runtime,
+ * from the middle of cgrt's own work, so it may read the runtime (cgrt_stats_get,
+ * cgrt_config_get, cgrt_graph_list, cgrt_last_error...) but not change it: between steps,
+ * cgrt_step, cgrt_module_register, cgrt_synchronize, cgrt_release_graphs, cgrt_set_world_comm,
+ * cgrt_set_capture_hooks, cgrt_findings_clear and cgrt_close are refused (inside a step, what a
+ * step refuses). It is never re-entered: cgrt_log_message from it is refused, and lines that its
+ * own cgrt calls would log are dropped.
+ */
 typedef void (*cgrt_log_fn)(void *user, cgrt_log_level level, const char *msg);
 
 /* Options for cgrt_open_ex(). */
@@ -422,15 +445,27 @@ CGRT_API int cgrt_open_ex(cgrt_runtime **out, const cgrt_open_options *opts);
 /*
  * Closes a runtime: waits for its stream, releases every graph, finalizes the backend, closes the
  * driver and frees the modules. Release graphs that hold NCCL references before destroying
- * communicators (cgrt_release_graphs()). NULL is accepted. Returns the first error met while
- * tearing down; the runtime is freed in any case.
+ * communicators (cgrt_release_graphs()). NULL is accepted (returns 0).
+ * Returns:
+ * - 0: the runtime is freed; rt must not be used again. A problem met while tearing down (a
+ *   stream that could not be waited for) does not stop it: it is logged at level error, never
+ *   returned.
+ * - CGRT_E_STATE: refused up front, nothing freed, rt stays usable and cgrt_last_error(rt) says
+ *   why; call it again once that state has passed. Refused: from a second thread while another
+ *   drives the runtime; from every callback cgrt runs (inside a step: prepare, body, modules,
+ *   capture hooks, the graph watcher, the log sink; a graph-list visitor; a host function run by
+ *   cgrt_synchronize, cgrt_release_graphs or cgrt_close; the log sink between steps); and while
+ *   the runtime's stream is capturing (a capture the host began on the stream it gave at open).
+ * No other result.
  */
 CGRT_API int cgrt_close(cgrt_runtime *rt);
 
 /*
  * The last error of `rt` as a sentence naming the module, option, file:line or buffer at fault.
- * With rt NULL: the last failed open on the calling thread. Never NULL; "" if none. Valid until
- * the next failing call on the same runtime (or thread).
+ * With rt NULL: the last failed open on the calling thread. On a thread whose last call of rt was
+ * refused because another thread drives rt, that refusal (until this thread's next call of rt
+ * goes through). Never NULL; "" if none. Valid until the next failing call on the same runtime
+ * (or thread).
  */
 CGRT_API const char *cgrt_last_error(const cgrt_runtime *rt);
 
@@ -468,7 +503,7 @@ CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *
  * Registers a module. Register all modules before the first step that calls them; a name is
  * unique per runtime. The handle stays valid until cgrt_close().
  * Errors: CGRT_E_INVAL (NULL forward, empty or duplicate name, bad kind), CGRT_E_NOMEM,
- * CGRT_E_STATE (inside a step).
+ * CGRT_E_STATE (inside a step, from the log sink or a host function, another thread).
  */
 CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *desc,
                                   cgrt_module **out);
@@ -479,9 +514,10 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *desc
  * capturing; a failed capture is retried eagerly within the step and counted as a fallback.
  * Every phase runs under every backend: one the backend has no form for runs eagerly
  * (cgrt_backend_info_get says which). Errors: CGRT_E_INVAL (a bad desc; a cp size dynamic_cp
- * has no bank for), CGRT_E_STATE (nested step), CGRT_E_CALLBACK, CGRT_E_CAPACITY (dynamic_cp,
- * over_capacity = error), CGRT_E_REBIND, CGRT_E_DEVICE. CGRT_E_UNSUPPORTED is not returned for a
- * phase any more.
+ * has no bank for), CGRT_E_STATE (a step inside a step, a call from a graph-list visitor, the log
+ * sink or a host function, or while another thread drives the runtime), CGRT_E_CALLBACK,
+ * CGRT_E_CAPACITY (dynamic_cp, over_capacity = error), CGRT_E_REBIND, CGRT_E_DEVICE.
+ * CGRT_E_UNSUPPORTED is not returned for a phase any more.
  */
 CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report);
 
@@ -533,7 +569,11 @@ CGRT_API int cgrt_backward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx
 
 /*
  * Enqueues a host function on ctx->stream (cudaLaunchHostFunc on the cuda driver): it runs after
- * the work before it and is captured like a kernel. `fn` must not call cgrt or CUDA.
+ * the work before it and is captured like a kernel. `fn` must not call cgrt or CUDA. On the host
+ * driver fn runs on the driving thread when the stream is synchronized (cgrt_synchronize,
+ * cgrt_release_graphs, cgrt_close), and every cgrt call it makes is refused (CGRT_E_STATE); on the
+ * cuda driver it runs on a thread of CUDA's, whose calls the thread rule refuses while the driving
+ * thread is inside cgrt and cgrt cannot tell apart otherwise.
  * `arg` is passed as a pointer: fn reads what it points to when it runs, not when it was
  * enqueued, and a graph that captured the call passes the same pointer at every replay. So `arg`
  * must stay valid until the work ran (cgrt_synchronize) and, if the call was captured, as long as
@@ -555,7 +595,7 @@ CGRT_API int cgrt_enqueue_host_copy(const cgrt_ctx *ctx, void (*fn)(void *arg), 
 
 /*
  * Waits until all work enqueued on the runtime's stream has run (cudaStreamSynchronize on the cuda
- * driver). Not allowed inside a step.
+ * driver). Not allowed inside a step, from the log sink or from a host function.
  */
 CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
 
@@ -578,7 +618,10 @@ CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm);
 /*
  * Waits for the stream, then frees every graph and executable the backend holds and gives the
  * graph memory no graph uses any more back to the device (cudaDeviceGraphMemTrim); later steps
- * warm up and capture again. Call it before destroying NCCL communicators graphs refer to.
+ * warm up and capture again. Call it before destroying NCCL communicators graphs refer to. Not
+ * inside a step, nor from a graph-list visitor, the log sink or a host function (CGRT_E_STATE,
+ * nothing freed). If the stream cannot be waited for, the graphs are freed all the same and the
+ * error returned.
  */
 CGRT_API int cgrt_release_graphs(cgrt_runtime *rt);
 
@@ -595,7 +638,7 @@ typedef struct cgrt_release_report {
 /*
  * cgrt_release_graphs(), telling what was freed in *report (may be NULL; set its struct_size).
  * The pool figures are the driver's, device-wide.
- * Errors: CGRT_E_INVAL, CGRT_E_STATE (inside a step), CGRT_E_DEVICE.
+ * Errors: CGRT_E_INVAL, CGRT_E_STATE (as cgrt_release_graphs), CGRT_E_DEVICE.
  */
 CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *report);
 
@@ -634,6 +677,13 @@ typedef int (*cgrt_graph_fn)(void *user, const cgrt_graph_info *graph);
  * order. The figures are measured when the graph is built (see cgrt_graph_info); their sums are
  * in cgrt_stats (graph_bytes...). Not inside a step. Returns 0, fn's first nonzero value, or
  * CGRT_E_INVAL / CGRT_E_STATE.
+ *
+ * fn may read the runtime (cgrt_stats_get, cgrt_config_get, a nested cgrt_graph_list...) but not
+ * change the graphs it is shown: cgrt_step, cgrt_release_graphs[_ex] and cgrt_close are refused
+ * from it (CGRT_E_STATE, nothing done). The listing stands on the graph it reports, and a graph
+ * freed under it would be read after its free; refusing keeps each `graph` valid for the whole
+ * callback, as promised, without copying the list first. To release when the list shows too
+ * many bytes, return nonzero from fn and release after cgrt_graph_list returns.
  */
 CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user);
 

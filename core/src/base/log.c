@@ -20,12 +20,20 @@ void cgrt__vlog(const struct cgrt_log *log, cgrt_log_level level, const char *fm
   cgrt_log_level threshold = log ? log->level : CGRT_LOG_INFO;
   if (level == CGRT_LOG_OFF || level > threshold)
     return;
+  if (log && log->fn && log->in_sink)
+    return;
   char msg[2048];
   vsnprintf(msg, sizeof(msg), fmt, ap);
-  if (log && log->fn)
+  if (log && log->fn) {
+    /* The log is the runtime's own (never const there): the flag keeps the sink from being
+       re-entered by the lines of the cgrt calls it makes. */
+    struct cgrt_log *own = (struct cgrt_log *)log;
+    own->in_sink = 1;
     log->fn(log->user, level, msg);
-  else
+    own->in_sink = 0;
+  } else {
     fprintf(stderr, "cgrt: %s: %s\n", level_names[level], msg);
+  }
 }
 
 void cgrt__log(const struct cgrt_log *log, cgrt_log_level level, const char *fmt, ...) {

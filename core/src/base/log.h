@@ -18,9 +18,14 @@ struct cgrt_log {
   void *user;
   cgrt_log_level level; /* lines above it are dropped */
   char err[2048];       /* the last error (cgrt_last_error) */
+  int in_sink;          /* the sink runs: it is not re-entered (lines its calls log are dropped) */
 };
 
-/* Logs a formatted line at `level` through log's sink (log NULL: stderr, at info and below). */
+/*
+ * Logs a formatted line at `level` through log's sink (log NULL: stderr, at info and below). A
+ * line logged while the sink runs (by a cgrt call the sink makes) is dropped: the sink is never
+ * re-entered.
+ */
 void cgrt__log(const struct cgrt_log *log, cgrt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void cgrt__vlog(const struct cgrt_log *log, cgrt_log_level level, const char *fmt, va_list ap);

@@ -18,7 +18,7 @@ CGRT_API const char *cgrt_strerror(int code) {
   case CGRT_E_CONFIG:
     return "invalid configuration";
   case CGRT_E_NOTFOUND:
-    return "backend not found";
+    return "not found (no such backend, or no such configuration key)";
   case CGRT_E_BACKEND:
     return "backend unusable";
   case CGRT_E_NODEV:

@@ -9,6 +9,7 @@
 
 #include "graphs/diagnose.h"
 #include "graphs/graph_mem.h"
+#include "guard.h"
 #include "runtime.h"
 
 static uint64_t minus(uint64_t a, uint64_t b) {
@@ -65,34 +66,44 @@ static int list_one(void *arg, const struct cgrt_graph_key *k, const struct cgrt
   return a->fn(a->user, &g);
 }
 
-CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user) {
-  if (!rt)
-    return CGRT_E_INVAL;
+/*
+ * The visitor may read the runtime but not change the graphs it is shown (the walk stands on
+ * them): cgrt_step, cgrt_release_graphs and cgrt_close are refused while it runs (guard.c).
+ */
+static int graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user) {
   if (!fn)
     return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_graph_list: fn is NULL");
   if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_graph_list: not allowed inside a step");
+  if (!rt->graphs.mem.caches)
+    return 0;
   struct list_arg a = {rt, fn, user};
-  return rt->graphs.mem.caches ? rt->graphs.mem.caches->visit(&rt->graphs, list_one, &a) : 0;
+  unsigned busy = rt->busy;
+  rt->busy |= CGRT_BUSY_WALK;
+  int rc = rt->graphs.mem.caches->visit(&rt->graphs, list_one, &a);
+  rt->busy = busy;
+  return rc;
 }
 
-CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *report) {
+CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user) {
   if (!rt)
     return CGRT_E_INVAL;
-  if (report && report->struct_size < sizeof(size_t))
-    return cgrt__fail(&rt->log, CGRT_E_INVAL,
-                      "cgrt_release_graphs_ex: report->struct_size is not set");
-  if (rt->graphs.in_step)
-    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_release_graphs: not allowed inside a step");
+  CGRT_GUARDED(rt, "cgrt_graph_list", CGRT_CALL_LIST, graph_list(rt, fn, user));
+}
+
+int cgrt__graphs_release(cgrt_runtime *rt, const char *fn, cgrt_release_report *report) {
   cgrt_release_report rep = {.struct_size = sizeof(rep)};
   struct cgrt__graph_mem m0 = rt->graphs.mem;
   uint64_t used = 0;
-  int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
+  int rc = cgrt__run_stream(rt, fn);
   if (rc != 0)
-    cgrt__fail(&rt->log, rc, "cgrt_release_graphs: %s", rt->dev.err);
+    cgrt__fail(&rt->log, rc, "%s: %s", fn, rt->dev.err);
   (void)rt->dev.drv->graph_mem(&rt->dev, &used, &rep.pool_reserved_before);
   if (CGRT_BACKEND_HAS(rt->lib.vt, release)) {
+    unsigned busy = rt->busy;
+    rt->busy |= CGRT_BUSY_RELEASE;
     int brc = rt->lib.vt->release(rt->be_state);
+    rt->busy = busy;
     rc = rc ? rc : brc;
   }
   rep.graphs = minus(m0.graphs, rt->graphs.mem.graphs);
@@ -112,55 +123,101 @@ CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *repor
   return rc;
 }
 
+static int release_graphs(cgrt_runtime *rt, cgrt_release_report *report, const char *fn) {
+  if (report && report->struct_size < sizeof(size_t))
+    return cgrt__fail(&rt->log, CGRT_E_INVAL, "%s: report->struct_size is not set", fn);
+  if (rt->graphs.in_step)
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_release_graphs: not allowed inside a step");
+  return cgrt__graphs_release(rt, fn, report);
+}
+
+CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *report) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_release_graphs_ex", CGRT_CALL_RELEASE,
+               release_graphs(rt, report, "cgrt_release_graphs_ex"));
+}
+
+CGRT_API int cgrt_release_graphs(cgrt_runtime *rt) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_release_graphs", CGRT_CALL_RELEASE,
+               release_graphs(rt, NULL, "cgrt_release_graphs"));
+}
+
 /* ---------------------------------------------------------------- stream-ordered temporaries */
 
-CGRT_API int cgrt_alloc_async(const cgrt_ctx *ctx, size_t bytes, void **ptr) {
-  if (!ctx || !ctx->rt || !ptr)
-    return CGRT_E_INVAL;
-  cgrt_runtime *rt = ctx->rt;
+static int alloc_async(cgrt_runtime *rt, const cgrt_ctx *ctx, size_t bytes, void **ptr) {
   int rc = rt->dev.drv->mem_alloc_async(&rt->dev, ctx->stream, bytes, ptr);
   if (rc != 0)
     return cgrt__fail(&rt->log, rc, "cgrt_alloc_async of %zu bytes: %s", bytes, rt->dev.err);
   return 0;
 }
 
-CGRT_API int cgrt_free_async(const cgrt_ctx *ctx, void *ptr) {
-  if (!ctx || !ctx->rt)
+CGRT_API int cgrt_alloc_async(const cgrt_ctx *ctx, size_t bytes, void **ptr) {
+  if (!ctx || !ctx->rt || !ptr)
     return CGRT_E_INVAL;
-  cgrt_runtime *rt = ctx->rt;
+  CGRT_GUARDED(ctx->rt, "cgrt_alloc_async", CGRT_CALL_USE, alloc_async(ctx->rt, ctx, bytes, ptr));
+}
+
+static int free_async(cgrt_runtime *rt, const cgrt_ctx *ctx, void *ptr) {
   int rc = rt->dev.drv->mem_free_async(&rt->dev, ctx->stream, ptr);
   if (rc != 0)
     return cgrt__fail(&rt->log, rc, "cgrt_free_async: %s", rt->dev.err);
   return 0;
 }
 
+CGRT_API int cgrt_free_async(const cgrt_ctx *ctx, void *ptr) {
+  if (!ctx || !ctx->rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(ctx->rt, "cgrt_free_async", CGRT_CALL_USE, free_async(ctx->rt, ctx, ptr));
+}
+
 /* ---------------------------------------------------------------- diagnose's findings */
 
-CGRT_API int cgrt_findings_count(const cgrt_runtime *rt, size_t *count) {
-  if (!rt || !count)
-    return CGRT_E_INVAL;
+static int findings_count(const cgrt_runtime *rt, size_t *count) {
   *count = cgrt__findings_count(&rt->graphs);
   return 0;
 }
 
-CGRT_API int cgrt_finding_get(const cgrt_runtime *rt, size_t index, cgrt_finding *out) {
-  if (!rt || !out || out->struct_size < offsetof(cgrt_finding, count) + sizeof(out->count))
+/* The guard writes the owner of a runtime that the reading functions take as const. */
+#define MUTABLE(rt) ((cgrt_runtime *)(rt))
+
+CGRT_API int cgrt_findings_count(const cgrt_runtime *rt, size_t *count) {
+  if (!rt || !count)
     return CGRT_E_INVAL;
+  CGRT_GUARDED(MUTABLE(rt), "cgrt_findings_count", CGRT_CALL_USE, findings_count(rt, count));
+}
+
+static int finding_get(cgrt_runtime *rt, size_t index, cgrt_finding *out) {
   cgrt_finding v;
   int rc = cgrt__finding_get(&rt->graphs, index, &v);
   if (rc != 0)
-    return rc;
+    return cgrt__fail(&rt->log, rc,
+                      "cgrt_finding_get: no finding %zu (cgrt_findings_count has %zu)", index,
+                      cgrt__findings_count(&rt->graphs));
   size_t keep = out->struct_size;
   memcpy(out, &v, keep < sizeof(v) ? keep : sizeof(v));
   out->struct_size = keep;
   return 0;
 }
 
-CGRT_API int cgrt_findings_clear(cgrt_runtime *rt) {
-  if (!rt)
+CGRT_API int cgrt_finding_get(const cgrt_runtime *rt, size_t index, cgrt_finding *out) {
+  if (!rt || !out || out->struct_size < offsetof(cgrt_finding, count) + sizeof(out->count))
     return CGRT_E_INVAL;
+  CGRT_GUARDED(MUTABLE(rt), "cgrt_finding_get", CGRT_CALL_USE,
+               finding_get(MUTABLE(rt), index, out));
+}
+
+static int findings_clear(cgrt_runtime *rt) {
   if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_findings_clear: not allowed inside a step");
   cgrt__findings_clear(&rt->graphs);
   return 0;
+}
+
+CGRT_API int cgrt_findings_clear(cgrt_runtime *rt) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_findings_clear", CGRT_CALL_CHANGE, findings_clear(rt));
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cgrt/cgrt.h"
+#include "guard.h"
 #include "hostapi.h"
 #include "runtime.h"
 
@@ -30,11 +31,8 @@ static void run_copy(void *arg) {
     free(c);
 }
 
-CGRT_API int cgrt_enqueue_host_copy(const cgrt_ctx *ctx, void (*fn)(void *arg), const void *arg,
-                                    size_t size) {
-  if (!ctx || !ctx->rt || !fn || (size && !arg))
-    return CGRT_E_INVAL;
-  cgrt_runtime *rt = ctx->rt;
+static int enqueue_copy(cgrt_runtime *rt, const cgrt_ctx *ctx, void (*fn)(void *arg),
+                        const void *arg, size_t size) {
   if (size > SIZE_MAX - sizeof(struct cgrt_host_copy))
     return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_enqueue_host_copy: size %zu is too large",
                       size);
@@ -60,6 +58,14 @@ CGRT_API int cgrt_enqueue_host_copy(const cgrt_ctx *ctx, void (*fn)(void *arg), 
     rt->host_copies = c;
   }
   return 0;
+}
+
+CGRT_API int cgrt_enqueue_host_copy(const cgrt_ctx *ctx, void (*fn)(void *arg), const void *arg,
+                                    size_t size) {
+  if (!ctx || !ctx->rt || !fn || (size && !arg))
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(ctx->rt, "cgrt_enqueue_host_copy", CGRT_CALL_USE,
+               enqueue_copy(ctx->rt, ctx, fn, arg, size));
 }
 
 void cgrt__host_copies_free(cgrt_runtime *rt) {

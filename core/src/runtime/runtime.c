@@ -12,6 +12,7 @@
 #include "config/config_impl.h"
 #include "graphs/capture.h"
 #include "graphs/diagnose.h"
+#include "guard.h"
 #include "hostapi.h"
 #include "runtime.h"
 
@@ -240,6 +241,7 @@ static cgrt_runtime *runtime_alloc(cgrt_log_fn log, void *log_user) {
                 env_level);
   }
   rt->stats.struct_size = sizeof(rt->stats);
+  cgrt__guard_init(rt);
   cgrt__host_api_init(rt);
   /* What the graph layer is lent; the stream follows once open_stream has one. */
   struct cgrt_graphs *g = &rt->graphs;
@@ -253,6 +255,8 @@ static cgrt_runtime *runtime_alloc(cgrt_log_fn log, void *log_user) {
   return rt;
 }
 
+static void runtime_free(cgrt_runtime *rt, const char *fn);
+
 /* Finishes an open: on failure records and logs the error, and frees rt. */
 static int open_finish(cgrt_runtime **out, cgrt_runtime *rt, int rc) {
   if (rc != 0) {
@@ -263,7 +267,7 @@ static int open_finish(cgrt_runtime **out, cgrt_runtime *rt, int rc) {
      * The log's error level is for what nobody is told otherwise.
      */
     cgrt__log(&rt->log, CGRT_LOG_DEBUG, "open failed: %s", rt->log.err);
-    cgrt_close(rt);
+    runtime_free(rt, "cgrt_open");
     return rc;
   }
   *out = rt;
@@ -320,16 +324,21 @@ CGRT_API int cgrt_open_string(cgrt_runtime **out, const char *ini) {
   return cgrt_open_ex(out, &o);
 }
 
-CGRT_API int cgrt_close(cgrt_runtime *rt) {
-  if (!rt)
-    return 0;
-  if (rt->graphs.in_step)
-    return cgrt__fail(&rt->log, CGRT_E_STATE,
-                      "cgrt_close called from inside a step; close after it");
-  int first = 0, rc;
+/*
+ * Tears rt down and frees it, for public call fn. An error met on the way (a stream that cannot
+ * be waited for) does not stop it: the first one is logged at level error before rt is freed.
+ * Callbacks it runs (host functions, the log sink) are refused every cgrt call (CGRT_BUSY_CLOSE).
+ */
+static void runtime_free(cgrt_runtime *rt, const char *fn) {
+  char why[sizeof(rt->log.err)];
+  size_t whylen = sizeof(why);
+  why[0] = '\0';
+  rt->busy |= CGRT_BUSY_CLOSE;
+  int rc;
   if (rt->be_ready) {
-    rc = cgrt_release_graphs(rt);
-    first = first ? first : rc;
+    rc = cgrt__graphs_release(rt, "cgrt_close", NULL);
+    if (rc != 0)
+      snprintf(why, whylen, "%s", rt->log.err);
     rt->lib.vt->fini(rt->be_state);
     rt->be_ready = 0;
   }
@@ -341,8 +350,9 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
     rt->dev.drv->event_destroy(&rt->dev, rt->order_out);
   rt->order_in = rt->order_out = NULL;
   if (rt->stream && rt->stream == rt->host_stream) { /* the host's: waited for, kept */
-    rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
-    first = first ? first : rc;
+    rc = cgrt__run_stream(rt, "cgrt_close");
+    if (rc != 0 && !why[0])
+      snprintf(why, whylen, "waiting for the host's stream: %s", rt->dev.err);
   } else if (rt->stream) {
     rt->dev.drv->stream_destroy(&rt->dev, rt->stream);
   }
@@ -364,56 +374,107 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
   cgrt__diagnose_close(&rt->graphs);
   free(rt->graphs.hooks.pool);
   cgrt__config_free(&rt->cfg);
+  if (why[0])
+    cgrt__log(&rt->log, CGRT_LOG_ERROR, "%s: %s; the runtime was freed all the same", fn, why);
   free(rt);
-  return first;
+}
+
+/*
+ * What cgrt_close cannot finish from, beyond the guard's refusals (a second thread, a callback):
+ * refused before anything is freed.
+ */
+static int close_refused(cgrt_runtime *rt) {
+  int active = 0;
+  if (rt->dev_open && rt->stream &&
+      rt->dev.drv->capture_status(&rt->dev, rt->stream, &active) == 0 && active)
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
+                      "cgrt_close: the runtime's stream is capturing (a capture the host began on "
+                      "the stream it gave cgrt_open_ex); nothing was freed: end the capture, "
+                      "then close");
+  return 0;
+}
+
+CGRT_API int cgrt_close(cgrt_runtime *rt) {
+  if (!rt)
+    return 0;
+  int rc = cgrt__enter(rt, "cgrt_close", CGRT_CALL_CLOSE);
+  if (rc != 0)
+    return rc;
+  rc = close_refused(rt);
+  if (rc != 0) {
+    cgrt__leave(rt);
+    return rc;
+  }
+  /* From here on rt is freed whatever happens: what went wrong is logged, not returned. */
+  runtime_free(rt, "cgrt_close");
+  return 0;
 }
 
 /* ---------------------------------------------------------------- small accessors */
 
 CGRT_API const char *cgrt_last_error(const cgrt_runtime *rt) {
-  return rt ? rt->log.err : open_error;
+  if (!rt)
+    return open_error;
+  const char *refused = cgrt__refusal(rt); /* this thread was refused: another one drives rt */
+  return refused ? refused : rt->log.err;
+}
+
+static int set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user) {
+  rt->log.fn = fn;
+  rt->log.user = user;
+  return 0;
 }
 
 CGRT_API int cgrt_set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user) {
   if (!rt)
     return CGRT_E_INVAL;
-  rt->log.fn = fn;
-  rt->log.user = user;
+  CGRT_GUARDED(rt, "cgrt_set_log", CGRT_CALL_USE, set_log(rt, fn, user));
+}
+
+static int log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg) {
+  if (rt->log.in_sink)
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
+                      "cgrt_log_message called from the log sink: the sink is not re-entered "
+                      "(the line would call it again); the line was dropped");
+  cgrt__log(&rt->log, level, "%s", msg);
   return 0;
 }
 
 CGRT_API int cgrt_log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg) {
   if (!rt || !msg)
     return CGRT_E_INVAL;
-  cgrt__log(&rt->log, level, "%s", msg);
-  return 0;
+  CGRT_GUARDED(rt, "cgrt_log_message", CGRT_CALL_USE, log_message(rt, level, msg));
 }
+
+static int set_capture_hooks(cgrt_runtime *rt, const cgrt_capture_hooks *hooks, const char *fn);
 
 CGRT_API int cgrt_set_capture_hooks(cgrt_runtime *rt, cgrt_capture_fn begin, cgrt_capture_fn end,
                                     void *user) {
   if (!rt)
     return CGRT_E_INVAL;
-  if (rt->graphs.in_step)
-    return cgrt__fail(&rt->log, CGRT_E_STATE,
-                      "cgrt_set_capture_hooks: not allowed inside a step (a capture may be open)");
   cgrt_capture_hooks h = {.struct_size = sizeof(h), .begin = begin, .end = end, .user = user};
-  return cgrt_set_capture_hooks_ex(rt, &h);
+  CGRT_GUARDED(rt, "cgrt_set_capture_hooks", CGRT_CALL_CHANGE,
+               set_capture_hooks(rt, &h, "cgrt_set_capture_hooks"));
+}
+
+CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hooks *hooks) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_set_capture_hooks_ex", CGRT_CALL_CHANGE,
+               set_capture_hooks(rt, hooks, "cgrt_set_capture_hooks_ex"));
 }
 
 /* The fields every caller of cgrt_set_capture_hooks_ex sets (pool_allocator came with them). */
 #define CAPTURE_HOOKS_MIN (offsetof(cgrt_capture_hooks, user) + sizeof(void *))
 
-CGRT_API int cgrt_set_capture_hooks_ex(cgrt_runtime *rt, const cgrt_capture_hooks *hooks) {
-  if (!rt)
-    return CGRT_E_INVAL;
+static int set_capture_hooks(cgrt_runtime *rt, const cgrt_capture_hooks *hooks, const char *fn) {
   if (!hooks || hooks->struct_size < CAPTURE_HOOKS_MIN)
     return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_set_capture_hooks_ex: hooks must be non-NULL, with hooks->struct_size "
                       "set to sizeof(cgrt_capture_hooks)");
   if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
-                      "cgrt_set_capture_hooks_ex: not allowed inside a step (a capture may be "
-                      "open)");
+                      "%s: not allowed inside a step (a capture may be open)", fn);
   /* A shorter struct (an older header) lacks the fields after it: they read as NULL. */
   cgrt_capture_hooks h;
   memset(&h, 0, sizeof(h));
@@ -438,10 +499,8 @@ CGRT_API const char *cgrt_backend_name(const cgrt_runtime *rt) {
   return rt && rt->lib.vt ? rt->lib.vt->name : "";
 }
 
-CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *key, char *buf,
-                             size_t len) {
-  if (!rt || !section || !key || !buf || !len)
-    return CGRT_E_INVAL;
+static int config_get(cgrt_runtime *rt, const char *section, const char *key, char *buf,
+                      size_t len) {
   buf[0] = '\0';
   int id = cgrt__cfg_key_find(section, key);
   char *text = id >= 0 ? cgrt__cfg_value_text(&rt->cfg, id) : NULL;
@@ -465,9 +524,14 @@ CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *
   return 0;
 }
 
-CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, cgrt_module **out) {
-  if (!rt)
+CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *key, char *buf,
+                             size_t len) {
+  if (!rt || !section || !key || !buf || !len)
     return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_config_get", CGRT_CALL_USE, config_get(rt, section, key, buf, len));
+}
+
+static int module_register(cgrt_runtime *rt, const cgrt_module_desc *d, cgrt_module **out) {
   if (!d || d->struct_size < MODULE_DESC_MIN || !out)
     return cgrt__fail(&rt->log, CGRT_E_INVAL,
                       "cgrt_module_register: desc and out must be non-NULL and "
@@ -522,6 +586,12 @@ CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, c
   rt->modules[rt->num_modules++] = m;
   *out = m;
   return 0;
+}
+
+CGRT_API int cgrt_module_register(cgrt_runtime *rt, const cgrt_module_desc *d, cgrt_module **out) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_module_register", CGRT_CALL_CHANGE, module_register(rt, d, out));
 }
 
 /* ---------------------------------------------------------------- steps and calls */
@@ -593,9 +663,7 @@ static int run_phase_eagerly(cgrt_runtime *rt, struct cgrt_step_frame *f) {
   return rc;
 }
 
-CGRT_API int cgrt_backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
-  if (!rt || !info || info->struct_size < offsetof(cgrt_backend_info, phases))
-    return CGRT_E_INVAL;
+static int backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
   cgrt_backend_info out = {.struct_size = sizeof(out),
                            .name = rt->lib.vt->name,
                            .path = rt->lib.path,
@@ -608,6 +676,12 @@ CGRT_API int cgrt_backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
   memcpy(info, &out, keep < sizeof(out) ? keep : sizeof(out));
   info->struct_size = keep;
   return 0;
+}
+
+CGRT_API int cgrt_backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
+  if (!rt || !info || info->struct_size < offsetof(cgrt_backend_info, phases))
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_backend_info_get", CGRT_CALL_USE, backend_info_get(rt, info));
 }
 
 /* Counts a module call by the mode the backend ran it in. */
@@ -687,7 +761,7 @@ static int order_with_host(cgrt_runtime *rt, int entry) {
   return 0;
 }
 
-CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report) {
+static int step_run(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report) {
   if (!rt)
     return CGRT_E_INVAL;
   if (rt->graphs.in_step)
@@ -822,40 +896,56 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
 
 CGRT_API int cgrt_forward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx,
                           const cgrt_args *args) {
-  return module_call(rt, m, ctx, args, CGRT_FORWARD);
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_forward", CGRT_CALL_USE, module_call(rt, m, ctx, args, CGRT_FORWARD));
 }
 
 CGRT_API int cgrt_backward(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx,
                            const cgrt_args *args) {
-  return module_call(rt, m, ctx, args, CGRT_BACKWARD);
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_backward", CGRT_CALL_USE, module_call(rt, m, ctx, args, CGRT_BACKWARD));
 }
 
-CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void *arg) {
-  if (!ctx || !ctx->rt || !fn)
+/* cgrt_step, one thread at a time (guard.c): the step itself is step_run. */
+CGRT_API int cgrt_step(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report) {
+  if (!rt)
     return CGRT_E_INVAL;
-  cgrt_runtime *rt = ctx->rt;
+  CGRT_GUARDED(rt, "cgrt_step", CGRT_CALL_STEP, step_run(rt, desc, report));
+}
+
+static int enqueue_host(cgrt_runtime *rt, const cgrt_ctx *ctx, void (*fn)(void *arg), void *arg) {
   int rc = rt->dev.drv->host_fn(&rt->dev, ctx->stream, fn, arg);
   if (rc != 0)
     return cgrt__fail(&rt->log, rc, "cgrt_enqueue_host: %s", rt->dev.err);
   return 0;
 }
 
-CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
-  if (!rt)
+CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void *arg) {
+  if (!ctx || !ctx->rt || !fn)
     return CGRT_E_INVAL;
+  CGRT_GUARDED(ctx->rt, "cgrt_enqueue_host", CGRT_CALL_USE, enqueue_host(ctx->rt, ctx, fn, arg));
+}
+
+static int synchronize(cgrt_runtime *rt) {
   if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
                       "cgrt_synchronize: not allowed inside a step (the work may be captured)");
-  int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
+  int rc = cgrt__run_stream(rt, "cgrt_synchronize");
   if (rc != 0)
     return cgrt__fail(&rt->log, rc, "cgrt_synchronize: %s", rt->dev.err);
   cgrt__comms_drained(&rt->comms);
   return 0;
 }
 
-CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
+CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
   if (!rt)
     return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_synchronize", CGRT_CALL_CHANGE, synchronize(rt));
+}
+
+static int set_world_comm(cgrt_runtime *rt, void *world_comm) {
   if (rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE, "cgrt_set_world_comm: not allowed inside a step");
   const struct cgrt_config_view *v = &rt->cfg.view;
@@ -863,13 +953,13 @@ CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
                            v->num_cp_sizes, &rt->log, world_comm);
 }
 
-CGRT_API int cgrt_release_graphs(cgrt_runtime *rt) {
-  return cgrt_release_graphs_ex(rt, NULL); /* graph_mem.c */
+CGRT_API int cgrt_set_world_comm(cgrt_runtime *rt, void *world_comm) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_set_world_comm", CGRT_CALL_CHANGE, set_world_comm(rt, world_comm));
 }
 
-CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
-  if (!rt || !out || out->struct_size < STATS_MIN)
-    return CGRT_E_INVAL;
+static int stats_get(cgrt_runtime *rt, cgrt_stats *out) {
   cgrt_stats s = rt->stats;
   if (rt->lib.vt->caps & CGRT_CAP_TOKEN_BUCKETS) { /* else no step is ever padded to them */
     s.num_buckets = (uint32_t)rt->num_buckets;
@@ -900,4 +990,10 @@ CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
   memcpy(out, &s, keep < sizeof(s) ? keep : sizeof(s));
   out->struct_size = keep;
   return 0;
+}
+
+CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
+  if (!rt || !out || out->struct_size < STATS_MIN)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_stats_get", CGRT_CALL_USE, stats_get(rt, out));
 }

@@ -12,6 +12,7 @@
 #include "buckets/buckets.h"
 #include "config/config.h"
 #include "base/loader.h"
+#include "guard.h"
 #include "runtime.h"
 
 struct cgrt_tool_config {
@@ -108,23 +109,37 @@ CGRT_API const struct cgrt_backend_v1 *cgrt_tool_backend(const cgrt_runtime *rt,
   return rt ? rt->lib.vt : NULL;
 }
 
-CGRT_API int cgrt_tool_describe(cgrt_runtime *rt, void (*emit)(void *user, const char *line),
-                                void *user) {
-  if (!rt || !emit || !rt->be_ready)
+static int describe(cgrt_runtime *rt, void (*emit)(void *user, const char *line), void *user) {
+  if (!rt->be_ready)
     return CGRT_E_INVAL;
   const struct cgrt_backend_v1 *vt = rt->lib.vt;
   if (!CGRT_BACKEND_HAS(vt, describe))
     return CGRT_E_UNSUPPORTED;
+  unsigned busy = rt->busy;
+  rt->busy |= CGRT_BUSY_DESCRIBE; /* the backend walks its state while emit runs */
   vt->describe(rt->be_state, emit, user);
+  rt->busy = busy;
+  return 0;
+}
+
+CGRT_API int cgrt_tool_describe(cgrt_runtime *rt, void (*emit)(void *user, const char *line),
+                                void *user) {
+  if (!rt || !emit)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_tool_describe", CGRT_CALL_USE, describe(rt, emit, user));
+}
+
+static int buckets(const cgrt_runtime *rt, const int64_t **sizes, size_t *count) {
+  *sizes = rt->buckets;
+  *count = rt->num_buckets;
   return 0;
 }
 
 CGRT_API int cgrt_tool_buckets(const cgrt_runtime *rt, const int64_t **sizes, size_t *count) {
   if (!rt || !sizes || !count)
     return CGRT_E_INVAL;
-  *sizes = rt->buckets;
-  *count = rt->num_buckets;
-  return 0;
+  /* The guard writes the owner of a runtime this reader takes as const. */
+  CGRT_GUARDED((cgrt_runtime *)rt, "cgrt_tool_buckets", CGRT_CALL_USE, buckets(rt, sizes, count));
 }
 
 CGRT_API int cgrt_tool_nccl_mixing_off(const cgrt_runtime *rt) {
@@ -133,12 +148,16 @@ CGRT_API int cgrt_tool_nccl_mixing_off(const cgrt_runtime *rt) {
   return rt->comms.serial ? 1 : 0;
 }
 
-CGRT_API int cgrt_tool_watch_graphs(cgrt_runtime *rt, cgrt_tool_graph_fn fn, void *user) {
-  if (!rt)
-    return CGRT_E_INVAL;
+static int watch_graphs(cgrt_runtime *rt, cgrt_tool_graph_fn fn, void *user) {
   rt->graphs.watch_fn = fn;
   rt->graphs.watch_user = fn ? user : NULL;
   return 0;
+}
+
+CGRT_API int cgrt_tool_watch_graphs(cgrt_runtime *rt, cgrt_tool_graph_fn fn, void *user) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_tool_watch_graphs", CGRT_CALL_USE, watch_graphs(rt, fn, user));
 }
 
 CGRT_API int cgrt_tool_buckets_build(cgrt_bucket_dist dist, int64_t max_tokens, int num_graphs,

@@ -1,0 +1,69 @@
+/*
+ * guard.h - who may call into a runtime now (guard.c). Internal.
+ *
+ * One thread at a time drives a runtime: the outermost public call of a thread takes the
+ * runtime's owner (an atomic compare-and-swap) and gives it back when it returns, so a call of a
+ * second thread meanwhile is refused with CGRT_E_STATE, a sentence on that thread's
+ * cgrt_last_error, and nothing touched. The owner's own callbacks re-enter (depth counts the
+ * calls in progress); what each may call is decided here from what the calls below it are doing
+ * (rt->busy), so that no callback pulls the runtime from under the call that runs it.
+ */
+#ifndef CGRT_GUARD_H
+#define CGRT_GUARD_H
+
+#include "runtime.h"
+
+/* What a public call does to the runtime, for the refusals of re-entrant calls. */
+enum cgrt_call_kind {
+  CGRT_CALL_USE,     /* reads it, or does what no call below it holds (stats, config, ctx work) */
+  CGRT_CALL_CHANGE,  /* changes it (register, synchronize, hooks, comms, findings_clear) */
+  CGRT_CALL_STEP,    /* cgrt_step: runs the backend, which changes the graphs */
+  CGRT_CALL_RELEASE, /* cgrt_release_graphs: frees the graphs */
+  CGRT_CALL_LIST,    /* cgrt_graph_list: walks the graphs */
+  CGRT_CALL_CLOSE    /* cgrt_close: frees the runtime; refused from inside any call of it */
+};
+
+/* What the calls in progress are doing while the host's callbacks run (rt->busy, bits). */
+#define CGRT_BUSY_WALK     1u /* a cgrt_graph_list visitor runs */
+#define CGRT_BUSY_RELEASE  2u /* the backend frees its graphs */
+#define CGRT_BUSY_HOSTFN   4u /* the stream runs: host functions run on this thread (host driver) */
+#define CGRT_BUSY_CLOSE    8u /* cgrt_close tears the runtime down */
+#define CGRT_BUSY_DESCRIBE 16u /* the backend describes itself to cgrt_tool_describe's emit */
+
+/* Gives a new runtime its serial (refusals are kept per runtime and thread). */
+void cgrt__guard_init(cgrt_runtime *rt);
+
+/*
+ * Enters public call `fn` (its name, for sentences) of rt. 0: go on, and cgrt__leave() when it
+ * returns. CGRT_E_STATE: refused, nothing to leave: another thread drives rt (the sentence is kept
+ * for this thread's cgrt_last_error, rt is not touched), or a callback of this thread may not make
+ * this call now (the sentence is rt's last error). Inside a step, re-entrant calls pass: each
+ * function's own checks refuse what a step forbids, with the sentences they always had.
+ */
+int cgrt__enter(cgrt_runtime *rt, const char *fn, enum cgrt_call_kind kind);
+void cgrt__leave(cgrt_runtime *rt);
+
+/*
+ * The body of a public function of a non-NULL rt: enters call fn, evaluates `call` (an int
+ * expression: the function's work) and leaves, returning its result or the refusal.
+ */
+#define CGRT_GUARDED(rt, fn, kind, call)                                                           \
+  do {                                                                                             \
+    int guarded_rc_ = cgrt__enter((rt), (fn), (kind));                                             \
+    if (guarded_rc_ == 0) {                                                                        \
+      guarded_rc_ = (call);                                                                        \
+      cgrt__leave(rt);                                                                             \
+    }                                                                                              \
+    return guarded_rc_;                                                                            \
+  } while (0)
+
+/* This thread's refusal by rt's guard (another thread drove it), or NULL. */
+const char *cgrt__refusal(const cgrt_runtime *rt);
+
+/*
+ * Synchronizes rt's stream for public call fn: on the host driver its host functions run now, on
+ * this thread, and every cgrt call they make is refused. Returns the driver's result (dev.err).
+ */
+int cgrt__run_stream(cgrt_runtime *rt, const char *fn);
+
+#endif
