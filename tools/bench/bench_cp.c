@@ -28,6 +28,9 @@
 #include "ranks.h"
 #include "tool.h"
 
+_Static_assert(BENCH_MAX_RANKS == CGRT_RANKS_MAX, "cgrt bench checks --ranks against "
+                                                  "BENCH_MAX_RANKS: keep it CGRT_RANKS_MAX");
+
 #if defined(CGRT_HAVE_CUDA) && defined(CGRT_HAVE_NCCL)
 #include "cp.h"
 #endif
@@ -586,8 +589,6 @@ int bench_cp(const struct bench_opts *o) {
                           sizeof(err));
   if (rc == 0)
     status = print_results(&b, v);
-  else if (rc == CGRT_E_NODEV && strncmp(err, "no CUDA device", 14) == 0)
-    printf("cgrt bench: %s\n", err);
   else
     fprintf(stderr, "cgrt bench: %s\n", err);
   cgrt_ranks_shared_free(b.sh, sizeof(struct cp_shared));
@@ -603,7 +604,8 @@ int bench_cp(const struct bench_opts *o) {
   (void)make_patterns;
   (void)cp_launch_conf;
   (void)cp_compute_conf;
-  printf("cgrt bench: no CUDA device: cgrt was built without NCCL (the cp workload needs it)\n");
+  fprintf(stderr,
+          "cgrt bench: no CUDA device: cgrt was built without NCCL (the cp workload needs it)\n");
   return EXIT_UNUSABLE;
 }
 

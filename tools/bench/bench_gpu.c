@@ -206,8 +206,8 @@ int bench_no_device(const char *cmd) {
   cudaError_t ce = cudaGetDeviceCount(&n);
   if (ce == cudaSuccess && n > 0)
     return 0;
-  printf("%s: no CUDA device: %s\n", cmd,
-         ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+  fprintf(stderr, "%s: no CUDA device: %s\n", cmd,
+          ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
   return EXIT_UNUSABLE;
 }
 
