@@ -12,6 +12,7 @@
 #include "cgrt/cgrt.h"
 #include "bench_plugin.h"
 #include "tool.h"
+#include "tool_args.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -150,23 +151,36 @@ int cmd_plan(int argc, char **argv) {
   struct plan p = {.workload = "decode"};
   const char *conf = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0)
+    if (strcmp(argv[i], "--json") == 0) {
       p.json = 1;
-    else if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc)
+    } else if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc) {
       p.workload = argv[++i];
-    else if (argv[i][0] != '-' && !conf)
+    } else if (argv[i][0] != '-' && !conf) {
       conf = argv[i];
-    else {
+    } else {
+      if (strcmp(argv[i], "--workload") == 0)
+        fprintf(stderr, "cgrt plan: --workload needs a value\n");
+      else if (argv[i][0] != '-')
+        fprintf(stderr, "cgrt plan: one configuration file: '%s' after '%s'\n", argv[i], conf);
+      else
+        fprintf(stderr, "cgrt plan: unknown option '%s'\n", argv[i]);
       usage();
       return EXIT_UNUSABLE;
     }
   }
   if (!conf) {
+    fprintf(stderr, "cgrt plan: which configuration? give its FILE\n");
     usage();
     return EXIT_UNUSABLE;
   }
   if (strcmp(p.workload, "decode") != 0 && strcmp(p.workload, "train") != 0) {
     fprintf(stderr, "cgrt plan: unknown workload '%s' (decode, train)\n", p.workload);
+    return EXIT_UNUSABLE;
+  }
+  /* The file first: without a GPU, a wrong path is said before "no CUDA device". */
+  char err[1024];
+  if (tool_check_input(conf, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", err);
     return EXIT_UNUSABLE;
   }
   /* The workloads are libcgrt-bench.so (bench_plugin.h), loaded only now. */
