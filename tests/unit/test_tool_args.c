@@ -197,6 +197,26 @@ static void lines_read_whole(void **state) {
   fclose(f);
 }
 
+static void json_strings_escaped(void **state) {
+  (void)state;
+  FILE *f = fopen(in_dir("out.json"), "w+");
+  assert_non_null(f);
+  fflush(stdout);
+  int saved = dup(1);
+  assert_true(saved >= 0 && dup2(fileno(f), 1) == 1);
+  tool_json_string("a\"b\\c\nd\x01");
+  tool_json_string(NULL);
+  fflush(stdout);
+  assert_int_equal(dup2(saved, 1), 1);
+  close(saved);
+  rewind(f);
+  char text[128] = "";
+  size_t n = fread(text, 1, sizeof(text) - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  assert_string_equal(text, "\"a\\\"b\\\\c\\u000ad\\u0001\"\"\"");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(numbers_whole_and_in_range, setup, teardown),
@@ -205,6 +225,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(output_checked_without_change, setup, teardown),
       cmocka_unit_test_setup_teardown(ini_text_that_changes_the_ini_is_refused, setup, teardown),
       cmocka_unit_test_setup_teardown(lines_read_whole, setup, teardown),
+      cmocka_unit_test_setup_teardown(json_strings_escaped, setup, teardown),
   };
   return cmocka_run_group_tests_name("tool_args", tests, NULL, NULL);
 }

@@ -55,16 +55,6 @@ static int by_bytes(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-static void json_string(const char *s) {
-  putchar('"');
-  for (; *s; s++)
-    if (*s == '"' || *s == '\\')
-      printf("\\%c", *s);
-    else
-      putchar(*s);
-  putchar('"');
-}
-
 static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *user) {
   struct plan *p = user;
   int rc = cgrt_graph_list(rt, collect, p);
@@ -86,15 +76,15 @@ static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *use
   cgrt_release_report rel = {.struct_size = sizeof(rel)};
   rc = cgrt_release_graphs_ex(rt, &rel);
   if (p->json) {
-    printf("{\"workload\":\"%s\",\"backend\":", p->workload);
-    json_string(cgrt_backend_name(rt));
+    printf("{\"workload\":\"%s\",\"backend\":", p->workload); /* decode or train */
+    tool_json_string(cgrt_backend_name(rt));
     printf(",\"what\":");
-    json_string(what);
+    tool_json_string(what);
     printf(",\"graphs\":[");
     for (size_t i = 0; i < p->n; i++) {
       const cgrt_graph_info *g = &p->rows[i].g;
       printf("%s{\"graph\":", i ? "," : "");
-      json_string(p->rows[i].name);
+      tool_json_string(p->rows[i].name);
       printf(",\"bytes\":%llu,\"pool_bytes\":%llu,\"exec_bytes\":%llu,\"alloc_bytes\":%llu,"
              "\"nodes\":%llu,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f}",
              (unsigned long long)g->bytes, (unsigned long long)g->pool_bytes,

@@ -194,6 +194,20 @@ int tool_check_ini_value(const char *opt, const char *text, char *err, size_t er
   return 0;
 }
 
+void tool_json_string(const char *s) {
+  putchar('"');
+  for (; s && *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c < 0x20 || c == 0x7f)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
+  }
+  putchar('"');
+}
+
 int tool_read_line(FILE *f, char *buf, size_t cap, size_t *len) {
   size_t n = 0;
   int c;

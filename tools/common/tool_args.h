@@ -60,6 +60,13 @@ int tool_check_output(const char *opt, const char *path, char *err, size_t errle
  */
 int tool_check_ini_value(const char *opt, const char *text, char *err, size_t errlen);
 
+/*
+ * Prints s on stdout as a JSON string, quotes included: '"' and '\\' escaped, control characters
+ * as \\u00XX. For text that comes from outside (a path, a configuration's impl): pasted into
+ * JSON as it is, a quote in it would end the string. NULL prints "".
+ */
+void tool_json_string(const char *s);
+
 /* tool_read_line's results besides a line (1) and the end of the file (0). */
 #define TOOL_LINE_ERROR (-1) /* a read error: errno says which */
 #define TOOL_LINE_LONG  (-2) /* the line does not fit in the buffer */
