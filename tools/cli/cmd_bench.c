@@ -130,8 +130,9 @@ static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
 #define TIMEOUT_MAX   86400      /* --timeout: a day, in seconds */
 #define TOKENS_MAX    1000000    /* each --tokens count: rows of the workload's buffers */
 
-static void usage(void) {
-  fprintf(stderr,
+/* The usage, on out: stdout for --help, stderr after a misuse. */
+static void usage(FILE *out) {
+  fprintf(out,
           "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
           "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
           "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
@@ -266,9 +267,13 @@ int cmd_bench(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     int rc = 0;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
     if (takes_value(a) && !val) {
       fprintf(stderr, "cgrt bench: %s needs a value\n", a);
-      usage();
+      usage(stderr);
       return EXIT_UNUSABLE;
     }
     if (strcmp(a, "--json") == 0)
@@ -311,7 +316,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "cgrt bench: one configuration file at most: '%s' after '%s'\n", a, o.conf);
       else
         fprintf(stderr, "cgrt bench: unknown option '%s'\n", a);
-      usage();
+      usage(stderr);
       return EXIT_UNUSABLE;
     }
     if (rc != 0)

@@ -51,8 +51,9 @@ static int parse_list(const char *s, int64_t *list, size_t *n) {
   return rc;
 }
 
-static void usage(void) {
-  fprintf(stderr,
+/* The usage, on out: stdout for --help, stderr after a misuse. */
+static void usage(FILE *out) {
+  fprintf(out,
           "usage: cgrt buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
           "                    [--dist exponential|linear|list] [--list 'A B ...']\n"
           "       cgrt buckets --histogram TRAFFIC --num-graphs K [--tp T] [--max-tokens N]\n"
@@ -193,10 +194,15 @@ int cmd_buckets(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      status = 0;
+      goto out;
+    }
     if (a[0] != '-') {
       if (file) {
         fprintf(stderr, "cgrt buckets: one FILE at most: '%s' after '%s'\n", a, file);
-        usage();
+        usage(stderr);
         goto out;
       }
       file = a;
@@ -227,7 +233,7 @@ int cmd_buckets(int argc, char **argv) {
         fprintf(stderr, "cgrt buckets: %s needs a value\n", a);
       else
         fprintf(stderr, "cgrt buckets: unknown option '%s'\n", a);
-      usage();
+      usage(stderr);
       goto out;
     }
     i++;

@@ -198,6 +198,10 @@ int cmd_check(int argc, char **argv) {
   const char *path = NULL;
   int dry = 0;
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf("usage: cgrt check FILE [--dry-run]\n");
+      return 0;
+    }
     if (strcmp(argv[i], "--dry-run") == 0) {
       dry = 1;
     } else if (!path && argv[i][0] != '-') {

@@ -133,14 +133,19 @@ static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *use
   return rc == 0 ? EXIT_VALID : EXIT_UNUSABLE;
 }
 
-static void usage(void) {
-  fprintf(stderr, "usage: cgrt plan FILE [--workload decode|train] [--json]\n");
+/* The usage, on out: stdout for --help, stderr after a misuse. */
+static void usage(FILE *out) {
+  fprintf(out, "usage: cgrt plan FILE [--workload decode|train] [--json]\n");
 }
 
 int cmd_plan(int argc, char **argv) {
   struct plan p = {.workload = "decode"};
   const char *conf = NULL;
   for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
     if (strcmp(argv[i], "--json") == 0) {
       p.json = 1;
     } else if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc) {
@@ -154,13 +159,13 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "cgrt plan: one configuration file: '%s' after '%s'\n", argv[i], conf);
       else
         fprintf(stderr, "cgrt plan: unknown option '%s'\n", argv[i]);
-      usage();
+      usage(stderr);
       return EXIT_UNUSABLE;
     }
   }
   if (!conf) {
     fprintf(stderr, "cgrt plan: which configuration? give its FILE\n");
-    usage();
+    usage(stderr);
     return EXIT_UNUSABLE;
   }
   if (strcmp(p.workload, "decode") != 0 && strcmp(p.workload, "train") != 0) {
