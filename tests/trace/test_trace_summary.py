@@ -111,5 +111,53 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("--api needs --step", out)
 
 
+class Misuse(unittest.TestCase):
+    """Files and numbers the summary cannot use are refused with path:line or the option's
+    range, never read forever (/dev/zero), waited on (a FIFO) or shown as a traceback."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def tearDown(self):
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
+
+    def refused(self, *args, said):
+        p = subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True,
+                           timeout=20)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertIn(said, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+
+    def trace(self, text):
+        path = os.path.join(self.dir, "t.csv")
+        with open(path, "w", newline="") as f:
+            f.write(",".join(HEADER) + "\n" + text)
+        return path
+
+    def test_not_a_file(self):
+        self.refused("/dev/zero", said="/dev/zero: not a regular file")
+        fifo = os.path.join(self.dir, "fifo")
+        os.mkfifo(fifo)
+        self.refused(fifo, said="fifo: not a regular file")
+        self.refused(self.dir, said="not a regular file")
+
+    def test_bad_records(self):
+        self.refused(self.trace("kernel,a\0b,1,2,0,0,0,0\n"), said="t.csv:2: a NUL byte")
+        self.refused(self.trace("kernel,a,1,2,0,0,0,0\nkernel,b,1x,2,0,0,0,0\n"),
+                     said="t.csv:3: start_ns = '1x': expected a whole number")
+        self.refused(self.trace("kernel,a,1\n"), said="t.csv:2: the record does not have")
+        self.refused(self.trace("kernel," + "x" * 200000 + ",1,2,0,0,0,0\n"),
+                     said="t.csv:2: field larger than field limit")
+
+    def test_numbers(self):
+        path = self.trace("kernel,a,1,2,0,0,0,0\n")
+        for v in ("-1", "0", "1e3", "10abc", "99999999999999999999999"):
+            self.refused(path, "--top", v, said=f"--top: '{v}': expected a whole number from 1")
+        for v in ("-1", "1e3", " 2"):
+            self.refused(path, "--skip", v, said=f"--skip: '{v}': expected a whole number from 0")
+
+
 if __name__ == "__main__":
     unittest.main()

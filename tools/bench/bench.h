@@ -67,7 +67,7 @@ int bench_train(const struct bench_opts *o);
  * each (ranks.c); the exit code. */
 int bench_cp(const struct bench_opts *o);
 
-/* 0 if a CUDA device is there; else `cmd` says why not on stdout and EXIT_UNUSABLE is returned. */
+/* 0 if a CUDA device is there; else `cmd` says why not on stderr and EXIT_UNUSABLE is returned. */
 int bench_no_device(const char *cmd);
 
 /*

@@ -7,20 +7,7 @@
 #include <stdio.h>
 
 #include "bench.h"
-
-static void json_string(const char *s) {
-  putchar('"');
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
-}
+#include "tool_args.h"
 
 void bench_print_checks(cgrt_runtime *rt, int json) {
   cgrt_stats s = {.struct_size = sizeof(s)};
@@ -45,13 +32,13 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
         continue;
       printf("%s{\"kind\":\"%s\",\"broke_capture\":%s,\"call\":", i ? "," : "",
              cgrt_finding_kind_name(f.kind), f.broke_capture ? "true" : "false");
-      json_string(f.call);
+      tool_json_string(f.call);
       printf(",\"result\":");
-      json_string(f.result_name);
+      tool_json_string(f.result_name);
       printf(",\"what\":");
-      json_string(f.what);
+      tool_json_string(f.what);
       printf(",\"step\":%llu,\"caller\":", (unsigned long long)f.step);
-      json_string(f.caller);
+      tool_json_string(f.caller);
       printf(",\"count\":%u}", f.count);
     }
     printf("]");

@@ -27,6 +27,10 @@
 #include "bench.h"
 #include "ranks.h"
 #include "tool.h"
+#include "tool_args.h"
+
+_Static_assert(BENCH_MAX_RANKS == CGRT_RANKS_MAX, "cgrt bench checks --ranks against "
+                                                  "BENCH_MAX_RANKS: keep it CGRT_RANKS_MAX");
 
 #if defined(CGRT_HAVE_CUDA) && defined(CGRT_HAVE_NCCL)
 #include "cp.h"
@@ -501,22 +505,27 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     equal &= done;
     all_equal &= equal;
     all_waits += waits;
-    if (b->o->json)
-      printf("{\"workload\":\"cp\",\"backend\":\"%s\",\"device\":\"%s\",\"ranks\":%d,\"cp\":%d,"
+    if (b->o->json) {
+      printf("{\"workload\":\"cp\",\"backend\":");
+      tool_json_string(sh->impl); /* may be a path */
+      printf(",\"device\":");
+      tool_json_string(sh->device);
+      printf(",\"ranks\":%d,\"cp\":%d,"
              "\"graph_scope\":\"%s\",\"rows_per_rank\":%lld,\"eager_us\":%.1f,"
              "\"eager_host_us\":%.1f,\"cgrt_us\":%.1f,\"cgrt_host_us\":%.1f,\"speedup\":%.3f,"
              "\"launch_us\":%.2f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,"
              "\"graphs_built\":%llu,\"live_graphs\":%llu,\"comm_waits\":%llu,\"replayed\":%s,"
              "\"bitwise\":%s,\"comm\":\"%s\"}\n",
-             sh->impl, sh->device, b->nranks, b->cps[i], scope, (long long)rows, ce, he, cg, hg,
-             cg > 0 ? ce / cg : 0.0, lu, cap, inst, (unsigned long long)built,
-             (unsigned long long)live, (unsigned long long)waits, replayed ? "true" : "false",
-             equal ? "true" : "false", comm);
-    else
+             b->nranks, b->cps[i], scope, (long long)rows, ce, he, cg, hg, cg > 0 ? ce / cg : 0.0,
+             lu, cap, inst, (unsigned long long)built, (unsigned long long)live,
+             (unsigned long long)waits, replayed ? "true" : "false", equal ? "true" : "false",
+             comm);
+    } else {
       printf(
           "%4d %8s %10lld %10.1f %10.1f %10.1f %10.1f %7.2fx %10.2f %11.2f %9.2f %7llu %9s %8s\n",
           b->cps[i], scope, (long long)rows, ce, he, cg, hg, cg > 0 ? ce / cg : 0.0, lu, cap, inst,
           (unsigned long long)built, replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
+    }
   }
   if (!b->o->json)
     printf("eager_host, cgrt_host: what issuing one step cost the host, in us (median of %d steps "
@@ -586,8 +595,6 @@ int bench_cp(const struct bench_opts *o) {
                           sizeof(err));
   if (rc == 0)
     status = print_results(&b, v);
-  else if (rc == CGRT_E_NODEV && strncmp(err, "no CUDA device", 14) == 0)
-    printf("cgrt bench: %s\n", err);
   else
     fprintf(stderr, "cgrt bench: %s\n", err);
   cgrt_ranks_shared_free(b.sh, sizeof(struct cp_shared));
@@ -603,7 +610,8 @@ int bench_cp(const struct bench_opts *o) {
   (void)make_patterns;
   (void)cp_launch_conf;
   (void)cp_compute_conf;
-  printf("cgrt bench: no CUDA device: cgrt was built without NCCL (the cp workload needs it)\n");
+  fprintf(stderr,
+          "cgrt bench: no CUDA device: cgrt was built without NCCL (the cp workload needs it)\n");
   return EXIT_UNUSABLE;
 }
 

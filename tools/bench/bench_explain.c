@@ -487,8 +487,8 @@ int bench_explain(const struct bench_workload *w, const struct bench_opts *o) {
   int n = 0;
   cudaError_t ce = cudaGetDeviceCount(&n);
   if (ce != cudaSuccess || n == 0) {
-    printf("cgrt bench: no CUDA device: %s\n",
-           ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+    fprintf(stderr, "cgrt bench: no CUDA device: %s\n",
+            ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
     return EXIT_UNUSABLE;
   }
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"

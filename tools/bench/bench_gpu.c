@@ -18,6 +18,7 @@
 #include "bench.h"
 #include "bench_plot.h"
 #include "tool.h"
+#include "tool_args.h"
 
 #include "bench_fresh.h"
 #include "bench_gpu.h"
@@ -206,8 +207,8 @@ int bench_no_device(const char *cmd) {
   cudaError_t ce = cudaGetDeviceCount(&n);
   if (ce == cudaSuccess && n > 0)
     return 0;
-  printf("%s: no CUDA device: %s\n", cmd,
-         ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+  fprintf(stderr, "%s: no CUDA device: %s\n", cmd,
+          ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
   return EXIT_UNUSABLE;
 }
 
@@ -458,12 +459,16 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
                         double copy_bw, cgrt_runtime *rt) {
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
-    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"scope\":\"%s\",\"device\":\"%s\","
-           "\"dispatch_us_per_call\":%.3f,\"dispatch_vs_floor_us\":%.3f,\"raw_launch_us\":%.3f,"
+    /* impl may be a path and device is the driver's: both escaped */
+    printf("{\"workload\":\"%s\",\"backend\":", o->workload);
+    tool_json_string(v->impl);
+    printf(",\"scope\":\"%s\",\"device\":", scope_of(v));
+    tool_json_string(device);
+    printf(",\"dispatch_us_per_call\":%.3f,\"dispatch_vs_floor_us\":%.3f,\"raw_launch_us\":%.3f,"
            "\"graph_mem_all_mib\":%.1f,"
            "\"graph_mem_largest_mib\":%.1f,\"graphs\":%llu,\"copy_gb_per_s\":%.1f,\"rows\":[",
-           o->workload, v->impl, scope_of(v), device, dispatch_us, floor_us, raw_launch_us,
-           mem_all / MIB, mem_one / MIB, (unsigned long long)graphs, copy_bw / 1e9);
+           dispatch_us, floor_us, raw_launch_us, mem_all / MIB, mem_one / MIB,
+           (unsigned long long)graphs, copy_bw / 1e9);
     for (int i = 0; i < n; i++) {
       struct row *r = &rows[i];
       printf("%s{\"tokens\":%lld,\"bucket\":%lld,\"eager_us\":%.2f,\"backend_us\":%.2f,"

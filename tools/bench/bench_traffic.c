@@ -17,6 +17,7 @@
 
 #include "bench.h"
 #include "tool.h"
+#include "tool_args.h"
 #include "traffic.h"
 
 #include "bench_gpu.h"
@@ -122,9 +123,12 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
   char set[512];
   const struct traffic_run *eager = &runs[0];
   if (o->json) {
-    printf("{\"workload\":\"decode\",\"traffic\":\"%s\",\"steps\":%llu,\"real_tokens\":%.0f,"
-           "\"device\":\"%s\",\"runs\":[",
-           o->traffic, (unsigned long long)t->total_steps, t->total_tokens, device);
+    printf("{\"workload\":\"decode\",\"traffic\":");
+    tool_json_string(o->traffic); /* a path: any text */
+    printf(",\"steps\":%llu,\"real_tokens\":%.0f,\"device\":", (unsigned long long)t->total_steps,
+           t->total_tokens);
+    tool_json_string(device);
+    printf(",\"runs\":[");
     for (int i = 0; i < n; i++) {
       const struct traffic_run *r = &runs[i];
       set_text(&r->st, set, sizeof(set));

@@ -12,6 +12,7 @@
 
 #include "bench.h"
 #include "tool.h"
+#include "tool_args.h"
 
 #include <cuda_runtime_api.h>
 
@@ -244,13 +245,16 @@ int bench_train(const struct bench_opts *o) {
                     cgrt_kind_name((cgrt_kind)k));
   const struct cgrtk_train_cfg *tc = cgrtk_train_config(te);
   if (o->json) {
-    printf("{\"workload\":\"train\",\"backend\":\"%s\",\"modules\":\"%s\",\"device\":\"%s\","
-           "\"eager_us\":%.1f,\"backend_us\":%.1f,\"speedup\":%.3f,\"floor_whole_us\":%.1f,"
+    printf("{\"workload\":\"train\",\"backend\":");
+    tool_json_string(impl); /* may be a path */
+    printf(",\"modules\":\"%s\",\"device\":", modules);
+    tool_json_string(prop.name);
+    printf(",\"eager_us\":%.1f,\"backend_us\":%.1f,\"speedup\":%.3f,\"floor_whole_us\":%.1f,"
            "\"floor_scoped_us\":%.1f,\"vs_floor\":%.4f,\"capture_ms\":%.3f,"
            "\"instantiate_ms\":%.3f,\"graphs\":%llu,\"graph_mem_mib\":%.1f,"
            "\"graph_bytes\":%llu,\"graph_nodes\":%llu,\"bitwise\":%s",
-           impl, modules, prop.name, eager_us, backend_us, eager_us / backend_us, whole_us,
-           scoped_us, vs, (double)st.capture_ns / 1e6, (double)st.instantiate_ns / 1e6,
+           eager_us, backend_us, eager_us / backend_us, whole_us, scoped_us, vs,
+           (double)st.capture_ns / 1e6, (double)st.instantiate_ns / 1e6,
            (unsigned long long)st.live_graphs, (double)st.graph_mem_reserved / (1 << 20),
            (unsigned long long)st.graph_bytes, (unsigned long long)st.graph_nodes,
            bitwise ? "true" : "false");

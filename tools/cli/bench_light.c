@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tool_args.h"
+
 #define TARGET_MS 20.0
 #define TARGET_MB 20.0
 #define WARMUP    3
@@ -83,14 +85,22 @@ int main(int argc, char **argv) {
   int runs = 21;
   const char *cgrt = NULL, *src = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
-      runs = atoi(argv[++i]);
-    else if (!cgrt)
+    int64_t v;
+    if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+      if (tool_opt_int("cgrt-bench-light", "--runs", argv[++i], 1, MAX_RUNS, &v) != 0)
+        return 2;
+      runs = (int)v;
+    } else if (!cgrt && argv[i][0] != '-') {
       cgrt = argv[i];
-    else if (!src)
+    } else if (!src && argv[i][0] != '-') {
       src = argv[i];
+    } else {
+      fprintf(stderr, "cgrt-bench-light: '%s' is not an argument it takes\n", argv[i]);
+      cgrt = NULL;
+      break;
+    }
   }
-  if (!cgrt || !src || runs < 1 || runs > MAX_RUNS) {
+  if (!cgrt || !src) {
     fprintf(stderr, "usage: cgrt-bench-light CGRT SOURCE_DIR [--runs N (1 to %d)]\n", MAX_RUNS);
     return 2;
   }

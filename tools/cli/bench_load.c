@@ -36,9 +36,10 @@ int bench_plugin_load(const char *cmd, const struct cgrt_bench_plugin **p) {
   if (loaded)
     return EXIT_VALID;
   if (plugin_path(path, sizeof(path)) != 0) {
-    printf("%s: no CUDA device: cannot tell where libcgrt is, to find the GPU workloads "
-           "(libcgrt-bench.so); set %s to its path\n",
-           cmd, CGRT_BENCH_PLUGIN_ENV);
+    fprintf(stderr,
+            "%s: no CUDA device: cannot tell where libcgrt is, to find the GPU workloads "
+            "(libcgrt-bench.so); set %s to its path\n",
+            cmd, CGRT_BENCH_PLUGIN_ENV);
     return EXIT_UNUSABLE;
   }
   dlerror();
@@ -46,21 +47,23 @@ int bench_plugin_load(const char *cmd, const struct cgrt_bench_plugin **p) {
   void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!dl) {
     const char *why = dlerror();
-    printf("%s: no CUDA device: the GPU workloads could not be loaded: %s (they are built with "
-           "the CUDA Toolkit into LIBDIR/cgrt/%s, beside libcgrt, and need the CUDA runtime, "
-           "cuBLAS and NCCL; %s names another file)\n",
-           cmd, why ? why : path, CGRT_BENCH_PLUGIN_FILE, CGRT_BENCH_PLUGIN_ENV);
+    fprintf(stderr,
+            "%s: no CUDA device: the GPU workloads could not be loaded: %s (they are built with "
+            "the CUDA Toolkit into LIBDIR/cgrt/%s, beside libcgrt, and need the CUDA runtime, "
+            "cuBLAS and NCCL; %s names another file)\n",
+            cmd, why ? why : path, CGRT_BENCH_PLUGIN_FILE, CGRT_BENCH_PLUGIN_ENV);
     return EXIT_UNUSABLE;
   }
   const struct cgrt_bench_plugin *t = dlsym(dl, CGRT_BENCH_PLUGIN_SYMBOL);
   if (!t || t->version != CGRT_BENCH_PLUGIN_VERSION ||
       t->struct_size < sizeof(struct cgrt_bench_plugin) || !t->bench || !t->plan) {
-    printf("%s: %s is not the GPU workloads of this cgrt %s (%s); use the one built with this "
-           "cgrt\n",
-           cmd, path, CGRT_VERSION_STRING,
-           !t                                        ? "no " CGRT_BENCH_PLUGIN_SYMBOL " table"
-           : t->version != CGRT_BENCH_PLUGIN_VERSION ? "another table version"
-                                                     : "a short or incomplete table");
+    fprintf(stderr,
+            "%s: %s is not the GPU workloads of this cgrt %s (%s); use the one built with this "
+            "cgrt\n",
+            cmd, path, CGRT_VERSION_STRING,
+            !t                                        ? "no " CGRT_BENCH_PLUGIN_SYMBOL " table"
+            : t->version != CGRT_BENCH_PLUGIN_VERSION ? "another table version"
+                                                      : "a short or incomplete table");
     return EXIT_UNUSABLE;
   }
   *p = loaded = t;

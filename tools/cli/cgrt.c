@@ -52,11 +52,18 @@ int main(int argc, char **argv) {
     return cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "plan") == 0)
     return cmd_plan(argc - 1, argv + 1);
-  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+  int version = strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0;
+  int help = strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0;
+  if ((version || help) && argc > 2) {
+    fprintf(stderr, "cgrt %s: takes no arguments, but '%s' was given; usage: cgrt %s\n", cmd,
+            argv[2], cmd);
+    return EXIT_UNUSABLE;
+  }
+  if (version) {
     printf("cgrt %s\n", cgrt_version());
     return 0;
   }
-  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+  if (help) {
     usage(stdout);
     return 0;
   }

@@ -20,13 +20,15 @@
 #include "cgrt/cgrt.h"
 #include "bench_plugin.h"
 #include "tool.h"
+#include "tool_args.h"
+#include "traffic.h"
 
 #define REPS 9
 
 struct dispatch {
   cgrt_runtime *rt;
   cgrt_module *m;
-  long calls;
+  int calls;
   volatile long sink;
   double ns_cgrt[REPS];
   double ns_direct[REPS];
@@ -47,13 +49,13 @@ static int dispatch_body(const cgrt_ctx *ctx, void *user) {
   struct dispatch *d = user;
   cgrt_args a = {.struct_size = sizeof(a), .key = 1};
   uint64_t t0 = cgrt_tool_now_ns();
-  for (long i = 0; i < d->calls; i++) {
+  for (int i = 0; i < d->calls; i++) {
     int rc = cgrt_forward(d->rt, d->m, ctx, &a);
     if (rc)
       return rc;
   }
   uint64_t t1 = cgrt_tool_now_ns();
-  for (long i = 0; i < d->calls; i++)
+  for (int i = 0; i < d->calls; i++)
     direct_fn(ctx, &a, d);
   uint64_t t2 = cgrt_tool_now_ns();
   d->ns_cgrt[d->rep] = (double)(t1 - t0) / (double)d->calls;
@@ -72,7 +74,7 @@ static double median(double *v, int n) {
 }
 
 /* cfg is consumed. */
-static int bench_dispatch(cgrt_tool_config *cfg, long calls, int json) {
+static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
   struct dispatch d = {.calls = calls};
   struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   v->driver = CGRT_DRIVER_HOST;
@@ -105,11 +107,11 @@ static int bench_dispatch(cgrt_tool_config *cfg, long calls, int json) {
   const char *backend = cgrt_backend_name(d.rt);
   double via = median(d.ns_cgrt, REPS), direct = median(d.ns_direct, REPS);
   if (json)
-    printf("{\"workload\":\"dispatch\",\"backend\":\"%s\",\"driver\":\"host\",\"calls\":%ld,"
+    printf("{\"workload\":\"dispatch\",\"backend\":\"%s\",\"driver\":\"host\",\"calls\":%d,"
            "\"repetitions\":%d,\"direct_ns\":%.2f,\"cgrt_ns\":%.2f,\"overhead_ns\":%.2f}\n",
            backend, calls, REPS, direct, via, via - direct);
   else
-    printf("workload dispatch: backend %s, host driver, %ld calls x %d repetitions (median)\n"
+    printf("workload dispatch: backend %s, host driver, %d calls x %d repetitions (median)\n"
            "  direct call of the module callback   %8.2f ns/call\n"
            "  cgrt_forward through the backend     %8.2f ns/call\n"
            "  overhead per call                    %8.2f ns/call\n",
@@ -118,50 +120,139 @@ static int bench_dispatch(cgrt_tool_config *cfg, long calls, int json) {
   return 0;
 }
 
-static void usage(void) {
-  fprintf(stderr,
+/* The numeric options' ranges (printed by usage): wide enough for any run that ends. */
+#define STEPS_MAX     1000000    /* --steps: timed steps per measurement */
+#define WARMUP_MAX    1000000    /* --warmup: untimed steps before */
+#define WARMUP_MS_MAX 3600000    /* --warmup-ms: an hour */
+#define BLOCKS_MAX    1000       /* --blocks */
+#define KERNELS_MAX   100000     /* --kernels: the chain's kernels, one graph node each */
+#define CALLS_MAX     1000000000 /* --calls: dispatch's calls per repetition */
+#define TIMEOUT_MAX   86400      /* --timeout: a day, in seconds */
+#define TOKENS_MAX    1000000    /* each --tokens count: rows of the workload's buffers */
+
+/* The usage, on out: stdout for --help, stderr after a misuse. */
+static void usage(FILE *out) {
+  fprintf(out,
           "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
           "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
           "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
           "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n"
-          "                  [--memory-budget SIZE|off]\n");
+          "                  [--memory-budget SIZE|off]\n"
+          "  whole numbers: --tokens 1 to %d each (at most %d of them), --steps 1 to %d,\n"
+          "  --warmup 0 to %d, --warmup-ms 0 to %d, --blocks 1 to %d, --kernels 1 to %d,\n"
+          "  --calls 1 to %d, --ranks 0 to %d (0: the largest cp size), --timeout 0 to %d\n"
+          "  (0: 600 s)\n",
+          TOKENS_MAX, BENCH_MAX_TOKENS, STEPS_MAX, WARMUP_MAX, WARMUP_MS_MAX, BLOCKS_MAX,
+          KERNELS_MAX, CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX);
 }
 
-/* Parses a space- or comma-separated list of positive token counts. */
+/* An int option from min to max (within int): 0, or -1 with the sentence printed. */
+static int int_opt(const char *opt, const char *text, int64_t min, int64_t max, int *out) {
+  int64_t v;
+  if (tool_opt_int("cgrt bench", opt, text, min, max, &v) != 0)
+    return -1;
+  *out = (int)v;
+  return 0;
+}
+
+/* Parses a space- or comma-separated list of token counts, each from 1 to TOKENS_MAX. */
 static int parse_tokens(const char *s, struct bench_opts *o) {
+  char *copy = strdup(s);
+  int rc = copy ? 0 : -1;
   o->num_tokens = 0;
-  const char *p = s;
-  while (*p) {
-    while (*p == ' ' || *p == ',')
-      p++;
-    if (!*p)
-      break;
-    char *end;
-    long long v = strtoll(p, &end, 10);
-    if (end == p || v < 1 || o->num_tokens == BENCH_MAX_TOKENS)
-      return -1;
-    o->tokens[o->num_tokens++] = v;
-    p = end;
+  for (char *save, *tok = copy ? strtok_r(copy, " ,", &save) : NULL; rc == 0 && tok;
+       tok = strtok_r(NULL, " ,", &save)) {
+    int64_t v;
+    if (o->num_tokens == BENCH_MAX_TOKENS) {
+      fprintf(stderr, "cgrt bench: --tokens: more than %d token counts; give at most %d\n",
+              BENCH_MAX_TOKENS, BENCH_MAX_TOKENS);
+      rc = -1;
+    } else if (tool_opt_int("cgrt bench", "--tokens", tok, 1, TOKENS_MAX, &v) != 0) {
+      rc = -1;
+    } else {
+      o->tokens[o->num_tokens++] = v;
+    }
   }
-  return o->num_tokens > 0 ? 0 : -1;
+  if (rc == 0 && o->num_tokens == 0) {
+    char q[64];
+    fprintf(stderr,
+            "cgrt bench: --tokens '%s': expected token counts, whole numbers from 1 to %d "
+            "separated by spaces or commas\n",
+            tool_quote(s, q, sizeof(q)), TOKENS_MAX);
+    rc = -1;
+  }
+  free(copy);
+  return rc;
 }
 
 /*
  * --memory-budget: read by the configuration's own parser (a one-key INI), so it takes what
- * [cuda_graph] memory_budget takes and is refused with the same message.
+ * [cuda_graph] memory_budget takes and is refused with the same message. The text is pasted into
+ * that INI, so what would change its meaning (a line break, a comment, a section, a key) is
+ * refused first.
  */
 static int parse_budget(const char *text, struct bench_opts *o) {
-  char ini[256];
+  char ini[256], err[256];
+  if (tool_check_ini_value("--memory-budget", text, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: %s, such as 512 MiB or off\n", err);
+    return -1;
+  }
   if (snprintf(ini, sizeof(ini), "[cuda_graph]\nimpl = local\nmemory_budget = %s\n", text) >=
-      (int)sizeof(ini))
+      (int)sizeof(ini)) {
+    fprintf(stderr,
+            "cgrt bench: --memory-budget: %zu characters is too long for a size; give "
+            "one such as 512 MiB, or off\n",
+            strlen(text));
     return -1;
+  }
   cgrt_tool_config *cfg = NULL;
-  if (tool_load_config(NULL, ini, "--memory-budget", &cfg, 0) != EXIT_VALID)
+  if (tool_load_config(NULL, ini, "--memory-budget", &cfg, 0) != EXIT_VALID) {
+    fprintf(stderr, "cgrt bench: --memory-budget takes what [cuda_graph] memory_budget "
+                    "takes: off, or e.g. 512 MiB\n");
     return -1;
+  }
   o->set_budget = 1;
   o->memory_budget = cgrt_tool_config_view(cfg)->memory_budget;
   cgrt_tool_config_free(cfg);
   return 0;
+}
+
+/* The options that take a value. */
+static int takes_value(const char *a) {
+  static const char *const names[] = {"--workload",  "--tokens",       "--steps",    "--warmup",
+                                      "--warmup-ms", "--blocks",       "--cp-shape", "--plot",
+                                      "--kernels",   "--calls",        "--ranks",    "--timeout",
+                                      "--traffic",   "--memory-budget"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    if (strcmp(a, names[i]) == 0)
+      return 1;
+  return 0;
+}
+
+/*
+ * The files the command reads, checked before the GPU half is loaded (without a GPU, a wrong
+ * path is said before "no CUDA device"), and the --plot file checked writable before anything
+ * is measured. The exit code.
+ */
+static int check_files(const struct bench_opts *o) {
+  char err[1024];
+  if (o->conf && tool_check_input(o->conf, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", err);
+    return EXIT_UNUSABLE;
+  }
+  if (o->traffic) { /* read whole: max_tokens is the configuration's, checked again then */
+    struct traffic t;
+    if (traffic_load(o->traffic, 0, &t, err, sizeof(err)) != 0) {
+      fprintf(stderr, "cgrt bench: %s\n", err);
+      return EXIT_INVALID;
+    }
+    traffic_free(&t);
+  }
+  if (o->plot && tool_check_output("--plot", o->plot, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt bench: %s\n", err);
+    return EXIT_UNUSABLE;
+  }
+  return EXIT_VALID;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -171,58 +262,65 @@ int cmd_bench(int argc, char **argv) {
                          .warmup_ms = 100,
                          .blocks = 5,
                          .chain_kernels = 64};
-  long calls = 2000000;
+  int calls = 2000000;
   const char *tokens = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--json") == 0)
-      o.json = 1;
-    else if (strcmp(a, "--workload") == 0 && val)
-      o.workload = argv[++i];
-    else if (strcmp(a, "--tokens") == 0 && val)
-      tokens = argv[++i];
-    else if (strcmp(a, "--steps") == 0 && val)
-      o.steps = atoi(argv[++i]);
-    else if (strcmp(a, "--warmup") == 0 && val)
-      o.warmup = atoi(argv[++i]);
-    else if (strcmp(a, "--warmup-ms") == 0 && val)
-      o.warmup_ms = atoi(argv[++i]);
-    else if (strcmp(a, "--blocks") == 0 && val)
-      o.blocks = atoi(argv[++i]);
-    else if (strcmp(a, "--explain") == 0)
-      o.explain = 1;
-    else if (strcmp(a, "--cp-shape") == 0 && val)
-      o.cp_shape = argv[++i];
-    else if (strcmp(a, "--plot") == 0 && val)
-      o.plot = argv[++i];
-    else if (strcmp(a, "--kernels") == 0 && val)
-      o.chain_kernels = atoi(argv[++i]);
-    else if (strcmp(a, "--calls") == 0 && val)
-      calls = atol(argv[++i]);
-    else if (strcmp(a, "--ranks") == 0 && val)
-      o.ranks = atoi(argv[++i]);
-    else if (strcmp(a, "--timeout") == 0 && val)
-      o.timeout_s = atoi(argv[++i]);
-    else if (strcmp(a, "--traffic") == 0 && val)
-      o.traffic = argv[++i];
-    else if (strcmp(a, "--memory-budget") == 0 && val) {
-      if (parse_budget(argv[++i], &o) != 0) {
-        fprintf(stderr, "cgrt bench: --memory-budget takes what [cuda_graph] memory_budget "
-                        "takes: off, or e.g. 512 MiB\n");
-        return EXIT_INVALID;
-      }
-    } else if (a[0] != '-' && !o.conf)
-      o.conf = a;
-    else {
-      usage();
+    int rc = 0;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (takes_value(a) && !val) {
+      fprintf(stderr, "cgrt bench: %s needs a value\n", a);
+      usage(stderr);
       return EXIT_UNUSABLE;
     }
-  }
-  if (o.steps < 1 || o.warmup < 0 || o.warmup_ms < 0 || o.blocks < 1 || o.chain_kernels < 1 ||
-      calls < 1 || o.ranks < 0 || o.timeout_s < 0) {
-    fprintf(stderr, "cgrt bench: --steps, --blocks, --kernels, --calls, --ranks, --timeout, "
-                    "--warmup and --warmup-ms must be positive\n");
-    return EXIT_UNUSABLE;
+    if (strcmp(a, "--json") == 0)
+      o.json = 1;
+    else if (strcmp(a, "--explain") == 0)
+      o.explain = 1;
+    else if (strcmp(a, "--workload") == 0)
+      o.workload = argv[++i];
+    else if (strcmp(a, "--tokens") == 0)
+      tokens = argv[++i];
+    else if (strcmp(a, "--steps") == 0)
+      rc = int_opt(a, argv[++i], 1, STEPS_MAX, &o.steps);
+    else if (strcmp(a, "--warmup") == 0)
+      rc = int_opt(a, argv[++i], 0, WARMUP_MAX, &o.warmup);
+    else if (strcmp(a, "--warmup-ms") == 0)
+      rc = int_opt(a, argv[++i], 0, WARMUP_MS_MAX, &o.warmup_ms);
+    else if (strcmp(a, "--blocks") == 0)
+      rc = int_opt(a, argv[++i], 1, BLOCKS_MAX, &o.blocks);
+    else if (strcmp(a, "--cp-shape") == 0)
+      o.cp_shape = argv[++i];
+    else if (strcmp(a, "--plot") == 0)
+      o.plot = argv[++i];
+    else if (strcmp(a, "--kernels") == 0)
+      rc = int_opt(a, argv[++i], 1, KERNELS_MAX, &o.chain_kernels);
+    else if (strcmp(a, "--calls") == 0)
+      rc = int_opt(a, argv[++i], 1, CALLS_MAX, &calls);
+    else if (strcmp(a, "--ranks") == 0)
+      rc = int_opt(a, argv[++i], 0, BENCH_MAX_RANKS, &o.ranks);
+    else if (strcmp(a, "--timeout") == 0)
+      rc = int_opt(a, argv[++i], 0, TIMEOUT_MAX, &o.timeout_s);
+    else if (strcmp(a, "--traffic") == 0)
+      o.traffic = argv[++i];
+    else if (strcmp(a, "--memory-budget") == 0) {
+      if (parse_budget(argv[++i], &o) != 0)
+        return EXIT_INVALID;
+    } else if (a[0] != '-' && !o.conf) {
+      o.conf = a;
+    } else {
+      if (a[0] != '-')
+        fprintf(stderr, "cgrt bench: one configuration file at most: '%s' after '%s'\n", a, o.conf);
+      else
+        fprintf(stderr, "cgrt bench: unknown option '%s'\n", a);
+      usage(stderr);
+      return EXIT_UNUSABLE;
+    }
+    if (rc != 0)
+      return EXIT_UNUSABLE;
   }
   int gpu_rows = strcmp(o.workload, "decode") == 0 || strcmp(o.workload, "chain") == 0;
   if ((o.explain || o.plot) && !gpu_rows) {
@@ -232,28 +330,35 @@ int cmd_bench(int argc, char **argv) {
   if (!gpu_rows)
     o.warmup_ms = 0; /* cp: every rank must run the same number of steps */
   int is_chain = strcmp(o.workload, "chain") == 0;
-  if (parse_tokens(tokens ? tokens : is_chain ? "1" : "1 3 8 37 64", &o) != 0) {
-    fprintf(stderr, "cgrt bench: --tokens wants positive integers, at most %d\n", BENCH_MAX_TOKENS);
+  if (parse_tokens(tokens ? tokens : is_chain ? "1" : "1 3 8 37 64", &o) != 0)
     return EXIT_UNUSABLE;
-  }
   if (o.traffic && strcmp(o.workload, "decode") != 0) {
     fprintf(stderr, "cgrt bench: --traffic replays token counts through the decode workload; "
                     "use --workload decode\n");
     return EXIT_UNUSABLE;
   }
-  /* The GPU workloads are libcgrt-bench.so, loaded only now: dispatch runs on the host. */
-  if (o.traffic || gpu_rows || strcmp(o.workload, "train") == 0 || strcmp(o.workload, "cp") == 0) {
-    const struct cgrt_bench_plugin *p = NULL;
-    int status = bench_plugin_load("cgrt bench", &p);
-    return status == EXIT_VALID ? p->bench(&o) : status;
+  if (o.cp_shape && strcmp(o.cp_shape, "launch") != 0 && strcmp(o.cp_shape, "compute") != 0) {
+    fprintf(stderr, "cgrt bench: --cp-shape '%s': expected launch or compute\n", o.cp_shape);
+    return EXIT_UNUSABLE;
   }
-  if (strcmp(o.workload, "dispatch") != 0) {
+  int gpu =
+      o.traffic || gpu_rows || strcmp(o.workload, "train") == 0 || strcmp(o.workload, "cp") == 0;
+  if (!gpu && strcmp(o.workload, "dispatch") != 0) {
     fprintf(stderr, "cgrt bench: unknown workload '%s' (decode, chain, train, cp, dispatch)\n",
             o.workload);
     return EXIT_UNUSABLE;
   }
+  int status = check_files(&o);
+  if (status != EXIT_VALID)
+    return status;
+  /* The GPU workloads are libcgrt-bench.so, loaded only now: dispatch runs on the host. */
+  if (gpu) {
+    const struct cgrt_bench_plugin *p = NULL;
+    status = bench_plugin_load("cgrt bench", &p);
+    return status == EXIT_VALID ? p->bench(&o) : status;
+  }
   cgrt_tool_config *cfg = NULL;
-  int status = tool_load_config(o.conf, cgrt_tool_default_config(), "<default>", &cfg, 0);
+  status = tool_load_config(o.conf, cgrt_tool_default_config(), "<default>", &cfg, 0);
   if (status == EXIT_VALID)
     status = bench_dispatch(cfg, calls, o.json);
   return status;

@@ -4,27 +4,21 @@
  * prints them. With --histogram FILE: the offline planner, the K buckets that pad the file's
  * traffic least, against the exponential and linear sets of the same K.
  */
-#include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tool.h"
+#include "tool_args.h"
 #include "traffic.h"
 
 #define MAX_LIST 1024
 
-static int parse_i64(const char *opt, const char *s, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end) {
-    fprintf(stderr, "cgrt buckets: %s '%s' is not an integer\n", opt, s);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
+/* The options' ranges: those of [inference] max_tokens and list; num_graphs and tp_size up to
+   a million (the planner's arrays hold num_graphs sizes). */
+#define GRAPHS_MAX 1000000
+#define TP_MAX     1000000
 
 static int parse_list(const char *s, int64_t *list, size_t *n) {
   *n = 0;
@@ -33,21 +27,39 @@ static int parse_list(const char *s, int64_t *list, size_t *n) {
     return -1;
   int rc = 0;
   for (char *save, *tok = strtok_r(copy, " ,", &save); tok; tok = strtok_r(NULL, " ,", &save)) {
-    if (*n == MAX_LIST || parse_i64("--list", tok, &list[*n]) != 0) {
+    if (*n == MAX_LIST) {
+      fprintf(stderr, "cgrt buckets: --list: more than %d sizes; give at most %d\n", MAX_LIST,
+              MAX_LIST);
+      rc = -1;
+      break;
+    }
+    if (tool_opt_int("cgrt buckets", "--list", tok, 1, INT64_MAX, &list[*n]) != 0) {
       rc = -1;
       break;
     }
     (*n)++;
   }
+  if (rc == 0 && *n == 0) {
+    char q[64];
+    fprintf(stderr,
+            "cgrt buckets: --list '%s': expected bucket sizes, whole numbers from 1 to %" PRId64
+            " separated by spaces or commas\n",
+            tool_quote(s, q, sizeof(q)), INT64_MAX);
+    rc = -1;
+  }
   free(copy);
   return rc;
 }
 
-static void usage(void) {
-  fprintf(stderr, "usage: cgrt buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
-                  "                    [--dist exponential|linear|list] [--list 'A B ...']\n"
-                  "       cgrt buckets --histogram TRAFFIC --num-graphs K [--tp T] "
-                  "[--max-tokens N]\n");
+/* The usage, on out: stdout for --help, stderr after a misuse. */
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: cgrt buckets [FILE] [--max-tokens N] [--num-graphs K] [--tp T]\n"
+          "                    [--dist exponential|linear|list] [--list 'A B ...']\n"
+          "       cgrt buckets --histogram TRAFFIC --num-graphs K [--tp T] [--max-tokens N]\n"
+          "  whole numbers: --max-tokens and each --list size 1 to %" PRId64 ",\n"
+          "  --num-graphs 1 to %d, --tp 1 to %d\n",
+          INT64_MAX, GRAPHS_MAX, TP_MAX);
 }
 
 /* The traffic as a histogram of needed bucket sizes (ascending, merged), malloc'ed arrays. */
@@ -178,10 +190,27 @@ int cmd_buckets(int argc, char **argv) {
   const char *histogram = NULL;
   int64_t max = v->max_tokens, graphs = v->num_graphs, tp = v->tp_size;
   cgrt_bucket_dist dist = v->buckets;
+  const char *file = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      status = 0;
+      goto out;
+    }
     if (a[0] != '-') {
+      if (file) {
+        fprintf(stderr, "cgrt buckets: one FILE at most: '%s' after '%s'\n", a, file);
+        usage(stderr);
+        goto out;
+      }
+      file = a;
+      char err[1024];
+      if (tool_check_input(a, err, sizeof(err)) != 0) {
+        fprintf(stderr, "cgrt buckets: %s\n", err);
+        goto out;
+      }
       cgrt_tool_config_free(cfg);
       cfg = NULL;
       status = tool_load_config(a, NULL, NULL, &cfg, 0);
@@ -196,28 +225,35 @@ int cmd_buckets(int argc, char **argv) {
       max_given = 1;
       continue;
     }
-    if (!val) {
-      usage();
+    int known = strcmp(a, "--max-tokens") == 0 || strcmp(a, "--histogram") == 0 ||
+                strcmp(a, "--num-graphs") == 0 || strcmp(a, "--tp") == 0 ||
+                strcmp(a, "--list") == 0 || strcmp(a, "--dist") == 0;
+    if (!known || !val) {
+      if (known)
+        fprintf(stderr, "cgrt buckets: %s needs a value\n", a);
+      else
+        fprintf(stderr, "cgrt buckets: unknown option '%s'\n", a);
+      usage(stderr);
       goto out;
     }
     i++;
-    if (strcmp(a, "--max-tokens") == 0 && parse_i64(a, val, &max) == 0) {
+    if (strcmp(a, "--max-tokens") == 0) {
+      if (tool_opt_int("cgrt buckets", a, val, 1, INT64_MAX, &max) != 0)
+        goto out;
       max_given = 1;
-      continue;
-    }
-    if (strcmp(a, "--histogram") == 0) {
+    } else if (strcmp(a, "--histogram") == 0) {
       histogram = val;
-      continue;
-    }
-    if (strcmp(a, "--num-graphs") == 0 && parse_i64(a, val, &graphs) == 0)
-      continue;
-    if (strcmp(a, "--tp") == 0 && parse_i64(a, val, &tp) == 0)
-      continue;
-    if (strcmp(a, "--list") == 0 && parse_list(val, list, &list_len) == 0) {
+    } else if (strcmp(a, "--num-graphs") == 0) {
+      if (tool_opt_int("cgrt buckets", a, val, 1, GRAPHS_MAX, &graphs) != 0)
+        goto out;
+    } else if (strcmp(a, "--tp") == 0) {
+      if (tool_opt_int("cgrt buckets", a, val, 1, TP_MAX, &tp) != 0)
+        goto out;
+    } else if (strcmp(a, "--list") == 0) {
+      if (parse_list(val, list, &list_len) != 0)
+        goto out;
       have_list = 1;
-      continue;
-    }
-    if (strcmp(a, "--dist") == 0) {
+    } else {
       dist_given = 1;
       if (strcmp(val, "exponential") == 0)
         dist = CGRT_BUCKETS_EXPONENTIAL;
@@ -229,16 +265,17 @@ int cmd_buckets(int argc, char **argv) {
         fprintf(stderr, "cgrt buckets: --dist '%s': expected exponential, linear or list\n", val);
         goto out;
       }
-      continue;
     }
-    usage();
+  }
+  /* A FILE's [inference] counts are checked by the configuration, but not against these. */
+  if (graphs > GRAPHS_MAX || tp > TP_MAX) {
+    fprintf(stderr,
+            "cgrt buckets: num_graphs = %lld, tp_size = %lld: each must be at most one million; "
+            "lower them in FILE's [inference], or give --num-graphs and --tp\n",
+            (long long)graphs, (long long)tp);
     goto out;
   }
   if (histogram) {
-    if (graphs > 1000000 || tp > 1000000) {
-      fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be below one million\n");
-      goto out;
-    }
     status = plan_histogram(histogram, graphs, tp, max, max_given);
     goto out;
   }
@@ -246,10 +283,6 @@ int cmd_buckets(int argc, char **argv) {
     dist = CGRT_BUCKETS_LIST; /* --list alone means a list */
   const int64_t *lp = have_list ? list : v->bucket_list;
   size_t ln = have_list ? list_len : v->bucket_list_len;
-  if (graphs > 1000000 || tp > 1000000 || graphs < -1000000 || tp < -1000000) {
-    fprintf(stderr, "cgrt buckets: --num-graphs and --tp must be below one million\n");
-    goto out;
-  }
   int64_t *sizes = NULL;
   size_t n = 0;
   char err[512];

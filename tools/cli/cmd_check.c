@@ -10,6 +10,7 @@
 
 #include "cgrt/cgrt.h"
 #include "tool.h"
+#include "tool_args.h"
 
 #define SIM_LAYERS 2
 
@@ -221,17 +222,31 @@ int cmd_check(int argc, char **argv) {
   const char *path = NULL;
   int dry = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--dry-run") == 0)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf("usage: cgrt check FILE [--dry-run]\n");
+      return 0;
+    }
+    if (strcmp(argv[i], "--dry-run") == 0) {
       dry = 1;
-    else if (!path && argv[i][0] != '-')
+    } else if (!path && argv[i][0] != '-') {
       path = argv[i];
-    else {
+    } else {
+      if (argv[i][0] != '-')
+        fprintf(stderr, "cgrt check: one FILE at a time: '%s' after '%s'\n", argv[i], path);
+      else
+        fprintf(stderr, "cgrt check: unknown option '%s'\n", argv[i]);
       fprintf(stderr, "usage: cgrt check FILE [--dry-run]\n");
       return EXIT_UNUSABLE;
     }
   }
   if (!path) {
     fprintf(stderr, "usage: cgrt check FILE [--dry-run]\n");
+    return EXIT_UNUSABLE;
+  }
+  /* A directory, a FIFO or a device is refused here, before the library reads it. */
+  char err[1024];
+  if (tool_check_input(path, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt check: %s\n", err);
     return EXIT_UNUSABLE;
   }
   cgrt_tool_config *cfg = NULL;

@@ -179,6 +179,10 @@ static void print_backends_in(const char *dir) {
 }
 
 int cmd_info(int argc, char **argv) {
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    printf("usage: cgrt info [--probe]\n");
+    return 0;
+  }
   int probe = argc == 2 && strcmp(argv[1], "--probe") == 0;
   if (argc > 2 || (argc == 2 && !probe)) {
     fprintf(stderr, "usage: cgrt info [--probe]\n");

@@ -12,6 +12,7 @@
 #include "cgrt/cgrt.h"
 #include "bench_plugin.h"
 #include "tool.h"
+#include "tool_args.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -54,16 +55,6 @@ static int by_bytes(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-static void json_string(const char *s) {
-  putchar('"');
-  for (; *s; s++)
-    if (*s == '"' || *s == '\\')
-      printf("\\%c", *s);
-    else
-      putchar(*s);
-  putchar('"');
-}
-
 static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *user) {
   struct plan *p = user;
   int rc = cgrt_graph_list(rt, collect, p);
@@ -85,15 +76,15 @@ static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *use
   cgrt_release_report rel = {.struct_size = sizeof(rel)};
   rc = cgrt_release_graphs_ex(rt, &rel);
   if (p->json) {
-    printf("{\"workload\":\"%s\",\"backend\":", p->workload);
-    json_string(cgrt_backend_name(rt));
+    printf("{\"workload\":\"%s\",\"backend\":", p->workload); /* decode or train */
+    tool_json_string(cgrt_backend_name(rt));
     printf(",\"what\":");
-    json_string(what);
+    tool_json_string(what);
     printf(",\"graphs\":[");
     for (size_t i = 0; i < p->n; i++) {
       const cgrt_graph_info *g = &p->rows[i].g;
       printf("%s{\"graph\":", i ? "," : "");
-      json_string(p->rows[i].name);
+      tool_json_string(p->rows[i].name);
       printf(",\"bytes\":%llu,\"pool_bytes\":%llu,\"exec_bytes\":%llu,\"alloc_bytes\":%llu,"
              "\"nodes\":%llu,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f}",
              (unsigned long long)g->bytes, (unsigned long long)g->pool_bytes,
@@ -142,31 +133,49 @@ static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *use
   return rc == 0 ? EXIT_VALID : EXIT_UNUSABLE;
 }
 
-static void usage(void) {
-  fprintf(stderr, "usage: cgrt plan FILE [--workload decode|train] [--json]\n");
+/* The usage, on out: stdout for --help, stderr after a misuse. */
+static void usage(FILE *out) {
+  fprintf(out, "usage: cgrt plan FILE [--workload decode|train] [--json]\n");
 }
 
 int cmd_plan(int argc, char **argv) {
   struct plan p = {.workload = "decode"};
   const char *conf = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (strcmp(argv[i], "--json") == 0) {
       p.json = 1;
-    else if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc)
+    } else if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc) {
       p.workload = argv[++i];
-    else if (argv[i][0] != '-' && !conf)
+    } else if (argv[i][0] != '-' && !conf) {
       conf = argv[i];
-    else {
-      usage();
+    } else {
+      if (strcmp(argv[i], "--workload") == 0)
+        fprintf(stderr, "cgrt plan: --workload needs a value\n");
+      else if (argv[i][0] != '-')
+        fprintf(stderr, "cgrt plan: one configuration file: '%s' after '%s'\n", argv[i], conf);
+      else
+        fprintf(stderr, "cgrt plan: unknown option '%s'\n", argv[i]);
+      usage(stderr);
       return EXIT_UNUSABLE;
     }
   }
   if (!conf) {
-    usage();
+    fprintf(stderr, "cgrt plan: which configuration? give its FILE\n");
+    usage(stderr);
     return EXIT_UNUSABLE;
   }
   if (strcmp(p.workload, "decode") != 0 && strcmp(p.workload, "train") != 0) {
     fprintf(stderr, "cgrt plan: unknown workload '%s' (decode, train)\n", p.workload);
+    return EXIT_UNUSABLE;
+  }
+  /* The file first: without a GPU, a wrong path is said before "no CUDA device". */
+  char err[1024];
+  if (tool_check_input(conf, err, sizeof(err)) != 0) {
+    fprintf(stderr, "cgrt plan: %s\n", err);
     return EXIT_UNUSABLE;
   }
   /* The workloads are libcgrt-bench.so (bench_plugin.h), loaded only now. */

@@ -19,6 +19,8 @@
 #include "cgrt/cgrt.h"
 
 #define BENCH_MAX_TOKENS 32
+/* The most --ranks: tools/bench/ranks.h's CGRT_RANKS_MAX (bench_cp.c checks they agree). */
+#define BENCH_MAX_RANKS 64
 
 /* `cgrt bench`'s options, parsed and checked by the command (cmd_bench.c). */
 struct bench_opts {
@@ -67,7 +69,7 @@ struct cgrt_bench_plugin {
 
 /*
  * Loads libcgrt-bench.so ($CGRT_BENCH_LIBRARY, else LIBDIR/cgrt/tools beside libcgrt) once and
- * checks its table. On failure prints why on stdout, prefixed by `cmd` ("cgrt bench: no CUDA
+ * checks its table. On failure prints why on stderr, prefixed by `cmd` ("cgrt bench: no CUDA
  * device: ..." when the object or its CUDA libraries are missing, as a GPU bench says when there
  * is no GPU) and returns EXIT_UNUSABLE with *p NULL.
  */

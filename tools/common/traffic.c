@@ -1,10 +1,12 @@
 /* traffic.c - reading token-count files (traffic.h). */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tool_args.h"
 #include "traffic.h"
 
 void traffic_free(struct traffic *t) {
@@ -65,25 +67,46 @@ static int add(struct traffic *t, size_t *cap, int64_t tokens, int64_t steps, in
 int traffic_load(const char *path, int64_t max_tokens, struct traffic *t, char *err,
                  size_t errlen) {
   memset(t, 0, sizeof(*t));
-  FILE *fp = fopen(path, "r");
-  if (!fp) {
-    snprintf(err, errlen, "%s: cannot read it: %s", path, strerror(errno));
+  /* A regular file only: /dev/zero would never end, a FIFO could block forever. */
+  FILE *fp = tool_open_input(path, err, errlen);
+  if (!fp)
     return -1;
-  }
-  char line[256];
-  size_t cap = 0;
-  int lineno = 0, rc = 0;
+  char line[TRAFFIC_LINE_MAX + 1], q[64];
+  size_t cap = 0, len = 0;
+  int lineno = 0, rc = 0, got;
   uint64_t real = 0; /* real tokens summed exactly, up to TRAFFIC_EXACT_MAX */
   uint64_t product = 0;
-  while (rc == 0 && fgets(line, sizeof(line), fp)) {
-    lineno++;
-    size_t len = strlen(line);
-    if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(fp)) {
-      snprintf(err, errlen, "%s:%d: line too long: expected N or N,STEPS", path, lineno);
+  while (rc == 0 && (got = tool_read_line(fp, line, sizeof(line), &len)) != 0) {
+    if (lineno == INT_MAX) { /* t->lines holds ints */
+      snprintf(err, errlen,
+               "%s: more than %d lines; split the file, or merge equal counts into "
+               "N,STEPS lines",
+               path, INT_MAX);
       rc = -1;
       break;
     }
-    line[strcspn(line, "\r\n")] = '\0';
+    lineno++;
+    if (got == TOOL_LINE_LONG) {
+      snprintf(err, errlen,
+               "%s:%d: a line longer than %d bytes: expected N or N,STEPS (or a # comment); "
+               "shorten or remove the line, or give a traffic file",
+               path, lineno, TRAFFIC_LINE_MAX);
+      rc = -1;
+      break;
+    }
+    if (got == TOOL_LINE_NUL) {
+      snprintf(err, errlen,
+               "%s:%d: a NUL byte at column %zu: a traffic file is text, N or N,STEPS per line; "
+               "remove the byte, or give a traffic file",
+               path, lineno, len + 1);
+      rc = -1;
+      break;
+    }
+    if (got == TOOL_LINE_ERROR) {
+      snprintf(err, errlen, "%s:%d: read error: %s", path, lineno, strerror(errno));
+      rc = -1;
+      break;
+    }
     const char *s = line;
     while (isspace((unsigned char)*s))
       s++;
@@ -97,7 +120,7 @@ int traffic_load(const char *path, int64_t max_tokens, struct traffic *t, char *
       snprintf(err, errlen,
                "%s:%d: '%s' is not a token count: expected N or N,STEPS (whole numbers: a step's "
                "tokens, and how many steps had them)",
-               path, lineno, s);
+               path, lineno, tool_quote(s, q, sizeof(q)));
       rc = -1;
     } else if (tokens < 1) {
       snprintf(err, errlen, "%s:%d: %lld tokens: a step's token count is at least 1", path, lineno,
@@ -134,10 +157,6 @@ int traffic_load(const char *path, int64_t max_tokens, struct traffic *t, char *
     } else {
       real += product;
     }
-  }
-  if (rc == 0 && ferror(fp)) {
-    snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
-    rc = -1;
   }
   fclose(fp);
   if (rc == 0 && t->n == 0) {

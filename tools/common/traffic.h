@@ -15,6 +15,9 @@
  */
 #define TRAFFIC_EXACT_MAX (1ull << 53)
 
+/* The longest line read, in bytes (its '\n' aside): a longer one is refused with file:line. */
+#define TRAFFIC_LINE_MAX 1024
+
 /* The file's lines in order: entry i is steps[i] consecutive steps of tokens[i] tokens. */
 struct traffic {
   int64_t *tokens;
@@ -27,11 +30,13 @@ struct traffic {
 };
 
 /*
- * Reads `path`. max_tokens > 0: a count above it is an error. On error (a line that is not
- * `N` or `N,STEPS` with whole numbers, a count or steps below 1, a count above max_tokens, the
- * steps or the real tokens summed up to a line passing TRAFFIC_EXACT_MAX, an unreadable or empty
- * file) err says "path:line: what is wrong; what to do" and -1 is returned with *t empty. Free
- * with traffic_free.
+ * Reads `path`, a regular file (tool_open_input: a directory, a FIFO or a device is refused
+ * without blocking). max_tokens > 0: a count above it is an error. On error (a line that is not
+ * `N` or `N,STEPS` with whole numbers, a line holding a NUL byte or longer than
+ * TRAFFIC_LINE_MAX, a count or steps below 1, a count above max_tokens, the steps or the real
+ * tokens summed up to a line passing TRAFFIC_EXACT_MAX, an unreadable or empty file) err says
+ * "path:line: what is wrong; what to do" and -1 is returned with *t empty. Free with
+ * traffic_free.
  */
 int traffic_load(const char *path, int64_t max_tokens, struct traffic *t, char *err, size_t errlen);
 

@@ -23,6 +23,8 @@ Standard library only.
 """
 import argparse
 import csv
+import os
+import stat
 import statistics
 import sys
 
@@ -62,16 +64,54 @@ def short(name):
     return name[:cut]
 
 
+def rows(path):
+    """The trace's records as (line, dict), from a regular file only: a directory, a FIFO or a
+    device (/dev/zero never ends) is refused before it is opened. A malformed record (a missing
+    column, a NUL byte, a number that is not one) ends the run with path:line and what is wrong."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        sys.exit(f"{path}: cannot read it: {e.strerror}; check the path")
+    if not stat.S_ISREG(mode):
+        sys.exit(f"{path}: not a regular file (a directory, a pipe or a device); give the CSV "
+                 "file libcgrt-trace.so wrote (CGRT_TRACE_OUT)")
+    with open(path, newline="", errors="replace") as f:
+        r = csv.DictReader(f)
+        try:
+            missing = [k for k in ("kind", "name", "start_ns", "end_ns", "graph")
+                       if k not in (r.fieldnames or [])]
+            if r.fieldnames and missing:
+                raise ValueError(f"the header has no column {', '.join(missing)}")
+            for row in r:
+                if "\0" in "".join(v for v in row.values() if isinstance(v, str)):
+                    raise ValueError("a NUL byte in the record")
+                if None in row.values() or None in row:
+                    raise ValueError("the record does not have the header's columns")
+                yield r.line_num, row
+        except csv.Error as e:  # raised while reading the next record: its first line
+            sys.exit(f"{path}:{r.line_num + 1}: {e}; is it a trace of libcgrt-trace.so?")
+        except ValueError as e:
+            sys.exit(f"{path}:{r.line_num}: {e}; is it a trace of libcgrt-trace.so?")
+
+
+def number(path, line, row, key):
+    """row[key] as a whole number, or the run ends with path:line."""
+    try:
+        return int(row[key])
+    except (KeyError, TypeError, ValueError):
+        sys.exit(f"{path}:{line}: {key} = {row.get(key)!r}: expected a whole number of ns (or of "
+                 "a graph id); is it a trace of libcgrt-trace.so?")
+
+
 def load(path):
     recs = []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if row["kind"] in DEVICE_KINDS:
-                name = row["name"]
-                if row["kind"] == "graph":
-                    name = f"graph {row['graph']}"
-                recs.append((int(row["start_ns"]), int(row["end_ns"]), row["kind"],
-                             name, int(row["graph"])))
+    for line, row in rows(path):
+        if row["kind"] in DEVICE_KINDS:
+            name = row["name"]
+            if row["kind"] == "graph":
+                name = f"graph {row['graph']}"
+            recs.append((number(path, line, row, "start_ns"), number(path, line, row, "end_ns"),
+                         row["kind"], name, number(path, line, row, "graph")))
     recs.sort()
     return recs
 
@@ -184,13 +224,13 @@ def main_whole(a):
 def summarize_api(path, marker):
     """Per runtime API function: (calls, host us) a step, over the whole trace; and the steps."""
     steps, by = 0, {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if row["kind"] == "kernel" and short(row["name"]).startswith(marker):
-                steps += 1
-            elif row["kind"] == "api":
-                n, t = by.get(row["name"], (0, 0))
-                by[row["name"]] = (n + 1, t + int(row["end_ns"]) - int(row["start_ns"]))
+    for line, row in rows(path):
+        if row["kind"] == "kernel" and short(row["name"]).startswith(marker):
+            steps += 1
+        elif row["kind"] == "api":
+            n, t = by.get(row["name"], (0, 0))
+            by[row["name"]] = (n + 1, t + number(path, line, row, "end_ns") -
+                               number(path, line, row, "start_ns"))
     if not steps:
         sys.exit(f"{path}: no kernel named {marker}*: no steps to divide by")
     if not by:
@@ -220,12 +260,22 @@ def main_api(a):
         print(f"    {dt:+9.1f} us  {dn:+8.1f} calls  {key[:80]}")
 
 
+def whole(lo, hi):
+    """An argparse type: a whole number from lo to hi, written in digits only."""
+    def parse(text):
+        if not text.isascii() or not text.isdigit() or not lo <= int(text) <= hi:
+            raise argparse.ArgumentTypeError(f"'{text}': expected a whole number from {lo} to {hi}")
+        return int(text)
+    return parse
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
     ap.add_argument("--step", help="name prefix of a step's first kernel (else: the whole trace)")
-    ap.add_argument("--skip", type=int, default=2, help="steps left out at the start (warm-up)")
-    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--skip", type=whole(0, 1000000), default=2,
+                    help="steps left out at the start (warm-up), 0 to 1000000")
+    ap.add_argument("--top", type=whole(1, 1000000), default=12, help="rows shown, 1 to 1000000")
     ap.add_argument("--against", help="a second trace of the same program, to compare")
     ap.add_argument("--api", action="store_true",
                     help="the runtime API calls a step (needs --step and CGRT_TRACE_API=1)")
