@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 #include <dirent.h>
@@ -1419,8 +1420,24 @@ static void load_reports_unreadable_files(void **state) {
   assert_error(f, "cannot read '/nonexistent/dir/x.ini': No such file or directory");
   cgrt__config_free(&f->cfg);
   cgrt__diag_free(&f->diag);
-  assert_int_equal(cgrt__config_load(&f->cfg, "/", &f->diag), CGRT_E_IO);
-  assert_error(f, "cannot read '/': Is a directory");
+  assert_int_equal(cgrt__config_load(&f->cfg, "/", &f->diag), CGRT_E_CONFIG);
+  assert_error(f, "cannot read '/': it is not a regular file (a directory, a device or a pipe)");
+  cgrt__config_free(&f->cfg);
+  cgrt__diag_free(&f->diag);
+  /* A device that never ends and a FIFO that nobody writes: refused at once, never read. */
+  assert_int_equal(cgrt__config_load(&f->cfg, "/dev/zero", &f->diag), CGRT_E_CONFIG);
+  assert_error(f, "cannot read '/dev/zero': it is not a regular file");
+  cgrt__config_free(&f->cfg);
+  cgrt__diag_free(&f->diag);
+  char fifo[] = "/tmp/cgrt-test-fifo-XXXXXX";
+  int fd = mkstemp(fifo);
+  assert_true(fd >= 0);
+  close(fd);
+  unlink(fifo);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(cgrt__config_load(&f->cfg, fifo, &f->diag), CGRT_E_CONFIG);
+  assert_error(f, "it is not a regular file");
+  unlink(fifo);
 }
 
 /* Writes text to a fresh temporary file; returns its malloc'ed name. */

@@ -281,7 +281,12 @@ static int check_trust(const struct cgrt_object_kind *kind, const char *path, in
                        const char *what, char *err, size_t errlen) {
   struct stat st;
   if (stat(path, &st) != 0)
-    return 0; /* resolve() or dlopen() reports what is missing */
+    return 0;                          /* resolve() or dlopen() reports what is missing */
+  if (!is_dir && !S_ISREG(st.st_mode)) /* dlopen of a FIFO would wait for a writer for ever */
+    return cgrt__object_fail(err, errlen, CGRT_E_BACKEND,
+                             "refusing to load %s %s: it is not a regular file (a directory, a "
+                             "device or a pipe); name the %s's .so file",
+                             kind->what, path, kind->what);
   uid_t me = geteuid();
   if (st.st_uid != me && st.st_uid != 0)
     return cgrt__object_fail(

@@ -13,10 +13,13 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <ini.h>
 
@@ -308,6 +311,9 @@ static const char *error_text(int e, char *buf, size_t len) {
 #endif
 }
 
+/* The largest configuration file read (a shipped one is a few KiB). */
+#define CONFIG_MAX_BYTES (16 << 20)
+
 int cgrt__config_load(struct cgrt_config *cfg, const char *path, struct cgrt_diag *diag) {
   char ebuf[256];
   char *text = NULL;
@@ -318,10 +324,46 @@ int cgrt__config_load(struct cgrt_config *cfg, const char *path, struct cgrt_dia
     cgrt__diag_add(diag, CGRT_LOG_ERROR, "no configuration file named");
     return CGRT_E_INVAL;
   }
-  FILE *f = fopen(path, "rb");
-  if (!f)
+  /*
+   * A regular file only, opened without blocking (a FIFO with no writer would wait for ever) and
+   * read up to CONFIG_MAX_BYTES: /dev/zero, a directory or a pipe is refused with a sentence.
+   */
+  FILE *f = NULL;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
     goto io_fail;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    goto io_fail;
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size > CONFIG_MAX_BYTES) {
+    close(fd);
+    cgrt__config_defaults(cfg);
+    cfg->source = strdup(path);
+    if (!S_ISREG(st.st_mode))
+      cgrt__diag_add(diag, CGRT_LOG_ERROR,
+                     "cannot read '%s': it is not a regular file (a directory, a device or a "
+                     "pipe); name an INI file",
+                     path);
+    else
+      cgrt__diag_add(diag, CGRT_LOG_ERROR,
+                     "cannot read '%s': %lld bytes is too large for a configuration file (at "
+                     "most %d); is it the right file?",
+                     path, (long long)st.st_size, CONFIG_MAX_BYTES);
+    return cfg->source ? CGRT_E_CONFIG : CGRT_E_NOMEM;
+  }
+  (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    goto io_fail;
+  }
   for (;;) {
+    if (len > CONFIG_MAX_BYTES) { /* it grew while read */
+      errno = EFBIG;
+      goto io_fail;
+    }
     if (cap - len < 4096) {
       cap = cap ? cap * 2 : 8192;
       char *t = realloc(text, cap + 1);
