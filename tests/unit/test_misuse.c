@@ -12,7 +12,7 @@
  * - Every public call from every callback cgrt runs (prepare, body, module, capture hooks, graph
  *   watcher, log sink in and out of a step, graph-list visitor, host functions): either it works
  *   or it is refused with a sentence; the table is printed with CGRT_TEST_MATRIX=1
- *   (docs/notes-i38-core.md).
+ *   (docs/decisions.md, "Issue 38: misuse of the core").
  * - CGRT_E_NOTFOUND's text fits each of its uses (a backend, a configuration key).
  */
 #include <pthread.h>
