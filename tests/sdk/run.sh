@@ -53,6 +53,31 @@ if command -v "${CXX:-c++}" >/dev/null 2>&1; then
   cmake --build "$work/cpp" >/dev/null
   run "$work/cpp/sdk_cpp_host" local "$driver" WWCRRR
 fi
+# The README's toy host (examples/toy_host), built from the installed prefix alone: one binary,
+# five INI files that differ in their backend, the same results bit for bit, no fallback, and
+# every phase run under every backend (transformer_engine's inference eagerly, by cgrt).
+if [ "$driver" = host ]; then
+  cmake -S "$src/examples/toy_host" -B "$work/toy" $gen -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+  cmake --build "$work/toy" >/dev/null
+  first=""
+  for conf in none local local_block transformer_engine full_iteration; do
+    run "$work/toy/toy_host" "$src/examples/toy_host/conf/$conf.ini"
+    results=$(grep '^results: ' "$work/out.txt")
+    grep -q "fallbacks 0," "$work/out.txt" || { cat "$work/out.txt"; echo "FAILED: toy $conf fell back"; exit 1; }
+    if [ "$conf" = transformer_engine ] &&
+      ! grep -q "infer eager (by cgrt);.* run eagerly by cgrt 50$" "$work/out.txt"; then
+      cat "$work/out.txt"
+      echo "FAILED: transformer_engine's 50 infer steps were not run eagerly by cgrt"
+      exit 1
+    fi
+    if [ -z "$first" ]; then
+      first=$results
+    elif [ "$results" != "$first" ]; then
+      echo "FAILED: toy host under $conf: $results; under none: $first"
+      exit 1
+    fi
+  done
+fi
 # trace around local: the same behaviour, and every step and call in the log.
 run "$host" trace "$driver" "$work/trace" WWCRRR '[trace]\ninner = local\n[cuda_graph]\ninference_scope = layer'
 grep -q "trace: tracing backend 'local'" "$work/out.txt"
