@@ -158,6 +158,12 @@ static void toy_runs(const char *cuda_graph, const char *modes) {
   cgrt_stats st = toy.rt.stats();
   CHECK(st.steps == static_cast<uint64_t>(kSteps));
   CHECK(toy.rt.stream() != nullptr);
+  cgrt_backend_info bi = toy.rt.backend_info();
+  CHECK(toy.rt.backend_name() == bi.name);
+  CHECK(bi.phases[CGRT_PHASE_INFER] != CGRT_RUN_CORE_EAGER); /* none and local infer themselves */
+  std::string text = toy.rt.stats_text(), json = toy.rt.stats_text(CGRT_STATS_JSON);
+  CHECK(text.find("\nsteps " + std::to_string(kSteps) + "\n") != std::string::npos);
+  CHECK(json.front() == '{' && json.back() == '}');
   if (modes[3] == 'R') {
     /* warmup twice, capture once: the lambdas ran 3 times per layer, replays did the rest */
     CHECK(toy.module_calls == 3 * kLayers);

@@ -528,6 +528,29 @@ public:
     return cgrt_backend_name(live().rt);
   }
 
+  /* cgrt_backend_info_get(): the backend, its capabilities and what each phase gets. Throws
+     Error(CGRT_E_STATE) when inert. */
+  cgrt_backend_info backend_info() const {
+    detail::State &st = live();
+    cgrt_backend_info info{};
+    info.struct_size = sizeof(info);
+    detail::check(cgrt_backend_info_get(st.rt, &info), st.rt);
+    return info;
+  }
+
+  /* cgrt_stats_format() of stats(): every figure by its name, as text or JSON. Throws
+     Error(CGRT_E_STATE) when inert. */
+  std::string stats_text(cgrt_stats_style style = CGRT_STATS_TEXT) const {
+    cgrt_stats s = stats();
+    int n = cgrt_stats_format(&s, style, nullptr, 0);
+    if (n < 0)
+      throw Error(n, cgrt_strerror(n));
+    std::string out(static_cast<size_t>(n) + 1, '\0');
+    cgrt_stats_format(&s, style, &out[0], out.size());
+    out.resize(static_cast<size_t>(n));
+    return out;
+  }
+
   /* cgrt_config_get(): a value in force, as `cgrt check` prints it. Throws Error
      (CGRT_E_NOTFOUND: no such key). */
   std::string config_get(const std::string &section, const std::string &key) const {
