@@ -174,16 +174,26 @@ int main(int argc, char **argv) {
         w[l][o][i] = (o == i ? 0.9 : 0.05 * (double)((o * 3 + i + l) % 5 - 2));
     char name[32];
     snprintf(name, sizeof(name), "layer%d.mlp", l);
-    cgrt_module_desc d = {.struct_size = sizeof(d), .name = name, .kind = CGRT_KIND_MLP,
-                          .layer = l, .forward = layer_fwd, .backward = layer_bwd,
+    cgrt_module_desc d = {.struct_size = sizeof(d),
+                          .name = name,
+                          .kind = CGRT_KIND_MLP,
+                          .layer = l,
+                          .forward = layer_fwd,
+                          .backward = layer_bwd,
                           .user = (void *)(intptr_t)l};
     if (cgrt_module_register(t.rt, &d, &t.layer[l]) != 0)
       return fail(t.rt, "register");
   }
-  cgrt_module_desc dl = {.struct_size = sizeof(dl), .name = "loss", .kind = CGRT_KIND_OTHER,
-                         .layer = -1, .forward = loss_fwd};
-  cgrt_module_desc du = {.struct_size = sizeof(du), .name = "update", .kind = CGRT_KIND_OTHER,
-                         .layer = -1, .forward = update_fwd};
+  cgrt_module_desc dl = {.struct_size = sizeof(dl),
+                         .name = "loss",
+                         .kind = CGRT_KIND_OTHER,
+                         .layer = -1,
+                         .forward = loss_fwd};
+  cgrt_module_desc du = {.struct_size = sizeof(du),
+                         .name = "update",
+                         .kind = CGRT_KIND_OTHER,
+                         .layer = -1,
+                         .forward = update_fwd};
   if (cgrt_module_register(t.rt, &dl, &t.loss) != 0 ||
       cgrt_module_register(t.rt, &du, &t.update) != 0)
     return fail(t.rt, "register");
@@ -192,8 +202,11 @@ int main(int argc, char **argv) {
   static const int train_tokens[] = {16, 32, 48};
   double losses = 0;
   for (t.step = 0; t.step < 50; t.step++) {
-    cgrt_step_desc s = {.struct_size = sizeof(s), .phase = CGRT_PHASE_TRAIN,
-                        .tokens = train_tokens[t.step % 3], .prepare = prepare, .body = body,
+    cgrt_step_desc s = {.struct_size = sizeof(s),
+                        .phase = CGRT_PHASE_TRAIN,
+                        .tokens = train_tokens[t.step % 3],
+                        .prepare = prepare,
+                        .body = body,
                         .user = &t};
     if (cgrt_step(t.rt, &s, NULL) != 0 || cgrt_synchronize(t.rt) != 0)
       return fail(t.rt, "train step");
@@ -203,8 +216,12 @@ int main(int argc, char **argv) {
   double outputs = 0;
   for (int i = 0; i < 50; i++, t.step++) {
     int tokens = 1 + (i * 17) % 40;
-    cgrt_step_desc s = {.struct_size = sizeof(s), .phase = CGRT_PHASE_INFER, .tokens = tokens,
-                        .prepare = prepare, .body = body, .user = &t};
+    cgrt_step_desc s = {.struct_size = sizeof(s),
+                        .phase = CGRT_PHASE_INFER,
+                        .tokens = tokens,
+                        .prepare = prepare,
+                        .body = body,
+                        .user = &t};
     if (cgrt_step(t.rt, &s, NULL) != 0 || cgrt_synchronize(t.rt) != 0)
       return fail(t.rt, "infer step");
     for (int r = 0; r < tokens; r++)
