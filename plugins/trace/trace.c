@@ -30,7 +30,9 @@ struct trace_state {
   const struct cgrt_backend_v1 *inner;
   void *inner_state;
   void *handle;
-  int calls; /* report module calls */
+  int calls;       /* report module calls */
+  int eager_phase; /* a step of a phase the inner backend has no form for: calls run directly */
+  unsigned said;   /* phases said once at info */
 };
 
 static const char *const mode_names[CGRT_MODE_COUNT] = {"eager", "warmup", "capture", "replay"};
@@ -105,9 +107,22 @@ static int trace_step(void *state, struct cgrt_step_frame *f) {
   const struct cgrt_host_api *h = s->h;
   cgrt_ctx *ctx = f->ctx;
   uint64_t need = ctx->phase == CGRT_PHASE_INFER ? CGRT_CAP_INFERENCE : CGRT_CAP_TRAINING;
-  if (!(s->inner->caps & need))
-    return h->set_error(h, CGRT_E_UNSUPPORTED, "backend '%s' (traced) does not run %s steps",
-                        s->inner->name, phase_names[ctx->phase]);
+  if (!(s->inner->caps & need)) {
+    /* As the core does for a backend without the phase: the step runs eagerly, said once. */
+    if (!(s->said & (1u << ctx->phase))) {
+      s->said |= 1u << ctx->phase;
+      h->log(h, CGRT_LOG_INFO, "trace: '%s' has no form for %s steps: they run eagerly",
+             s->inner->name, phase_names[ctx->phase]);
+    }
+    ctx->mode = CGRT_MODE_EAGER;
+    int rc = h->run_prepare(h, f);
+    if (rc != 0)
+      return rc;
+    s->eager_phase = 1;
+    rc = h->run_body(h, f);
+    s->eager_phase = 0;
+    return rc;
+  }
   char range[64];
   snprintf(range, sizeof(range), "cgrt step %llu %s", (unsigned long long)ctx->step,
            phase_names[ctx->phase]);
@@ -129,6 +144,10 @@ static int trace_step(void *state, struct cgrt_step_frame *f) {
 
 static int trace_call(void *state, struct cgrt_call *c) {
   struct trace_state *s = state;
+  if (s->eager_phase) {
+    c->ctx->mode = CGRT_MODE_EAGER;
+    return s->h->run_module(s->h, c);
+  }
   if (!s->calls)
     return s->inner->call(s->inner_state, c);
   const char *dir = c->dir == CGRT_BACKWARD ? "bwd" : "fwd";

@@ -77,6 +77,16 @@ if [ "$driver" = host ]; then
       exit 1
     fi
   done
+  # The trace decorator around transformer_engine: its infer steps run eagerly, traced.
+  printf '[cuda_graph]\nimpl = %s\nmodules = mlp\nwarmup_steps = 2\n[trace]\ninner = transformer_engine\n[runtime]\ndriver = host\n[host]\nnan_check = off\n' \
+    "$work/trace/libcgrt-backend-trace.so" >"$work/toy_trace.ini"
+  run "$work/toy/toy_host" "$work/toy_trace.ini"
+  if [ "$(grep '^results: ' "$work/out.txt")" != "$first" ]; then
+    cat "$work/out.txt"
+    echo "FAILED: toy host under trace around transformer_engine differs from none"
+    exit 1
+  fi
+  grep -q "trace: 'transformer_engine' has no form for infer steps: they run eagerly" "$work/out.txt"
 fi
 # trace around local: the same behaviour, and every step and call in the log.
 run "$host" trace "$driver" "$work/trace" WWCRRR '[trace]\ninner = local\n[cuda_graph]\ninference_scope = layer'
