@@ -30,6 +30,8 @@ struct cgrt_runtime {
    * step's entry and exit (runtime.c, order_with_host); NULL on the host's stream.
    */
   void *order_in, *order_out;
+  /* cgrt_last_error(rt): the sentence of the last public call that failed (guard.h) */
+  char last_err[sizeof(((struct cgrt_log *)0)->err)];
   /*
    * A step of a phase the backend has no form for runs eagerly in the core (runtime.c): its module
    * calls go to the module directly, not to the backend. phase_said: the phases said once at info.

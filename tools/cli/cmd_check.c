@@ -203,13 +203,14 @@ static int dry_run(cgrt_tool_config *cfg) {
   if (rc == 0) { /* the whole record, as cgrt_stats_format writes it for every host */
     cgrt_stats all = {.struct_size = sizeof(all)};
     char text[8192];
-    if (cgrt_stats_get(s.rt, &all) == 0 &&
-        cgrt_stats_format(&all, CGRT_STATS_TEXT, text, sizeof(text)) > 0) {
+    rc = cgrt_stats_get(s.rt, &all); /* a backend's failing stats fails the dry run */
+    if (rc == 0 && cgrt_stats_format(&all, CGRT_STATS_TEXT, text, sizeof(text)) > 0) {
       printf("statistics after the dry run (cgrt_stats):\n");
       for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
         printf("  %s\n", line);
     }
-    rc = cgrt_release_graphs(s.rt);
+    if (rc == 0)
+      rc = cgrt_release_graphs(s.rt);
   }
   if (rc != 0)
     fprintf(stderr, "error: dry run: %s\n", cgrt_last_error(s.rt));

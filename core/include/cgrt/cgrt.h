@@ -462,10 +462,15 @@ CGRT_API int cgrt_close(cgrt_runtime *rt);
 
 /*
  * The last error of `rt` as a sentence naming the module, option, file:line or buffer at fault.
- * With rt NULL: the last failed open on the calling thread. On a thread whose last call of rt was
- * refused because another thread drives rt, that refusal (until this thread's next call of rt
- * goes through). Never NULL; "" if none. Valid until the next failing call on the same runtime
- * (or thread).
+ * The rule (errno-like): it is the sentence of the last public call on rt that failed (returned
+ * nonzero); a call that returns 0 leaves it as it was, whatever that call met and handled on its
+ * way (a step above the largest bucket run eagerly, a capture that fell back: those are logged
+ * and counted, not errors). Read it right after the failure. A failure nobody explained (a
+ * backend callback that returned an error without a sentence) gets one naming the backend, the
+ * callback and the code. With rt NULL: the last failed open on the calling thread. On a thread
+ * whose last call of rt was refused before it took the runtime (another thread drives rt, or an
+ * argument was NULL), that refusal, until this thread's next call of rt goes through. Never NULL;
+ * "" if no call failed yet. Valid until the next failing call on the same runtime (or thread).
  */
 CGRT_API const char *cgrt_last_error(const cgrt_runtime *rt);
 

@@ -155,8 +155,10 @@ static int alloc_async(cgrt_runtime *rt, const cgrt_ctx *ctx, size_t bytes, void
 }
 
 CGRT_API int cgrt_alloc_async(const cgrt_ctx *ctx, size_t bytes, void **ptr) {
-  if (!ctx || !ctx->rt || !ptr)
+  if (!ctx || !ctx->rt)
     return CGRT_E_INVAL;
+  if (!ptr)
+    return cgrt__bad_args(ctx->rt, "cgrt_alloc_async");
   CGRT_GUARDED(ctx->rt, "cgrt_alloc_async", CGRT_CALL_USE, alloc_async(ctx->rt, ctx, bytes, ptr));
 }
 
@@ -184,8 +186,10 @@ static int findings_count(const cgrt_runtime *rt, size_t *count) {
 #define MUTABLE(rt) ((cgrt_runtime *)(rt))
 
 CGRT_API int cgrt_findings_count(const cgrt_runtime *rt, size_t *count) {
-  if (!rt || !count)
+  if (!rt)
     return CGRT_E_INVAL;
+  if (!count)
+    return cgrt__bad_args(rt, "cgrt_findings_count");
   CGRT_GUARDED(MUTABLE(rt), "cgrt_findings_count", CGRT_CALL_USE, findings_count(rt, count));
 }
 
@@ -203,8 +207,10 @@ static int finding_get(cgrt_runtime *rt, size_t index, cgrt_finding *out) {
 }
 
 CGRT_API int cgrt_finding_get(const cgrt_runtime *rt, size_t index, cgrt_finding *out) {
-  if (!rt || !out || out->struct_size < offsetof(cgrt_finding, count) + sizeof(out->count))
+  if (!rt)
     return CGRT_E_INVAL;
+  if (!out || out->struct_size < offsetof(cgrt_finding, count) + sizeof(out->count))
+    return cgrt__bad_args(rt, "cgrt_finding_get");
   CGRT_GUARDED(MUTABLE(rt), "cgrt_finding_get", CGRT_CALL_USE,
                finding_get(MUTABLE(rt), index, out));
 }

@@ -30,6 +30,24 @@ const char *cgrt__refusal(const cgrt_runtime *rt) {
   return rt && refusal.rt == rt && refusal.serial == rt->serial ? refusal.msg : NULL;
 }
 
+void cgrt__keep_error(cgrt_runtime *rt, const char *fn, int rc) {
+  if (rt->log.err[0])
+    snprintf(rt->last_err, sizeof(rt->last_err), "%s", rt->log.err);
+  else
+    snprintf(rt->last_err, sizeof(rt->last_err), "%s failed: %s (error %d)", fn, cgrt_strerror(rc),
+             rc);
+}
+
+int cgrt__bad_args(const cgrt_runtime *rt, const char *fn) {
+  refusal.rt = rt;
+  refusal.serial = rt->serial;
+  snprintf(refusal.msg, sizeof(refusal.msg),
+           "%s: an argument is NULL or out of range, or a struct's struct_size is not set to its "
+           "sizeof; nothing was done (cgrt.h lists what the call takes)",
+           fn);
+  return CGRT_E_INVAL;
+}
+
 static int refuse_thread(cgrt_runtime *rt, const char *fn) {
   const char *outer = atomic_load_explicit(&rt->entry, memory_order_relaxed);
   refusal.rt = rt;
@@ -112,8 +130,10 @@ int cgrt__enter(cgrt_runtime *rt, const char *fn, enum cgrt_call_kind kind) {
     return refuse_thread(rt, fn);
   } else {
     int rc = reentry(rt, fn, kind);
-    if (rc != 0)
+    if (rc != 0) {
+      cgrt__keep_error(rt, fn, rc); /* this thread drives rt: its refusal is rt's last error */
       return rc;
+    }
     rt->depth++;
   }
   if (refusal.rt == rt)

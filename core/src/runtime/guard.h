@@ -52,6 +52,8 @@ void cgrt__leave(cgrt_runtime *rt);
     int guarded_rc_ = cgrt__enter((rt), (fn), (kind));                                             \
     if (guarded_rc_ == 0) {                                                                        \
       guarded_rc_ = (call);                                                                        \
+      if (guarded_rc_ != 0)                                                                        \
+        cgrt__keep_error((rt), (fn), guarded_rc_);                                                 \
       cgrt__leave(rt);                                                                             \
     }                                                                                              \
     return guarded_rc_;                                                                            \
@@ -59,6 +61,21 @@ void cgrt__leave(cgrt_runtime *rt);
 
 /* This thread's refusal by rt's guard (another thread drove it), or NULL. */
 const char *cgrt__refusal(const cgrt_runtime *rt);
+
+/*
+ * cgrt_last_error(rt)'s rule (cgrt.h): the sentence of the last public call on rt that failed.
+ * cgrt__keep_error copies the call's sentence there when public call `fn` returns rc != 0 (a
+ * generic one naming fn and the code when nothing said why); what a call that succeeds met on
+ * its way (a fallback, a step above the buckets) never reaches it.
+ */
+void cgrt__keep_error(cgrt_runtime *rt, const char *fn, int rc);
+
+/*
+ * For a public call refused for its arguments before it takes the runtime (a NULL pointer, an
+ * unset struct_size): the sentence goes to this thread's cgrt_last_error(rt), as the guard's
+ * refusals do, without touching rt. Returns CGRT_E_INVAL.
+ */
+int cgrt__bad_args(const cgrt_runtime *rt, const char *fn);
 
 /*
  * Synchronizes rt's stream for public call fn: on the host driver its host functions run now, on

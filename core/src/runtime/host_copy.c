@@ -62,8 +62,10 @@ static int enqueue_copy(cgrt_runtime *rt, const cgrt_ctx *ctx, void (*fn)(void *
 
 CGRT_API int cgrt_enqueue_host_copy(const cgrt_ctx *ctx, void (*fn)(void *arg), const void *arg,
                                     size_t size) {
-  if (!ctx || !ctx->rt || !fn || (size && !arg))
+  if (!ctx || !ctx->rt)
     return CGRT_E_INVAL;
+  if (!fn || (size && !arg))
+    return cgrt__bad_args(ctx->rt, "cgrt_enqueue_host_copy");
   CGRT_GUARDED(ctx->rt, "cgrt_enqueue_host_copy", CGRT_CALL_USE,
                enqueue_copy(ctx->rt, ctx, fn, arg, size));
 }

@@ -402,6 +402,7 @@ CGRT_API int cgrt_close(cgrt_runtime *rt) {
     return rc;
   rc = close_refused(rt);
   if (rc != 0) {
+    cgrt__keep_error(rt, "cgrt_close", rc);
     cgrt__leave(rt);
     return rc;
   }
@@ -416,7 +417,7 @@ CGRT_API const char *cgrt_last_error(const cgrt_runtime *rt) {
   if (!rt)
     return open_error;
   const char *refused = cgrt__refusal(rt); /* this thread was refused: another one drives rt */
-  return refused ? refused : rt->log.err;
+  return refused ? refused : rt->last_err;
 }
 
 static int set_log(cgrt_runtime *rt, cgrt_log_fn fn, void *user) {
@@ -441,8 +442,10 @@ static int log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg) 
 }
 
 CGRT_API int cgrt_log_message(cgrt_runtime *rt, cgrt_log_level level, const char *msg) {
-  if (!rt || !msg)
+  if (!rt)
     return CGRT_E_INVAL;
+  if (!msg)
+    return cgrt__bad_args(rt, "cgrt_log_message");
   CGRT_GUARDED(rt, "cgrt_log_message", CGRT_CALL_USE, log_message(rt, level, msg));
 }
 
@@ -526,8 +529,10 @@ static int config_get(cgrt_runtime *rt, const char *section, const char *key, ch
 
 CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *key, char *buf,
                              size_t len) {
-  if (!rt || !section || !key || !buf || !len)
+  if (!rt)
     return CGRT_E_INVAL;
+  if (!section || !key || !buf || !len)
+    return cgrt__bad_args(rt, "cgrt_config_get");
   CGRT_GUARDED(rt, "cgrt_config_get", CGRT_CALL_USE, config_get(rt, section, key, buf, len));
 }
 
@@ -620,6 +625,18 @@ static int check_step_desc(cgrt_runtime *rt, const cgrt_step_desc *d) {
   return 0;
 }
 
+/*
+ * A backend callback (`what`: step, call, stats, release) returned rc without a sentence
+ * (set_error): the core names the backend, the callback and the code, so that no failure reaches
+ * the host without one.
+ */
+static int unexplained(cgrt_runtime *rt, const char *what, int rc) {
+  return cgrt__fail(&rt->log, rc,
+                    "backend '%s' (%s): its %s callback returned %d (%s) without saying why "
+                    "(host->set_error): a bug in the backend; report it to its author",
+                    rt->lib.vt->name, rt->lib.path, what, rc, cgrt_strerror(rc));
+}
+
 /* cgrt.h's names for the backend's capabilities are backend.h's bits. */
 _Static_assert(CGRT_BACKEND_TRAINING == CGRT_CAP_TRAINING &&
                    CGRT_BACKEND_INFERENCE == CGRT_CAP_INFERENCE &&
@@ -679,8 +696,10 @@ static int backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
 }
 
 CGRT_API int cgrt_backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
-  if (!rt || !info || info->struct_size < offsetof(cgrt_backend_info, phases))
+  if (!rt)
     return CGRT_E_INVAL;
+  if (!info || info->struct_size < offsetof(cgrt_backend_info, phases))
+    return cgrt__bad_args(rt, "cgrt_backend_info_get");
   CGRT_GUARDED(rt, "cgrt_backend_info_get", CGRT_CALL_USE, backend_info_get(rt, info));
 }
 
@@ -805,8 +824,11 @@ static int step_run(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_repo
   rt->ctx = &ctx;
   rt->graphs.rep = &rep;
   rt->call_modes = 0;
+  rt->log.err[0] = '\0'; /* so that an error nobody explained is told apart (unexplained()) */
   rc = backend_runs_phase(rt, desc->phase) ? rt->lib.vt->step(rt->be_state, &frame)
                                            : run_phase_eagerly(rt, &frame);
+  if (rc != 0 && !rt->log.err[0])
+    rc = unexplained(rt, "step", rc);
   int stray = close_stray_capture(rt);
   if (rc == 0)
     rc = stray;
@@ -882,8 +904,11 @@ static int module_call(cgrt_runtime *rt, cgrt_module *m, const cgrt_ctx *ctx, co
   /* The backend's work is cgrt's own until it runs the module's callback (diagnose's caller). */
   const void *host_frame = rt->graphs.host_frame;
   rt->graphs.host_frame = NULL;
+  rt->log.err[0] = '\0';
   rc = rt->core_eager ? rt->host.run_module(&rt->host, &call)
                       : rt->lib.vt->call(rt->be_state, &call);
+  if (rc != 0 && !rt->log.err[0])
+    rc = unexplained(rt, "call", rc);
   rt->graphs.host_frame = host_frame;
   rt->in_call = 0;
   count_call(rt, c_ctx->mode);
@@ -923,8 +948,10 @@ static int enqueue_host(cgrt_runtime *rt, const cgrt_ctx *ctx, void (*fn)(void *
 }
 
 CGRT_API int cgrt_enqueue_host(const cgrt_ctx *ctx, void (*fn)(void *arg), void *arg) {
-  if (!ctx || !ctx->rt || !fn)
+  if (!ctx || !ctx->rt)
     return CGRT_E_INVAL;
+  if (!fn)
+    return cgrt__bad_args(ctx->rt, "cgrt_enqueue_host");
   CGRT_GUARDED(ctx->rt, "cgrt_enqueue_host", CGRT_CALL_USE, enqueue_host(ctx->rt, ctx, fn, arg));
 }
 
@@ -982,9 +1009,23 @@ static int stats_get(cgrt_runtime *rt, cgrt_stats *out) {
   s.budget_evictions = rt->graphs.mem.budget_evictions;
   s.staged_bytes = rt->graphs.mem.staged;
   if (CGRT_BACKEND_HAS(rt->lib.vt, stats)) {
-    int rc = rt->lib.vt->stats(rt->be_state, &s);
-    if (rc != 0)
+    /* The backend adds to a copy: if it fails, the host still gets the core's counters. */
+    cgrt_stats with = s;
+    rt->log.err[0] = '\0';
+    int rc = rt->lib.vt->stats(rt->be_state, &with);
+    if (rc != 0) {
+      if (!rt->log.err[0])
+        rc = unexplained(rt, "stats", rc);
+      char why[sizeof(rt->log.err)];
+      snprintf(why, sizeof(why), "%s", rt->log.err);
+      cgrt__fail(&rt->log, rc,
+                 "%s; cgrt_stats_get filled in the core's own counters without the backend's", why);
+      size_t keep = out->struct_size;
+      memcpy(out, &s, keep < sizeof(s) ? keep : sizeof(s));
+      out->struct_size = keep;
       return rc;
+    }
+    s = with;
   }
   size_t keep = out->struct_size;
   memcpy(out, &s, keep < sizeof(s) ? keep : sizeof(s));
@@ -993,7 +1034,9 @@ static int stats_get(cgrt_runtime *rt, cgrt_stats *out) {
 }
 
 CGRT_API int cgrt_stats_get(cgrt_runtime *rt, cgrt_stats *out) {
-  if (!rt || !out || out->struct_size < STATS_MIN)
+  if (!rt)
     return CGRT_E_INVAL;
+  if (!out || out->struct_size < STATS_MIN)
+    return cgrt__bad_args(rt, "cgrt_stats_get");
   CGRT_GUARDED(rt, "cgrt_stats_get", CGRT_CALL_USE, stats_get(rt, out));
 }

@@ -124,8 +124,10 @@ static int describe(cgrt_runtime *rt, void (*emit)(void *user, const char *line)
 
 CGRT_API int cgrt_tool_describe(cgrt_runtime *rt, void (*emit)(void *user, const char *line),
                                 void *user) {
-  if (!rt || !emit)
+  if (!rt)
     return CGRT_E_INVAL;
+  if (!emit)
+    return cgrt__bad_args(rt, "cgrt_tool_describe");
   CGRT_GUARDED(rt, "cgrt_tool_describe", CGRT_CALL_USE, describe(rt, emit, user));
 }
 
@@ -136,8 +138,10 @@ static int buckets(const cgrt_runtime *rt, const int64_t **sizes, size_t *count)
 }
 
 CGRT_API int cgrt_tool_buckets(const cgrt_runtime *rt, const int64_t **sizes, size_t *count) {
-  if (!rt || !sizes || !count)
+  if (!rt)
     return CGRT_E_INVAL;
+  if (!sizes || !count)
+    return cgrt__bad_args(rt, "cgrt_tool_buckets");
   /* The guard writes the owner of a runtime this reader takes as const. */
   CGRT_GUARDED((cgrt_runtime *)rt, "cgrt_tool_buckets", CGRT_CALL_USE, buckets(rt, sizes, count));
 }
