@@ -447,7 +447,7 @@ class Stats:
     evictions: int
     fallbacks: int
     live_graphs: int
-    padded_tokens: int
+    padding_tokens: int  # tokens added by padding to buckets, summed over steps
     capture_ns: int
     instantiate_ns: int
     graph_mem_used: int
@@ -475,6 +475,14 @@ class Stats:
     copy_bytes: int
     staged_bytes: int
     rebind_variant_keys: int
+    eager_phase_steps: int  # steps cgrt ran eagerly itself (PhaseRun.CORE_EAGER)
+
+    @property
+    def padded_tokens(self) -> int:
+        """The old name of `padding_tokens`, kept readable for callers written before 0.4 (cgrt.h
+        keeps it as an alias in a union). Elsewhere padded_tokens (Ctx, StepReport) is the size a
+        step ran at: read padding_tokens."""
+        return self.padding_tokens
 
 
 @dataclass(frozen=True)
@@ -789,7 +797,7 @@ class Runtime:
             evictions=s.evictions,
             fallbacks=s.fallbacks,
             live_graphs=s.live_graphs,
-            padded_tokens=s.padded_tokens,
+            padding_tokens=s.padding_tokens,
             capture_ns=s.capture_ns,
             instantiate_ns=s.instantiate_ns,
             graph_mem_used=s.graph_mem_used,
@@ -817,6 +825,7 @@ class Runtime:
             copy_bytes=s.copy_bytes,
             staged_bytes=s.staged_bytes,
             rebind_variant_keys=s.rebind_variant_keys,
+            eager_phase_steps=s.eager_phase_steps,
         )
 
     def findings(self) -> Tuple[Finding, ...]:
