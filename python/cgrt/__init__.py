@@ -2,7 +2,7 @@
 graphs...) is chosen by an INI file, over libcgrt through ctypes (no compiler needed).
 
     import cgrt
-    with cgrt.Runtime("conf/local.ini") as rt:          # a path, or INI text
+    with cgrt.Runtime.from_file("conf/local.ini") as rt:   # or Runtime.from_ini(text)
         m = rt.register("layer0.mlp", "mlp", forward=fwd, layer=0)
         report = rt.step("infer", tokens=5, prepare=prepare, body=body)
         print(rt.stats())
@@ -770,6 +770,45 @@ def _host_trampoline(arg):
 _PENDING_CALLBACK = 1  # what a Python callback that raised returns to cgrt
 
 
+def _config_source(config, path, ini, name):
+    """(path, ini, ini_name) as cgrt_open_options takes them, from what Runtime() was given."""
+    given = [k for k, v in (("config", config), ("path", path), ("ini", ini)) if v is not None]
+    if len(given) > 1:
+        raise TypeError(f"Runtime: give one of config, path= and ini=, not {' and '.join(given)}")
+    if config is not None:
+        if isinstance(config, (bytes, os.PathLike)):
+            path = config
+        elif not isinstance(config, str):
+            raise TypeError(
+                f"Runtime config must be a path or INI text (a str), not {type(config).__name__}"
+            )
+        elif _is_file(config) or ("\n" not in config and "[" not in config):
+            path = config
+        else:
+            ini = config
+    if name is not None and ini is None:
+        raise TypeError("Runtime: name= names INI text in messages; a file is named by its path")
+    if path is not None:
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(
+                f"Runtime path must be a str, bytes or os.PathLike, not {type(path).__name__}"
+            )
+        return _check.c_path(path, "config path"), None, None
+    if ini is not None:
+        text = _check.c_string(ini, "config text")
+        label = _check.c_string(name, "config name") if name is not None else b"<python string>"
+        return None, text, label
+    return None, None, None
+
+
+def _is_file(text):
+    """Whether `text` names something that exists (a path too long or holding a NUL does not)."""
+    try:
+        return os.path.exists(text)
+    except (OSError, ValueError):
+        return False
+
+
 def _lib_version(lib):
     """(major, minor) of the loaded libcgrt."""
     try:
@@ -782,8 +821,14 @@ def _lib_version(lib):
 class Runtime:
     """An open cgrt runtime: its backend, device driver, modules, stream and statistics.
 
-    `config` is a path to an INI file, INI text (anything containing a newline or '['), or None
-    for the default configuration (CGRT_CONFIG, else the embedded `impl = none`).
+    Open it from a file with ``Runtime.from_file(path)``, from INI text with
+    ``Runtime.from_ini(text, name=...)`` (also ``Runtime(path=...)``, ``Runtime(ini=...)``), or with
+    nothing for the default configuration (CGRT_CONFIG, else the embedded `impl = none`).
+
+    ``Runtime(config)`` with a str guesses, for callers written before from_file/from_ini, by this
+    rule: a str naming a file (or folder) that exists is a path, whatever it holds ('[' included);
+    otherwise a str holding a newline or '[' is INI text, and any other str is a path (a missing
+    file then raises cgrt's Error(IO) naming it). bytes and os.PathLike are always paths.
 
     `log`, if given, receives (level, message) for every log line from the first on (level a
     LogLevel). `stream` is the host's own stream for cgrt to run on (a cudaStream_t as an int,
@@ -797,9 +842,13 @@ class Runtime:
         self,
         config=None,
         *,
+        path=None,
+        ini: Optional[str] = None,
+        name: Optional[str] = None,
         log: Optional[Callable[[int, str], None]] = None,
         stream: Optional[int] = None,
     ):
+        src = _config_source(config, path, ini, name)
         c_stream = _check.integer(stream, "Runtime stream", "void *") if stream is not None else 0
         lib = _lib_handle()
         if c_stream and _lib_version(lib) < (0, 4):
@@ -824,12 +873,7 @@ class Runtime:
         self._closed = False
         opts = _lib.COpenOptions()
         opts.struct_size = ctypes.sizeof(_lib.COpenOptions)
-        if config is not None:
-            if isinstance(config, os.PathLike) or ("\n" not in config and "[" not in config):
-                opts.path = _check.c_path(config, "config path")
-            else:
-                opts.ini = _check.c_string(config, "config text")
-                opts.ini_name = b"<python string>"
+        opts.path, opts.ini, opts.ini_name = src
         opts.stream = c_stream or None
         if log is not None:
             if not callable(log):
@@ -848,6 +892,23 @@ class Runtime:
         self._null_module_fn = _lib.MODULE_FN()
         self._null_step_fn = _lib.STEP_FN()
         self._step_fns = None
+
+    @classmethod
+    def from_file(cls, path, **kw) -> "Runtime":
+        """Opens a runtime from the INI file at `path` (str, bytes or os.PathLike), whatever its
+        name holds. `kw`: log=, stream= (see Runtime). Raises Error (IO for a file that cannot be
+        read, CONFIG naming file:line for a bad key)."""
+        if path is None:
+            raise TypeError("Runtime.from_file: path is None (Runtime() opens the default)")
+        return cls(path=path, **kw)
+
+    @classmethod
+    def from_ini(cls, text: str, name: Optional[str] = None, **kw) -> "Runtime":
+        """Opens a runtime from INI text held in memory (a str, one line or many). `name` names it
+        in cgrt's messages ("<python string>" if None). `kw`: log=, stream= (see Runtime)."""
+        if text is None:
+            raise TypeError("Runtime.from_ini: text is None (Runtime() opens the default)")
+        return cls(ini=text, name=name, **kw)
 
     def _log_sink(self):
         """The C log sink, made once per runtime: it calls self._log_fn."""
