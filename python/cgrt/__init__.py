@@ -34,6 +34,7 @@ __all__ = [
     "Buffer",
     "Ctx",
     "Direction",
+    "ElementType",
     "Error",
     "Finding",
     "GraphInfo",
@@ -104,6 +105,21 @@ class Access(enum.IntEnum):
     IN = 1
     OUT = 2
     INOUT = 3
+
+
+class ElementType(enum.IntEnum):
+    """The element type a buffer may declare (cgrt_access's CGRT_F32...: Buffer.dtype). Only
+    `[cuda_graph] verify` reads it: outputs of a float type compare within verify_tolerance
+    ulps, a buffer without a type compares bitwise."""
+
+    F32 = 0x10
+    F16 = 0x20
+    BF16 = 0x30
+    F64 = 0x40
+
+
+_ACCESS_DIRECTION = 0x0F  # CGRT_ACCESS_DIRECTION
+_ACCESS_TYPE = 0xF0  # CGRT_ACCESS_TYPE
 
 
 class Direction(enum.IntEnum):
@@ -255,12 +271,15 @@ class Buffer:
     """Memory a step or a module call reads and writes: a device pointer on the cuda driver, host
     memory on the host driver. `name` only appears in messages. `ptr` and `bytes` are integers in
     the range of the C fields (void * and size_t: never negative), `access` an Access, its value
-    or its name; anything else raises ValueError or TypeError here."""
+    or its name; `dtype` (an ElementType, its value or its name, "f32"...) declares the element
+    type for `[cuda_graph] verify` (CGRT_ACCESS_TYPED); anything else raises ValueError or
+    TypeError here."""
 
     ptr: int
     bytes: int
     access: Access = Access.INOUT
     name: Optional[str] = None
+    dtype: Optional[ElementType] = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: the checked values replace the given ones
@@ -269,6 +288,8 @@ class Buffer:
         set_(self, "access", _enum(Access, self.access, "Buffer access"))
         if self.name is not None:
             _check.c_string(self.name, "Buffer name")
+        if self.dtype is not None:
+            set_(self, "dtype", _enum(ElementType, self.dtype, "Buffer dtype"))
 
 
 def _c_buffers(buffers):
@@ -280,7 +301,7 @@ def _c_buffers(buffers):
             b = Buffer(*b)  # checks its fields
         arr[i].ptr = b.ptr
         arr[i].bytes = b.bytes
-        arr[i].access = int(b.access)
+        arr[i].access = int(b.access) | (int(b.dtype) if b.dtype is not None else 0)
         arr[i].name = _check.c_string(b.name, "Buffer name") if b.name else None
     return arr
 
@@ -319,7 +340,10 @@ def _view_buffers(ptr, n):
     out = []
     for i in range(n):
         b = ptr[i]
-        out.append(Buffer(b.ptr or 0, b.bytes, Access(b.access), b.name.decode() if b.name else None))
+        t = b.access & _ACCESS_TYPE  # a type this version does not know compares bitwise: none
+        dtype = ElementType(t) if t in ElementType._value2member_map_ else None
+        name = b.name.decode() if b.name else None
+        out.append(Buffer(b.ptr or 0, b.bytes, Access(b.access & _ACCESS_DIRECTION), name, dtype))
     return tuple(out)
 
 

@@ -260,3 +260,51 @@ def test_ctx_gives_the_thd_metadata_addresses():
     with cgrt.Runtime(host_ini("none")) as rt:
         rt.step("train", 5, body=lambda ctx: seen.append((ctx.cu_seqlens, ctx.cu_seqlens_padded)))
     assert seen == [(0, 0)]  # a step without packed sequences has none
+
+
+@pytest.mark.parametrize("dtype", [None, "f64"])
+def test_a_buffer_declares_its_element_type_for_verify(dtype):
+    """Outputs of a float type compare within verify_tolerance ulps, others bitwise: a kernel
+    whose result moves by one ulp from run to run passes only when its buffers say f64."""
+    ini = host_ini("local", "verify = first\nverify_tolerance = 4\n", warmup=1)
+    x = (ctypes.c_double * 2)(1.0, 0.0)
+    runs, seen = [0], []
+
+    def fwd(ctx, args):
+        src, dst = args.buffer_ptr(0), args.buffer_ptr(1)
+        seen.append(args.buffers)
+
+        def kernel():
+            runs[0] += 1
+            v = ctypes.c_double.from_address(src).value * 3
+            ctypes.c_double.from_address(dst).value = v + (v * 2**-52 if runs[0] % 2 else 0.0)
+
+        ctx.enqueue_host(kernel)
+
+    with cgrt.Runtime(ini) as rt:
+        m = rt.register("m", "mlp", fwd)
+        addr = ctypes.addressof(x)
+        args = cgrt.Args(
+            buffers=[
+                cgrt.Buffer(addr, 8, "in", "x", dtype=dtype),
+                cgrt.Buffer(addr + 8, 8, "out", "y", dtype=dtype),
+            ]
+        )
+        for _ in range(4):
+            rt.step("infer", 1, body=lambda ctx: rt.forward(m, ctx, args))
+            rt.synchronize()
+        s = rt.stats()
+    assert s.verifications == 1 and s.verify_mismatches == (1 if dtype is None else 0)
+    want = None if dtype is None else cgrt.ElementType.F64
+    assert [b.dtype for b in seen[-1]] == [want, want]  # a view gives the type back
+    assert [b.access for b in seen[-1]] == [cgrt.Access.IN, cgrt.Access.OUT]
+
+
+def test_buffer_dtype_takes_names_and_values_and_refuses_others():
+    assert cgrt.Buffer(0, 8, dtype="bf16").dtype is cgrt.ElementType.BF16
+    assert cgrt.Buffer(0, 8, dtype=0x10).dtype is cgrt.ElementType.F32
+    assert cgrt.Buffer(0, 8).dtype is None
+    with pytest.raises(ValueError, match="Buffer dtype 'f8' is not one of"):
+        cgrt.Buffer(0, 8, dtype="f8")
+    with pytest.raises(ValueError, match="Buffer dtype 3 is not one of"):
+        cgrt.Buffer(0, 8, dtype=3)
