@@ -2,7 +2,7 @@
 graphs...) is chosen by an INI file, over libcgrt through ctypes (no compiler needed).
 
     import cgrt
-    with cgrt.Runtime("conf/local.ini") as rt:          # a path, or INI text
+    with cgrt.Runtime.from_file("conf/local.ini") as rt:   # or Runtime.from_ini(text)
         m = rt.register("layer0.mlp", "mlp", forward=fwd, layer=0)
         report = rt.step("infer", tokens=5, prepare=prepare, body=body)
         print(rt.stats())
@@ -20,7 +20,7 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from . import _check, _lib
 from ._lib import LibraryNotFound
@@ -29,15 +29,23 @@ __all__ = [
     "Access",
     "Args",
     "ArgsView",
+    "BackendCaps",
+    "BackendInfo",
     "Buffer",
     "Ctx",
+    "Direction",
+    "ElementType",
     "Error",
     "Finding",
+    "GraphInfo",
     "Kind",
     "LibraryNotFound",
+    "LogLevel",
     "Mode",
     "Module",
     "Phase",
+    "PhaseRun",
+    "ReleaseReport",
     "Runtime",
     "Status",
     "Stats",
@@ -97,6 +105,71 @@ class Access(enum.IntEnum):
     IN = 1
     OUT = 2
     INOUT = 3
+
+
+class ElementType(enum.IntEnum):
+    """The element type a buffer may declare (cgrt_access's CGRT_F32...: Buffer.dtype). Only
+    `[cuda_graph] verify` reads it: outputs of a float type compare within verify_tolerance
+    ulps, a buffer without a type compares bitwise."""
+
+    F32 = 0x10
+    F16 = 0x20
+    BF16 = 0x30
+    F64 = 0x40
+
+
+_ACCESS_DIRECTION = 0x0F  # CGRT_ACCESS_DIRECTION
+_ACCESS_TYPE = 0xF0  # CGRT_ACCESS_TYPE
+
+
+class Direction(enum.IntEnum):
+    """cgrt_direction: of a module call (GraphInfo.dir)."""
+
+    FORWARD = 0
+    BACKWARD = 1
+
+
+class LogLevel(enum.IntEnum):
+    """cgrt_log_level: what a log sink receives and Runtime.log() takes."""
+
+    OFF = 0
+    ERROR = 1
+    WARN = 2
+    INFO = 3
+    DEBUG = 4
+
+
+class PhaseRun(enum.IntEnum):
+    """cgrt_phase_run: what the configured backend does with the steps of one phase
+    (BackendInfo.phases)."""
+
+    EAGER = 0  # the backend runs them eagerly, every step (impl = none)
+    GRAPHS = 1  # the backend captures and replays graphs for them, its way
+    CORE_EAGER = 2  # the backend has no form for the phase: cgrt runs them eagerly itself,
+    # counted in Stats.eager_phase_steps (transformer_engine's infer steps)
+
+
+class BackendCaps(enum.IntFlag):
+    """CGRT_BACKEND_*: what a backend can do (BackendInfo.caps), as its table declares it. A
+    newer library may set bits this package does not name: they are kept, ignore them."""
+
+    TRAINING = 1 << 0  # a form of its own for train and eval steps
+    INFERENCE = 1 << 1  # a form of its own for infer steps
+    BACKWARD = 1 << 2  # handles backward module calls
+    GRAPHS = 1 << 3  # builds graphs (otherwise eager only)
+    MULTI_GPU = 1 << 4  # designed for several ranks
+    COMM = 1 << 5  # needs the host's world communicator (Runtime.set_world_comm)
+    ADAPTIVE = 1 << 6  # follows [inference] buckets = adaptive
+    BUCKETS = 1 << 7  # pads infer steps up to the [inference] token buckets
+
+
+def _known(cls, value):
+    """`value` as a member of enum `cls`, or the int itself when a newer library sends a value
+    this package does not know (never an exception for what cgrt reports)."""
+    try:
+        return cls(value)
+    except ValueError:
+        return value
 
 
 def _enum(cls, value, what):
@@ -198,12 +271,15 @@ class Buffer:
     """Memory a step or a module call reads and writes: a device pointer on the cuda driver, host
     memory on the host driver. `name` only appears in messages. `ptr` and `bytes` are integers in
     the range of the C fields (void * and size_t: never negative), `access` an Access, its value
-    or its name; anything else raises ValueError or TypeError here."""
+    or its name; `dtype` (an ElementType, its value or its name, "f32"...) declares the element
+    type for `[cuda_graph] verify` (CGRT_ACCESS_TYPED); anything else raises ValueError or
+    TypeError here."""
 
     ptr: int
     bytes: int
     access: Access = Access.INOUT
     name: Optional[str] = None
+    dtype: Optional[ElementType] = None
 
     def __post_init__(self):
         set_ = object.__setattr__  # frozen: the checked values replace the given ones
@@ -212,6 +288,8 @@ class Buffer:
         set_(self, "access", _enum(Access, self.access, "Buffer access"))
         if self.name is not None:
             _check.c_string(self.name, "Buffer name")
+        if self.dtype is not None:
+            set_(self, "dtype", _enum(ElementType, self.dtype, "Buffer dtype"))
 
 
 def _c_buffers(buffers):
@@ -223,7 +301,7 @@ def _c_buffers(buffers):
             b = Buffer(*b)  # checks its fields
         arr[i].ptr = b.ptr
         arr[i].bytes = b.bytes
-        arr[i].access = int(b.access)
+        arr[i].access = int(b.access) | (int(b.dtype) if b.dtype is not None else 0)
         arr[i].name = _check.c_string(b.name, "Buffer name") if b.name else None
     return arr
 
@@ -262,7 +340,10 @@ def _view_buffers(ptr, n):
     out = []
     for i in range(n):
         b = ptr[i]
-        out.append(Buffer(b.ptr or 0, b.bytes, Access(b.access), b.name.decode() if b.name else None))
+        t = b.access & _ACCESS_TYPE  # a type this version does not know compares bitwise: none
+        dtype = ElementType(t) if t in ElementType._value2member_map_ else None
+        name = b.name.decode() if b.name else None
+        out.append(Buffer(b.ptr or 0, b.bytes, Access(b.access & _ACCESS_DIRECTION), name, dtype))
     return tuple(out)
 
 
@@ -348,6 +429,45 @@ class Ctx:
     @property
     def padded_sequences(self) -> int:
         return self._live().padded_sequences
+
+    @property
+    def cu_seqlens(self) -> int:
+        """Device address of the step's cumulative actual sequence lengths (int32), 0 if none."""
+        return self._live().cu_seqlens or 0
+
+    @property
+    def cu_seqlens_padded(self) -> int:
+        """Device address of the cumulative padded sequence lengths (int32), 0 if none."""
+        return self._live().cu_seqlens_padded or 0
+
+    def alloc_async(self, nbytes: int) -> int:
+        """Stream-ordered device memory for this callback's temporaries (cudaMallocAsync on
+        ctx.stream; host memory on the host driver), as an address. Allocated and freed inside a
+        captured call it belongs to the graph and is counted in its GraphInfo.alloc_bytes. Free it
+        with free_async on the same ctx, in the same callback when the call is captured."""
+        n = _check.integer(nbytes, "alloc_async bytes", "size_t")
+        self._rt._handle()
+        self._live()
+        lib = self._rt._lib
+        if not _lib.has(lib, "cgrt_alloc_async"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_alloc_async")
+        ptr = ctypes.c_void_p()
+        rc = lib.cgrt_alloc_async(self._ptr, n, ctypes.byref(ptr))
+        if rc != 0:
+            raise self._rt._fail(rc)
+        return ptr.value or 0
+
+    def free_async(self, ptr: int) -> None:
+        """Frees what alloc_async gave, in stream order on ctx.stream."""
+        p = _check.integer(ptr, "free_async ptr", "void *")
+        self._rt._handle()
+        self._live()
+        lib = self._rt._lib
+        if not _lib.has(lib, "cgrt_free_async"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_free_async")
+        rc = lib.cgrt_free_async(self._ptr, p or None)
+        if rc != 0:
+            raise self._rt._fail(rc)
 
     @property
     def buffers(self) -> Tuple[Buffer, ...]:
@@ -447,7 +567,7 @@ class Stats:
     evictions: int
     fallbacks: int
     live_graphs: int
-    padded_tokens: int
+    padding_tokens: int  # tokens added by padding to buckets, summed over steps
     capture_ns: int
     instantiate_ns: int
     graph_mem_used: int
@@ -475,6 +595,87 @@ class Stats:
     copy_bytes: int
     staged_bytes: int
     rebind_variant_keys: int
+    eager_phase_steps: int  # steps cgrt ran eagerly itself (PhaseRun.CORE_EAGER)
+
+    @property
+    def padded_tokens(self) -> int:
+        """The old name of `padding_tokens`, kept readable for callers written before 0.4 (cgrt.h
+        keeps it as an alias in a union). Elsewhere padded_tokens (Ctx, StepReport) is the size a
+        step ran at: read padding_tokens."""
+        return self.padding_tokens
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """The configured backend (cgrt_backend_info): `name` ("local"), `path` (the shared object it
+    was loaded from), `caps` (BackendCaps) and `phases`, a dict Phase -> PhaseRun saying what
+    steps of each phase get. Every phase runs under every backend: a phase the backend has no form
+    for runs eagerly in cgrt (PhaseRun.CORE_EAGER), so a host that swaps `impl` never meets
+    Error(UNSUPPORTED) for a phase."""
+
+    name: str
+    path: str
+    caps: BackendCaps
+    phases: Dict[Phase, PhaseRun]
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    """One live graph (cgrt_graph_info), copied while cgrt listed it: `name` for tables ("layer3
+    fwd, infer, key 64"), `module` (None for a graph of a whole step body), `dir`, `microbatch`,
+    `phase`, `shape` (the call's key or the step's token bucket), `extra` (backend-defined: a
+    bucket, a cp size...), and what it cost: `bytes` (= pool_bytes + exec_bytes), `pool_bytes`,
+    `pool_used_bytes`, `exec_bytes`, `alloc_bytes`, `nodes`, `capture_ns`, `instantiate_ns`;
+    `last_use` (the last step that captured or replayed it) and `replays`. Fields a library older
+    than this package does not fill read as 0 (None for strings)."""
+
+    name: Optional[str]
+    module: Optional[str]
+    dir: Direction
+    microbatch: int
+    phase: Phase
+    shape: int
+    extra: int
+    bytes: int
+    pool_bytes: int
+    pool_used_bytes: int
+    exec_bytes: int
+    alloc_bytes: int
+    nodes: int
+    capture_ns: int
+    instantiate_ns: int
+    last_use: int
+    replays: int
+
+
+@dataclass(frozen=True)
+class ReleaseReport:
+    """What Runtime.release_graphs() freed (cgrt_release_report): `graphs` (executables), their
+    `bytes` and `nodes`, and the driver's reserved graph memory before and after (device-wide, 0
+    on the host driver)."""
+
+    graphs: int
+    bytes: int
+    nodes: int
+    pool_reserved_before: int
+    pool_reserved_after: int
+
+
+def _graph_info(g):
+    """A GraphInfo from the cgrt_graph_info cgrt is handing over, read only as far as its
+    struct_size says the library filled it."""
+    size = g.struct_size
+    vals = {}
+    for fname, ftype in _lib.CGraphInfo._fields_[1:]:
+        field = getattr(_lib.CGraphInfo, fname)
+        filled = field.offset + field.size <= size
+        v = getattr(g, fname) if filled else None
+        if isinstance(v, bytes):
+            v = v.decode(errors="replace")
+        vals[fname] = v if v is not None or ftype is ctypes.c_char_p else 0
+    vals["dir"] = _known(Direction, vals["dir"])
+    vals["phase"] = _known(Phase, vals["phase"])
+    return GraphInfo(**vals)
 
 
 @dataclass(frozen=True)
@@ -593,16 +794,93 @@ def _host_trampoline(arg):
 _PENDING_CALLBACK = 1  # what a Python callback that raised returns to cgrt
 
 
+def _config_source(config, path, ini, name):
+    """(path, ini, ini_name) as cgrt_open_options takes them, from what Runtime() was given."""
+    given = [k for k, v in (("config", config), ("path", path), ("ini", ini)) if v is not None]
+    if len(given) > 1:
+        raise TypeError(f"Runtime: give one of config, path= and ini=, not {' and '.join(given)}")
+    if config is not None:
+        if isinstance(config, (bytes, os.PathLike)):
+            path = config
+        elif not isinstance(config, str):
+            raise TypeError(
+                f"Runtime config must be a path or INI text (a str), not {type(config).__name__}"
+            )
+        elif _is_file(config) or ("\n" not in config and "[" not in config):
+            path = config
+        else:
+            ini = config
+    if name is not None and ini is None:
+        raise TypeError("Runtime: name= names INI text in messages; a file is named by its path")
+    if path is not None:
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(
+                f"Runtime path must be a str, bytes or os.PathLike, not {type(path).__name__}"
+            )
+        return _check.c_path(path, "config path"), None, None
+    if ini is not None:
+        text = _check.c_string(ini, "config text")
+        label = _check.c_string(name, "config name") if name is not None else b"<python string>"
+        return None, text, label
+    return None, None, None
+
+
+def _is_file(text):
+    """Whether `text` names something that exists (a path too long or holding a NUL does not)."""
+    try:
+        return os.path.exists(text)
+    except (OSError, ValueError):
+        return False
+
+
+def _lib_version(lib):
+    """(major, minor) of the loaded libcgrt."""
+    try:
+        major, minor = lib.cgrt_version().decode().split(".")[:2]
+        return int(major), int(minor)
+    except (ValueError, AttributeError):
+        return (0, 0)
+
+
 class Runtime:
     """An open cgrt runtime: its backend, device driver, modules, stream and statistics.
 
-    `config` is a path to an INI file, INI text (anything containing a newline or '['), or None
-    for the default configuration (CGRT_CONFIG, else the embedded `impl = none`). `log`, if given,
-    receives (level, message) for every log line from the first on. Use it as a context manager,
-    or call close(). One runtime is driven by one thread."""
+    Open it from a file with ``Runtime.from_file(path)``, from INI text with
+    ``Runtime.from_ini(text, name=...)`` (also ``Runtime(path=...)``, ``Runtime(ini=...)``), or with
+    nothing for the default configuration (CGRT_CONFIG, else the embedded `impl = none`).
 
-    def __init__(self, config=None, *, log: Optional[Callable[[int, str], None]] = None):
+    ``Runtime(config)`` with a str guesses, for callers written before from_file/from_ini, by this
+    rule: a str naming a file (or folder) that exists is a path, whatever it holds ('[' included);
+    otherwise a str holding a newline or '[' is INI text, and any other str is a path (a missing
+    file then raises cgrt's Error(IO) naming it). bytes and os.PathLike are always paths.
+
+    `log`, if given, receives (level, message) for every log line from the first on (level a
+    LogLevel). `stream` is the host's own stream for cgrt to run on (a cudaStream_t as an int,
+    e.g. torch's ``stream.cuda_stream``): cgrt enqueues, captures and replays there and
+    ``Runtime.stream`` returns it; the host keeps it alive until close(), which waits for it but
+    never destroys it. None (or 0): cgrt creates its own. The host driver has no CUDA streams and
+    refuses one (cgrt's Error(INVAL)). Use the runtime as a context manager, or call close(). One
+    runtime is driven by one thread."""
+
+    def __init__(
+        self,
+        config=None,
+        *,
+        path=None,
+        ini: Optional[str] = None,
+        name: Optional[str] = None,
+        log: Optional[Callable[[int, str], None]] = None,
+        stream: Optional[int] = None,
+    ):
+        src = _config_source(config, path, ini, name)
+        c_stream = _check.integer(stream, "Runtime stream", "void *") if stream is not None else 0
         lib = _lib_handle()
+        if c_stream and _lib_version(lib) < (0, 4):
+            raise Error(
+                Status.UNSUPPORTED,
+                f"{_LIB_PATH} (libcgrt {lib.cgrt_version().decode()}) has no "
+                "cgrt_open_options.stream (since 0.4): it would run on a stream of its own",
+            )
         self._lib = lib
         self._rt = ctypes.c_void_p()
         self._modules = []
@@ -619,23 +897,13 @@ class Runtime:
         self._closed = False
         opts = _lib.COpenOptions()
         opts.struct_size = ctypes.sizeof(_lib.COpenOptions)
-        if config is not None:
-            if isinstance(config, os.PathLike) or ("\n" not in config and "[" not in config):
-                opts.path = _check.c_path(config, "config path")
-            else:
-                opts.ini = _check.c_string(config, "config text")
-                opts.ini_name = b"<python string>"
+        opts.path, opts.ini, opts.ini_name = src
+        opts.stream = c_stream or None
         if log is not None:
+            if not callable(log):
+                raise TypeError(f"Runtime log must be callable, not {type(log).__name__}")
             self._log_fn = log
-
-            def sink(user, level, msg):
-                try:
-                    _run_inside("the log sink", self._log_fn, level, msg.decode(errors="replace"))
-                except BaseException as e:  # noqa: BLE001 - a log sink must not unwind into C
-                    self._sink_raised(e)
-
-            self._log_cb = _lib.LOG_FN(sink)
-            opts.log = self._log_cb
+            opts.log = self._log_sink()
         rc = lib.cgrt_open_ex(ctypes.byref(self._rt), ctypes.byref(opts))
         if rc != 0:
             self._closed = True
@@ -648,6 +916,37 @@ class Runtime:
         self._null_module_fn = _lib.MODULE_FN()
         self._null_step_fn = _lib.STEP_FN()
         self._step_fns = None
+
+    @classmethod
+    def from_file(cls, path, **kw) -> "Runtime":
+        """Opens a runtime from the INI file at `path` (str, bytes or os.PathLike), whatever its
+        name holds. `kw`: log=, stream= (see Runtime). Raises Error (IO for a file that cannot be
+        read, CONFIG naming file:line for a bad key)."""
+        if path is None:
+            raise TypeError("Runtime.from_file: path is None (Runtime() opens the default)")
+        return cls(path=path, **kw)
+
+    @classmethod
+    def from_ini(cls, text: str, name: Optional[str] = None, **kw) -> "Runtime":
+        """Opens a runtime from INI text held in memory (a str, one line or many). `name` names it
+        in cgrt's messages ("<python string>" if None). `kw`: log=, stream= (see Runtime)."""
+        if text is None:
+            raise TypeError("Runtime.from_ini: text is None (Runtime() opens the default)")
+        return cls(ini=text, name=name, **kw)
+
+    def _log_sink(self):
+        """The C log sink, made once per runtime: it calls self._log_fn."""
+        if self._log_cb is None:
+
+            def sink(user, level, msg):
+                try:
+                    lv = _known(LogLevel, level)
+                    _run_inside("the log sink", self._log_fn, lv, msg.decode(errors="replace"))
+                except BaseException as e:  # noqa: BLE001 - a log sink must not unwind into C
+                    self._sink_raised(e)
+
+            self._log_cb = _lib.LOG_FN(sink)
+        return self._log_cb
 
     # -- lifetime
 
@@ -731,6 +1030,25 @@ class Runtime:
         """The loaded backend's name, e.g. "local"."""
         return self._lib.cgrt_backend_name(self._peek()).decode()
 
+    def set_log(self, fn: Optional[Callable[[int, str], None]]) -> None:
+        """Replaces the log sink: `fn(level, message)` receives every log line from now on (as
+        Runtime(log=) does from the first); None restores cgrt's own (stderr). Not from the log
+        sink itself, a host function or a capture hook (Error(STATE))."""
+        if fn is not None and not callable(fn):
+            raise TypeError(f"set_log: fn must be callable or None, not {type(fn).__name__}")
+        h = self._handle()
+        if fn is None:
+            rc = self._lib.cgrt_set_log(h, _lib.LOG_FN(), None)
+            if rc != 0:
+                raise self._fail(rc)
+            self._log_fn = None
+            return
+        prev, self._log_fn = self._log_fn, fn  # the sink (kept in self._log_cb) calls it
+        rc = self._lib.cgrt_set_log(h, self._log_sink(), None)
+        if rc != 0:
+            self._log_fn = prev
+            raise self._fail(rc)
+
     def log(self, level: int, msg: str) -> None:
         """Writes msg to the runtime's log at `level` (1 error, 2 warn, 3 info, 4 debug) if that
         level is enabled, through the same sink as cgrt's own lines."""
@@ -789,7 +1107,7 @@ class Runtime:
             evictions=s.evictions,
             fallbacks=s.fallbacks,
             live_graphs=s.live_graphs,
-            padded_tokens=s.padded_tokens,
+            padding_tokens=s.padding_tokens,
             capture_ns=s.capture_ns,
             instantiate_ns=s.instantiate_ns,
             graph_mem_used=s.graph_mem_used,
@@ -817,6 +1135,35 @@ class Runtime:
             copy_bytes=s.copy_bytes,
             staged_bytes=s.staged_bytes,
             rebind_variant_keys=s.rebind_variant_keys,
+            eager_phase_steps=s.eager_phase_steps,
+        )
+
+    def clear_findings(self) -> None:
+        """Forgets every diagnose finding kept so far (Stats.findings still counts them). Not
+        inside a step (cgrt's Error(STATE))."""
+        if not _lib.has(self._lib, "cgrt_findings_clear"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_findings_clear")
+        rc = self._lib.cgrt_findings_clear(self._handle())
+        if rc != 0:
+            raise self._fail(rc)
+
+    def backend_info(self) -> BackendInfo:
+        """The configured backend: name, path, caps and what steps of each phase get
+        (cgrt_backend_info), for a host that wants to know before it runs. Example: under
+        transformer_engine, ``rt.backend_info().phases[Phase.INFER] is PhaseRun.CORE_EAGER``."""
+        if not _lib.has(self._lib, "cgrt_backend_info_get"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_backend_info_get")
+        info = _lib.CBackendInfo()
+        info.struct_size = ctypes.sizeof(_lib.CBackendInfo)
+        rc = self._lib.cgrt_backend_info_get(self._peek(), ctypes.byref(info))
+        if rc != 0:
+            # It fails only for arguments this package never gives, and says nothing then.
+            raise Error(rc, "cgrt_backend_info_get: " + _strerror(rc))
+        return BackendInfo(
+            name=info.name.decode() if info.name else "",
+            path=os.fsdecode(info.path) if info.path else "",
+            caps=BackendCaps(info.caps),
+            phases={p: _known(PhaseRun, info.phases[p]) for p in Phase},
         )
 
     def findings(self) -> Tuple[Finding, ...]:
@@ -1183,14 +1530,59 @@ class Runtime:
                 errs[0],
             ) from errs[0]
 
-    def release_graphs(self) -> None:
+    def release_graphs(self) -> Optional[ReleaseReport]:
         """Waits for the stream, then frees every graph the backend holds; later steps warm up and
-        capture again."""
-        rc = self._lib.cgrt_release_graphs(self._handle())
+        capture again. Returns what was freed, a ReleaseReport (cgrt_release_graphs_ex); None
+        with a libcgrt that lacks it. Not inside a step (cgrt's Error(STATE))."""
+        h = self._handle()
+        if _lib.has(self._lib, "cgrt_release_graphs_ex"):
+            rep = _lib.CReleaseReport()
+            rep.struct_size = ctypes.sizeof(_lib.CReleaseReport)
+            rc = self._lib.cgrt_release_graphs_ex(h, ctypes.byref(rep))
+        else:
+            rep = None
+            rc = self._lib.cgrt_release_graphs(h)
         if rc != 0:
             raise self._fail(rc)
         self._drop_host_fns()
         self._released_hook()
+        if rep is None:
+            return None
+        return ReleaseReport(
+            graphs=rep.graphs,
+            bytes=rep.bytes,
+            nodes=rep.nodes,
+            pool_reserved_before=rep.pool_reserved_before,
+            pool_reserved_after=rep.pool_reserved_after,
+        )
+
+    def graphs(self) -> Tuple[GraphInfo, ...]:
+        """Every live graph of the runtime (every cache of its backend), as cgrt_graph_list shows
+        them, copied while cgrt listed them, in no set order: what each costs (bytes, nodes,
+        build times) and how it was used (last_use, replays). Their sums are in stats()
+        (graph_bytes, graph_nodes, live_graphs). Not inside a step (cgrt's Error(STATE)), nor from
+        a host function, the log sink or a capture hook."""
+        if not _lib.has(self._lib, "cgrt_graph_list"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_graph_list")
+        h = self._handle()
+        out = []
+        failed = []
+
+        def each(user, g):
+            try:
+                out.append(_graph_info(g.contents))
+                return 0
+            except BaseException as e:  # noqa: BLE001 - never unwind into C; raised below
+                failed.append(e)
+                return 1
+
+        cb = _lib.GRAPH_FN(each)
+        rc = self._lib.cgrt_graph_list(h, cb, None)
+        if failed:
+            raise failed[0]
+        if rc != 0:
+            raise self._fail(rc)
+        return tuple(out)
 
     def _released_hook(self):
         """For subclasses: runs after cgrt_release_graphs (graphs freed)."""

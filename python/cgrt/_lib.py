@@ -24,6 +24,7 @@ from ctypes import (
 )
 
 MODE_COUNT = 4
+PHASE_COUNT = 3
 STATS_MAX_BUCKETS = 64
 
 
@@ -139,7 +140,9 @@ class CStats(Structure):
         ("evictions", c_uint64),
         ("fallbacks", c_uint64),
         ("live_graphs", c_uint64),
-        ("padded_tokens", c_uint64),
+        # cgrt.h: a union of padding_tokens and its old name padded_tokens (one uint64_t); the
+        # alias lives in Stats, not here, so that this mirror lists each C offset once.
+        ("padding_tokens", c_uint64),
         ("capture_ns", c_uint64),
         ("instantiate_ns", c_uint64),
         ("graph_mem_used", c_uint64),
@@ -170,6 +173,8 @@ class CStats(Structure):
         ("copy_bytes", c_uint64),
         ("staged_bytes", c_uint64),
         ("rebind_variant_keys", c_uint64),
+        # since 0.4: every backend runs every phase
+        ("eager_phase_steps", c_uint64),
     ]
 
 
@@ -207,6 +212,55 @@ class COpenOptions(Structure):
         ("ini_name", c_char_p),
         ("log", LOG_FN),
         ("log_user", c_void_p),
+        # since 0.4
+        ("stream", c_void_p),
+    ]
+
+
+class CBackendInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("path", c_char_p),
+        ("caps", c_uint64),
+        ("phases", c_int * PHASE_COUNT),
+    ]
+
+
+class CGraphInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("module", c_char_p),
+        ("dir", c_int),
+        ("microbatch", c_int),
+        ("phase", c_int),
+        ("shape", c_uint64),
+        ("extra", c_uint64),
+        ("bytes", c_uint64),
+        ("pool_bytes", c_uint64),
+        ("pool_used_bytes", c_uint64),
+        ("exec_bytes", c_uint64),
+        ("alloc_bytes", c_uint64),
+        ("nodes", c_uint64),
+        ("capture_ns", c_uint64),
+        ("instantiate_ns", c_uint64),
+        ("last_use", c_uint64),
+        ("replays", c_uint64),
+    ]
+
+
+GRAPH_FN = CFUNCTYPE(c_int, c_void_p, POINTER(CGraphInfo))
+
+
+class CReleaseReport(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("graphs", c_uint64),
+        ("bytes", c_uint64),
+        ("nodes", c_uint64),
+        ("pool_reserved_before", c_uint64),
+        ("pool_reserved_after", c_uint64),
     ]
 
 
@@ -220,6 +274,11 @@ MIRRORS = {
     "cgrt_step_report": CStepReport,
     "cgrt_stats": CStats,
     "cgrt_open_options": COpenOptions,
+    "cgrt_capture_hooks": CCaptureHooks,
+    "cgrt_finding": CFinding,
+    "cgrt_backend_info": CBackendInfo,
+    "cgrt_graph_info": CGraphInfo,
+    "cgrt_release_report": CReleaseReport,
 }
 
 _SONAMES = ("libcgrt.so.0", "libcgrt.so")
@@ -315,6 +374,12 @@ OPTIONAL = (
     "cgrt_findings_count",
     "cgrt_finding_get",
     "cgrt_finding_kind_name",
+    "cgrt_findings_clear",
+    "cgrt_backend_info_get",
+    "cgrt_graph_list",
+    "cgrt_release_graphs_ex",
+    "cgrt_alloc_async",
+    "cgrt_free_async",
 )
 
 
@@ -346,6 +411,11 @@ def _declare(lib):
         "cgrt_enqueue_host": (c_int, [POINTER(CCtx), HOST_FN, c_void_p]),
         "cgrt_synchronize": (c_int, [R]),
         "cgrt_release_graphs": (c_int, [R]),
+        "cgrt_release_graphs_ex": (c_int, [R, POINTER(CReleaseReport)]),
+        "cgrt_graph_list": (c_int, [R, GRAPH_FN, c_void_p]),
+        "cgrt_backend_info_get": (c_int, [R, POINTER(CBackendInfo)]),
+        "cgrt_alloc_async": (c_int, [POINTER(CCtx), c_size_t, POINTER(c_void_p)]),
+        "cgrt_free_async": (c_int, [POINTER(CCtx), c_void_p]),
         "cgrt_stats_get": (c_int, [R, POINTER(CStats)]),
         "cgrt_set_world_comm": (c_int, [R, c_void_p]),
         "cgrt_phase_name": (c_char_p, [c_int]),
@@ -356,6 +426,7 @@ def _declare(lib):
         "cgrt_findings_count": (c_int, [R, POINTER(c_size_t)]),
         "cgrt_finding_get": (c_int, [R, c_size_t, POINTER(CFinding)]),
         "cgrt_finding_kind_name": (c_char_p, [c_int]),
+        "cgrt_findings_clear": (c_int, [R]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name, None)

@@ -1,7 +1,7 @@
 """cgrt.torch: torch.nn.Modules under a cgrt backend.
 
     import torch, cgrt.torch as ct
-    with ct.Runtime("conf/local.ini") as rt, torch.cuda.stream(rt.torch_stream):
+    with ct.Runtime.from_file("conf/local.ini") as rt, torch.cuda.stream(rt.torch_stream):
         layers = [rt.register_module(f"layer{i}", l, kind="other", layer=i)
                   for i, l in enumerate(model.layers)]
         x = torch.zeros(max_tokens, d, device="cuda")            # the step's static input
@@ -636,7 +636,7 @@ class Runtime(cgrt.Runtime):
     torch's current device). Adds `torch_stream` (cgrt's stream as torch.cuda.ExternalStream),
     register_module() and run()."""
 
-    def __init__(self, config=None, *, log=None):
+    def __init__(self, config=None, **kw):
         if not torch.cuda.is_available():
             raise Error(Status.NODEV, "cgrt.torch: torch sees no CUDA device")
         api = pool_api()
@@ -648,7 +648,7 @@ class Runtime(cgrt.Runtime):
         self._runs = []
         self._in_body_capture = False
         self._step_bufs = {}
-        super().__init__(config, log=log)
+        super().__init__(config, **kw)  # path=, ini=, name=, log=, stream= (from_file...)
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.torch_stream = torch.cuda.ExternalStream(self.stream, device=self.device)
         self._thread = threading.get_ident()

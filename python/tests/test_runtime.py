@@ -108,10 +108,9 @@ def test_ctypes_mirrors_match_the_c_layout():
         assert fields == c_fields, cname
         for f in fields:
             assert getattr(mirror, f).offset == offsets[f"{cname}.{f}"], f"{cname}.{f}"
-        # Equal now; a newer header may append fields (struct_size keeps a shorter mirror valid).
-        assert ctypes.sizeof(mirror) <= sizes[cname], cname
-        if ctypes.sizeof(mirror) < sizes[cname]:
-            print(f"note: {cname} has {sizes[cname] - ctypes.sizeof(mirror)} bytes not mirrored")
+        # The package mirrors the header of its own checkout: every field, nothing short (a
+        # shorter mirror still works through struct_size, but is the package lagging the C API).
+        assert ctypes.sizeof(mirror) == sizes[cname], f"{cname}: fields of cgrt.h not mirrored"
 
 
 # ---------------------------------------------------------------- opening
@@ -210,8 +209,23 @@ def test_inference_buckets_pad_and_bake_the_bucket(make_model):
         assert md.out(1) == 2 * 2 + bucket
     s = md.rt.stats()
     assert s.buckets == (1, 2, 4, 8, 16, 32, 64) and s.num_buckets == 7
-    assert s.padded_tokens == 4 * ((4 - 3) + (64 - 37))
+    assert s.padding_tokens == 4 * ((4 - 3) + (64 - 37))
+    assert s.padded_tokens == s.padding_tokens  # the old name, kept readable
+    assert "padded_tokens" not in {f.name for f in dataclasses.fields(s)}  # one quantity, one field
     assert s.real_tokens == 4 * (1 + 3 + 37)
+
+
+def test_a_phase_the_backend_has_no_form_for_runs_eagerly_and_is_counted(make_model):
+    """transformer_engine graphs training only: its infer steps run eagerly in cgrt, never fail,
+    and Stats.eager_phase_steps counts them."""
+    md = make_model(host_ini("transformer_engine", warmup=1))
+    for _ in range(3):
+        md.step("train", 2)
+    modes = [md.step("infer", 3).mode for _ in range(4)]
+    assert modes == [Mode.EAGER] * 4 and md.out(2) == md.inp(2) * 2 + 3
+    s = md.rt.stats()
+    assert s.eager_phase_steps == 4 and s.steps == 7
+    assert s.steps_by_mode[Mode.REPLAY] == 1  # the third train step
 
 
 def test_block_scope_skips_the_body_on_replay(make_model):

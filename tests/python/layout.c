@@ -97,7 +97,7 @@ int main(void) {
   FIELD(cgrt_stats, evictions);
   FIELD(cgrt_stats, fallbacks);
   FIELD(cgrt_stats, live_graphs);
-  FIELD(cgrt_stats, padded_tokens);
+  FIELD(cgrt_stats, padding_tokens); /* a union with its old name padded_tokens */
   FIELD(cgrt_stats, capture_ns);
   FIELD(cgrt_stats, instantiate_ns);
   FIELD(cgrt_stats, graph_mem_used);
@@ -125,6 +125,7 @@ int main(void) {
   FIELD(cgrt_stats, copy_bytes);
   FIELD(cgrt_stats, staged_bytes);
   FIELD(cgrt_stats, rebind_variant_keys);
+  FIELD(cgrt_stats, eager_phase_steps);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);
@@ -133,5 +134,61 @@ int main(void) {
   FIELD(cgrt_open_options, ini_name);
   FIELD(cgrt_open_options, log);
   FIELD(cgrt_open_options, log_user);
+  FIELD(cgrt_open_options, stream);
+
+  SIZE(cgrt_capture_hooks);
+  FIELD(cgrt_capture_hooks, struct_size);
+  FIELD(cgrt_capture_hooks, begin);
+  FIELD(cgrt_capture_hooks, end);
+  FIELD(cgrt_capture_hooks, user);
+  FIELD(cgrt_capture_hooks, pool_allocator);
+
+  SIZE(cgrt_finding);
+  FIELD(cgrt_finding, struct_size);
+  FIELD(cgrt_finding, kind);
+  FIELD(cgrt_finding, broke_capture);
+  FIELD(cgrt_finding, call);
+  FIELD(cgrt_finding, result);
+  FIELD(cgrt_finding, result_name);
+  FIELD(cgrt_finding, what);
+  FIELD(cgrt_finding, step);
+  FIELD(cgrt_finding, caller);
+  FIELD(cgrt_finding, detail);
+  FIELD(cgrt_finding, count);
+
+  SIZE(cgrt_backend_info);
+  FIELD(cgrt_backend_info, struct_size);
+  FIELD(cgrt_backend_info, name);
+  FIELD(cgrt_backend_info, path);
+  FIELD(cgrt_backend_info, caps);
+  FIELD(cgrt_backend_info, phases);
+
+  SIZE(cgrt_graph_info);
+  FIELD(cgrt_graph_info, struct_size);
+  FIELD(cgrt_graph_info, name);
+  FIELD(cgrt_graph_info, module);
+  FIELD(cgrt_graph_info, dir);
+  FIELD(cgrt_graph_info, microbatch);
+  FIELD(cgrt_graph_info, phase);
+  FIELD(cgrt_graph_info, shape);
+  FIELD(cgrt_graph_info, extra);
+  FIELD(cgrt_graph_info, bytes);
+  FIELD(cgrt_graph_info, pool_bytes);
+  FIELD(cgrt_graph_info, pool_used_bytes);
+  FIELD(cgrt_graph_info, exec_bytes);
+  FIELD(cgrt_graph_info, alloc_bytes);
+  FIELD(cgrt_graph_info, nodes);
+  FIELD(cgrt_graph_info, capture_ns);
+  FIELD(cgrt_graph_info, instantiate_ns);
+  FIELD(cgrt_graph_info, last_use);
+  FIELD(cgrt_graph_info, replays);
+
+  SIZE(cgrt_release_report);
+  FIELD(cgrt_release_report, struct_size);
+  FIELD(cgrt_release_report, graphs);
+  FIELD(cgrt_release_report, bytes);
+  FIELD(cgrt_release_report, nodes);
+  FIELD(cgrt_release_report, pool_reserved_before);
+  FIELD(cgrt_release_report, pool_reserved_after);
   return 0;
 }
