@@ -1087,6 +1087,22 @@ class Runtime:
     def modules(self) -> Tuple[Module, ...]:
         return tuple(self._modules)
 
+    def stats_text(self, json: bool = False) -> str:
+        """Every counter by its cgrt.h name, as cgrt_stats_format writes it (text lines, or one
+        JSON object): the same figures the same way as C hosts and the cgrt command print them."""
+        s = _lib.CStats()
+        s.struct_size = ctypes.sizeof(_lib.CStats)
+        rc = self._lib.cgrt_stats_get(self._peek(), ctypes.byref(s))
+        if rc != 0:
+            raise self._fail(rc)
+        style = 1 if json else 0
+        n = self._lib.cgrt_stats_format(ctypes.byref(s), style, None, 0)
+        if n < 0:
+            raise Error(n, "cgrt_stats_format refused the statistics")
+        buf = ctypes.create_string_buffer(n + 1)
+        self._lib.cgrt_stats_format(ctypes.byref(s), style, buf, n + 1)
+        return buf.value.decode()
+
     def stats(self) -> Stats:
         """The runtime's counters since it opened."""
         s = _lib.CStats()

@@ -417,6 +417,7 @@ def _declare(lib):
         "cgrt_alloc_async": (c_int, [POINTER(CCtx), c_size_t, POINTER(c_void_p)]),
         "cgrt_free_async": (c_int, [POINTER(CCtx), c_void_p]),
         "cgrt_stats_get": (c_int, [R, POINTER(CStats)]),
+        "cgrt_stats_format": (c_int, [POINTER(CStats), c_int, ctypes.c_char_p, c_size_t]),
         "cgrt_set_world_comm": (c_int, [R, c_void_p]),
         "cgrt_phase_name": (c_char_p, [c_int]),
         "cgrt_mode_name": (c_char_p, [c_int]),

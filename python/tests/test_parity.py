@@ -57,6 +57,22 @@ def test_backend_info_is_readable_from_inside_a_step():
         assert rt.stats().eager_phase_steps == 1
 
 
+def test_stats_text_is_cgrt_stats_format():
+    import json
+
+    with cgrt.Runtime(host_ini("transformer_engine")) as rt:
+        for _ in range(3):
+            rt.step("infer", 2, body=lambda ctx: None)
+        st = rt.stats()
+        doc = json.loads(rt.stats_text(json=True))
+        assert doc["steps"] == st.steps == 3
+        assert doc["eager_phase_steps"] == st.eager_phase_steps == 3
+        assert doc["steps_by_mode"]["eager"] == 3
+        assert "padded_tokens" not in doc and doc["padding_tokens"] == st.padding_tokens
+        text = rt.stats_text()
+        assert "\nsteps 3\n" in text and text.startswith("steps_by_mode: eager 3")
+
+
 # ---------------------------------------------------------------- graphs
 
 

@@ -5,6 +5,7 @@
  * diagnose's findings, as text lines or as JSON fields.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "bench.h"
 #include "tool_args.h"
@@ -42,6 +43,12 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
       printf(",\"count\":%u}", f.count);
     }
     printf("]");
+    /* and the whole record, as every host prints it (cgrt_stats_format) */
+    int len = cgrt_stats_format(&s, CGRT_STATS_JSON, NULL, 0);
+    char *all = len > 0 ? malloc((size_t)len + 1) : NULL;
+    if (all && cgrt_stats_format(&s, CGRT_STATS_JSON, all, (size_t)len + 1) == len)
+      printf(",\"stats\":%s", all);
+    free(all);
     return;
   }
   /* What went wrong, or cost more than a replay, whenever it is not zero. */
