@@ -4,8 +4,8 @@
  * no label names a version above the header's own constant, the newest label is that constant,
  * and no vague label ("appended after", "later") is left. CGRT_VIEW_HAS answers by struct_size.
  * And the packaging facts the headers carry (issue 40): struct_size has one type per ABI (size_t
- * in the host API's structs, uint32_t in the backend ABI's) and backend.h reaches no declaration
- * of libcgrt.
+ * in the host API's structs, uint32_t in the backend ABI's), backend.h reaches no declaration of
+ * libcgrt, and the README's table of releases gives this release's host API minor.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -173,6 +173,19 @@ static void backend_h_reaches_no_host_function(void **state) {
   assert_string_equal(cgrt_status_text(12345), "unknown error");
 }
 
+/* README's "Versions": the row of this release names this header's host API minor. */
+static void readme_maps_this_release_to_its_minor(void **state) {
+  (void)state;
+  char *text = read_source("README.md");
+  char row[64];
+  snprintf(row, sizeof(row), "\n| %s | %d |", CGRT_VERSION_STRING, CGRT_HOST_API_MINOR);
+  if (!strstr(text, row))
+    fail_msg("README.md has no row '%s' in its table of releases (section Versions): add the "
+             "release with the host API minor it carries",
+             row + 1);
+  free(text);
+}
+
 static void view_has_reads_struct_size(void **state) {
   (void)state;
   struct cgrt_config_view v;
@@ -193,6 +206,7 @@ int main(void) {
       cmocka_unit_test(view_has_reads_struct_size),
       cmocka_unit_test(struct_size_has_one_type_per_abi),
       cmocka_unit_test(backend_h_reaches_no_host_function),
+      cmocka_unit_test(readme_maps_this_release_to_its_minor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
