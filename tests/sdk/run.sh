@@ -2,8 +2,9 @@
 # The SDK as a third party meets it: install cgrt into a fresh prefix, build the template and the
 # trace plugins and a host application from that prefix alone (CMake package and pkg-config),
 # then run steps through each plugin; then the packaging (issue 40): the pc files and the CMake
-# package, backend.h alone, a backend built with CMake and one with pkg-config, each installed by
-# default into cgrt's backend folder and loaded by name, and the installed documentation.
+# package, backend.h alone, a backend built with CMake and one with pkg-config (make; meson when it
+# is there), each installed by default into cgrt's backend folder and loaded by name, and the
+# installed documentation.
 #   usage: run.sh BUILD_DIR SOURCE_DIR WORK_DIR DRIVER
 set -eu
 build=$1 src=$(cd "$2" && pwd) work=$3 driver=$4
@@ -221,6 +222,21 @@ done
 run "$cgrt" info
 grep -q "^    template  *ABI 1" "$work/out.txt" || fail "cgrt info does not list the installed template"
 grep -q "^    knobs  *ABI 1" "$work/out.txt" || fail "cgrt info does not list the installed knobs"
+# Meson, when it is there: dependency('cgrt-backend') links nothing; installed into backenddir,
+# the template (as libcgrt-backend-viameson.so) loads by name.
+if command -v meson >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
+  env -u PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH="$pcdir" meson setup "$work/meson" \
+    "$src/tests/sdk/meson" -Dsrc="$src/plugins/template/template.c" -Dname=viameson \
+    >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "meson setup with cgrt-backend.pc"; }
+  meson install -C "$work/meson" >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "meson"; }
+  so=$backends/libcgrt-backend-viameson.so
+  [ -f "$so" ] || fail "meson install did not put the backend in $backends"
+  if readelf -d "$so" | grep NEEDED | grep -q libcgrt; then
+    fail "dependency('cgrt-backend') linked libcgrt"
+  fi
+  run "$host" viameson "$driver" /nonexistent WWCRRR
+  rm -f "$so"
+fi
 # A backend that declares no options, renamed and wrapped in trace, installed: the same steps.
 cp "$backends/libcgrt-backend-template.so" "$backends/libcgrt-backend-renamed.so"
 run "$host" renamed "$driver" /nonexistent WWCRRR
