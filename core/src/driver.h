@@ -32,6 +32,7 @@
 #include <stdio.h>
 
 #include "cgrt/backend.h"
+#include "cgrt/cgrt.h"
 
 /* The major of the driver table this core speaks. */
 #define CGRT_DRIVER_ABI_MAJOR 1

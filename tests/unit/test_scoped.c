@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "cgrt/backend.h" /* CGRT_KIND_BIT */
+#include "cgrt/cgrt.h"
 
 #define MAX_MODS 16
 

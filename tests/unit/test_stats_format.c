@@ -1,5 +1,5 @@
 /*
- * test_stats_format.c - cgrt_stats_format: every field of cgrt_stats, as cgrt.h declares it, by
+ * test_stats_format.c - cgrt_stats_format: every field of cgrt_stats, as types.h declares it, by
  * its name, in text and JSON; sizes as snprintf; an older caller's shorter struct (issue 39).
  */
 #include <setjmp.h>
@@ -54,11 +54,12 @@ static cgrt_stats some_stats(void) {
   return st;
 }
 
-/* Each field name of struct cgrt_stats in cgrt.h (the padded_tokens alias left out). */
+/* Each field name of struct cgrt_stats in types.h, which cgrt.h includes (the padded_tokens alias
+   left out). */
 static int header_fields(char names[][64], int max) {
   const char *src = getenv("CGRT_SOURCE_DIR");
   char path[1024];
-  snprintf(path, sizeof(path), "%s/core/include/cgrt/cgrt.h", src ? src : ".");
+  snprintf(path, sizeof(path), "%s/core/include/cgrt/types.h", src ? src : ".");
   FILE *f = fopen(path, "r");
   if (!f)
     fail_msg("cannot read %s (CGRT_SOURCE_DIR)", path);

@@ -41,7 +41,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cgrt.h"
+/*
+ * The types a backend shares with the host API, and nothing of libcgrt: not cgrt.h, whose functions
+ * a backend must not call (it links nothing of libcgrt). Errors: the CGRT_E_* codes and their text,
+ * cgrt_status_text() (static inline).
+ */
+#include "types.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -5,47 +5,9 @@ CGRT_API const char *cgrt_version(void) {
   return CGRT_VERSION_STRING;
 }
 
+/* The texts are types.h's, which a backend reads there (it cannot call this function). */
 CGRT_API const char *cgrt_strerror(int code) {
-  switch (code) {
-  case CGRT_OK:
-    return "success";
-  case CGRT_E_INVAL:
-    return "invalid argument";
-  case CGRT_E_NOMEM:
-    return "out of host memory";
-  case CGRT_E_IO:
-    return "file could not be read";
-  case CGRT_E_CONFIG:
-    return "invalid configuration";
-  case CGRT_E_NOTFOUND:
-    return "not found (no such backend, or no such configuration key)";
-  case CGRT_E_BACKEND:
-    return "backend unusable";
-  case CGRT_E_NODEV:
-    return "no usable device";
-  case CGRT_E_DEVICE:
-    return "device operation failed";
-  case CGRT_E_CAPTURE:
-    return "graph capture failed";
-  case CGRT_E_UPDATE:
-    return "graph update refused";
-  case CGRT_E_REBIND:
-    return "buffer moved since capture";
-  case CGRT_E_CAPACITY:
-    return "over capacity";
-  case CGRT_E_CALLBACK:
-    return "host callback failed";
-  case CGRT_E_STATE:
-    return "not allowed in this state";
-  case CGRT_E_UNSUPPORTED:
-    return "not supported";
-  case CGRT_E_NOTREADY:
-    return "not ready";
-  case CGRT_E_VERIFY:
-    return "replay differs from eager";
-  default:
-    return "unknown error";
-  }
+  return cgrt_status_text(code);
 }
 
 CGRT_API const char *cgrt_phase_name(cgrt_phase phase) {
