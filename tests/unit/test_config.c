@@ -1033,13 +1033,17 @@ static void rules_are_reported_together(void **state) {
 static void check_alone_on_a_built_config(void **state) {
   struct fx *f = *state;
   cgrt__config_defaults(&f->cfg);
-  f->cfg.view.num_graphs = 0;
   f->cfg.view.impl = "local";
   f->cfg.view.inference_scope = CGRT_SCOPE_NONE;
   assert_int_equal(cgrt__config_check(&f->cfg, &f->diag), CGRT_E_CONFIG);
-  assert_int_equal(f->diag.errors, 2);
-  assert_error(f, "[inference] num_graphs = 0: must be at least 1");
+  assert_int_equal(f->diag.errors, 1);
   assert_error(f, "inference_scope = none (default)");
+  /* a value out of its range: said, and the backend's check() waits for it */
+  cgrt__diag_free(&f->diag);
+  f->cfg.view.num_graphs = 0;
+  assert_int_equal(cgrt__config_check(&f->cfg, &f->diag), CGRT_E_CONFIG);
+  assert_int_equal(f->diag.errors, 1);
+  assert_error(f, "[inference] num_graphs = 0: must be at least 1");
 }
 
 /* ---------------------------------------------------------------- the backend's own section */
