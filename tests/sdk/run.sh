@@ -131,6 +131,15 @@ grep -q "badenum.ini:4: \[knobs\] order = 'backwards': expected one of forward, 
 # init() reads the values back (get_int), the default where none was given.
 run "$host" "$knobs" "$driver" /nonexistent EEE '[knobs]\ndepth = 8'
 grep -q "knobs: depth 8, order forward (forward)" "$work/out.txt"
+# Its section is its table's name: a copy under another file name still reads [knobs].
+cp "$knobs" "$work/libcgrt-backend-renamed.so"
+run "$host" "$work/libcgrt-backend-renamed.so" "$driver" /nonexistent EEE '[knobs]\ndepth = 6'
+grep -q "knobs: depth 6, order forward (forward)" "$work/out.txt"
+# trace lends it its section: the options are read, checked and reach its init().
+run "$host" trace "$driver" "$work/trace" EEE "[trace]\ninner = $knobs\n[knobs]\norder = reverse"
+grep -q "knobs: depth 4, order reverse (reverse)" "$work/out.txt"
+run_fails "$host" trace "$driver" "$work/trace" E "[trace]\ninner = $knobs\n[knobs]\ndepth = 65"
+grep -q "\[knobs\] depth = 65: must be from 1 to 64" "$work/out.txt"
 # The Python package installed beside the library finds that library (when python3 is there).
 if command -v python3 >/dev/null 2>&1; then
   got=$(env -u CGRT_LIBRARY PYTHONPATH="$(dirname "$(find "$prefix" -path '*/python/cgrt/_install.py')")/.." \
