@@ -150,7 +150,8 @@ static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view
       return CGRT_E_CONFIG;
     }
   int step_scope = (int)o.step_scope;
-  /* check() refuses these first; a core before minor 5 does not call it. */
+  /* The core's rules refuse these first (config_caps: whole-step graphs); a core before minor 6
+     does not apply them. */
   if (step_scope && (cfg->modules != 0 || cfg->nan_check)) {
     snprintf(err, errlen,
              "dynamic_cp with graph_scope = step graphs the whole step: it needs [cuda_graph] "
@@ -423,26 +424,34 @@ static int dcp_describe(void *state, void (*emit)(void *user, const char *line),
 }
 
 /*
- * The rules of each graph scope: step graphs the whole step; modules graphs calls, so no full
- * recomputation. Training and inference steps alike, never per token bucket. A bank per cp size
- * needs one cp size at least.
+ * graph_scope = step graphs the whole step: the core then applies the rules of whole-step graphs
+ * (no host read of the loss, no module list, full recomputation allowed); modules graphs calls
+ * (no full recomputation).
+ */
+#define DCP_CAPS                                                                                   \
+  (CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS |                  \
+   CGRT_CAP_MULTI_GPU | CGRT_CAP_NEEDS_COMM)
+
+static uint64_t dcp_config_caps(const struct cgrt_config_view *cfg, char *why, size_t whylen) {
+  struct dcp_options o;
+  read_options(cfg, &o);
+  if (!o.step_scope)
+    return DCP_CAPS;
+  char d[256];
+  cfg->describe(cfg, "dynamic_cp", "graph_scope", d, sizeof(d));
+  snprintf(why, whylen, "[dynamic_cp] %s", d);
+  return DCP_CAPS | CGRT_CAP_WHOLE_STEP;
+}
+
+/*
+ * Training and inference steps alike, never per token bucket, so no inference scope (adaptive
+ * buckets are the core's rule, by the caps). A bank per cp size needs one cp size at least.
  */
 static int dcp_check(const struct cgrt_config_view *cfg,
                      void (*report)(void *user, int line, const char *message), void *user) {
   struct rules r = {cfg, report, user, 0};
-  struct dcp_options o;
   char d[256];
-  read_options(cfg, &o);
-  if (o.step_scope) {
-    char who[300];
-    int line = rules_key(&r, "dynamic_cp", "graph_scope", d, sizeof(d));
-    snprintf(who, sizeof(who), "[dynamic_cp] %s", d);
-    rules_whole_step(&r, line, who, "set graph_scope = modules");
-  } else {
-    rules_recompute_full(&r);
-  }
   rules_scope_none(&r);
-  rules_no_adaptive(&r);
   if (cfg->num_cp_sizes == 0) {
     int line = rules_key(&r, "dynamic_cp", "cp_sizes", d, sizeof(d));
     rules_say(&r, line ? line : rules_impl_line(&r),
@@ -457,8 +466,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
     .name = "dynamic_cp",
-    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS |
-            CGRT_CAP_MULTI_GPU | CGRT_CAP_NEEDS_COMM,
+    .caps = DCP_CAPS,
     .init = dcp_init,
     .fini = dcp_fini,
     .step = dcp_step,
@@ -468,4 +476,5 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .options = dcp_options,
     .num_options = sizeof(dcp_options) / sizeof(dcp_options[0]),
     .check = dcp_check,
+    .config_caps = dcp_config_caps,
 };

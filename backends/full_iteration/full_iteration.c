@@ -27,7 +27,8 @@ struct fi_state {
 
 static int fi_init(const struct cgrt_host_api *h, const struct cgrt_config_view *cfg, void **state,
                    char *err, size_t errlen) {
-  /* The config rules refuse these first; a backend loaded by path is checked here too. */
+  /* The core's rules refuse these first (CGRT_CAP_WHOLE_STEP); a core before minor 6 does not
+     know the bit. */
   if (cfg->modules != 0 || cfg->nan_check) {
     snprintf(err, errlen,
              "full_iteration graphs the whole step: it needs [cuda_graph] modules empty and "
@@ -122,15 +123,14 @@ static int fi_describe(void *state, void (*emit)(void *user, const char *line), 
   return 0;
 }
 
-/* The whole step is one graph: its rules; inference by the static buckets (no scope to choose, no
-   adaptive set to follow). */
+/* Inference by the static buckets: no scope to choose. The rules of whole-step graphs (no host
+   read of the loss, no module list, full recomputation allowed) and of adaptive buckets are the
+   core's, by its caps (CGRT_CAP_WHOLE_STEP, no CGRT_CAP_ADAPTIVE_BUCKETS). */
 static int fi_check(const struct cgrt_config_view *cfg,
                     void (*report)(void *user, int line, const char *message), void *user) {
   struct rules r = {cfg, report, user, 0};
-  rules_whole_step(&r, rules_impl_line(&r), "impl = full_iteration", "use impl = local");
   rules_cp_scope_unread(&r);
   rules_scope_none(&r);
-  rules_no_adaptive(&r);
   return r.errors ? CGRT_E_CONFIG : 0;
 }
 
@@ -139,7 +139,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .struct_size = sizeof(struct cgrt_backend_v1),
     .name = "full_iteration",
     .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS |
-            CGRT_CAP_TOKEN_BUCKETS,
+            CGRT_CAP_TOKEN_BUCKETS | CGRT_CAP_WHOLE_STEP,
     .init = fi_init,
     .fini = fi_fini,
     .step = fi_step,

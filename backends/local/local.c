@@ -396,13 +396,13 @@ static const struct cgrt_option local_options[] = {
      .meaning = "what one inference graph holds: local's default is one module call"},
 };
 
-/* Per-module graphs (or a body per bucket): a scope of layer or block; adaptive buckets work. */
+/* Per-module graphs (or a body per bucket): a scope of layer or block. No full recomputation and
+   adaptive buckets are the core's rules, by its caps. */
 static int local_check(const struct cgrt_config_view *cfg,
                        void (*report)(void *user, int line, const char *message), void *user) {
   struct rules r = {cfg, report, user, 0};
   char d[256];
   rules_cp_scope_unread(&r);
-  rules_recompute_full(&r);
   if (cfg->inference_scope == CGRT_SCOPE_NONE) {
     int line = rules_key(&r, "cuda_graph", "inference_scope", d, sizeof(d));
     rules_say(&r, line ? line : rules_impl_line(&r),

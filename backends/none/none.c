@@ -52,12 +52,11 @@ static int none_describe(void *state, void (*emit)(void *user, const char *line)
   return 0;
 }
 
-/* Eager: no inference scope and no token buckets to adapt. */
+/* Eager: no inference scope (no token buckets to adapt: the core's rule, by its caps). */
 static int none_check(const struct cgrt_config_view *cfg,
                       void (*report)(void *user, int line, const char *message), void *user) {
   struct rules r = {cfg, report, user, 0};
   rules_scope_none(&r);
-  rules_no_adaptive(&r);
   return r.errors ? CGRT_E_CONFIG : 0;
 }
 

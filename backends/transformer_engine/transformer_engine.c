@@ -116,14 +116,13 @@ static int te_describe(void *state, void (*emit)(void *user, const char *line), 
   return 0;
 }
 
-/* Per-module graphs of training steps: no whole-step rules, no inference scope, no buckets. */
+/* Per-module graphs of training steps: no inference scope. No full recomputation and no adaptive
+   buckets are the core's rules, by its caps. */
 static int te_check(const struct cgrt_config_view *cfg,
                     void (*report)(void *user, int line, const char *message), void *user) {
   struct rules r = {cfg, report, user, 0};
   rules_cp_scope_unread(&r);
-  rules_recompute_full(&r);
   rules_scope_none(&r);
-  rules_no_adaptive(&r);
   return r.errors ? CGRT_E_CONFIG : 0;
 }
 

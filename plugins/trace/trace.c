@@ -6,8 +6,11 @@
  * in a log or an Nsight timeline what a strategy does.
  *
  * [trace] keys: inner (required); calls = on | off (report module calls too; default on).
- * The configuration is validated for impl = trace: give the inner backend what it needs
- * explicitly (local wants inference_scope = layer or block).
+ * trace is a decorator (its table's `wraps` names `inner`, host API minor 6): the core reads the
+ * inner backend's own section ([NAME], its table's name) with its declared options, runs its
+ * check() and judges the configuration by its capabilities, so the inner backend is configured
+ * as if it were impl. A core before minor 6 judges trace alone: give the inner backend what it
+ * needs explicitly there (local wants inference_scope = layer or block).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +50,18 @@ static uint64_t now_ns(void) {
 static const char *mode_name(cgrt_mode m) {
   return (unsigned)m < CGRT_MODE_COUNT ? mode_names[m] : "?";
 }
+
+/* The keys of [trace], read and checked by the core before init() (since minor 4). */
+static const struct cgrt_option trace_options[] = {
+    {.name = "inner",
+     .type = CGRT_OPTION_STRING,
+     .meaning = "the backend to trace: a name on the backend path, or a path, as impl"},
+    {.name = "calls",
+     .type = CGRT_OPTION_ENUM,
+     .def = "on",
+     .values = "on off",
+     .meaning = "report every module call too, not only the steps"},
+};
 
 static int trace_init(const struct cgrt_host_api *h, const struct cgrt_config_view *cfg,
                       void **state, char *err, size_t errlen) {
@@ -191,8 +206,10 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .abi_major = CGRT_BACKEND_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_backend_v1),
     .name = "trace",
-    /* Whatever the inner backend can do; trace_step refuses what it cannot. */
-    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS,
+    /* Whatever the inner backend can do: trace_step runs eagerly a phase it has no form for, and
+       the core's rules judge the inner backend's caps, not these. */
+    .caps = CGRT_CAP_TRAINING | CGRT_CAP_INFERENCE | CGRT_CAP_BACKWARD | CGRT_CAP_GRAPHS |
+            CGRT_CAP_TOKEN_BUCKETS | CGRT_CAP_ADAPTIVE_BUCKETS,
     .init = trace_init,
     .fini = trace_fini,
     .step = trace_step,
@@ -200,4 +217,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .release = trace_release,
     .stats = trace_stats,
     .describe = trace_describe,
+    .options = trace_options,
+    .num_options = sizeof(trace_options) / sizeof(trace_options[0]),
+    .wraps = "inner",
 };

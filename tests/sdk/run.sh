@@ -244,10 +244,6 @@ run "$host" trace "$driver" "$work/trace" WWCRRR '[trace]\ninner = renamed'
 grep -q "trace: tracing backend 'template'" "$work/out.txt" ||
   { cat "$work/out.txt"; fail "trace around the renamed template"; }
 rm -f "$backends/libcgrt-backend-renamed.so"
-# TODO(issue 40, item 1): knobs renamed (libcgrt-backend-dials.so, `impl = dials`) keeps its
-# section [knobs] and options, and `impl = trace` with `[trace] inner = knobs` takes [knobs] depth
-# = 8: both need the section to be the table's name and trace to lend its inner backend's section
-# (core/src/config, another branch).
 # TODO(issue 40, item 9): `cgrt test-backend template` and `cgrt test-backend knobs` exit 0, once
 # the conformance subcommand exists (tools/cli, another branch).
 # The installed documentation: the two guides, written from the README, and the design.
@@ -261,6 +257,15 @@ grep -q "^| $(pcv --modversion cgrt) | $minor |" "$doc/backend-guide.md" ||
 grep -q "cgrt test-backend" "$doc/backend-guide.md" || fail "backend-guide.md: no cgrt test-backend"
 grep -q "^## Using cgrt from a host$" "$doc/host-guide.md" || fail "host-guide.md lacks its sections"
 
+# Its section is its table's name: a copy under another file name still reads [knobs].
+cp "$knobs" "$work/libcgrt-backend-renamed.so"
+run "$host" "$work/libcgrt-backend-renamed.so" "$driver" /nonexistent EEE '[knobs]\ndepth = 6'
+grep -q "knobs: depth 6, order forward (forward)" "$work/out.txt"
+# trace lends it its section: the options are read, checked and reach its init().
+run "$host" trace "$driver" "$work/trace" EEE "[trace]\ninner = $knobs\n[knobs]\norder = reverse"
+grep -q "knobs: depth 4, order reverse (reverse)" "$work/out.txt"
+run_fails "$host" trace "$driver" "$work/trace" E "[trace]\ninner = $knobs\n[knobs]\ndepth = 65"
+grep -q "\[knobs\] depth = 65: must be from 1 to 64" "$work/out.txt"
 # The Python package installed beside the library finds that library (when python3 is there).
 if command -v python3 >/dev/null 2>&1; then
   got=$(env -u CGRT_LIBRARY PYTHONPATH="$(dirname "$(find "$prefix" -path '*/python/cgrt/_install.py')")/.." \

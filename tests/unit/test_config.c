@@ -1033,13 +1033,17 @@ static void rules_are_reported_together(void **state) {
 static void check_alone_on_a_built_config(void **state) {
   struct fx *f = *state;
   cgrt__config_defaults(&f->cfg);
-  f->cfg.view.num_graphs = 0;
   f->cfg.view.impl = "local";
   f->cfg.view.inference_scope = CGRT_SCOPE_NONE;
   assert_int_equal(cgrt__config_check(&f->cfg, &f->diag), CGRT_E_CONFIG);
-  assert_int_equal(f->diag.errors, 2);
-  assert_error(f, "[inference] num_graphs = 0: must be at least 1");
+  assert_int_equal(f->diag.errors, 1);
   assert_error(f, "inference_scope = none (default)");
+  /* a value out of its range: said, and the backend's check() waits for it */
+  cgrt__diag_free(&f->diag);
+  f->cfg.view.num_graphs = 0;
+  assert_int_equal(cgrt__config_check(&f->cfg, &f->diag), CGRT_E_CONFIG);
+  assert_int_equal(f->diag.errors, 1);
+  assert_error(f, "[inference] num_graphs = 0: must be at least 1");
 }
 
 /* ---------------------------------------------------------------- the backend's own section */
@@ -1239,6 +1243,200 @@ static void backends_without_check_keep_the_core_rules(void **state) {
   snprintf(text, sizeof(text),
            "[cuda_graph]\nimpl = %s\n[host]\nrecompute = full\ngraph_safe_rng = false\n", path);
   assert_clean(f, text);
+}
+
+/* ---------------------------------------------------------------- issue 40: sections, rules */
+
+/* A fresh folder holding fixture backend `name` copied as libcgrt-backend-AS.so: the folder into
+   dir, the copy's path into buf. */
+static const char *renamed_fixture(const char *name, const char *as, char *dir, size_t dirlen,
+                                   char *buf, size_t len) {
+  char src[1024];
+  fixture_path(name, src, sizeof(src));
+  snprintf(dir, dirlen, "/tmp/cgrt-renamed-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(buf, len, "%s/libcgrt-backend-%s.so", dir, as);
+  FILE *in = fopen(src, "rb"), *out = fopen(buf, "wb");
+  assert_non_null(in);
+  assert_non_null(out);
+  char chunk[65536];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
+    assert_int_equal(fwrite(chunk, 1, n, out), n);
+  fclose(in);
+  assert_int_equal(fclose(out), 0);
+  return buf;
+}
+
+static int64_t option_int(struct fx *f, const char *section, const char *key) {
+  int64_t v = -1;
+  assert_int_equal(f->cfg.view.get_int(&f->cfg.view, section, key, &v), 0);
+  return v;
+}
+
+static void a_renamed_backend_reads_its_own_section(void **state) {
+  struct fx *f = *state;
+  char dir[64], path[1024], text[4096];
+  renamed_fixture("capper", "stepcap", dir, sizeof(dir), path, sizeof(path));
+  /* its section is its table's name, [capper], not its file's */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[capper]\nmax_steps = 7\n", path);
+  assert_clean(f, text);
+  assert_string_equal(f->cfg.backend_section, "capper");
+  assert_int_equal(option_int(f, "capper", "max_steps"), 7);
+  char *out = print_to_string(&f->cfg);
+  assert_non_null(strstr(out, "\n[capper]\nmax_steps = 7\n"));
+  assert_non_null(strstr(out, "backend 'capper'"));
+  assert_non_null(strstr(out, "its check() ran"));
+  free(out);
+  /* no section at all: the declared default */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n", path);
+  assert_clean(f, text);
+  assert_int_equal(option_int(f, "capper", "max_steps"), 10);
+  /* by name on backend_path: the same */
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = stepcap\nbackend_path = %s\n[capper]\nmax_steps = 9\n", dir);
+  assert_clean(f, text);
+  assert_int_equal(option_int(f, "capper", "max_steps"), 9);
+  /* the file's name is no section, and the message says which is */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[stepcap]\nmax_steps = 7\n", path);
+  assert_refused(f, text, "t.ini:3: unknown section [stepcap]: backend 'capper' (");
+  assert_error(f, "reads its keys in [capper], the name in its table, whatever its file is called");
+  /* its check() runs under any file name */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[capper]\nmax_steps = 80\n", path);
+  assert_refused(f, text, "t.ini:4: capper: max_steps = 80 (line 4) is above 64; its check() ran");
+  cgrt__config_free(&f->cfg);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(rmdir(dir), 0);
+}
+
+static void check_runs_only_on_values_in_range(void **state) {
+  struct fx *f = *state;
+  char path[1024], text[2048];
+  fixture_path("capper", path, sizeof(path));
+  /* out of its declared range: said, and check() does not run on it */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[capper]\nmax_steps = 500\n", path);
+  assert_refused(f, text,
+                 "t.ini:4: [capper] max_steps = 500: must be from 1 to 100 (steps graphed)");
+  assert_no_msg(f, "its check() ran");
+  /* nor on a core key out of its range */
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\nwarmup_steps = 0\n[capper]\nmax_steps = 80\n", path);
+  assert_refused(f, text, "warmup_steps = 0: must be at least 1");
+  /* in range: it runs */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[capper]\nmax_steps = 80\n", path);
+  assert_refused(f, text, "its check() ran");
+  char *out = print_to_string(&f->cfg);
+  assert_non_null(strstr(out, "its check() ran"));
+  free(out);
+}
+
+static void core_rules_apply_by_capability(void **state) {
+  struct fx *f = *state;
+  char capper[1024], whole[1024], text[4096];
+  fixture_path("capper", capper, sizeof(capper));
+  fixture_path("wholestep", whole, sizeof(whole));
+  /* per-call graphs and a check() of its own: full recomputation is still refused */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[host]\nrecompute = full\n", capper);
+  assert_refused(f, text,
+                 "t.ini:4: [host] recompute = full (line 4) is only graph-safe with whole-step "
+                 "graphs");
+  assert_error(f, "(backend 'capper') builds per-module graphs");
+  /* whole-step graphs (CGRT_CAP_WHOLE_STEP), no check(): the host cannot read the loss */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n", whole);
+  assert_refused(f, text, "t.ini:2: impl = ");
+  assert_error(f, "(backend 'wholestep') graphs the whole step, which needs [host] nan_check = "
+                  "off (a whole-step graph cannot stop for the host to read the loss every "
+                  "step), but nan_check = on (default)");
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[host]\nnan_check = off\n", whole);
+  assert_clean(f, text);
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[host]\nnan_check = off\nrecompute = full\n", whole);
+  assert_clean(f, text);
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\nmodules = attn\n[host]\nnan_check = off\n",
+           whole);
+  assert_refused(f, text, "t.ini:3: impl = ");
+  assert_error(f, "graphs the whole step, so [cuda_graph] modules must be empty");
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[inference]\nbuckets = adaptive\n[host]\nnan_check = off\n",
+           whole);
+  assert_refused(f, text, "t.ini:4: [inference] buckets = adaptive (line 4) only works with");
+  assert_error(f, "does not follow adaptive buckets");
+  /* dynamic_cp: whole steps with graph_scope = step only (its config_caps()) */
+  assert_clean(f, "[cuda_graph]\nimpl = dynamic_cp\n[dynamic_cp]\ngraph_scope = step\n[host]\n"
+                  "nan_check = off\nrecompute = full\n");
+  assert_refused(f, "[cuda_graph]\nimpl = dynamic_cp\n[dynamic_cp]\ngraph_scope = step\n",
+                 "t.ini:2: impl = dynamic_cp with [dynamic_cp] graph_scope = step (line 4) graphs "
+                 "the whole step, which needs [host] nan_check = off");
+  assert_error(f, "set nan_check = off, or change [dynamic_cp] graph_scope = step (line 4)");
+  assert_refused(f, "[cuda_graph]\nimpl = dynamic_cp\n[host]\nrecompute = full\n",
+                 "is only graph-safe with whole-step graphs");
+}
+
+static void a_decorator_lends_its_inner_backends_section(void **state) {
+  struct fx *f = *state;
+  char trace[1024], capper[1024], other[1024], text[4096];
+  fixture_path("trace", trace, sizeof(trace));
+  fixture_path("capper", capper, sizeof(capper));
+  /* [capper] is read with capper's declared options, for trace's inner backend */
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[trace]\ninner = %s\n[capper]\nmax_steps = 7\n", trace,
+           capper);
+  assert_clean(f, text);
+  assert_int_equal(option_int(f, "capper", "max_steps"), 7);
+  assert_string_equal(get(f, "trace", "inner"), capper);
+  assert_string_equal(get(f, "trace", "calls"), "on");
+  char *out = print_to_string(&f->cfg);
+  assert_non_null(strstr(out, "\n[trace]\ninner = "));
+  assert_non_null(strstr(out, "\ncalls = on\n\n[capper]\nmax_steps = 7\n"));
+  assert_non_null(strstr(out, "it wraps the backend named below"));
+  assert_non_null(strstr(out, "backend 'capper'"));
+  free(out);
+  /* typed, ranged and checked as if it were impl */
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[trace]\ninner = %s\n[capper]\nmax_step = 7\n", trace, capper);
+  assert_refused(f, text, "t.ini:6: unknown key 'max_step' in [capper]; did you mean 'max_steps'?");
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[trace]\ninner = %s\n[capper]\nmax_steps = 500\n", trace,
+           capper);
+  assert_refused(f, text, "t.ini:6: [capper] max_steps = 500: must be from 1 to 100");
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[trace]\ninner = %s\n[capper]\nmax_steps = 80\n", trace,
+           capper);
+  assert_refused(f, text, "t.ini:6: capper: max_steps = 80 (line 6) is above 64; its check() ran");
+  /* the core's rules judge the inner backend, not trace */
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[trace]\ninner = %s\n[host]\nrecompute = full\n", trace,
+           capper);
+  assert_refused(f, text, "is only graph-safe with whole-step graphs");
+  assert_error(f, "but backend 'capper' ([trace] inner = ");
+  fixture_path("wholestep", other, sizeof(other));
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[trace]\ninner = %s\n", trace, other);
+  assert_refused(f, text, "t.ini:4: backend 'wholestep' ([trace] inner = ");
+  assert_error(f, "graphs the whole step, which needs [host] nan_check = off");
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[trace]\ninner = none\n[host]\ngraph_safe_rng = false\n",
+           trace);
+  assert_clean(f, text); /* none builds no graph */
+  /* trace's own keys are declared now */
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[trace]\ninner = none\ncolors = on\n",
+           trace);
+  assert_refused(f, text, "t.ini:5: unknown key 'colors' in [trace]; backend 'trace' (");
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[trace]\ncalls = maybe\n", trace);
+  assert_int_equal(parse(f, text), CGRT_E_CONFIG);
+  assert_error(f, "t.ini:4: [trace] calls = 'maybe': expected one of on, off");
+  assert_error(f, "t.ini:2: backend 'trace' (");
+  assert_error(f, "wraps the backend that [trace] inner names, but it is not given");
+  snprintf(text, sizeof(text), "[cuda_graph]\nimpl = %s\n[trace]\ninner = %s\n", trace, trace);
+  assert_refused(f, text, "t.ini:4: backend 'trace' (");
+  assert_error(f, "a decorator cannot wrap itself");
+  /* an inner backend that cannot be loaded now: its file's name, left to trace's init */
+  snprintf(text, sizeof(text),
+           "[cuda_graph]\nimpl = %s\n[trace]\ninner = nosuch\n[nosuch]\nx = 1\n", trace);
+  assert_clean(f, text);
+  out = print_to_string(&f->cfg);
+  assert_non_null(strstr(out, "[trace] inner = nosuch: not loaded now"));
+  assert_non_null(strstr(out, "its options and its check() were not read"));
+  free(out);
 }
 
 /* ---------------------------------------------------------------- printing */
@@ -1726,6 +1924,10 @@ int main(void) {
       T(tools_set_a_declared_option),
       T(a_backend_checks_its_own_rules),
       T(backends_without_check_keep_the_core_rules),
+      T(a_renamed_backend_reads_its_own_section),
+      T(check_runs_only_on_values_in_range),
+      T(core_rules_apply_by_capability),
+      T(a_decorator_lends_its_inner_backends_section),
       T(print_writes_every_key_in_order),
       T(print_round_trips),
       T(print_wraps_long_values),

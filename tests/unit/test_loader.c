@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "cgrt/cgrt.h"
+#include "cgrt/tool.h"
 #include "runtime.h"
 
 static const char *fixtures(void) {
@@ -477,6 +478,132 @@ static void ini_string_resolves_from_the_working_directory(void **state) {
   tree_remove(&t);
 }
 
+/* ---------------------------------------------------------------- issue 40: sections, rules */
+
+/* The plan a runtime's backend describes, its lines joined with '\n' into buf. */
+struct plan {
+  char text[4096];
+  size_t len;
+};
+
+static void plan_line(void *user, const char *line) {
+  struct plan *p = user;
+  if (p->len < sizeof(p->text))
+    p->len += (size_t)snprintf(p->text + p->len, sizeof(p->text) - p->len, "%s\n", line);
+}
+
+static const char *plan_of(cgrt_runtime *rt, struct plan *p) {
+  p->len = 0;
+  p->text[0] = '\0';
+  assert_int_equal(cgrt_tool_describe(rt, plan_line, p), 0);
+  return p->text;
+}
+
+/* A copy of fixture `name` as libcgrt-backend-AS.so in a fresh folder: the folder and the path. */
+static void copy_fixture_as(const char *name, const char *as, char *dir, size_t dlen, char *so,
+                            size_t slen) {
+  snprintf(dir, dlen, "/tmp/cgrt-renamed-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  snprintf(so, slen, "%s/libcgrt-backend-%s.so", dir, as);
+  char cmd[8192];
+  snprintf(cmd, sizeof(cmd), "cp '%s/libcgrt-backend-%s.so' '%s'", fixtures(), name, so);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* A backend copied under another file name reads its own section, its table's name: init() gets
+   its option (the default without one), by path and by name. */
+static void renamed_backend_initializes_from_its_section(void **state) {
+  (void)state;
+  char dir[64], so[128];
+  struct plan p;
+  copy_fixture_as("capper", "stepcap", dir, sizeof(dir), so, sizeof(so));
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, so, NULL, "[capper]\nmax_steps = 7\n"), 0);
+  assert_string_equal(cgrt_backend_name(rt), "capper");
+  assert_contains(plan_of(rt, &p), "capper: max_steps 7");
+  run_steps(rt, 3);
+  cgrt_close(rt);
+  rt = NULL;
+  assert_int_equal(open_with(&rt, "stepcap", dir, NULL), 0);
+  assert_contains(plan_of(rt, &p), "capper: max_steps 10");
+  cgrt_close(rt);
+  rt = NULL;
+  assert_int_equal(open_with(&rt, so, NULL, "[stepcap]\nmax_steps = 7\n"), CGRT_E_CONFIG);
+  assert_contains(cgrt_last_error(NULL), "reads its keys in [capper]");
+  remove_dir(dir);
+}
+
+/* trace lends the inner backend its section: declared, typed, range-checked, check()ed, and
+   init() reads it; an open inner section is checked after init, as impl's would be. */
+static void trace_lends_the_inner_backends_section(void **state) {
+  (void)state;
+  char trace[1024], extra[2048];
+  struct plan p;
+  snprintf(trace, sizeof(trace), "%s/libcgrt-backend-trace.so", fixtures());
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, trace, fixtures(),
+                             "[trace]\ninner = capper\ncalls = off\n"
+                             "[capper]\nmax_steps = 7\n"),
+                   0);
+  assert_string_equal(cgrt_backend_name(rt), "trace");
+  assert_contains(plan_of(rt, &p), "capper: max_steps 7");
+  run_steps(rt, 3);
+  cgrt_close(rt);
+  static const struct {
+    const char *ini, *message;
+  } refused[] = {
+      {"[trace]\ninner = capper\n[capper]\nmax_step = 7\n", "did you mean 'max_steps'?"},
+      {"[trace]\ninner = capper\n[capper]\nmax_steps = 0\n", "must be from 1 to 100"},
+      {"[trace]\ninner = capper\n[capper]\nmax_steps = 80\n", "is above 64; its check() ran"},
+      {"[trace]\ninner = capper\n[host]\nrecompute = full\n", "builds per-module graphs"},
+      {"[trace]\ninner = wholestep\n", "graphs the whole step, which needs [host] nan_check"},
+      {"[trace]\ninner = sectioned\n[sectioned]\nbeta = 1\n",
+       "unknown key 'beta' in [sectioned]: backend 'sectioned' does not read it"},
+      {"[trace]\ncalls = on\n", "wraps the backend that [trace] inner names"},
+  };
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+    rt = NULL;
+    snprintf(extra, sizeof(extra), "%s", refused[i].ini);
+    int rc = open_with(&rt, trace, fixtures(), extra);
+    if (rc != CGRT_E_CONFIG || !strstr(cgrt_last_error(NULL), refused[i].message))
+      fail_msg("case %zu: rc %d: %s", i, rc, cgrt_last_error(NULL));
+  }
+  rt = NULL;
+  assert_int_equal(open_with(&rt, trace, fixtures(),
+                             "[trace]\ninner = sectioned\n"
+                             "[sectioned]\nalpha = ok\n"),
+                   0);
+  cgrt_close(rt);
+}
+
+/* A third-party whole-step backend without a check(): the core's rules by its caps. */
+static void whole_step_backend_gets_the_core_rules(void **state) {
+  (void)state;
+  cgrt_runtime *rt = NULL;
+  assert_int_equal(open_with(&rt, "wholestep", fixtures(), NULL), CGRT_E_CONFIG);
+  assert_contains(cgrt_last_error(NULL),
+                  "graphs the whole step, which needs [host] nan_check = off");
+  rt = NULL;
+  assert_int_equal(open_with(&rt, "wholestep", fixtures(),
+                             "[host]\nnan_check = off\n"
+                             "recompute = full\n"),
+                   0);
+  cgrt_module *m = NULL;
+  cgrt_module_desc d = {.struct_size = sizeof(d), .name = "m", .forward = count_module};
+  assert_int_equal(cgrt_module_register(rt, &d, &m), 0);
+  for (int i = 0; i < 5; i++) {
+    cgrt_step_desc sd = {
+        .struct_size = sizeof(sd), .phase = CGRT_PHASE_TRAIN, .body = count_body, .user = m};
+    assert_int_equal(cgrt_step(rt, &sd, NULL), 0);
+  }
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(rt, &st), 0);
+  assert_int_equal(st.steps_by_mode[CGRT_MODE_WARMUP], 3);
+  assert_int_equal(st.steps_by_mode[CGRT_MODE_CAPTURE], 1);
+  assert_int_equal(st.steps_by_mode[CGRT_MODE_REPLAY], 1);
+  cgrt_close(rt);
+}
+
 static void other_backends_section_is_unknown(void **state) {
   (void)state;
   cgrt_runtime *rt = NULL;
@@ -502,6 +629,9 @@ int main(void) {
       cmocka_unit_test_setup(search_dirs_in_order, setup),
       cmocka_unit_test_setup(backend_section_keys_are_the_backends, setup),
       cmocka_unit_test_setup(other_backends_section_is_unknown, setup),
+      cmocka_unit_test_setup(renamed_backend_initializes_from_its_section, setup),
+      cmocka_unit_test_setup(trace_lends_the_inner_backends_section, setup),
+      cmocka_unit_test_setup(whole_step_backend_gets_the_core_rules, setup),
       cmocka_unit_test_setup(relative_impl_resolves_from_the_files_folder, setup),
       cmocka_unit_test_setup(relative_backend_path_resolves_from_the_files_folder, setup),
       cmocka_unit_test_setup(missing_relative_impl_names_both_spellings, setup),

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    5
+#define CGRT_HOST_API_MINOR    6
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -68,6 +68,10 @@ extern "C" {
 /* pads infer steps up to the [inference] token buckets (bucket_for_tokens): cgrt_stats lists the
    buckets only for such a backend (a core before 0.4 ignores the bit) */
 #define CGRT_CAP_TOKEN_BUCKETS (1u << 7)
+/* since minor 6: graphs the whole step body as one graph (full_iteration). The core's rules then
+   ask for [host] nan_check = off and an empty [cuda_graph] modules, and allow recompute = full;
+   a backend whose options decide it sets it in config_caps() */
+#define CGRT_CAP_WHOLE_STEP (1u << 8)
 
 /* Values of the enumerated options, shared by the core's parser and backends. */
 typedef enum cgrt_inference_scope {
@@ -577,7 +581,8 @@ struct cgrt_backend_v1 {
   /* -- fixed forever -- */
   uint32_t abi_major;   /* CGRT_BACKEND_ABI_MAJOR (1) */
   uint32_t struct_size; /* sizeof(struct cgrt_backend_v1) as the backend was built */
-  const char *name;     /* short name, e.g. "local"; also the name of its config section */
+  const char *name;     /* short name, e.g. "local"; also the name of its config section,
+                           whatever its file is called */
   uint64_t caps;        /* CGRT_CAP_* bits */
 
   /* -- mandatory -- */
@@ -624,12 +629,36 @@ struct cgrt_backend_v1 {
    * Calls report() once per broken rule: `line` is where the key at fault is given (0: none; see
    * cfg->describe()), `message` one sentence naming the keys and what to write instead (the core
    * prefixes "file:line: "). Returns 0, or CGRT_E_CONFIG if it reported anything. Runs only for
-   * the configured backend; the table is loaded but never initialized for it. A backend without
-   * check() gets the core's conservative rule: [host] recompute = full is refused with a backend
-   * that builds graphs (CGRT_CAP_GRAPHS), as before minor 5.
+   * the configured backend (and, since minor 6, the backend a decorator wraps: see wraps); the
+   * table is loaded but never initialized for it. Since minor 6 it runs only when every value is
+   * inside its declared range (the core's keys and the options), and the core's rules by
+   * capability (CGRT_CAP_*: graph_safe_rng with graphs, recompute = full only with whole-step
+   * graphs, nan_check = off and no modules with them, adaptive buckets only for a backend that
+   * follows them) apply whether or not a backend has a check(): state only your own rules here.
    */
   int (*check)(const struct cgrt_config_view *cfg,
                void (*report)(void *user, int line, const char *message), void *user);
+
+  /* -- since minor 6: capabilities that depend on the options, and decorators -- */
+  /*
+   * The caps this backend has under `cfg`, when its options change them (dynamic_cp graphs whole
+   * steps with graph_scope = step: caps | CGRT_CAP_WHOLE_STEP). The core's rules by capability
+   * read these instead of `caps`; the runtime still reads `caps`. When they differ from `caps`,
+   * write into `why` (whylen bytes, terminated) the keys that make them differ, as cfg->describe()
+   * names them ("[dynamic_cp] graph_scope = step (line 4)"): messages say it. Runs as check()
+   * does: on a configuration read cleanly, every value in its range, the table never initialized.
+   * NULL: `caps` under every configuration.
+   */
+  uint64_t (*config_caps)(const struct cgrt_config_view *cfg, char *why, size_t whylen);
+  /*
+   * A decorator (a backend that loads another one with host->backend_open and forwards to it,
+   * as plugins/trace does): the key of its own section that names the backend it wraps, a name
+   * or a path as [cuda_graph] impl is written ("inner"). Declare that key among the options. The
+   * core then loads the wrapped backend's table too when it reads the configuration: its section
+   * (its table's name) is read with its declared options, its check() runs, and the core's rules
+   * by capability judge it, not the decorator. The key is required. NULL: not a decorator.
+   */
+  const char *wraps;
 };
 
 /* The smallest struct_size the core accepts: the fixed fields and the mandatory functions. */

@@ -262,14 +262,15 @@ typedef enum cgrt_phase_run {
 } cgrt_phase_run;
 
 /* What a backend can do (cgrt_backend_info.caps), as its table declares it. */
-#define CGRT_BACKEND_TRAINING  (1u << 0) /* has a form of its own for train and eval steps */
-#define CGRT_BACKEND_INFERENCE (1u << 1) /* has a form of its own for infer steps */
-#define CGRT_BACKEND_BACKWARD  (1u << 2) /* handles backward module calls */
-#define CGRT_BACKEND_GRAPHS    (1u << 3) /* builds graphs (otherwise eager only) */
-#define CGRT_BACKEND_MULTI_GPU (1u << 4) /* designed for several ranks */
-#define CGRT_BACKEND_COMM      (1u << 5) /* needs the host's world communicator */
-#define CGRT_BACKEND_ADAPTIVE  (1u << 6) /* follows [inference] buckets = adaptive */
-#define CGRT_BACKEND_BUCKETS   (1u << 7) /* pads infer steps up to the [inference] token buckets */
+#define CGRT_BACKEND_TRAINING   (1u << 0) /* has a form of its own for train and eval steps */
+#define CGRT_BACKEND_INFERENCE  (1u << 1) /* has a form of its own for infer steps */
+#define CGRT_BACKEND_BACKWARD   (1u << 2) /* handles backward module calls */
+#define CGRT_BACKEND_GRAPHS     (1u << 3) /* builds graphs (otherwise eager only) */
+#define CGRT_BACKEND_MULTI_GPU  (1u << 4) /* designed for several ranks */
+#define CGRT_BACKEND_COMM       (1u << 5) /* needs the host's world communicator */
+#define CGRT_BACKEND_ADAPTIVE   (1u << 6) /* follows [inference] buckets = adaptive */
+#define CGRT_BACKEND_BUCKETS    (1u << 7) /* pads infer steps up to the [inference] token buckets */
+#define CGRT_BACKEND_WHOLE_STEP (1u << 8) /* graphs the whole step (no host read inside it) */
 
 /* The configured backend, for a host that wants to know before it runs (since 0.4). */
 typedef struct cgrt_backend_info {

@@ -8,7 +8,7 @@
  * Reading happens in two passes. The first (inih and the callbacks below) only collects the
  * pairs with their lines, so a continuation line can still extend a value. The second
  * (config_meaning.c) interprets them in source order; a section the core does not know is decided
- * last, because `impl` (which names the one extra section a backend may own) may come after it in
+ * last, because `impl` (whose table names the extra section a backend owns) may come after it in
  * the file.
  */
 #include <ctype.h>
@@ -278,6 +278,9 @@ static int parse_text(struct cgrt_config *cfg, const char *text, const char *sou
     st.pairs[i].value = v;
     cgrt__cfg_interpret(&st, &st.pairs[i]);
   }
+  /* the backends' tables first: a backend's section is its table's name */
+  if (!st.nomem)
+    cgrt__cfg_load_tables(&st);
   if (!st.nomem)
     cgrt__cfg_settle_sections(&st);
   if (!st.nomem)
@@ -436,6 +439,8 @@ void cgrt__config_free(struct cgrt_config *cfg) {
       free(set->values[i].text);
     free(set->values);
     free(set->section);
+    free(set->impl);
+    free(set->unread);
     cgrt__backend_close(&set->lib);
   }
   memset(cfg, 0, sizeof(*cfg));

@@ -32,22 +32,31 @@ struct cgrt_option_value {
 
 /*
  * A backend table whose options the configuration reads (config_options.c): the configured
- * backend's, and that of each backend named like one of the core's sections ([dynamic_cp]),
- * configured or not. Its library stays open while the configuration lives, so the table can be
- * read; it is never initialized for this.
+ * backend's and those of the backends it wraps (a decorator's inner backend, named by the key its
+ * table's `wraps` names), and that of each backend named like one of the core's sections
+ * ([dynamic_cp]), configured or not. Its library stays open while the configuration lives, so the
+ * table can be read; it is never initialized for this.
  */
 struct cgrt_option_set {
-  struct cgrt_backend_lib lib;
-  char *section;  /* the section its options are keys of */
-  int configured; /* the configured backend's table (its check() runs) */
+  struct cgrt_backend_lib lib; /* empty when the table could not be loaded (see unread) */
+  char *section;               /* the section its options are keys of: its table's name */
+  int configured; /* its place in the configured chain: 1 the configured backend, 2 the one it
+                     wraps, ...; 0 a table read only for a core section it shares */
   int closed;     /* it declares keys of its section: no other key may be given there */
   const struct cgrt_option *options; /* NULL: it declares none (its own section is open) */
   struct cgrt_option_value *values;  /* one per option */
   size_t num_options;
+  char *impl;    /* in the chain: how it was named (impl, or the decorator's key) as written */
+  int impl_line; /* where that was given; 0: a default */
+  char *unread;  /* in the chain, the table could not be loaded: why (section is then the base
+                    name of its file; the runtime's loader reports it), else NULL */
+  int check_ran; /* its check() ran on this configuration (cgrt__config_check) */
 };
 
-/* At most one set for the configured backend and one for each of the core's sections. */
+/* At most the configured chain and one set for each of the core's sections. */
 #define CGRT_CFG_MAX_OPTION_SETS 8
+/* The longest chain of decorators read: the configured backend and what it wraps, in turn. */
+#define CGRT_CFG_MAX_CHAIN 3
 
 /*
  * A parsed configuration. `view` holds the typed values (defaults where a key was absent) and is
@@ -62,7 +71,8 @@ struct cgrt_config {
                             a string (they resolve from the working directory) */
   char *impl;            /* storage of view.impl */
   char *backend_path;    /* [cuda_graph] backend_path, or NULL */
-  char *backend_section; /* name of the section the backend may own (impl's base name), or NULL */
+  char *backend_section; /* the section the configured backend owns: its table's name, or impl's
+                            base name while its table could not be loaded; NULL: neither */
   int64_t *bucket_list;
   int *cp_sizes;
   struct cgrt_config_entry *entries; /* every key given, in source order */
@@ -114,16 +124,19 @@ void cgrt__config_paths_note(const struct cgrt_config *cfg, const char *what, co
                              const char *resolved, char *buf, size_t len);
 
 /*
- * Checks the cross-key rules of DESIGN.md section 6; each violation is its own message. The rules
- * that depend on the backend are its own (cgrt_backend_v1.check): the configured backend's table
- * is read from cfg->sets, or loaded for the check when cfg holds none (a configuration built by
- * hand).
+ * Checks the cross-key rules of DESIGN.md section 6; each violation is its own message. Ranges
+ * first; then the core's rules by capability (CGRT_CAP_*, or the backend's config_caps()) on the
+ * backend that does the work (the configured one, or the one a decorator wraps), whether or not
+ * it has a check(); then, only when every value is in its range, the check() of each backend of
+ * the configured chain. The tables are read from cfg->sets, or the configured one loaded for the
+ * check when cfg holds none (a configuration built by hand). Records which check() ran.
  */
-int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag);
+int cgrt__config_check(struct cgrt_config *cfg, struct cgrt_diag *diag);
 
 /*
- * After a backend's init(): reports every key of cfg->backend_section that the backend never read
- * as unknown ("source:line: unknown key 'x' in [trace]: backend 'trace' does not read it").
+ * After a backend's init(): reports every key of an open section of the configured chain (a
+ * backend that declares no options) that the backend never read as unknown ("source:line:
+ * unknown key 'x' in [sectioned]: backend 'sectioned' does not read it").
  */
 int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_diag *diag);
 

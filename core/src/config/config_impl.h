@@ -199,22 +199,36 @@ void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr);
 void cgrt__cfg_settle_sections(struct cfg_parse *st);
 
 /*
- * Last (config_options.c): loads the configured backend's table and the table of each backend
- * named like a core section (no init), and reads every key they declare as the core's own keys
- * are read: values by type, ranges, repeats; defaults filled, a configured backend's defaults of
- * core keys ("SECTION.KEY" rows) applied. Keys of the core's sections that neither the core nor
- * a table knows, and keys of the configured backend's closed section it does not declare, are
- * refused with the nearest spelling. A backend that cannot be loaded now is left to the
- * runtime's loader to report.
+ * After every pair, before the sections are settled (config_options.c): loads the tables (no
+ * init) of the configured chain (the configured backend, then the backend each decorator of it
+ * wraps) and of each backend named like a core section. The configured backend's section
+ * (cfg->backend_section) becomes its table's name. A backend that cannot be loaded now is left
+ * to the runtime's loader to report: its section is then its file's base name.
+ */
+void cgrt__cfg_load_tables(struct cfg_parse *st);
+
+/*
+ * Last (config_options.c): reads every key the loaded tables declare as the core's own keys are
+ * read: values by type, ranges, repeats; defaults filled, the configured chain's defaults of core
+ * keys ("SECTION.KEY" rows, the outer backend's first) applied. Keys of the core's sections that
+ * neither the core nor a table knows, and keys of a closed section of the chain its backend does
+ * not declare, are refused with the nearest spelling.
  */
 void cgrt__cfg_bind_options(struct cfg_parse *st);
+
+/* 1 if `name` is the section of a backend of the configured chain, loaded or not
+   (config_meaning.c). */
+int cgrt__cfg_section_lent(const struct cgrt_config *cfg, const char *name);
+
+/* The set at place `place` of the configured chain (1: the configured backend), or NULL. */
+const struct cgrt_option_set *cgrt__cfg_chain_set(const struct cgrt_config *cfg, int place);
 
 /* The option `key` of `section` a loaded table declares (its value in *value when not NULL), or
    NULL. */
 const struct cgrt_option *cgrt__cfg_option_find(const struct cgrt_config *cfg, const char *section,
                                                 const char *key, struct cgrt_option_value **value);
 
-/* The configured backend's table as cfg->sets holds it, or NULL. */
+/* The configured backend's set (place 1 of the chain), or NULL. */
 const struct cgrt_option_set *cgrt__cfg_configured_set(const struct cgrt_config *cfg);
 
 /* Fills the view fields of config_retired.def from the options that declare them, or defaults. */

@@ -322,24 +322,68 @@ void cgrt__cfg_interpret(struct cfg_parse *st, const struct cfg_pair *pr) {
   add_entry(st, pr->section, pr->key, strdup(pr->value), pr->line);
 }
 
+int cgrt__cfg_section_lent(const struct cgrt_config *cfg, const char *name) {
+  if (cfg->backend_section && strcmp(cfg->backend_section, name) == 0)
+    return 1;
+  for (size_t s = 0; s < cfg->num_sets; s++)
+    if (cfg->sets[s].configured && strcmp(cfg->sets[s].section, name) == 0)
+      return 1;
+  return 0;
+}
+
+/*
+ * A section named after the file of a backend of the chain whose table has another name: that
+ * backend reads [its table's name], whatever its file is called. 1 if said.
+ */
+static int file_named_section(struct cfg_parse *st, const char *name, int line) {
+  const struct cgrt_config *cfg = st->cfg;
+  for (size_t s = 0; s < cfg->num_sets; s++) {
+    const struct cgrt_option_set *set = &cfg->sets[s];
+    if (!set->configured || !set->lib.vt || !set->impl)
+      continue;
+    const char *base;
+    size_t n = cgrt__cfg_backend_base(set->impl, &base);
+    if (n != strlen(name) || strncmp(base, name, n) != 0 || strcmp(name, set->section) == 0)
+      continue;
+    CFG_ERROR(st, line,
+              "unknown section [%s]: backend '%s' (%s) reads its keys in [%s], the name in its "
+              "table, whatever its file is called; rename the section [%s]",
+              name, set->lib.vt->name, set->lib.path, set->section, set->section);
+    return 1;
+  }
+  return 0;
+}
+
 void cgrt__cfg_settle_sections(struct cfg_parse *st) {
   struct cgrt_config *cfg = st->cfg;
-  const char *own = cfg->backend_section;
   for (size_t i = 0; i < st->num_sections; i++) {
     const char *name = st->sections[i].name;
-    if (cgrt__cfg_section_known(name) || (own && strcmp(name, own) == 0))
+    if (cgrt__cfg_section_known(name) || cgrt__cfg_section_lent(cfg, name))
       continue;
     int seen = 0;
     for (size_t j = 0; j < i; j++)
       seen |= strcmp(st->sections[j].name, name) == 0;
-    if (seen)
+    if (seen || file_named_section(st, name, st->sections[i].line))
       continue;
-    const char *cand[CFG_NUM_SECTIONS + 1];
+    /* the core's sections, then those of the configured chain (its backends' table names) */
+    const char *cand[CFG_NUM_SECTIONS + CGRT_CFG_MAX_OPTION_SETS + 1];
     size_t n = 0;
     for (int j = 0; j < CFG_NUM_SECTIONS; j++)
       cand[n++] = cgrt__cfg_sections[j];
-    if (own)
-      cand[n++] = own;
+    char lent[256];
+    size_t off = 0;
+    lent[0] = '\0';
+    for (size_t s = 0; s < cfg->num_sets; s++)
+      if (cfg->sets[s].configured && !cgrt__cfg_section_known(cfg->sets[s].section)) {
+        cand[n++] = cfg->sets[s].section;
+        if (off < sizeof(lent))
+          off += (size_t)snprintf(lent + off, sizeof(lent) - off, "%s[%s]", off ? ", " : "",
+                                  cfg->sets[s].section);
+      }
+    if (!off && cfg->backend_section) {
+      cand[n++] = cfg->backend_section;
+      snprintf(lent, sizeof(lent), "[%s]", cfg->backend_section);
+    }
     const char *near = NULL;
     size_t best = 3;
     for (size_t j = 0; j < n; j++) {
@@ -354,16 +398,16 @@ void cgrt__cfg_settle_sections(struct cfg_parse *st) {
     else
       CFG_ERROR(st, st->sections[i].line,
                 "unknown section [%s]; the sections are [cuda_graph], [inference], [dynamic_cp], "
-                "[runtime], [host] and the configured backend's own section ([%s], read only by "
+                "[runtime], [host] and the configured backend's own section (%s, read only by "
                 "impl = %s)",
-                name, own ? own : "none", cfg->view.impl);
+                name, lent[0] ? lent : "[none]", cfg->view.impl);
   }
   /* drop the entries of refused sections; repeats in the backend's section are refused */
   size_t m = 0;
   for (size_t i = 0; i < cfg->num_entries; i++) {
     struct cgrt_config_entry *e = &cfg->entries[i];
     /* "": keys before any section header, said by config_options.c */
-    int keep = cgrt__cfg_section_known(e->section) || (own && strcmp(e->section, own) == 0) ||
+    int keep = cgrt__cfg_section_known(e->section) || cgrt__cfg_section_lent(cfg, e->section) ||
                !e->section[0];
     if (keep && e->section[0] && !cgrt__cfg_section_known(e->section))
       for (size_t j = 0; j < m; j++)

@@ -1,14 +1,16 @@
 /*
  * config_options.c - the options backends declare in their tables (struct cgrt_option, since host
  * API minor 4), read and checked by the core like its own keys. When the configuration is read,
- * two kinds of table are loaded (never initialized): the configured backend's, and that of each
- * backend named like one of the core's sections ([dynamic_cp]: the core reads cp_sizes there,
- * dynamic_cp declares the rest), whether it is configured or not. Every key they declare is read
- * by its type and range, a repeat refused, a default filled; a configured backend's "SECTION.KEY"
- * rows give core keys its defaults. A key of a core section that nobody knows, or of the
- * configured backend's closed section, is refused with the nearest spelling. `cgrt check` then
- * prints them all; the view's get() and get_int() give their values, and the view fields of
- * config_retired.def keep theirs for older backends. Nothing here names a backend.
+ * two kinds of table are loaded (never initialized): those of the configured chain (the
+ * configured backend and, when it is a decorator, the backend its `wraps` key names, in turn),
+ * and that of each backend named like one of the core's sections ([dynamic_cp]: the core reads
+ * cp_sizes there, dynamic_cp declares the rest), whether it is configured or not. A backend's
+ * section is its table's name, whatever its file is called. Every key they declare is read by
+ * its type and range, a repeat refused, a default filled; the chain's "SECTION.KEY" rows give
+ * core keys their defaults. A key of a core section that nobody knows, or of a closed section of
+ * the chain, is refused with the nearest spelling. `cgrt check` then prints them all; the view's
+ * get() and get_int() give their values, and the view fields of config_retired.def keep theirs
+ * for older backends. Nothing here names a backend.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -183,11 +185,15 @@ const struct cgrt_option *cgrt__cfg_option_find(const struct cgrt_config *cfg, c
   return NULL;
 }
 
-const struct cgrt_option_set *cgrt__cfg_configured_set(const struct cgrt_config *cfg) {
-  for (size_t s = 0; s < cfg->num_sets; s++)
-    if (cfg->sets[s].configured)
+const struct cgrt_option_set *cgrt__cfg_chain_set(const struct cgrt_config *cfg, int place) {
+  for (size_t s = 0; place > 0 && s < cfg->num_sets; s++)
+    if (cfg->sets[s].configured == place)
       return &cfg->sets[s];
   return NULL;
+}
+
+const struct cgrt_option_set *cgrt__cfg_configured_set(const struct cgrt_config *cfg) {
+  return cgrt__cfg_chain_set(cfg, 1);
 }
 
 /* The set whose options are keys of `section`, or NULL. */
@@ -198,7 +204,7 @@ static struct cgrt_option_set *set_of(struct cgrt_config *cfg, const char *secti
   return NULL;
 }
 
-/* A key of the configured backend's closed section it does not declare. */
+/* A key of a closed section of the configured chain that its backend does not declare. */
 static void unknown_option(struct cfg_parse *st, const struct cgrt_option_set *set,
                            const struct cgrt_config_entry *e) {
   const char *names[64] = {0};
@@ -214,8 +220,8 @@ static void unknown_option(struct cfg_parse *st, const struct cgrt_option_set *s
   }
   char all[512];
   join(names, n, all, sizeof(all));
-  CFG_ERROR(st, e->line, "unknown key '%s' in [%s]; backend '%s' reads only: %s", e->key,
-            e->section, e->section, n ? all : "(no keys)");
+  CFG_ERROR(st, e->line, "unknown key '%s' in [%s]; backend '%s' (%s) reads only: %s", e->key,
+            e->section, set->lib.vt->name, set->lib.path, n ? all : "(no keys)");
 }
 
 /* A key before any section header that is not the core's (config_meaning.c says where those go):
@@ -240,38 +246,47 @@ static void outside_sections(struct cfg_parse *st, const struct cgrt_config_entr
             e->key);
 }
 
-/* Loads the table of backend `impl` (a name on the backend path, or a path) into lib. */
-static int load_table(const struct cgrt_config *cfg, const char *impl,
-                      struct cgrt_backend_lib *lib) {
-  char *resolved = NULL, *dirs = NULL, err[1024];
+/* Loads the table of backend `impl` (a name on the backend path, or a path) into lib; the reason
+   into err when it cannot. */
+static int load_table(const struct cgrt_config *cfg, const char *impl, struct cgrt_backend_lib *lib,
+                      char *err, size_t errlen) {
+  char *resolved = NULL, *dirs = NULL;
   int rc = cgrt__config_resolve_impl(cfg, impl, &resolved);
   if (rc == 0)
     rc = cgrt__config_resolve_dirs(cfg, cfg->backend_path, &dirs);
   if (rc == 0)
     rc = cgrt__backend_open(lib, resolved ? resolved : impl, dirs ? dirs : cfg->backend_path, err,
-                            sizeof(err));
+                            errlen);
+  else
+    snprintf(err, errlen, "out of memory resolving the backend's path");
   free(resolved);
   free(dirs);
   return rc; /* not found or unusable: the runtime's loader says why, with its advice */
 }
 
-/* Adds the set of a loaded table; 0, or -1 (lib closed) if memory ran out. */
+/* Adds the set of a loaded table (lib->vt), or of one that could not be loaded (lib NULL, `unread`
+   why); 0, or -1 (lib closed) if memory ran out. */
 static int add_set(struct cfg_parse *st, struct cgrt_backend_lib *lib, const char *section,
-                   int configured) {
+                   int configured, const char *unread) {
   struct cgrt_config *cfg = st->cfg;
   struct cgrt_option_set *set = &cfg->sets[cfg->num_sets];
-  const struct cgrt_backend_v1 *vt = lib->vt;
+  const struct cgrt_backend_v1 *vt = lib ? lib->vt : NULL;
   memset(set, 0, sizeof(*set));
   set->section = strdup(section);
+  if (unread)
+    set->unread = strdup(unread);
   /* num_options came with options (one group of one minor): a table that has one has both */
-  if (CGRT_BACKEND_HAS(vt, options)) {
+  if (vt && CGRT_BACKEND_HAS(vt, options)) {
     set->num_options = vt->num_options;
     set->values = calloc(set->num_options ? set->num_options : 1, sizeof(*set->values));
   }
-  if (!set->section || (CGRT_BACKEND_HAS(vt, options) && !set->values)) {
+  if (!set->section || (unread && !set->unread) ||
+      (vt && CGRT_BACKEND_HAS(vt, options) && !set->values)) {
     free(set->section);
+    free(set->unread);
     free(set->values);
-    cgrt__backend_close(lib);
+    if (lib)
+      cgrt__backend_close(lib);
     st->nomem = 1;
     return -1;
   }
@@ -279,31 +294,119 @@ static int add_set(struct cfg_parse *st, struct cgrt_backend_lib *lib, const cha
     set->options = vt->options;
   for (size_t i = 0; set->options && i < set->num_options; i++)
     set->closed |= set->options[i].name && !is_core_default(&set->options[i]);
-  set->lib = *lib;
+  if (lib)
+    set->lib = *lib;
   set->configured = configured;
   cfg->num_sets++;
   return 0;
 }
 
-/* The tables: the configured backend's, then one per core section named like a backend. */
-static void load_sets(struct cfg_parse *st) {
+/* The value given for `key` of `section`, its line in *line (0: not given), or NULL. */
+static const char *given(const struct cgrt_config *cfg, const char *section, const char *key,
+                         int *line) {
+  *line = 0;
+  for (size_t i = 0; i < cfg->num_entries; i++)
+    if (strcmp(cfg->entries[i].section, section) == 0 && strcmp(cfg->entries[i].key, key) == 0) {
+      *line = cfg->entries[i].line;
+      return cfg->entries[i].value;
+    }
+  return NULL;
+}
+
+/*
+ * The configured chain: the configured backend, then, while the last one is a decorator (its
+ * table's `wraps`), the backend its key names. Each is read in its own section, its table's name.
+ * A backend that cannot be loaded ends the chain: its section is the base name of its file.
+ */
+static void load_chain(struct cfg_parse *st) {
   struct cgrt_config *cfg = st->cfg;
-  struct cgrt_backend_lib lib = {0};
-  if (cfg->view.impl && cfg->backend_section && load_table(cfg, cfg->view.impl, &lib) == 0 &&
-      add_set(st, &lib, cfg->backend_section, 1) != 0)
+  const char *impl = cfg->view.impl;
+  int line = st->origins[K_IMPL].line;
+  char err[1024];
+  for (int place = 1; impl && place <= CGRT_CFG_MAX_CHAIN; place++) {
+    if (cfg->num_sets >= CGRT_CFG_MAX_OPTION_SETS)
+      return;
+    struct cgrt_backend_lib lib = {0};
+    size_t before = cfg->num_sets;
+    struct cgrt_option_set *set = &cfg->sets[before];
+    if (load_table(cfg, impl, &lib, err, sizeof(err)) != 0) {
+      char *section = cgrt__cfg_backend_section(impl);
+      if (section)
+        add_set(st, NULL, section, place, err);
+      free(section);
+    } else {
+      const struct cgrt_backend_v1 *vt = lib.vt;
+      for (size_t s = 0; s < cfg->num_sets; s++)
+        if (cfg->sets[s].configured && cfg->sets[s].lib.vt &&
+            strcmp(cfg->sets[s].lib.vt->name, vt->name) == 0) {
+          CFG_ERROR(st, line,
+                    "backend '%s' (%s) wraps backend '%s' (%s): a decorator cannot wrap itself, "
+                    "nor a backend that wraps it; name another backend",
+                    cfg->sets[place - 2].lib.vt->name, cfg->sets[place - 2].lib.path, vt->name,
+                    lib.path);
+          cgrt__backend_close(&lib);
+          return;
+        }
+      add_set(st, &lib, vt->name, place, NULL);
+    }
+    if (cfg->num_sets == before) /* out of memory, or no section to name */
+      return;
+    if (!(set->impl = strdup(impl))) {
+      st->nomem = 1;
+      return;
+    }
+    set->impl_line = line;
+    if (place == 1 && set->lib.vt) { /* its section is its table's name */
+      char *own = strdup(set->lib.vt->name);
+      if (!own) {
+        st->nomem = 1;
+        return;
+      }
+      free(cfg->backend_section);
+      cfg->backend_section = own;
+    }
+    const struct cgrt_backend_v1 *vt = set->lib.vt;
+    if (!vt || !CGRT_BACKEND_HAS(vt, wraps) || !vt->wraps[0])
+      return;
+    /* a decorator: the backend its key names, given or by its declared default */
+    impl = given(cfg, vt->name, vt->wraps, &line);
+    for (size_t i = 0; !impl && set->options && i < set->num_options; i++)
+      if (set->options[i].name && strcmp(set->options[i].name, vt->wraps) == 0)
+        impl = set->options[i].def;
+    if (!impl || !impl[0]) {
+      CFG_ERROR(st, line ? line : set->impl_line,
+                "backend '%s' (%s) wraps the backend that [%s] %s names, but %s; add it, e.g. "
+                "[%s] %s = local",
+                vt->name, set->lib.path, vt->name, vt->wraps,
+                impl ? "it is empty" : "it is not given", vt->name, vt->wraps);
+      return;
+    }
+  }
+  if (impl)
+    CFG_ERROR(st, line,
+              "backends wrap each other more than %d deep (the last one named '%s'); wrap fewer",
+              CGRT_CFG_MAX_CHAIN, impl);
+}
+
+/* The tables: the configured chain's, then one per core section named like a backend. */
+void cgrt__cfg_load_tables(struct cfg_parse *st) {
+  struct cgrt_config *cfg = st->cfg;
+  load_chain(st);
+  if (st->nomem)
     return;
   for (int i = 0; i < CFG_NUM_SECTIONS && cfg->num_sets < CGRT_CFG_MAX_OPTION_SETS; i++) {
     const char *section = cgrt__cfg_sections[i];
     if (set_of(cfg, section))
       continue; /* the configured backend is the one named so, and declares options */
     struct cgrt_backend_lib shared = {0};
-    if (load_table(cfg, section, &shared) != 0)
+    char err[1024];
+    if (load_table(cfg, section, &shared, err, sizeof(err)) != 0)
       continue; /* no backend of that name: the core's keys alone */
     if (!CGRT_BACKEND_HAS(shared.vt, options) || shared.vt->num_options == 0) {
       cgrt__backend_close(&shared);
       continue;
     }
-    if (add_set(st, &shared, section, 0) != 0)
+    if (add_set(st, &shared, section, 0, NULL) != 0)
       return;
   }
 }
@@ -342,7 +445,6 @@ static int read_given(struct cfg_parse *st, struct cgrt_option_set *set, size_t 
 /* The keys given: each a core key, a declared option, or refused. Refused entries are dropped. */
 static void read_entries(struct cfg_parse *st) {
   struct cgrt_config *cfg = st->cfg;
-  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg);
   size_t m = 0;
   for (size_t i = 0; i < cfg->num_entries; i++) {
     struct cgrt_config_entry *e = &cfg->entries[i];
@@ -362,7 +464,7 @@ static void read_entries(struct cfg_parse *st) {
       } else if (!e->section[0]) {
         outside_sections(st, e);
         keep = 0;
-      } else if (set && conf == set && set->closed) {
+      } else if (set && set->configured && set->closed) {
         unknown_option(st, set, e);
       }
     }
@@ -377,12 +479,14 @@ static void read_entries(struct cfg_parse *st) {
   cfg->num_entries = m;
 }
 
-/* The defaults: of the options not given, and of core keys the configured backend sets. */
+/* The defaults: of the options not given, and of core keys the configured chain sets (the
+   outer backend's first: a decorator's default wins over its inner backend's). */
 static void read_defaults(struct cfg_parse *st) {
   struct cgrt_config *cfg = st->cfg;
   char why[512], warn[512];
+  unsigned char set_by_chain[K_COUNT] = {0};
   for (size_t s = 0; s < cfg->num_sets && !st->nomem; s++) {
-    struct cgrt_option_set *set = &cfg->sets[s];
+    struct cgrt_option_set *set = &cfg->sets[s]; /* the chain's sets come first, outer first */
     for (size_t k = 0; set->options && k < set->num_options; k++) {
       struct cgrt_option_value *ov = &set->values[k];
       const struct cgrt_option *o = &set->options[k];
@@ -391,7 +495,7 @@ static void read_defaults(struct cfg_parse *st) {
       int rc, range = 0;
       if (is_core_default(o)) {
         if (!set->configured)
-          continue; /* only the configured backend's defaults apply */
+          continue; /* only the configured chain's defaults apply */
         char section[64];
         const char *dot = strchr(o->name, '.');
         snprintf(section, sizeof(section), "%.*s", (int)(dot - o->name), o->name);
@@ -399,12 +503,13 @@ static void read_defaults(struct cfg_parse *st) {
         if (id < 0) {
           snprintf(why, sizeof(why), "[%s] %s is not a key of the core", section, dot + 1);
           rc = CGRT_E_CONFIG;
-        } else if (st->origins[id].line) {
-          continue; /* the file gives the key */
+        } else if (st->origins[id].line || set_by_chain[id]) {
+          continue; /* the file gives the key, or an outer backend of the chain its default */
         } else {
           char *norm = NULL;
           rc = cgrt__cfg_set_value(cfg, id, o->def, &norm, why, sizeof(why), warn, sizeof(warn));
           free(norm);
+          set_by_chain[id] = 1;
         }
       } else {
         rc = read_option(o, o->def, &ov->text, &ov->num, &range, why, sizeof(why));
@@ -429,7 +534,6 @@ static void read_defaults(struct cfg_parse *st) {
 }
 
 void cgrt__cfg_bind_options(struct cfg_parse *st) {
-  load_sets(st);
   if (!st->nomem)
     read_entries(st);
   if (!st->nomem)

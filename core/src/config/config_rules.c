@@ -105,51 +105,181 @@ static void backend_report(void *user, int line, const char *message) {
   r->errors++;
 }
 
+/* Reports one broken rule at `line` (0: none). */
+static void rule_at(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors, int line,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void rule_at(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors, int line,
+                    const char *fmt, ...) {
+  char text[1536];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  struct check_report r = {cfg, diag, 0};
+  backend_report(&r, line, text);
+  (*errors)++;
+}
+
 /*
- * The rules that depend on the backend: its own check() when it has one (since minor 5); else the
- * conservative rule of before, full recomputation refused with any backend that builds graphs.
- * `vt` is NULL when the backend could not be loaded: it is then taken to build graphs.
+ * The backend the core's rules by capability judge: the one that does the work, the configured
+ * backend or, through its decorators, the last backend of the configured chain.
  */
-static void backend_rules(const struct cgrt_config *cfg, const struct cgrt_backend_v1 *vt,
-                          struct cgrt_diag *diag, int *errors) {
+struct judged {
+  const struct cgrt_backend_v1 *vt; /* NULL: it could not be loaded (taken to build graphs) */
+  int known;                        /* its caps under this configuration are known */
+  uint64_t caps;
+  char who[640]; /* "impl = full_iteration", "backend 'knobs' (inner = knobs, wrapped by ...)" */
+  char at[640];  /* who with where it is given: "impl = local (line 2)" */
+  char why[256]; /* config_caps(): the keys that made its caps, or "" */
+  int line;      /* where it is named; 0: a default */
+};
+
+static void judge(const struct cgrt_config *cfg, const struct cgrt_backend_v1 *by_hand,
+                  int values_ok, struct judged *j) {
   const struct cgrt_config_view *v = &cfg->view;
-  char d1[256], d2[256];
-  if (vt && CGRT_BACKEND_HAS(vt, check)) {
-    struct check_report r = {cfg, diag, 0};
-    vt->check(v, backend_report, &r);
-    *errors += r.errors;
-    return;
+  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg), *last = conf;
+  for (int place = 2; last && cgrt__cfg_chain_set(cfg, place); place++)
+    last = cgrt__cfg_chain_set(cfg, place);
+  memset(j, 0, sizeof(*j));
+  j->vt = last ? last->lib.vt : by_hand;
+  char impl[512];
+  describe(cfg, K_IMPL, impl, sizeof(impl));
+  const char *written = v->impl ? v->impl : "?";
+  if (last && last != conf) {
+    const struct cgrt_option_set *outer = cgrt__cfg_chain_set(cfg, last->configured - 1);
+    const char *name = j->vt ? j->vt->name : last->section;
+    snprintf(j->who, sizeof(j->who), "backend '%s' ([%s] %s = %s, wrapped by impl = %s)", name,
+             outer->section, outer->lib.vt->wraps, last->impl, written);
+    snprintf(j->at, sizeof(j->at), "%s", j->who);
+    j->line = last->impl_line;
+  } else {
+    int renamed = j->vt && strcmp(j->vt->name, written) != 0;
+    snprintf(j->who, sizeof(j->who), "impl = %s%s%s%s", written, renamed ? " (backend '" : "",
+             renamed ? j->vt->name : "", renamed ? "')" : "");
+    snprintf(j->at, sizeof(j->at), "%s%s%s%s", impl, renamed ? " (backend '" : "",
+             renamed ? j->vt->name : "", renamed ? "')" : "");
+    j->line = cgrt__cfg_key_line(cfg, K_IMPL);
   }
-  int graphs = !vt || (vt->caps & CGRT_CAP_GRAPHS);
-  if (graphs && v->recompute == CGRT_RECOMPUTE_FULL) {
-    describe(cfg, K_RECOMPUTE, d1, sizeof(d1));
-    describe(cfg, K_IMPL, d2, sizeof(d2));
-    rule(cfg, diag, errors, K_RECOMPUTE, K_IMPL,
-         "[host] %s is only graph-safe with whole-step graphs, impl = full_iteration or "
-         "dynamic_cp with graph_scope = step (full recomputation inside per-module graphs replays "
-         "stale activations), but %s; use one of those, or recompute = selective",
-         d1, d2);
+  if (!j->vt) { /* not loaded now: taken to build per-call graphs, as before minor 5 */
+    j->caps = CGRT_CAP_GRAPHS;
+    j->known = 1;
+  } else if (CGRT_BACKEND_HAS(j->vt, config_caps)) {
+    /* run, as check() is, only on values inside their ranges */
+    if (values_ok) {
+      j->caps = j->vt->config_caps(v, j->why, sizeof(j->why));
+      j->why[sizeof(j->why) - 1] = '\0';
+      if (j->caps == j->vt->caps)
+        j->why[0] = '\0';
+      j->known = 1;
+    }
+  } else {
+    j->caps = j->vt->caps;
+    j->known = 1;
   }
 }
 
-int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
+/*
+ * The core's rules by capability, for every backend, whether or not it has a check(): graphs need
+ * a graph-safe generator; a whole-step graph cannot stop for the host to read the loss and graphs
+ * every call itself; full recomputation only inside whole-step graphs; adaptive buckets only for
+ * a backend that follows them.
+ */
+static void capability_rules(const struct cgrt_config *cfg, const struct judged *j,
+                             struct cgrt_diag *diag, int *errors) {
   const struct cgrt_config_view *v = &cfg->view;
-  const char *impl = v->impl ? v->impl : "?";
+  char d[256], who[1024], instead[320];
+  if (!j->known)
+    return; /* its caps depend on values out of range: judged once they are in range */
+  int graphs = (j->caps & CGRT_CAP_GRAPHS) != 0, whole = (j->caps & CGRT_CAP_WHOLE_STEP) != 0;
+  int line;
+  if (graphs && !v->graph_safe_rng) {
+    describe(cfg, K_GRAPH_SAFE_RNG, d, sizeof(d));
+    line = cgrt__cfg_key_line(cfg, K_GRAPH_SAFE_RNG);
+    rule_at(cfg, diag, errors, line ? line : j->line,
+            "%s builds graphs, so [host] graph_safe_rng must be true (random numbers drawn inside "
+            "a graph must come from a graph-safe generator), but %s; make the host's generator "
+            "graph-safe and set graph_safe_rng = true, or use impl = none",
+            j->who, d);
+  }
+  snprintf(who, sizeof(who), "%s%s%s", j->who, j->why[0] ? " with " : "", j->why);
+  if (j->why[0])
+    snprintf(instead, sizeof(instead), "change %s", j->why);
+  else
+    snprintf(instead, sizeof(instead), "use impl = local or another backend of per-module graphs");
+  if (whole && v->nan_check) {
+    describe(cfg, K_NAN_CHECK, d, sizeof(d));
+    line = cgrt__cfg_key_line(cfg, K_NAN_CHECK);
+    rule_at(cfg, diag, errors, line ? line : j->line,
+            "%s graphs the whole step, which needs [host] nan_check = off (a whole-step graph "
+            "cannot stop for the host to read the loss every step), but %s; set nan_check = off, "
+            "or %s",
+            who, d, instead);
+  }
+  if (whole && v->modules) {
+    describe(cfg, K_MODULES, d, sizeof(d));
+    line = cgrt__cfg_key_line(cfg, K_MODULES);
+    rule_at(cfg, diag, errors, line ? line : j->line,
+            "%s graphs the whole step, so [cuda_graph] modules must be empty, but %s; remove the "
+            "modules line, or %s",
+            who, d, instead);
+  }
+  if (graphs && !whole && v->recompute == CGRT_RECOMPUTE_FULL) {
+    describe(cfg, K_RECOMPUTE, d, sizeof(d));
+    line = cgrt__cfg_key_line(cfg, K_RECOMPUTE);
+    rule_at(cfg, diag, errors, line ? line : j->line,
+            "[host] %s is only graph-safe with whole-step graphs, impl = full_iteration or "
+            "dynamic_cp with graph_scope = step (full recomputation inside per-module graphs "
+            "replays stale activations), but %s %s; use one of those, or recompute = selective",
+            d, j->at,
+            j->vt ? "builds per-module graphs"
+                  : "could not be loaded now and is taken to build per-module graphs");
+  }
+  if (j->vt && v->buckets == CGRT_BUCKETS_ADAPTIVE && !(j->caps & CGRT_CAP_ADAPTIVE_BUCKETS)) {
+    describe(cfg, K_BUCKETS, d, sizeof(d));
+    line = cgrt__cfg_key_line(cfg, K_BUCKETS);
+    rule_at(cfg, diag, errors, line ? line : j->line,
+            "[inference] %s only works with impl = local or another backend that follows adaptive "
+            "buckets (CGRT_CAP_ADAPTIVE_BUCKETS), and %s does not follow adaptive buckets; use "
+            "buckets = exponential, linear or list",
+            d, j->who);
+  }
+}
+
+/* The check() of each backend of the configured chain, outer first (or of one loaded by hand). */
+static void backend_checks(struct cgrt_config *cfg, const struct cgrt_backend_v1 *by_hand,
+                           struct cgrt_diag *diag, int *errors) {
+  struct check_report r = {cfg, diag, 0};
+  if (by_hand && CGRT_BACKEND_HAS(by_hand, check))
+    by_hand->check(&cfg->view, backend_report, &r);
+  for (int place = 1;; place++) {
+    struct cgrt_option_set *set = (struct cgrt_option_set *)cgrt__cfg_chain_set(cfg, place);
+    if (!set)
+      break;
+    if (!set->lib.vt || !CGRT_BACKEND_HAS(set->lib.vt, check))
+      continue;
+    set->lib.vt->check(&cfg->view, backend_report, &r);
+    set->check_ran = 1;
+  }
+  *errors += r.errors;
+}
+
+int cgrt__config_check(struct cgrt_config *cfg, struct cgrt_diag *diag) {
+  const struct cgrt_config_view *v = &cfg->view;
   int errors = 0;
   char d1[256], d2[256], d3[256];
   int moe = (v->modules & CGRT_KIND_BIT(CGRT_KIND_MOE)) != 0;
   int router = (v->modules & CGRT_KIND_BIT(CGRT_KIND_MOE_ROUTER)) != 0;
   int pre = (v->modules & CGRT_KIND_BIT(CGRT_KIND_MOE_PREPROCESS)) != 0;
 
-  /* The configured backend's table: read with the file, or loaded now for a hand-built one. */
-  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg);
+  /* The configured chain's tables: read with the file, or the configured one loaded now for a
+     configuration built by hand. */
   struct cgrt_backend_lib lib = {0};
-  const struct cgrt_backend_v1 *vt = conf ? conf->lib.vt : NULL;
-  if (!vt && v->impl) {
+  if (!cgrt__cfg_configured_set(cfg) && v->impl) {
     char err[1024];
-    if (cgrt__backend_open(&lib, v->impl, cfg->backend_path, err, sizeof(err)) == 0)
-      vt = lib.vt;
+    (void)cgrt__backend_open(&lib, v->impl, cfg->backend_path, err, sizeof(err));
   }
+  for (size_t s = 0; s < cfg->num_sets; s++)
+    cfg->sets[s].check_ran = 0;
 
   /* -- what is graphed: MoE -- */
   describe(cfg, K_MODULES, d1, sizeof(d1));
@@ -201,23 +331,12 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
     }
   }
 
-  /* -- the backend's own rules: inference scope, whole-step graphs, recomputation... -- */
-  backend_rules(cfg, vt, diag, &errors);
-
-  /* -- anything that captures (a backend that cannot be loaded now is taken to) -- */
-  if ((!vt || (vt->caps & CGRT_CAP_GRAPHS)) && !v->graph_safe_rng) {
-    describe(cfg, K_GRAPH_SAFE_RNG, d2, sizeof(d2));
-    rule(cfg, diag, &errors, K_GRAPH_SAFE_RNG, K_IMPL,
-         "impl = %s builds graphs, so [host] graph_safe_rng must be true (random numbers drawn "
-         "inside a graph must come from a graph-safe generator), but %s; make the host's "
-         "generator graph-safe and set graph_safe_rng = true, or use impl = none",
-         impl, d2);
-  }
-
-  /* -- counts -- */
+  /* -- counts and the options' ranges: the backends' rules below read only values in range -- */
+  int before = errors;
   for (int id = 0; id < K_COUNT; id++)
     below_minimum(cfg, diag, &errors, id);
   errors += cgrt__cfg_check_option_ranges(cfg, diag);
+  int values_ok = errors == before;
   if (v->tp_size >= 1 && v->max_tokens < v->tp_size) {
     describe(cfg, K_MAX_TOKENS, d2, sizeof(d2));
     describe(cfg, K_TP_SIZE, d3, sizeof(d3));
@@ -243,25 +362,46 @@ int cgrt__config_check(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
          "max_tokens, and %s allows at most %u of them; lower max_tokens or raise tp_size",
          d3, (unsigned)CGRT_ADAPT_MAX_SLOTS);
   }
+
+  /* -- the core's rules by capability, then the backends' own, only on values in range -- */
+  struct judged j;
+  judge(cfg, lib.vt, values_ok, &j);
+  capability_rules(cfg, &j, diag, &errors);
+  if (values_ok)
+    backend_checks(cfg, lib.vt, diag, &errors);
   cgrt__backend_close(&lib);
   return errors ? CGRT_E_CONFIG : 0;
 }
 
-int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
-  const char *own = cfg->backend_section;
-  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg);
+/* Reports each key of the open section `own` (of backend `name`) never read; the errors. */
+static int unread_keys(const struct cgrt_config *cfg, const char *own, const char *name,
+                       struct cgrt_diag *diag) {
   int errors = 0;
-  if (!own || (conf && conf->closed)) /* declared options: every key was checked when read */
-    return 0;
   for (size_t i = 0; i < cfg->num_entries; i++) {
     const struct cgrt_config_entry *e = &cfg->entries[i];
     if (e->used || strcmp(e->section, own) != 0 || cgrt__cfg_key_find(e->section, e->key) >= 0)
       continue;
     cgrt__diag_add(diag, CGRT_LOG_ERROR,
                    "%s:%d: unknown key '%s' in [%s]: backend '%s' does not read it",
-                   cfg->source ? cfg->source : "<config>", e->line, e->key, own, own);
+                   cfg->source ? cfg->source : "<config>", e->line, e->key, own, name);
     errors++;
   }
+  return errors;
+}
+
+int cgrt__config_check_backend_keys(const struct cgrt_config *cfg, struct cgrt_diag *diag) {
+  int errors = 0, chain = 0;
+  for (int place = 1;; place++) {
+    const struct cgrt_option_set *set = cgrt__cfg_chain_set(cfg, place);
+    if (!set)
+      break;
+    chain = 1;
+    if (set->closed) /* declared options: every key was checked when read */
+      continue;
+    errors += unread_keys(cfg, set->section, set->lib.vt ? set->lib.vt->name : set->section, diag);
+  }
+  if (!chain && cfg->backend_section) /* a configuration whose backend was not read with it */
+    errors += unread_keys(cfg, cfg->backend_section, cfg->backend_section, diag);
   return errors ? CGRT_E_CONFIG : 0;
 }
 
@@ -310,10 +450,69 @@ static void print_options(const struct cgrt_config *cfg, const char *section, FI
   }
 }
 
+/* What was read of each backend of the configured chain: its section, its options, its check().
+   (Comment lines: the printed configuration reads back as it is.) */
+static void print_chain(const struct cgrt_config *cfg, FILE *out) {
+  for (int place = 1;; place++) {
+    const struct cgrt_option_set *set = cgrt__cfg_chain_set(cfg, place);
+    if (!set)
+      break;
+    const struct cgrt_option_set *outer = cgrt__cfg_chain_set(cfg, place - 1);
+    if (outer)
+      fprintf(out, "; [%s] %s = %s: ", outer->section, outer->lib.vt->wraps, set->impl);
+    else
+      fprintf(out, "; impl = %s: ", set->impl);
+    const struct cgrt_backend_v1 *vt = set->lib.vt;
+    if (!vt) {
+      fprintf(out,
+              "not loaded now (the runtime's loader says why)\n;   its section is taken to be "
+              "[%s] (its file's name); its options and its check() were not read\n",
+              set->section);
+      continue;
+    }
+    fprintf(out, "backend '%s' from %s\n", vt->name, set->lib.path);
+    size_t n = 0;
+    for (size_t i = 0; set->options && i < set->num_options; i++)
+      n += set->options[i].name && !strchr(set->options[i].name, '.');
+    if (set->closed)
+      fprintf(out, ";   its section [%s]: %zu declared option%s", set->section, n,
+              n == 1 ? "" : "s");
+    else
+      fprintf(out, ";   its section [%s]: open (keys it does not read are refused when it starts)",
+              set->section);
+    fprintf(out, "; %s%s\n",
+            !CGRT_BACKEND_HAS(vt, check) ? "it has no check()"
+            : set->check_ran             ? "its check() ran"
+                                         : "its check() did not run",
+            CGRT_BACKEND_HAS(vt, wraps) ? "; it wraps the backend named below" : "");
+  }
+}
+
+/* A backend's own section: every option it declares (closed), or the keys given (open). */
+static void print_own_section(const struct cgrt_config *cfg, const char *own, int closed,
+                              FILE *out) {
+  if (cgrt__cfg_section_known(own))
+    return;     /* printed with the core's keys */
+  if (closed) { /* every option the backend declares, with its value or default */
+    print_options(cfg, own, out, 1);
+    return;
+  }
+  int header = 0;
+  for (size_t i = 0; i < cfg->num_entries; i++) {
+    const struct cgrt_config_entry *e = &cfg->entries[i];
+    if (strcmp(e->section, own) != 0)
+      continue;
+    if (!header++)
+      fprintf(out, "\n[%s]\n", own);
+    cgrt__cfg_print_pair(out, e->key, e->value);
+  }
+}
+
 int cgrt__config_print(const struct cgrt_config *cfg, FILE *out) {
   int rc = 0;
   fprintf(out, "; cgrt configuration from %s: every key, defaults included\n",
           cfg->source ? cfg->source : "the defaults");
+  print_chain(cfg, out);
   /* Each core section: the core's keys, then those a backend declares there. */
   for (int s = 0; s < CFG_NUM_SECTIONS; s++) {
     const char *section = cgrt__cfg_sections[s];
@@ -332,22 +531,17 @@ int cgrt__config_print(const struct cgrt_config *cfg, FILE *out) {
     }
     print_options(cfg, section, out, 0);
   }
-  const char *own = cfg->backend_section;
-  const struct cgrt_option_set *conf = cgrt__cfg_configured_set(cfg);
-  if (own && !cgrt__cfg_section_known(own) && conf && conf->closed) {
-    /* every option the backend declares, with its value or default; no header for none */
-    print_options(cfg, own, out, 1);
-  } else if (own && !cgrt__cfg_section_known(own)) {
-    int header = 0;
-    for (size_t i = 0; i < cfg->num_entries; i++) {
-      const struct cgrt_config_entry *e = &cfg->entries[i];
-      if (strcmp(e->section, own) != 0)
-        continue;
-      if (!header++)
-        fprintf(out, "\n[%s]\n", own);
-      cgrt__cfg_print_pair(out, e->key, e->value);
-    }
+  /* the sections of the configured chain, outer first */
+  int chain = 0;
+  for (int place = 1;; place++) {
+    const struct cgrt_option_set *set = cgrt__cfg_chain_set(cfg, place);
+    if (!set)
+      break;
+    chain = 1;
+    print_own_section(cfg, set->section, set->closed, out);
   }
+  if (!chain && cfg->backend_section)
+    print_own_section(cfg, cfg->backend_section, 0, out);
   if (ferror(out))
     return CGRT_E_IO;
   return rc;

@@ -645,7 +645,8 @@ _Static_assert(CGRT_BACKEND_TRAINING == CGRT_CAP_TRAINING &&
                    CGRT_BACKEND_MULTI_GPU == CGRT_CAP_MULTI_GPU &&
                    CGRT_BACKEND_COMM == CGRT_CAP_NEEDS_COMM &&
                    CGRT_BACKEND_ADAPTIVE == CGRT_CAP_ADAPTIVE_BUCKETS &&
-                   CGRT_BACKEND_BUCKETS == CGRT_CAP_TOKEN_BUCKETS,
+                   CGRT_BACKEND_BUCKETS == CGRT_CAP_TOKEN_BUCKETS &&
+                   CGRT_BACKEND_WHOLE_STEP == CGRT_CAP_WHOLE_STEP,
                "cgrt.h's CGRT_BACKEND_* differ from backend.h's CGRT_CAP_*");
 
 /* Whether the backend has a form of its own for steps of `phase` (its CGRT_CAP_* bits). */
