@@ -161,6 +161,7 @@ class BackendCaps(enum.IntFlag):
     COMM = 1 << 5  # needs the host's world communicator (Runtime.set_world_comm)
     ADAPTIVE = 1 << 6  # follows [inference] buckets = adaptive
     BUCKETS = 1 << 7  # pads infer steps up to the [inference] token buckets
+    WHOLE_STEP = 1 << 8  # graphs the whole step (no host read inside it)
 
 
 def _known(cls, value):
