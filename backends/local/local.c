@@ -36,6 +36,10 @@ struct local_state {
   size_t nset;
   int64_t *pending; /* adaptive, capture = eager: new buckets still to capture, largest last */
   size_t npending;
+  /* its own figures (local_figures) */
+  uint64_t above_buckets;  /* infer steps above the largest bucket, run eagerly */
+  uint64_t sets_followed;  /* adaptive bucket sets followed */
+  uint64_t graphs_retired; /* executables of buckets that left the set */
 };
 
 static double ms_since(const struct timespec *t0) {
@@ -196,6 +200,8 @@ static int follow_new_set(struct local_state *s) {
       return rc;
     retired += dropped;
   }
+  s->sets_followed++;
+  s->graphs_retired += retired;
   int64_t *old = s->set;
   size_t nold = s->nset;
   s->set = NULL;
@@ -261,6 +267,7 @@ static int local_step(void *state, struct cgrt_step_frame *f) {
              (unsigned long long)ctx->step);
       ctx->padded_tokens = ctx->tokens;
       ctx->mode = CGRT_MODE_EAGER;
+      s->above_buckets++;
       s->eager_body = 1;
       rc = h->run_prepare(h, f);
       if (rc == 0)
@@ -329,6 +336,16 @@ static int local_release(void *state) {
   s->infer_steps = 0;
   s->eager_capture_done = 0;
   s->npending = 0;
+  return 0;
+}
+
+/* What local decides that cgrt_stats does not count (cgrt_backend_figures). */
+static int local_figures(void *state, void (*emit)(void *user, const char *name, uint64_t value),
+                         void *user) {
+  struct local_state *s = state;
+  emit(user, "infer_steps_above_buckets", s->above_buckets);
+  emit(user, "bucket_sets_followed", s->sets_followed);
+  emit(user, "graphs_retired_with_their_bucket", s->graphs_retired);
   return 0;
 }
 
@@ -426,6 +443,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .call = local_call,
     .release = local_release,
     .describe = local_describe,
+    .figures = local_figures,
     .options = local_options,
     .num_options = sizeof(local_options) / sizeof(local_options[0]),
     .check = local_check,

@@ -1183,6 +1183,23 @@ class Runtime:
             phases={p: _known(PhaseRun, info.phases[p]) for p in Phase},
         )
 
+    def backend_figures(self) -> Dict[str, int]:
+        """The backend's own named figures (cgrt_backend_figures): counts of its own decisions
+        that stats() does not know, e.g. local's infer steps above the largest bucket. Empty for a
+        backend that reports none."""
+        if not _lib.has(self._lib, "cgrt_backend_figures"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_backend_figures")
+        out: Dict[str, int] = {}
+
+        def take(user, name, value):
+            out[name.decode()] = int(value)
+
+        fn = _lib.FIGURE_FN(take)
+        rc = self._lib.cgrt_backend_figures(self._peek(), fn, None)
+        if rc != 0:
+            raise self._fail(rc)
+        return out
+
     def findings(self) -> Tuple[Finding, ...]:
         """What diagnose found so far (`[runtime] diagnose`), oldest first; repeats of one are
         counted in it. Empty when nothing was found or diagnose is off."""

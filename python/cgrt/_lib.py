@@ -251,6 +251,7 @@ class CGraphInfo(Structure):
 
 
 GRAPH_FN = CFUNCTYPE(c_int, c_void_p, POINTER(CGraphInfo))
+FIGURE_FN = CFUNCTYPE(None, c_void_p, c_char_p, ctypes.c_uint64)
 
 
 class CReleaseReport(Structure):
@@ -414,6 +415,7 @@ def _declare(lib):
         "cgrt_release_graphs_ex": (c_int, [R, POINTER(CReleaseReport)]),
         "cgrt_graph_list": (c_int, [R, GRAPH_FN, c_void_p]),
         "cgrt_backend_info_get": (c_int, [R, POINTER(CBackendInfo)]),
+        "cgrt_backend_figures": (c_int, [R, FIGURE_FN, c_void_p]),
         "cgrt_alloc_async": (c_int, [POINTER(CCtx), c_size_t, POINTER(c_void_p)]),
         "cgrt_free_async": (c_int, [POINTER(CCtx), c_void_p]),
         "cgrt_stats_get": (c_int, [R, POINTER(CStats)]),

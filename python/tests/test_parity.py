@@ -57,6 +57,18 @@ def test_backend_info_is_readable_from_inside_a_step():
         assert rt.stats().eager_phase_steps == 1
 
 
+def test_backend_figures_are_the_backends_own_counts():
+    ini = host_ini("local", "[inference]\nbuckets = list\nlist = 4 8\nmax_tokens = 8")
+    with cgrt.Runtime.from_ini(ini) as rt:
+        for tokens in (3, 20, 8, 30):
+            rt.step("infer", tokens, body=lambda ctx: None)
+        figures = rt.backend_figures()
+        assert figures["infer_steps_above_buckets"] == 2  # 20 and 30 ran eagerly
+        assert set(figures) >= {"bucket_sets_followed", "graphs_retired_with_their_bucket"}
+    with cgrt.Runtime.from_ini(host_ini("none")) as rt:
+        assert rt.backend_figures() == {}
+
+
 def test_stats_text_is_cgrt_stats_format():
     import json
 

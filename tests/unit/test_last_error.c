@@ -109,10 +109,46 @@ static void the_last_failed_calls_sentence_stays(void **state) {
   assert_int_equal(cgrt_close(h.rt), 0);
 }
 
+/* module_added and figures (host API minor 7), through a fixture backend. */
+static void emit_figure(void *user, const char *name, uint64_t value) {
+  char *out = user;
+  size_t n = strlen(out);
+  snprintf(out + n, 512 - n, "%s=%llu;", name, (unsigned long long)value);
+}
+
+static void modules_are_announced_and_figures_reported(void **state) {
+  (void)state;
+  struct host h;
+  open_host(&h, "impl = census");
+  /* open_host registered l0.attn (id 0); two more, and two the backend refuses */
+  cgrt_module *m2 = NULL, *bad = NULL;
+  cgrt_module_desc d = {
+      .struct_size = sizeof(d), .name = "l1.mlp", .kind = CGRT_KIND_MLP, .forward = fwd};
+  assert_int_equal(cgrt_module_register(h.rt, &d, &m2), 0);
+  d.name = "refuse-me";
+  assert_int_equal(cgrt_module_register(h.rt, &d, &bad), CGRT_E_INVAL);
+  assert_null(bad);
+  assert_contains(cgrt_last_error(h.rt), "'refuse-me' is not welcome here");
+  d.name = "refuse-mute";
+  assert_int_equal(cgrt_module_register(h.rt, &d, &bad), CGRT_E_INVAL);
+  assert_contains(cgrt_last_error(h.rt), "its module_added callback returned");
+  d.name = "l2.attn";
+  assert_int_equal(cgrt_module_register(h.rt, &d, &m2), 0);
+  for (int s = 0; s < 3; s++)
+    assert_int_equal(step(&h, CGRT_PHASE_TRAIN, 2), 0);
+  char figures[512] = "";
+  assert_int_equal(cgrt_backend_figures(h.rt, emit_figure, figures), 0);
+  /* the refused modules took no id: the third module registered is id 2 */
+  assert_string_equal(figures, "modules_seen=3;calls_counted=3;last_module_id=2;");
+  assert_int_equal(cgrt_backend_figures(h.rt, NULL, NULL), CGRT_E_INVAL);
+  assert_int_equal(cgrt_close(h.rt), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(unexplained_failures_get_a_sentence),
       cmocka_unit_test(the_last_failed_calls_sentence_stays),
+      cmocka_unit_test(modules_are_announced_and_figures_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

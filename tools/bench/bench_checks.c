@@ -10,6 +10,23 @@
 #include "bench.h"
 #include "tool_args.h"
 
+/* The backend's own figures (cgrt_backend_figures): a JSON member each, or one text line. */
+struct figures {
+  int json, n;
+};
+
+static void print_figure(void *user, const char *name, uint64_t value) {
+  struct figures *f = user;
+  if (f->json) {
+    printf("%s", f->n ? "," : "");
+    tool_json_string(name);
+    printf(":%llu", (unsigned long long)value);
+  } else {
+    printf("%s%s %llu", f->n ? ", " : "backend figures: ", name, (unsigned long long)value);
+  }
+  f->n++;
+}
+
 void bench_print_checks(cgrt_runtime *rt, int json) {
   cgrt_stats s = {.struct_size = sizeof(s)};
   size_t n = 0;
@@ -49,8 +66,16 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
     if (all && cgrt_stats_format(&s, CGRT_STATS_JSON, all, (size_t)len + 1) == len)
       printf(",\"stats\":%s", all);
     free(all);
+    struct figures f = {1, 0};
+    printf(",\"backend_figures\":{");
+    (void)cgrt_backend_figures(rt, print_figure, &f);
+    printf("}");
     return;
   }
+  struct figures f = {0, 0};
+  (void)cgrt_backend_figures(rt, print_figure, &f);
+  if (f.n)
+    printf("\n");
   /* What went wrong, or cost more than a replay, whenever it is not zero. */
   if (s.fallbacks || s.rebind_copy_keys || s.rebind_variant_keys || s.rebind_eager_keys ||
       s.budget_eager)

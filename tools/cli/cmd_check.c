@@ -122,6 +122,11 @@ static void print_sim(const char *what, cgrt_runtime *rt, const cgrt_stats *befo
   printf("\n");
 }
 
+static void print_figure(void *user, const char *name, uint64_t value) {
+  ++*(int *)user;
+  printf("  %s %llu\n", name, (unsigned long long)value);
+}
+
 static void emit_line(void *user, const char *line) {
   (void)user;
   printf("  %s\n", line);
@@ -165,10 +170,12 @@ static int dry_run(cgrt_tool_config *cfg) {
     return EXIT_UNUSABLE;
   }
   memcpy(buckets, sizes, num_buckets * sizeof(*buckets));
+  /* The modules first: a backend learns of them at registration (module_added), and then
+     describes its plan for them. */
+  rc = sim_register(&s, kinds);
   printf("\nplan: backend %s (%s), dry run on the host driver\n", vt->name, path);
   if (cgrt_tool_describe(s.rt, emit_line, NULL) != 0)
     printf("  (the backend does not describe its plan)\n");
-  rc = sim_register(&s, kinds);
   if (rc == 0) /* the host driver's stand-in communicators, for backends that use them */
     rc = cgrt_set_world_comm(s.rt, NULL);
   printf("synthetic model: %d layers of", SIM_LAYERS);
@@ -203,7 +210,13 @@ static int dry_run(cgrt_tool_config *cfg) {
   if (rc == 0) { /* the whole record, as cgrt_stats_format writes it for every host */
     cgrt_stats all = {.struct_size = sizeof(all)};
     char text[8192];
-    rc = cgrt_stats_get(s.rt, &all); /* a backend's failing stats fails the dry run */
+    printf("the backend's own figures (cgrt_backend_figures):\n");
+    int before_figures = 0;
+    rc = cgrt_backend_figures(s.rt, print_figure, &before_figures);
+    if (rc == 0 && before_figures == 0)
+      printf("  (none: the backend reports no figures of its own)\n");
+    if (rc == 0)
+      rc = cgrt_stats_get(s.rt, &all); /* a backend's failing stats fails the dry run */
     if (rc == 0 && cgrt_stats_format(&all, CGRT_STATS_TEXT, text, sizeof(text)) > 0) {
       printf("statistics after the dry run (cgrt_stats):\n");
       for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    6
+#define CGRT_HOST_API_MINOR    7
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -659,6 +659,23 @@ struct cgrt_backend_v1 {
    * by capability judge it, not the decorator. The key is required. NULL: not a decorator.
    */
   const char *wraps;
+
+  /* -- since minor 7: modules as they are registered, and the backend's own figures -- */
+  /*
+   * Called once per module, in registration order (ids 0, 1, ...), when the host registers it
+   * (cgrt_module_register, after init()): a backend sizes its per-module state here instead of at
+   * a module's first call. `info` lives as long as the runtime. A nonzero result refuses the
+   * registration (the host gets it, with host->set_error's sentence); the module is not added.
+   */
+  int (*module_added)(void *state, const struct cgrt_module_info *info);
+  /*
+   * The backend's own named figures (counts of its own decisions: steps it refused, buckets it
+   * retired...), reported on demand: call emit(user, name, value) once per figure, names in
+   * snake_case, stable between calls. Shown by cgrt_backend_figures() (hosts, Python),
+   * `cgrt check --dry-run` after its steps and `cgrt bench`. Returns 0 or an error.
+   */
+  int (*figures)(void *state, void (*emit)(void *user, const char *name, uint64_t value),
+                 void *user);
 };
 
 /* The smallest struct_size the core accepts: the fixed fields and the mandatory functions. */

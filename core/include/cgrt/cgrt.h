@@ -288,6 +288,18 @@ typedef struct cgrt_backend_info {
  */
 CGRT_API int cgrt_backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info);
 
+/* Receives one of the backend's own figures (cgrt_backend_figures). `name` lives during the call.
+ */
+typedef void (*cgrt_figure_fn)(void *user, const char *name, uint64_t value);
+
+/*
+ * The configured backend's own named figures (counts of its own decisions, which cgrt_stats does
+ * not know), one fn(user, name, value) call each, in the backend's order; none for a backend that
+ * reports none. (since 0.4, host API minor 7) Errors: CGRT_E_INVAL, CGRT_E_STATE (see the thread
+ * rule), or the backend's.
+ */
+CGRT_API int cgrt_backend_figures(cgrt_runtime *rt, cgrt_figure_fn fn, void *user);
+
 /*
  * Runs a module's forward (or backward) call from inside the step body, with the ctx the body was
  * given. The backend runs it eagerly, captures it or replays a graph.

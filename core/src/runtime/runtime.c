@@ -536,6 +536,8 @@ CGRT_API int cgrt_config_get(cgrt_runtime *rt, const char *section, const char *
   CGRT_GUARDED(rt, "cgrt_config_get", CGRT_CALL_USE, config_get(rt, section, key, buf, len));
 }
 
+static int unexplained(cgrt_runtime *rt, const char *what, int rc);
+
 static int module_register(cgrt_runtime *rt, const cgrt_module_desc *d, cgrt_module **out) {
   if (!d || d->struct_size < MODULE_DESC_MIN || !out)
     return cgrt__fail(&rt->log, CGRT_E_INVAL,
@@ -588,6 +590,20 @@ static int module_register(cgrt_runtime *rt, const cgrt_module_desc *d, cgrt_mod
   m->info.kind = d->kind;
   m->info.layer = d->layer;
   m->info.has_backward = d->backward != NULL;
+  if (CGRT_BACKEND_HAS(rt->lib.vt, module_added)) {
+    /* The backend sizes its per-module state now; its refusal keeps the module out. */
+    rt->log.err[0] = '\0';
+    int rc = rt->lib.vt->module_added(rt->be_state, &m->info);
+    if (rc != 0) {
+      if (!rt->log.err[0])
+        rc = unexplained(rt, "module_added", rc);
+      free(m->call_names[0]);
+      free(m->call_names[1]);
+      free(name);
+      free(m);
+      return rc;
+    }
+  }
   rt->modules[rt->num_modules++] = m;
   *out = m;
   return 0;
@@ -694,6 +710,24 @@ static int backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
   memcpy(info, &out, keep < sizeof(out) ? keep : sizeof(out));
   info->struct_size = keep;
   return 0;
+}
+
+static int backend_figures(cgrt_runtime *rt, cgrt_figure_fn fn, void *user) {
+  if (!CGRT_BACKEND_HAS(rt->lib.vt, figures))
+    return 0;
+  rt->log.err[0] = '\0';
+  int rc = rt->lib.vt->figures(rt->be_state, fn, user);
+  if (rc != 0 && !rt->log.err[0])
+    rc = unexplained(rt, "figures", rc);
+  return rc;
+}
+
+CGRT_API int cgrt_backend_figures(cgrt_runtime *rt, cgrt_figure_fn fn, void *user) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  if (!fn)
+    return cgrt__bad_args(rt, "cgrt_backend_figures");
+  CGRT_GUARDED(rt, "cgrt_backend_figures", CGRT_CALL_USE, backend_figures(rt, fn, user));
 }
 
 CGRT_API int cgrt_backend_info_get(cgrt_runtime *rt, cgrt_backend_info *info) {
