@@ -538,6 +538,17 @@ public:
     return info;
   }
 
+  /* cgrt_backend_figures(): the backend's own named counts, in its order. Throws Error. */
+  std::vector<std::pair<std::string, uint64_t>> backend_figures() const {
+    detail::State &st = live();
+    std::vector<std::pair<std::string, uint64_t>> out;
+    auto take = [](void *user, const char *name, uint64_t value) {
+      static_cast<std::vector<std::pair<std::string, uint64_t>> *>(user)->emplace_back(name, value);
+    };
+    detail::check(cgrt_backend_figures(st.rt, take, &out), st.rt);
+    return out;
+  }
+
   /* cgrt_stats_format() of stats(): every figure by its name, as text or JSON. Throws
      Error(CGRT_E_STATE) when inert. */
   std::string stats_text(cgrt_stats_style style = CGRT_STATS_TEXT) const {
