@@ -131,6 +131,19 @@ grep -q "badenum.ini:4: \[knobs\] order = 'backwards': expected one of forward, 
 # init() reads the values back (get_int), the default where none was given.
 run "$host" "$knobs" "$driver" /nonexistent EEE '[knobs]\ndepth = 8'
 grep -q "knobs: depth 8, order forward (forward)" "$work/out.txt"
+# The installed conformance run (issue 40): the template by path, the backend with options, and
+# trace around local by name on the backend path; every scenario passes (on the host driver, and
+# on the cuda driver too when a GPU is there).
+conforms() {
+  run "$cgrt" test-backend "$@"
+  grep -q "^[0-9]* passed, 0 failed" "$work/out.txt" ||
+    { cat "$work/out.txt"; echo "FAILED: cgrt test-backend $*"; exit 1; }
+}
+conforms "$work/template/libcgrt-backend-template.so"
+conforms "$knobs"
+printf '[cuda_graph]\nbackend_path = %s\ninference_scope = layer\nwarmup_steps = 2\n[trace]\ninner = local\n' \
+  "$work/trace" >"$work/trace_local.ini"
+conforms trace "$work/trace_local.ini"
 # The Python package installed beside the library finds that library (when python3 is there).
 if command -v python3 >/dev/null 2>&1; then
   got=$(env -u CGRT_LIBRARY PYTHONPATH="$(dirname "$(find "$prefix" -path '*/python/cgrt/_install.py')")/.." \
