@@ -242,7 +242,7 @@ int cmd_test_backend(int argc, char **argv) {
     if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0) {
       verbose = 1;
     } else if (strcmp(argv[i], "--driver") == 0) {
-      if (i + 1 >= argc || (strcmp(argv[i + 1], "host") != 0 && strcmp(argv[i + 1], "cuda"))) {
+      if (i + 1 >= argc || (strcmp(argv[i + 1], "host") != 0 && strcmp(argv[i + 1], "cuda") != 0)) {
         fprintf(stderr, "cgrt test-backend: --driver needs host or cuda\n" USAGE);
         return EXIT_UNUSABLE;
       }
