@@ -244,8 +244,9 @@ run "$host" trace "$driver" "$work/trace" WWCRRR '[trace]\ninner = renamed'
 grep -q "trace: tracing backend 'template'" "$work/out.txt" ||
   { cat "$work/out.txt"; fail "trace around the renamed template"; }
 rm -f "$backends/libcgrt-backend-renamed.so"
-# TODO(issue 40, item 9): `cgrt test-backend template` and `cgrt test-backend knobs` exit 0, once
-# the conformance subcommand exists (tools/cli, another branch).
+# The installed template and knobs by name (installed above): the conformance run passes.
+run "$cgrt" test-backend template
+grep -q "^[0-9]* passed, 0 failed" "$work/out.txt" || { cat "$work/out.txt"; fail "test-backend template"; }
 # The installed documentation: the two guides, written from the README, and the design.
 doc=$prefix/share/doc/cgrt
 for f in backend-guide.md host-guide.md DESIGN.md; do
@@ -266,6 +267,19 @@ run "$host" trace "$driver" "$work/trace" EEE "[trace]\ninner = $knobs\n[knobs]\
 grep -q "knobs: depth 4, order reverse (reverse)" "$work/out.txt"
 run_fails "$host" trace "$driver" "$work/trace" E "[trace]\ninner = $knobs\n[knobs]\ndepth = 65"
 grep -q "\[knobs\] depth = 65: must be from 1 to 64" "$work/out.txt"
+# The installed conformance run (issue 40): the template by path, the backend with options, and
+# trace around local by name on the backend path; every scenario passes (on the host driver, and
+# on the cuda driver too when a GPU is there).
+conforms() {
+  run "$cgrt" test-backend "$@"
+  grep -q "^[0-9]* passed, 0 failed" "$work/out.txt" ||
+    { cat "$work/out.txt"; echo "FAILED: cgrt test-backend $*"; exit 1; }
+}
+conforms "$work/template/libcgrt-backend-template.so"
+conforms "$knobs"
+printf '[cuda_graph]\nbackend_path = %s\ninference_scope = layer\nwarmup_steps = 2\n[trace]\ninner = local\n' \
+  "$work/trace" >"$work/trace_local.ini"
+conforms trace "$work/trace_local.ini"
 # The Python package installed beside the library finds that library (when python3 is there).
 if command -v python3 >/dev/null 2>&1; then
   got=$(env -u CGRT_LIBRARY PYTHONPATH="$(dirname "$(find "$prefix" -path '*/python/cgrt/_install.py')")/.." \

@@ -1,6 +1,6 @@
 /* cgrt.c - the `cgrt` command: inspect the installation, check configs, print buckets, bench,
- * plan graph memory. It links libcgrt alone; the GPU workloads of bench and plan are loaded on
- * demand (bench_plugin.h). */
+ * plan graph memory, test a backend's conformance. It links libcgrt alone; the GPU workloads of
+ * bench and plan are loaded on demand (bench_plugin.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +33,12 @@ static void usage(FILE *out) {
       "  plan FILE [--workload decode|train] [--json]\n"
       "                            capture every graph the config would build (GPU) and\n"
       "                            print each one's memory, nodes and build time\n"
+      "  test-backend NAME|PATH [FILE] [--verbose] [--driver host|cuda]\n"
+      "                            the conformance run of a backend (built in or not, by\n"
+      "                            name or path): fixed scenarios on the host driver, and\n"
+      "                            the cuda driver with a GPU, each step's outputs compared\n"
+      "                            bit for bit with impl = none; FILE's sections apply\n"
+      "                            (exit 0 all pass, 1 any fails, 2 unusable)\n"
       "  version                   print the version\n");
 }
 
@@ -52,6 +58,8 @@ int main(int argc, char **argv) {
     return cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "plan") == 0)
     return cmd_plan(argc - 1, argv + 1);
+  if (strcmp(cmd, "test-backend") == 0)
+    return cmd_test_backend(argc - 1, argv + 1);
   int version = strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0;
   int help = strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0;
   if ((version || help) && argc > 2) {

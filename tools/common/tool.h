@@ -33,5 +33,6 @@ int cmd_check(int argc, char **argv);
 int cmd_buckets(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_test_backend(int argc, char **argv);
 
 #endif
