@@ -105,6 +105,19 @@ busy_ms() { # TAG D B T [FIELD]: the median busy ms a step (per rank, in rank or
     -e "$2" -b "$3" -t "$4" -x 14 $zarg >"$out/$1.trace.log" 2>&1 || { echo -; return; }
   per_rank "$1" "$field"
 }
+# The same from a traced run of the port under full_iteration (its kernels inside the graph, the
+# ranks in step): where its time goes, NCCL's transfers without the waits of eager llm.c.
+fi_busy_ms() { # TAG D B T FIELD [traced]
+  [ -f "$tracer" ] || { echo -; return; }
+  if [ -z "${6:-}" ]; then
+    rm -f "$out/$1.fi".trace*.csv
+    # shellcheck disable=SC2086
+    LLMC_PRELOAD=$tracer CGRT_TRACE_GRAPHS=0 CGRT_TRACE_OUT="$out/$1.fi.trace.%p.csv" \
+      sh "$here/run.sh" "$build" "port$two" full_iteration -e "$2" -b "$3" -t "$4" -x 14 $zarg \
+      >"$out/$1.fi.trace.log" 2>&1 || { echo -; return; }
+  fi
+  per_rank "$1.fi" "$5"
+}
 per_rank() { # TAG FIELD: FIELD of each traced rank, in the order the ranks started (pids rise)
   for pid in $(for f in "$out/$1".trace.*.csv; do [ -f "$f" ] && f=${f%.csv} && echo "${f##*.}"; done | sort -n); do
     python3 "$root/tools/trace/trace_summary.py" "$out/$1.trace.$pid.csv" --step encoder_forward \
@@ -129,6 +142,11 @@ EOF
     printf '%-14s %-20s %10s %-26s %9s %8s %s\n' "$label" "llm.c busy, NCCL" \
       "$(busy_ms "$tag" "$d" "$b" "$t" busy_us traced)" "$(busy_ms "$tag" "$d" "$b" "$t" nccl_us traced)" "" "" \
       "unpatched llm.c's busy time with its NCCL kernels, and their time (waiting included), per rank"
+    if echo "$runs" | grep -qw full_iteration; then
+      printf '%-14s %-20s %10s %-26s %9s %8s %s\n' "$label" "full_it. busy, NCCL" \
+        "$(fi_busy_ms "$tag" "$d" "$b" "$t" busy_us)" "$(fi_busy_ms "$tag" "$d" "$b" "$t" nccl_us traced)" "" "" \
+        "the port's full_iteration traced: busy time with NCCL and NCCL's kernel time inside the graph, per rank"
+    fi
   else
     floor=$(busy_ms "$tag" "$d" "$b" "$t")
   fi
