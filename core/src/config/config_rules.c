@@ -44,6 +44,16 @@ int cgrt__cfg_view_describe(const struct cgrt_config_view *view, const char *sec
   return CGRT_E_INVAL;
 }
 
+/* One error of the configuration, "file:line: text" (line 0: "file: text"). */
+static void report_line(const struct cgrt_config *cfg, struct cgrt_diag *diag, int line,
+                        const char *text) {
+  const char *src = cfg->source ? cfg->source : "<config>";
+  if (line > 0)
+    cgrt__diag_add(diag, CGRT_LOG_ERROR, "%s:%d: %s", src, line, text ? text : "");
+  else
+    cgrt__diag_add(diag, CGRT_LOG_ERROR, "%s: %s", src, text ? text : "");
+}
+
 /* Reports one broken rule at the line of the first of keys a, b that was given. */
 static void rule(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors, int a, int b,
                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
@@ -57,11 +67,7 @@ static void rule(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *err
   int line = cgrt__cfg_key_line(cfg, a);
   if (!line && b >= 0)
     line = cgrt__cfg_key_line(cfg, b);
-  const char *src = cfg->source ? cfg->source : "<config>";
-  if (line)
-    cgrt__diag_add(diag, CGRT_LOG_ERROR, "%s:%d: %s", src, line, text);
-  else
-    cgrt__diag_add(diag, CGRT_LOG_ERROR, "%s: %s", src, text);
+  report_line(cfg, diag, line, text);
   (*errors)++;
 }
 
@@ -97,11 +103,7 @@ struct check_report {
 
 static void backend_report(void *user, int line, const char *message) {
   struct check_report *r = user;
-  const char *src = r->cfg->source ? r->cfg->source : "<config>";
-  if (line > 0)
-    cgrt__diag_add(r->diag, CGRT_LOG_ERROR, "%s:%d: %s", src, line, message ? message : "");
-  else
-    cgrt__diag_add(r->diag, CGRT_LOG_ERROR, "%s: %s", src, message ? message : "");
+  report_line(r->cfg, r->diag, line, message);
   r->errors++;
 }
 
