@@ -93,8 +93,19 @@ static int use_device(struct cgrt_dev *dev) {
  */
 static int resolve_device(struct cgrt_dev *dev) {
   if (dev->host_stream) {
+    /* First, and alone: on a capturing stream other calls fail with a capture error (or make the
+       legacy stream depend on the capture) instead of saying why. */
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing((cudaStream_t)dev->host_stream, &st);
+    if (e != cudaSuccess)
+      return cuda_fail(dev, e, "cudaStreamIsCapturing(cgrt_open_options.stream)",
+                       "pass a cudaStream_t the host created, or NULL");
+    if (st != cudaStreamCaptureStatusNone)
+      return cgrt__dev_fail(dev, CGRT_E_INVAL,
+                            "cgrt_open_options.stream is capturing: open cgrt before the host's "
+                            "own capture begins, or after it ends");
     int of_stream = -1;
-    cudaError_t e = cudaStreamGetDevice((cudaStream_t)dev->host_stream, &of_stream);
+    e = cudaStreamGetDevice((cudaStream_t)dev->host_stream, &of_stream);
     if (e != cudaSuccess)
       return cuda_fail(dev, e, "cudaStreamGetDevice(cgrt_open_options.stream)",
                        "pass a cudaStream_t the host created, or NULL");
