@@ -36,27 +36,24 @@
 struct host {
   cgrt_runtime *rt;
   cgrt_module *m[LAYERS];
-  int layer[LAYERS];
   float *x, *y[LAYERS];
   unsigned long long *probe;
   float *out;      /* pinned: y[LAYERS-1][0] and [N-1] */
   cudaStream_t hs; /* the host's stream: cudaStreamLegacy, cudaStreamPerThread or its own */
 };
 
-static struct host *the_host;
-
 static float *input_of(const struct host *h, int l) {
   return l == 0 ? h->x : h->y[l - 1];
 }
 
-/* y[l] = 1 + 2 * input: a fill, then an axpy, on ctx->stream. */
+/* y = 1 + 2 * x: a fill, then an axpy, on ctx->stream, at the addresses in args (under rebind =
+   copy a capture records on private copies of the buffers, so a module reads them from args). */
 static int layer_fwd(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
-  (void)args;
-  int l = *(int *)user;
-  struct host *h = the_host;
-  if (cgrtk_fill_f32(h->y[l], 1.0f, N, ctx->stream) != 0)
+  (void)user;
+  float *x = args->buffers[0].ptr, *y = args->buffers[1].ptr;
+  if (cgrtk_fill_f32(y, 1.0f, N, ctx->stream) != 0)
     return -1;
-  return cgrtk_axpy_f32(h->y[l], input_of(h, l), 2.0f, N, ctx->stream) == 0 ? 0 : -1;
+  return cgrtk_axpy_f32(y, x, 2.0f, N, ctx->stream) == 0 ? 0 : -1;
 }
 
 static int body(const cgrt_ctx *ctx, void *user) {
@@ -101,19 +98,16 @@ static struct host *host_open(const char *cuda_graph, cudaStream_t hs, int hande
     assert_int_equal(cudaMalloc((void **)&h->y[l], N * sizeof(float)), cudaSuccess);
     char name[32];
     snprintf(name, sizeof(name), "layer%d.%s", l, l % 2 ? "mlp" : "attn");
-    h->layer[l] = l;
     cgrt_module_desc d = {.struct_size = sizeof(d),
                           .name = name,
                           .kind = l % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
                           .layer = l,
-                          .forward = layer_fwd,
-                          .user = &h->layer[l]};
+                          .forward = layer_fwd};
     assert_int_equal(cgrt_module_register(h->rt, &d, &h->m[l]), 0);
   }
   assert_int_equal(cudaMalloc((void **)&h->probe, 2 * sizeof(unsigned long long)), cudaSuccess);
   assert_int_equal(cudaMallocHost((void **)&h->out, 2 * sizeof(float)), cudaSuccess);
   assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-  the_host = h;
   return h;
 }
 
