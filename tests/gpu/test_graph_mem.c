@@ -202,8 +202,16 @@ static int within(uint64_t a, uint64_t b, double tol) {
   return d <= tol * (double)(b > a ? b : a);
 }
 
-static void per_graph_sums_match_driver_totals(void **state) {
-  struct host *h = *state;
+/*
+ * The driver's free memory is the device's: another process (or another test under ctest -j)
+ * that allocates or frees while the graphs are built moves it. ctest runs this test alone
+ * (RUN_SERIAL); against other processes the measurement is repeated, up to ATTEMPTS times, and
+ * one attempt within 1% passes. A per-graph sum that is wrong is wrong on every attempt.
+ */
+#define ATTEMPTS 4
+
+/* One build of every bucket; 1 when cgrt's sums match the driver's, 0 (said) when not. */
+static int sums_match_once(struct host *h, int attempt) {
   host_open(h, "off");
   assert_int_equal(cgrt_synchronize(h->rt), 0);
   settle();
@@ -215,29 +223,43 @@ static void per_graph_sums_match_driver_totals(void **state) {
   assert_int_equal(cgrt_graph_list(h->rt, add_up, &s), 0);
   cgrt_stats st = {.struct_size = sizeof(st)};
   assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
-  print_message("%d graphs, %llu nodes: pool %llu bytes (driver: reserved grew %llu), bytes %llu "
-                "(driver: free memory fell %llu), own %llu, idle %llu\n",
-                s.n, (unsigned long long)s.nodes, (unsigned long long)s.pool,
-                (unsigned long long)(r1 - r0), (unsigned long long)s.bytes,
-                (unsigned long long)(f0 - f1), (unsigned long long)s.exec,
-                (unsigned long long)st.graph_pool_idle);
+  print_message("attempt %d: %d graphs, %llu nodes: pool %llu bytes (driver: reserved grew %llu), "
+                "bytes %llu (driver: free memory fell %lld), own %llu, idle %llu\n",
+                attempt, s.n, (unsigned long long)s.nodes, (unsigned long long)s.pool,
+                (unsigned long long)(r1 - r0), (unsigned long long)s.bytes, (long long)(f0 - f1),
+                (unsigned long long)s.exec, (unsigned long long)st.graph_pool_idle);
   assert_int_equal(s.n, (int)(NB * MODS));
   assert_int_equal(st.graph_pool_idle, 0);
   assert_int_equal(st.graph_bytes, s.bytes);
   assert_true(r1 > r0);
   assert_true(s.pool >= (uint64_t)buckets[NB - 1] * UNIT); /* at least the largest temporary */
+  /* the pool is this process's own (cudaGraphMemAttrReservedMemCurrent): no retry for it */
   if (!within(s.pool, r1 - r0, 0.01))
     fail_msg("pool: per-graph sum %llu, driver %llu", (unsigned long long)s.pool,
              (unsigned long long)(r1 - r0));
-  if (!within(s.bytes, f0 - f1, 0.01))
-    fail_msg("bytes: per-graph sum %llu, driver's free memory fell %llu",
-             (unsigned long long)s.bytes, (unsigned long long)(f0 - f1));
+  int ok = f0 > f1 && within(s.bytes, f0 - f1, 0.01);
+  if (!ok)
+    print_message("attempt %d: bytes: per-graph sum %llu, driver's free memory fell %lld (another "
+                  "process may have allocated or freed meanwhile)\n",
+                  attempt, (unsigned long long)s.bytes, (long long)(f0 - f1));
   cgrt_release_report rel = {.struct_size = sizeof(rel)};
   assert_int_equal(cgrt_release_graphs_ex(h->rt, &rel), 0);
   assert_int_equal(rel.graphs, NB * MODS);
   assert_int_equal(rel.bytes, s.bytes);
   assert_true(rel.pool_reserved_after <= r0);
   host_close(h);
+  settle();
+  return ok;
+}
+
+static void per_graph_sums_match_driver_totals(void **state) {
+  struct host *h = *state;
+  for (int attempt = 1; attempt <= ATTEMPTS; attempt++)
+    if (sums_match_once(h, attempt))
+      return;
+  fail_msg("bytes: cgrt's per-graph sum differed from the fall of the driver's free memory by "
+           "more than 1%% in %d attempts of %d (see above)",
+           ATTEMPTS, ATTEMPTS);
 }
 
 static void half_budget_never_exceeded(void **state) {
