@@ -115,9 +115,18 @@ static int open_backend_state(cgrt_runtime *rt) {
 static int open_stream(cgrt_runtime *rt) {
   if (!rt->host_stream) {
     int rc = rt->dev.drv->stream_create(&rt->dev, &rt->stream);
-    if (rc == 0)
+    /* CGRT_HOST_ORDER=off: no waits with the legacy stream, to measure what they cost (cgrt
+       bench); a host's results then depend on timing again (README "Streams"). */
+    const char *order = cgrt__getenv("CGRT_HOST_ORDER");
+    int unordered = order && (strcmp(order, "off") == 0 || strcmp(order, "0") == 0);
+    if (unordered && rc == 0)
+      cgrt__log(&rt->log, CGRT_LOG_WARN,
+                "CGRT_HOST_ORDER=%s: steps are not ordered with the legacy default stream; "
+                "results may depend on timing (for measuring what the ordering costs only)",
+                order);
+    if (rc == 0 && !unordered)
       rc = rt->dev.drv->event_create(&rt->dev, &rt->order_in);
-    if (rc == 0)
+    if (rc == 0 && !unordered)
       rc = rt->dev.drv->event_create(&rt->dev, &rt->order_out);
     return rc ? cgrt__fail(&rt->log, rc, "%s", rt->dev.err) : 0;
   }
