@@ -13,9 +13,15 @@
  *                      that the processes of a multi-rank run write a file each
  *   CGRT_TRACE_GRAPHS  1: one record per graph launch instead of its kernels (CUPTI's graph trace)
  *   CGRT_TRACE_API     1: also the runtime API calls (host side)
+ *   CGRT_TRACE_FORKED  1: trace the processes this one forks, not itself. For a launcher that
+ *                      forks its ranks before any CUDA call (cgrt bench --ranks N): CUPTI set up
+ *                      in the launcher initializes CUDA there, and CUDA state does not survive a
+ *                      fork (the ranks hang in their first CUDA call). Each child starts its own
+ *                      trace at the fork, in a file of its own (use %p)
  * Nsight Systems gives the same timestamps, where it runs; the lent GPU machines have no nsys.
  */
 #include <cupti.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,7 +143,7 @@ static void trace_finish(void) {
   trace_out = NULL;
 }
 
-__attribute__((constructor)) static void trace_start(void) {
+static void trace_begin(void) {
   const char *path = getenv("CGRT_TRACE_OUT");
   const char *graphs = getenv("CGRT_TRACE_GRAPHS");
   const char *api = getenv("CGRT_TRACE_API");
@@ -182,4 +188,14 @@ __attribute__((constructor)) static void trace_start(void) {
     }
   }
   atexit(trace_finish); /* the last resort, after the runtime's teardown */
+}
+
+__attribute__((constructor)) static void trace_start(void) {
+  const char *forked = getenv("CGRT_TRACE_FORKED");
+  if (forked && strcmp(forked, "1") == 0) {
+    if (pthread_atfork(NULL, NULL, trace_begin) != 0)
+      fprintf(stderr, "cgrt-trace: pthread_atfork failed; nothing is traced\n");
+    return;
+  }
+  trace_begin();
 }
