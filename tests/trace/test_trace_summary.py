@@ -88,6 +88,22 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("span_us 89.0, busy_us 35.0, idle_us 54.0", out)
         self.assertNotIn("cudaLaunchKernel", out)
 
+    def test_by_graph(self):
+        fd, path = tempfile.mkstemp(suffix=".csv")
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(HEADER)
+            # eager: gemm 0-1 us, gemm 1.5-2.5 us; graph 5: gemm 3-4.2 us, attn 4.3-5.3 us
+            for name, s, e, graph in (("gemm", 0, 1000, 0), ("gemm", 1500, 2500, 0),
+                                      ("gemm", 3000, 4200, 5), ("attn", 4300, 5300, 5)):
+                w.writerow(["kernel", name, s, e, 7, graph, 1, 0])
+        self.addCleanup(os.unlink, path)
+        rc, out = run(path, "--by-graph")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("eager:        2 records,          2.0 us in them,          0.5 us idle", out)
+        self.assertIn("graph:        2 records,          2.2 us in them,          0.6 us idle", out)
+        self.assertRegex(out, r"2\s+1\.00\s+1\s+1\.20\s+\+0\.20\s+gemm")
+
     def test_api(self):
         rc, out = run(self.a, "--step", "encoder_forward", "--api", "--against", self.b)
         self.assertEqual(rc, 0, out)

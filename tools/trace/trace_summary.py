@@ -3,6 +3,7 @@
 
     trace_summary.py RUN.csv --step encoder_forward [--skip 2] [--top 12] [--against OTHER.csv]
     trace_summary.py RUN.csv [--top 12] [--against OTHER.csv]
+    trace_summary.py RUN.csv --by-graph [--top 12]
 
 A step begins at each kernel whose name starts with --step (a step's first kernel). Per step:
 kernels and copies run, the sum of the kernels' durations, the time the device was busy (the
@@ -19,6 +20,8 @@ by graph id) the calls, the median and the total time; with --against, the names
 moved most. With --api (a trace taken with CGRT_TRACE_API=1), the host side too: per runtime
 API function, its calls and host time over the whole trace divided by its number of steps (the
 kernels named --step), e.g. to see which calls an eager loop spends its launch-bound time in.
+With --by-graph, the whole trace split into the work outside graphs and inside them: per side,
+the records, their time and the device's idle time before them; per name, each side's median.
 Standard library only.
 """
 import argparse
@@ -221,6 +224,51 @@ def main_whole(a):
         print(f"    only in {'the second' if key in names2 else 'the first'}: {key[:80]}")
 
 
+def summarize_by_graph(path):
+    """The whole trace split by where each record ran: outside graphs (eager) or inside one. Per
+    side: records, their summed time, and the idle time before each record of that side (the gap
+    after the device's previous work, whichever side it was); per name, each side's calls and
+    median. For a run that times eager and graph steps in turn (cgrt bench), it says whether the
+    graphs' kernels run longer than the same kernels launched eagerly, or the device waits more
+    between them."""
+    recs = load(path)
+    if not recs:
+        sys.exit(f"{path}: no device records (was libcgrt-trace.so preloaded into a CUDA process?)")
+    side = {"eager": [0, 0.0, 0.0], "graph": [0, 0.0, 0.0]}
+    by = {}
+    last_end = None
+    for s, e, kind, name, graph in recs:
+        where = "graph" if graph else "eager"
+        side[where][0] += 1
+        side[where][1] += (e - s) / 1e3
+        if last_end is not None and s > last_end:
+            side[where][2] += (s - last_end) / 1e3
+        last_end = e if last_end is None else max(last_end, e)
+        key = short(name) if kind == "kernel" else kind
+        by.setdefault(key, {"eager": [], "graph": []})[where].append((e - s) / 1e3)
+    return side, by
+
+
+def main_by_graph(a):
+    side, by = summarize_by_graph(a.csv)
+    print(f"{a.csv}: outside and inside graphs")
+    for where, (n, busy, idle) in side.items():
+        print(f"    {where:5}: {n:8d} records, {busy:12.1f} us in them, {idle:12.1f} us idle before "
+              "them")
+    print(f"    {'eager':>8} {'median':>9} {'graph':>8} {'median':>9} {'moved':>8}  name")
+    rows = []
+    for key, d in by.items():
+        me = statistics.median(d["eager"]) if d["eager"] else None
+        mg = statistics.median(d["graph"]) if d["graph"] else None
+        total = sum(d["eager"]) + sum(d["graph"])
+        rows.append((total, key, len(d["eager"]), me, len(d["graph"]), mg))
+    for total, key, ne, me, ng, mg in sorted(rows, reverse=True)[:a.top]:
+        moved = f"{mg - me:+8.2f}" if me is not None and mg is not None else f"{'':>8}"
+        fe = f"{me:9.2f}" if me is not None else f"{'-':>9}"
+        fg = f"{mg:9.2f}" if mg is not None else f"{'-':>9}"
+        print(f"    {ne:8d} {fe} {ng:8d} {fg} {moved}  {key[:70]}")
+
+
 def summarize_api(path, marker):
     """Per runtime API function: (calls, host us) a step, over the whole trace; and the steps."""
     steps, by = 0, {}
@@ -279,7 +327,12 @@ def main():
     ap.add_argument("--against", help="a second trace of the same program, to compare")
     ap.add_argument("--api", action="store_true",
                     help="the runtime API calls a step (needs --step and CGRT_TRACE_API=1)")
+    ap.add_argument("--by-graph", action="store_true",
+                    help="the whole trace split into work outside and inside graphs")
     a = ap.parse_args()
+    if a.by_graph:
+        main_by_graph(a)
+        return
     if a.api:
         if not a.step:
             ap.error("--api needs --step, to count the steps")
