@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 #include <hwloc.h>
@@ -33,6 +34,54 @@ static int narrowed(hwloc_topology_t topo, hwloc_bitmap_t cur) {
     return 0;
   hwloc_const_bitmap_t all = hwloc_topology_get_topology_cpuset(topo);
   return !hwloc_bitmap_iszero(cur) && !hwloc_bitmap_isincluded(all, cur);
+}
+
+/* GPU d's near cores into set (every core when its locality is unknown); 0, or -1 unplaced. */
+static int near_set(hwloc_topology_t topo, int d, hwloc_bitmap_t set) {
+  if (hwloc_cudart_get_device_cpuset(topo, d, set) != 0)
+    return -1;
+  if (hwloc_bitmap_iszero(set) || hwloc_bitmap_isfull(set))
+    hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(topo));
+  return 0;
+}
+
+/*
+ * CGRT_BIND_SPLIT=1 (a candidate, issue 42): when several visible GPUs share the same near cores
+ * (one socket, or locality unknown), GPU `device` gets its own contiguous share of those cores,
+ * in device order, so that the launching threads of the ranks (and NCCL's threads, which inherit
+ * the affinity of the thread that creates the communicator) do not take turns on one core. set
+ * is narrowed in place; unchanged with fewer cores than GPUs.
+ */
+static void split_among_peers(hwloc_topology_t topo, int device, hwloc_bitmap_t set) {
+  const char *env = getenv("CGRT_BIND_SPLIT");
+  if (!env || strcmp(env, "1") != 0)
+    return;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2)
+    return;
+  hwloc_bitmap_t other = hwloc_bitmap_alloc(), slice = hwloc_bitmap_alloc();
+  int peers = 0, mine = -1;
+  for (int d = 0; other && slice && d < count; d++) {
+    if (near_set(topo, d, other) != 0 || !hwloc_bitmap_isequal(other, set))
+      continue;
+    if (d == device)
+      mine = peers;
+    peers++;
+  }
+  int cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE);
+  if (other && slice && mine >= 0 && peers > 1 && cores >= peers) {
+    for (int i = mine * cores / peers; i < (mine + 1) * cores / peers; i++) {
+      hwloc_obj_t core = hwloc_get_obj_inside_cpuset_by_type(topo, set, HWLOC_OBJ_CORE, i);
+      if (core)
+        hwloc_bitmap_or(slice, slice, core->cpuset);
+    }
+    if (!hwloc_bitmap_iszero(slice))
+      hwloc_bitmap_and(set, set, slice);
+  }
+  if (other)
+    hwloc_bitmap_free(other);
+  if (slice)
+    hwloc_bitmap_free(slice);
 }
 
 /*
@@ -66,17 +115,15 @@ int cgrt__cuda_cores_near(int device, int bind, char *cores, size_t len, char *e
     rc = fail(err, errlen, CGRT_E_NOMEM, "hwloc_bitmap_list_asprintf: out of memory");
     goto out;
   }
-  const int placed = hwloc_cudart_get_device_cpuset(topo, device, set) == 0;
+  const int placed = near_set(topo, device, set) == 0;
   if (!placed && !kept) {
     rc = fail(err, errlen, CGRT_E_DEVICE,
               "hwloc_cudart_get_device_cpuset could not place GPU %d (no PCI locality in sysfs?)",
               device);
     goto out;
   }
-  if (placed && (hwloc_bitmap_iszero(set) || hwloc_bitmap_isfull(set))) {
-    /* No locality known: every core is as near as any other. */
-    hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(topo));
-  }
+  if (placed && bind && !kept)
+    split_among_peers(topo, device, set);
   if (placed && hwloc_bitmap_list_asprintf(&list, set) < 0) {
     rc = fail(err, errlen, CGRT_E_NOMEM, "hwloc_bitmap_list_asprintf: out of memory");
     goto out;
