@@ -32,7 +32,7 @@
 #define MAX_SEQS   8    /* [dynamic_cp] max_sequences */
 #define MAX_ROWS   1024 /* workload capacity: room for over-capacity steps */
 #define LAYERS     2
-#define STEPS      10 /* 2 warm-up, 1 capture, 7 replays */
+#define STEPS      10 /* 2 warm-up, 2 captures (a slot each), 6 replays */
 
 static ncclComm_t world;
 
