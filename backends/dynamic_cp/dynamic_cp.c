@@ -3,20 +3,28 @@
  * context-parallel size in [dynamic_cp] cp_sizes, each bound to the communicator split for that
  * size, with packed-sequence (THD) metadata in slots of fixed capacity.
  *
- * A step names its cp size; its sequence lengths go into the next free THD slot of that size's
- * bank (the slot is reused only after the replay that read it has finished), padded by one
+ * A step names its cp size; its sequence lengths go into the next THD slot of that size's bank
+ * in turn (the slot is reused only after the replay that read it has finished), padded by one
  * zero-length dummy sequence to the captured size (max_packed_tokens); ctx carries the group's
  * communicator, this rank's index in it and the slot's device metadata. Module calls of scoped
  * kinds are graphs keyed by (cp size, slot, module, direction, microbatch), as in
- * transformer_engine. The first warmup_steps steps run eagerly; the next step captures every
- * bank, smallest cp first, each slot of each bank after its own warm-up passes, so that every
- * rank, running the same steps, captures the same graphs in the same order (the collectives in
- * them must match across ranks). A step over a slot's capacity is refused (over_capacity =
- * error, nothing run) or run eagerly with metadata of its own size (eager).
+ * transformer_engine. A step over a slot's capacity is refused (over_capacity = error, nothing
+ * run) or run eagerly with metadata of its own size (eager).
+ *
+ * Every step runs its body once, on its own bank and slot, through the core's graph cache: a key
+ * (a call, or with graph_scope = step the body, of one bank and slot) runs eagerly while it warms
+ * up, is captured at its next use (the capture records; the launch that follows it is the step's
+ * one execution) and replayed after. So a training body's update, or a gradient accumulation,
+ * happens once a step whatever the step does (issue 42: the banks were once all captured in one
+ * step, which ran the body once per bank and slot). A bank warms up for its first warmup_steps
+ * steps, whichever slots they take; a slot is captured at its first step after that, once it has
+ * run eagerly (slot_warmup). Every rank of a cp group runs the same steps at that group's size
+ * (their collectives must match), and the counts that decide depend on those steps alone, so every
+ * rank of a group captures the same graphs at the same step, in the same order.
  *
  * graph_scope = step: each (cp size, slot) holds one graph of the whole step body instead of
- * module graphs (the core's run_body_graph, as full_iteration and local's block scope), captured
- * in the same capture step and order. One graph launch a step instead of one per module call:
+ * module graphs (the core's run_body_graph, as full_iteration and local's block scope), warmed
+ * up and captured the same way. One graph launch a step instead of one per module call:
  * the kernels of consecutive calls chain inside one graph, and the ranks meet at each collective
  * within a single launch.
  */
@@ -36,7 +44,9 @@ struct bank {
   void *comm;
   int cp_rank;
   struct cgrt_thd_ring *ring;
-  int64_t runs[MAX_SLOTS]; /* eager passes per slot before the capture step */
+  int64_t passes;                 /* steps run on the bank (since release) */
+  int64_t slot_passes[MAX_SLOTS]; /* ... on each of its slots */
+  uint32_t built;                 /* bit per slot: a step on it has captured (for the log) */
 };
 
 /*
@@ -108,11 +118,10 @@ struct dcp_state {
   struct bank banks[MAX_BANKS];
   int num_banks;
   int comms_ready;
-  int64_t steps;  /* steps run, eager ones included */
-  int captured;   /* the capture step is behind */
   int step_scope; /* graph_scope = step: one body graph per (bank, slot) */
   struct bank *cur;
   int cur_slot;
+  int cur_warmup; /* the warm-up the keys of the pass in flight take (slot_warmup) */
 };
 
 static int scoped(const struct dcp_state *s, cgrt_kind kind) {
@@ -224,18 +233,37 @@ static void bind(struct dcp_state *s, cgrt_ctx *ctx, struct bank *b,
   s->cur_slot = slot->index;
 }
 
-/* One pass of prepare and body on bank b, slot `slot` (< 0: the next in turn). */
-static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, int slot,
-                const int32_t *lens, int n) {
+/*
+ * The eager uses a key of bank b's slot `slot` takes before its capture, for the pass about to
+ * run there: the bank warms up for its first warmup_steps steps, whichever slots they take, and
+ * a slot's key still runs eagerly once on that slot before it is captured (a capture is never
+ * the first run of a key). So with graph_slots = 2 and warmup_steps = 2 a bank's steps run
+ * eager, eager, capture (slot 0), capture (slot 1), then replay. A key first seen after the
+ * bank's warm-up runs eagerly once on a slot, then is captured there.
+ */
+static int slot_warmup(const struct dcp_state *s, const struct bank *b, int slot) {
+  int64_t w = s->cfg->warmup_steps - (b->passes - b->slot_passes[slot]);
+  return w > 1 ? (int)w : 1;
+}
+
+/*
+ * The step's one pass of prepare and body, on bank b and its next THD slot. Each key of the
+ * pass (its scoped calls, or the body under graph_scope = step) warms up, is captured or
+ * replays by its own count of uses, so the body's work runs once whatever the pass does.
+ */
+static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, const int32_t *lens,
+                int n) {
   const struct cgrt_host_api *h = s->h;
   struct cgrt_thd_slot meta;
-  int rc = h->thd_write(h, b->ring, lens, n, slot, &meta);
+  int rc = h->thd_write(h, b->ring, lens, n, -1, &meta);
   if (rc != 0)
     return rc;
   bind(s, f->ctx, b, &meta);
+  s->cur_warmup = slot_warmup(s, b, meta.index);
+  b->passes++;
+  b->slot_passes[meta.index]++;
   rc = h->run_prepare(h, f);
   if (rc == 0 && s->step_scope) {
-    /* The bank's slot as one unit; before the capture step its passes only count as warm-up. */
     struct cgrt_graph_key key = {
         .module = CGRT_KEY_BODY,
         .phase = (uint32_t)f->ctx->phase,
@@ -243,43 +271,20 @@ static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, 
         .extra = ((uint64_t)(uint32_t)b->cp << 32) | (uint32_t)meta.index,
     };
     cgrt_mode mode; /* also in f->ctx->mode */
-    rc = h->run_body_graph(h, s->cache, f, &key, s->captured ? s->cfg->warmup_steps : INT_MAX,
-                           &mode);
+    rc = h->run_body_graph(h, s->cache, f, &key, s->cur_warmup, &mode);
   } else if (rc == 0) {
     f->ctx->mode = CGRT_MODE_EAGER;
     rc = h->run_body(h, f);
+    f->ctx->mode = h->calls_mode(h);
   }
-  if (!s->captured)
-    b->runs[meta.index]++;
+  if (rc == 0 && f->ctx->mode == CGRT_MODE_CAPTURE && !(b->built & (1u << meta.index))) {
+    b->built |= 1u << meta.index;
+    h->log(h, CGRT_LOG_INFO, "dynamic_cp: cp %d, THD slot %d: first graphs captured at step %llu",
+           b->cp, meta.index, (unsigned long long)f->ctx->step);
+  }
   int rel = h->thd_release(h, b->ring, meta.index);
   s->cur = NULL;
   return rc ? rc : rel;
-}
-
-/*
- * The capture step: every bank, smallest cp first, every slot of it after as many eager passes
- * as warm-up asks, with this step's sequence lengths. All ranks run the same passes.
- */
-static int capture_banks(struct dcp_state *s, struct cgrt_step_frame *f, const int32_t *lens,
-                         int n) {
-  int rc = 0;
-  for (int i = 0; rc == 0 && i < s->num_banks; i++) {
-    struct bank *b = &s->banks[i];
-    for (int slot = 0; rc == 0 && slot < (int)s->o.graph_slots; slot++) {
-      while (rc == 0 && b->runs[slot] < s->cfg->warmup_steps)
-        rc = pass(s, f, b, slot, lens, n);
-      s->captured = 1; /* from here on, calls of scoped modules are captured */
-      if (rc == 0)
-        rc = pass(s, f, b, slot, lens, n);
-      s->captured = 0;
-    }
-  }
-  if (rc == 0) {
-    s->captured = 1;
-    s->h->log(s->h, CGRT_LOG_INFO, "dynamic_cp: %d banks x %d slots captured at step %lld",
-              s->num_banks, (int)s->o.graph_slots, (long long)s->steps);
-  }
-  return rc;
 }
 
 /* Over capacity with over_capacity = eager: metadata of the step's own size, no graphs. */
@@ -343,21 +348,9 @@ static int dcp_step(void *state, struct cgrt_step_frame *f) {
     else /* refused before anything is written: the message names both capacities */
       rc = h->thd_write(h, b->ring, lens, n, -1, &unused);
     f->ctx->mode = CGRT_MODE_EAGER;
-    s->steps++;
     return rc;
   }
-  int capture_step = !s->captured && s->steps >= s->cfg->warmup_steps;
-  if (capture_step)
-    rc = capture_banks(s, f, lens, n);
-  if (rc == 0)
-    rc = pass(s, f, b, -1, lens, n);
-  if (s->step_scope) { /* the last pass's body; a step that built the banks reports capture */
-    if (capture_step && f->ctx->mode == CGRT_MODE_REPLAY)
-      f->ctx->mode = CGRT_MODE_CAPTURE;
-  } else
-    f->ctx->mode = h->calls_mode(h);
-  s->steps++;
-  return rc;
+  return pass(s, f, b, lens, n);
 }
 
 static int dcp_call(void *state, struct cgrt_call *c) {
@@ -377,20 +370,20 @@ static int dcp_call(void *state, struct cgrt_call *c) {
       .shape = c->args->key,
       .extra = ((uint64_t)(uint32_t)s->cur->cp << 32) | (uint32_t)s->cur_slot,
   };
-  /* Before the capture step calls only count towards warm-up. */
-  int warmup = s->captured ? s->cfg->warmup_steps : INT_MAX;
   cgrt_mode mode;
-  return h->run_call_graph(h, s->cache, c, &key, warmup, &mode);
+  return h->run_call_graph(h, s->cache, c, &key, s->cur_warmup, &mode);
 }
 
 static int dcp_release(void *state) {
   struct dcp_state *s = state;
   s->h->cache_clear(s->h, s->cache);
-  s->captured = 0;
-  s->steps = 0;
-  for (int i = 0; i < s->num_banks; i++)
+  for (int i = 0; i < s->num_banks; i++) {
+    struct bank *b = &s->banks[i];
+    b->passes = 0;
+    b->built = 0;
     for (int j = 0; j < MAX_SLOTS; j++)
-      s->banks[i].runs[j] = 0;
+      b->slot_passes[j] = 0;
+  }
   return 0;
 }
 
@@ -414,10 +407,12 @@ static int dcp_describe(void *state, void (*emit)(void *user, const char *line),
   emit(user, s->step_scope ? "replay key: (phase, microbatches, cp size, slot)"
                            : "replay key: (module, direction, microbatch, phase, args.key, cp "
                              "size, slot)");
+  const int slots = (int)s->o.graph_slots;
   snprintf(line, sizeof(line),
-           "%d eager steps, then one step captures every bank and slot, smallest cp first; "
-           "steps over capacity: %s",
-           c->warmup_steps,
+           "a bank's first %d steps run eagerly, then each slot captures at its next step (once it "
+           "has run eagerly): a bank's steps replay after its first %d; every step runs the body "
+           "once; steps over capacity: %s",
+           c->warmup_steps, (c->warmup_steps > slots ? c->warmup_steps : slots) + slots,
            s->o.over_capacity == CGRT_OVER_CAPACITY_EAGER ? "run eagerly" : "refused");
   emit(user, line);
   return 0;

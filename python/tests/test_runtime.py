@@ -462,8 +462,8 @@ def test_capture_hook_that_raises_refuses_the_capture(make_model):
 
 
 def _cp_run(monkeypatch, mlp_no_cp_comm):
-    """dynamic_cp graphing attn only, NCCL graph mixing off: three steps to the capture, then four
-    replays whose mlp call runs eagerly right behind the attn graph."""
+    """dynamic_cp graphing attn only, NCCL graph mixing off: two warm-up steps, the captures of the
+    bank's two slots, then four replays whose mlp call runs eagerly right behind the attn graph."""
     monkeypatch.setenv("NCCL_GRAPH_MIXING_SUPPORT", "0")  # read at the split
     extra = "modules = attn\n[dynamic_cp]\ncp_sizes = 1 2\nmax_packed_tokens = 64\nmax_sequences = 4"
     seen = []  # (module, mode, comm) of every callback run
@@ -488,11 +488,11 @@ def _cp_run(monkeypatch, mlp_no_cp_comm):
             rt.step("train", body=body, seqlens=[8, 9], cp_size=2)
         assert "cgrt_set_world_comm" in str(e.value)
         rt.set_world_comm(None)  # the host driver's stand-ins
-        modes = [rt.step("train", body=body, seqlens=[8, 9], cp_size=2).mode for _ in range(3)]
-        before = rt.stats().comm_waits  # the capture step's later slots wait, in both runs
+        modes = [rt.step("train", body=body, seqlens=[8, 9], cp_size=2).mode for _ in range(4)]
+        before = rt.stats().comm_waits  # the replays' waits alone, from here
         modes += [rt.step("train", body=body, seqlens=[8, 9], cp_size=2).mode for _ in range(4)]
         rt.synchronize()
-        assert modes == [Mode.WARMUP] * 2 + [Mode.CAPTURE] + [Mode.REPLAY] * 4
+        assert modes == [Mode.WARMUP] * 2 + [Mode.CAPTURE] * 2 + [Mode.REPLAY] * 4
         return seen, rt.stats().comm_waits - before
 
 

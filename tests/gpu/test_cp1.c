@@ -8,7 +8,9 @@
  * rounding (padding rows exactly 0). Fused and unfused RMSNorm, and calls chained by programmatic
  * dependent launch or not (pdl_entry), give the same bits. A step over a THD slot's capacity fails
  * with CGRT_E_CAPACITY naming max_packed_tokens under over_capacity = error, and under
- * over_capacity = eager runs and matches eager.
+ * over_capacity = eager runs and matches eager. A training body whose update and module work are
+ * host functions (cudaLaunchHostFunc: host nodes in graphs) runs each once a step, in warm-up,
+ * capture and replay steps alike, in both graph scopes (issue 42).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -32,7 +34,7 @@
 #define MAX_SEQS   8    /* [dynamic_cp] max_sequences */
 #define MAX_ROWS   1024 /* workload capacity: room for over-capacity steps */
 #define LAYERS     2
-#define STEPS      10 /* 2 warm-up, 1 capture, 7 replays */
+#define STEPS      10 /* 2 warm-up, 2 captures (a slot each), 6 replays */
 
 static ncclComm_t world;
 
@@ -559,6 +561,108 @@ static void over_capacity_eager(void **state) {
   side_close(&e);
 }
 
+/* ---------------------------------------------------------------- once a step */
+
+/* Runs of the work a training body enqueues: its update, each module's forward and backward. */
+struct runs {
+  int64_t update;
+  int64_t module[2][2]; /* [module][forward, backward] */
+  int64_t prepares;
+  cgrt_runtime *rt;
+  cgrt_module *m[2];
+};
+
+static void count_run(void *arg) {
+  (*(int64_t *)arg)++;
+}
+
+static int count_forward(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
+  (void)args;
+  return cgrt_enqueue_host(ctx, count_run, &((int64_t *)user)[0]);
+}
+
+static int count_backward(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
+  (void)args;
+  return cgrt_enqueue_host(ctx, count_run, &((int64_t *)user)[1]);
+}
+
+static int count_prepare(const cgrt_ctx *ctx, void *user) {
+  (void)ctx;
+  ((struct runs *)user)->prepares++;
+  return 0;
+}
+
+static int train_body(const cgrt_ctx *ctx, void *user) {
+  struct runs *r = user;
+  cgrt_args a = {.struct_size = sizeof(a), .key = 1};
+  for (int i = 0; i < 2; i++) {
+    int rc = cgrt_forward(r->rt, r->m[i], ctx, &a);
+    if (rc)
+      return rc;
+  }
+  for (int i = 1; i >= 0; i--) {
+    int rc = cgrt_backward(r->rt, r->m[i], ctx, &a);
+    if (rc)
+      return rc;
+  }
+  return cgrt_enqueue_host(ctx, count_run, &r->update);
+}
+
+static void training_body_runs_once_a_step(void **state) {
+  (void)state;
+  for (int scope = 0; scope < 2; scope++) {
+    struct runs r = {0};
+    char ini[512];
+    snprintf(ini, sizeof(ini),
+             "[cuda_graph]\nimpl = dynamic_cp\n%swarmup_steps = 2\n[dynamic_cp]\ncp_sizes = 1\n"
+             "max_packed_tokens = 64\nmax_sequences = 4\ngraph_slots = 2\n%s[runtime]\n"
+             "driver = cuda\nlog = warn\n%s",
+             scope ? "" : "modules = attn mlp\n", scope ? "graph_scope = step\n" : "",
+             scope ? "[host]\nnan_check = off\n" : "");
+    if (cgrt_open_string(&r.rt, ini) != 0)
+      fail_msg("open: %s", cgrt_last_error(NULL));
+    for (int i = 0; i < 2; i++) {
+      cgrt_module_desc d = {.struct_size = sizeof(d),
+                            .name = i ? "l0.mlp" : "l0.attn",
+                            .kind = i ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
+                            .forward = count_forward,
+                            .backward = count_backward,
+                            .user = r.module[i]};
+      assert_int_equal(cgrt_module_register(r.rt, &d, &r.m[i]), 0);
+    }
+    if (cgrt_set_world_comm(r.rt, world) != 0)
+      fail_msg("cgrt_set_world_comm: %s", cgrt_last_error(r.rt));
+    const int32_t lens[] = {8, 9};
+    int seen[4] = {0};
+    for (int s = 0; s < 8; s++) {
+      cgrt_step_desc d = {.struct_size = sizeof(d),
+                          .phase = CGRT_PHASE_TRAIN,
+                          .tokens = 17,
+                          .seqlens = lens,
+                          .num_sequences = 2,
+                          .cp_size = 1,
+                          .prepare = count_prepare,
+                          .body = train_body,
+                          .user = &r};
+      cgrt_step_report rep = {.struct_size = sizeof(rep)};
+      assert_int_equal(cgrt_step(r.rt, &d, &rep), 0);
+      assert_int_equal(cgrt_synchronize(r.rt), 0);
+      seen[rep.mode]++;
+      const int64_t n = s + 1;
+      if (r.update != n || r.prepares != n || r.module[0][0] != n || r.module[0][1] != n ||
+          r.module[1][0] != n || r.module[1][1] != n)
+        fail_msg("%s scope, step %d (%s): after %lld steps the update ran %lld times, prepare "
+                 "%lld, attn %lld/%lld, mlp %lld/%lld (forward/backward)",
+                 scope ? "step" : "module", s, cgrt_mode_name(rep.mode), (long long)n,
+                 (long long)r.update, (long long)r.prepares, (long long)r.module[0][0],
+                 (long long)r.module[0][1], (long long)r.module[1][0], (long long)r.module[1][1]);
+    }
+    assert_true(seen[CGRT_MODE_WARMUP] && seen[CGRT_MODE_CAPTURE] && seen[CGRT_MODE_REPLAY]);
+    assert_int_equal(cgrt_release_graphs(r.rt), 0);
+    assert_int_equal(cgrt_close(r.rt), 0);
+  }
+}
+
 int main(void) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -580,6 +684,7 @@ int main(void) {
       cmocka_unit_test(pdl_entry_same_bits),
       cmocka_unit_test(over_capacity_error),
       cmocka_unit_test(over_capacity_eager),
+      cmocka_unit_test(training_body_runs_once_a_step),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,10 +8,10 @@
  * banks were captured and replayed; the same with graph_scope = step (one graph per step body
  * and bank slot); the K/V buffer is registered as an NCCL symmetric window on the cp 2
  * communicator when NCCL has them; with NCCL's graph mixing off (test_multigpu_cp_mixing_off),
- * the same, and the core waited for queued graphs before eager work on the communicators;
- * cgrt_release_graphs runs before the communicators are
- * destroyed, and every process exits within the timeout (a hang at teardown is a failure). A
- * step at a cp size without a bank is refused, naming the sizes that have one.
+ * the same; cp 2's first (eager) step issued behind cp 1's queued graphs equals eager, and with
+ * mixing off the core waited for those graphs first; cgrt_release_graphs runs before the
+ * communicators are destroyed, and every process exits within the timeout (a hang at teardown is
+ * a failure). A step at a cp size without a bank is refused, naming the sizes that have one.
  *
  * The parent never touches CUDA: it forks the ranks and reports. Each rank runs the cmocka group
  * below; its output comes back prefixed "[rank N]" (rank 0's unprefixed).
@@ -39,7 +39,8 @@
 #define MAX_PACKED 1024 /* [dynamic_cp] max_packed_tokens: 512 rows a rank at cp 2 */
 #define MAX_SEQS   8
 #define LAYERS     2
-#define STEPS      16 /* alternating cp 1, cp 2; warm-up 2, the capture step, then replays */
+/* Steps alternating cp 1 and cp 2: per bank 2 warm-ups, 2 captures (a slot each), replays. */
+#define STEPS 16
 
 /* The rank this process is, and its world communicator (set up per group). */
 static int my_rank;
@@ -143,6 +144,12 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* NCCL's graph mixing off, as test_multigpu_cp_mixing_off runs (NCCL_GRAPH_MIXING_SUPPORT=0). */
+static int mixing_off_env(void) {
+  const char *mixing = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  return mixing && strcmp(mixing, "0") == 0;
+}
+
 static void alternating_cp(int step_scope) {
   struct side g = {0}, e = {0};
   side_open(&g, 2, step_scope);
@@ -179,10 +186,9 @@ static void alternating_cp(int step_scope) {
   /* Only the cp 2 steps all-gather: one communicator, registered once (-1: no windows here). */
   const int windows = cgrtk_cp_symmetric_windows(g.w);
   print_message("rank %d: K/V symmetric windows: %d\n", my_rank, windows);
-  /* NCCL's graph mixing off (as test_multigpu_cp_mixing_off runs): the capture step's later
-   * slots warm up eagerly after the first slots' graphs, and must wait for them. */
-  const char *mixing = getenv("NCCL_GRAPH_MIXING_SUPPORT");
-  const int mixing_off = mixing && strcmp(mixing, "0") == 0;
+  /* Every step here is read (synchronized) before the next: nothing waits, mixing off or on
+   * (warmup_behind_queued_graphs makes eager work follow queued graphs). */
+  const int mixing_off = mixing_off_env();
   print_message("rank %d: NCCL graph mixing %s, comm waits: %llu\n", my_rank,
                 mixing_off ? "off" : "on", (unsigned long long)st.comm_waits);
   const int read_off = cgrt_tool_nccl_mixing_off(g.rt); /* as the core read it at the split */
@@ -198,10 +204,7 @@ static void alternating_cp(int step_scope) {
   assert_true(step_scope || st.calls_by_mode[CGRT_MODE_REPLAY] > 0);
   assert_int_equal(st.fallbacks, 0);
   assert_int_equal(read_off, mixing_off);
-  if (mixing_off)
-    assert_true(st.comm_waits > 0);
-  else
-    assert_int_equal(st.comm_waits, 0);
+  assert_int_equal(st.comm_waits, 0);
   assert_int_equal(last_mode[1], CGRT_MODE_REPLAY);
   assert_int_equal(last_mode[2], CGRT_MODE_REPLAY);
 }
@@ -214,6 +217,54 @@ static void alternating_cp_equals_eager(void **state) {
 static void step_scope_equals_eager(void **state) {
   (void)state;
   alternating_cp(1);
+}
+
+/*
+ * Eager work on a communicator behind queued graphs: cp 1 warms up, captures both slots and
+ * replays, then one more cp 1 replay is left queued (not read) and cp 2's first step, a warm-up
+ * whose all-gathers run eagerly on the cp 2 communicator, is issued behind it. Its rows equal
+ * eager's; with NCCL's graph mixing off the core drained the stream first (NCCL forbids an
+ * uncaptured collective while a graph that may use the communicators is outstanding), with it on
+ * nothing waited.
+ */
+static void warmup_behind_queued_graphs(void **state) {
+  (void)state;
+  struct side g = {0}, e = {0};
+  side_open(&g, 2, 0);
+  side_open(&e, 1000000, 0);
+  const int64_t d = cgrtk_cp_config(g.w)->d_model;
+  const struct lengths *l = &patterns[1];
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  cgrt_mode modes[6];
+  for (int s = 0; s < 5; s++) { /* warm-up, warm-up, capture, capture, replay */
+    run_step(&g, (uint64_t)s, l, 1, out_graph, &rep);
+    modes[s] = rep.mode;
+  }
+  int rc = cp_host_step(&g.h, 5, l->len, l->n, 1, &rep); /* queued, not read */
+  modes[5] = rep.mode;
+  cgrt_step_report rep2 = {.struct_size = sizeof(rep2)};
+  const int64_t rg = run_step(&g, 6, l, 2, out_graph, &rep2);
+  const int64_t re = run_step(&e, 6, l, 2, out_eager, NULL);
+  const int equal = rg == re && memcmp(out_graph, out_eager, (size_t)(rg * d) * sizeof(float)) == 0;
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(g.rt, &st), 0);
+  print_message("rank %d: NCCL graph mixing %s, comm waits: %llu\n", my_rank,
+                mixing_off_env() ? "off" : "on", (unsigned long long)st.comm_waits);
+  side_close(&g);
+  side_close(&e);
+  static const cgrt_mode want[] = {CGRT_MODE_WARMUP,  CGRT_MODE_WARMUP, CGRT_MODE_CAPTURE,
+                                   CGRT_MODE_CAPTURE, CGRT_MODE_REPLAY, CGRT_MODE_REPLAY};
+  assert_int_equal(rc, 0);
+  for (int s = 0; s < 6; s++)
+    assert_int_equal(modes[s], want[s]);
+  assert_int_equal(rep2.mode, CGRT_MODE_WARMUP);
+  if (!equal)
+    fail_msg("rank %d: cp 2's warm-up step behind cp 1's graphs differs from eager", my_rank);
+  if (mixing_off_env())
+    assert_true(st.comm_waits > 0);
+  else
+    assert_int_equal(st.comm_waits, 0);
+  assert_int_equal(st.fallbacks, 0);
 }
 
 static void cp_size_without_bank_refused(void **state) {
@@ -242,6 +293,7 @@ static int rank_main(int rank, int nranks, const void *nccl_id, size_t id_len, v
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(alternating_cp_equals_eager),
       cmocka_unit_test(step_scope_equals_eager),
+      cmocka_unit_test(warmup_behind_queued_graphs),
       cmocka_unit_test(cp_size_without_bank_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown) == 0 ? 0 : 1;

@@ -2,10 +2,11 @@
  * test_dcp.c - the `dynamic_cp` backend's policy on the host driver (stand-in communicators):
  * bank selection by the step's cp size and refusal of a size without a bank, the THD slot ring
  * (rotation, the reuse guard against a replay that has not run yet, the padding metadata),
- * capacity errors and the eager fallback, and the capture step taking every bank and slot,
- * smallest cp first; with graph_scope = step, one whole-body graph per bank and slot. With NCCL's
- * graph mixing support off, work run outside a graph on a bank's communicator starts only after
- * every graph launched before it has run.
+ * capacity errors and the eager fallback, and each bank warming up and capturing its slots on its
+ * own steps; with graph_scope = step, one whole-body graph per bank and slot. Every step, warm-up,
+ * capture or replay, runs the body's work once (issue 42). With NCCL's graph mixing support off,
+ * work run outside a graph on a bank's communicator starts only after every graph launched before
+ * it has run.
  *
  * The module's device work is a host function that reads the step's THD metadata when it runs,
  * so the test sees what a kernel would have read.
@@ -49,7 +50,6 @@ struct host {
   } launches[4096]; /* launch parameters outlive the graphs that hold them */
   int num_launches;
   int prepares;
-  int prepared_cp[MAX_SEEN];
   int prepared_padded_seqs;
   int64_t prepared_padded_tokens;
   /* The stream's FIFO as the test sees it: device_reads enqueued in order (eagerly, or as the
@@ -124,8 +124,6 @@ static int module_mlp(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
 
 static int prepare(const cgrt_ctx *ctx, void *user) {
   struct host *h = user;
-  if (h->prepares < MAX_SEEN)
-    h->prepared_cp[h->prepares] = ctx->cp_size;
   h->prepares++;
   h->prepared_padded_seqs = ctx->padded_sequences;
   h->prepared_padded_tokens = ctx->padded_tokens;
@@ -336,35 +334,23 @@ static void over_capacity_eager_runs_at_its_size(void **state) {
 }
 
 /*
- * Two warm-up steps, then the capture step (cp 2): it builds `graphs` graphs, bank 1's passes
- * (warm-ups and captures) all before bank 2's; from then on both cp sizes replay in both slots.
- * Ends synchronized.
+ * Steps at cp 2 and cp 1 in turn: each bank warms up on its own steps (warmup_steps = 2, one on
+ * each slot), then captures slot 0 and slot 1, `per_step` graphs each, then replays; a step of
+ * one bank never builds the other's graphs. Ends synchronized.
  */
-static void capture_then_replays(struct host *h, uint64_t graphs) {
+static void capture_then_replays(struct host *h, uint64_t per_step) {
+  static const cgrt_mode modes[] = {CGRT_MODE_WARMUP,  CGRT_MODE_WARMUP, CGRT_MODE_CAPTURE,
+                                    CGRT_MODE_CAPTURE, CGRT_MODE_REPLAY, CGRT_MODE_REPLAY};
   const int32_t lens[] = {8, 9};
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  assert_int_equal(rep.mode, CGRT_MODE_WARMUP);
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  int before = h->prepares;
-  assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
-  assert_int_equal(rep.graphs_built, graphs);
-  int last_cp1 = -1, first_cp2 = -1;
-  for (int i = before; i < h->prepares; i++) {
-    if (h->prepared_cp[i] == 1)
-      last_cp1 = i;
-    if (h->prepared_cp[i] == 2 && first_cp2 < 0)
-      first_cp2 = i;
-  }
-  assert_true(last_cp1 >= 0 && first_cp2 > last_cp1);
-  for (int s = 0; s < 6; s++) {
+  for (int s = 0; s < 12; s++) {
     assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
-    assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+    assert_int_equal(rep.mode, modes[s / 2]);
+    assert_int_equal(rep.graphs_built, rep.mode == CGRT_MODE_CAPTURE ? per_step : 0);
   }
   cgrt_stats st = {.struct_size = sizeof(st)};
   assert_int_equal(cgrt_stats_get(h->rt, &st), 0);
-  assert_int_equal(st.captures, graphs);
+  assert_int_equal(st.captures, 2 * 2 * per_step); /* 2 banks x 2 slots */
   assert_int_equal(cgrt_synchronize(h->rt), 0);
 }
 
@@ -378,10 +364,10 @@ static void replay_other_lengths(struct host *h, int cp) {
   assert_int_equal(cgrt_synchronize(h->rt), 0);
 }
 
-static void capture_step_takes_every_bank_and_slot(void **state) {
+static void banks_capture_on_their_own_steps(void **state) {
   (void)state;
   struct host *h = host_open(NULL, 1);
-  capture_then_replays(h, 2 * 2 * 2); /* 2 banks x 2 slots x 2 modules */
+  capture_then_replays(h, 2); /* a graph per module */
   /* Replays read the slot written for their step: other lengths, right metadata. */
   replay_other_lengths(h, 1);
   expect_meta(&h->seen[0], other, 3);
@@ -391,7 +377,7 @@ static void capture_step_takes_every_bank_and_slot(void **state) {
 static void step_scope_graphs_the_body_per_bank_and_slot(void **state) {
   (void)state;
   struct host *h = host_open("graph_scope = step\n[host]\nnan_check = off", 1);
-  capture_then_replays(h, 2 * 2); /* 2 banks x 2 slots, one body graph each */
+  capture_then_replays(h, 1); /* one body graph per bank and slot */
   /* A replay is the whole body: both modules' work runs, on the slot written for its step,
    * with the bank's communicator. */
   replay_other_lengths(h, 1);
@@ -413,10 +399,10 @@ static uint64_t comm_waits(struct host *h) {
 }
 
 /*
- * With graph mixing `off` (NCCL_GRAPH_MIXING_SUPPORT=0 when the communicators are split) or on:
- * warm-up, the capture step (whose later slots warm up eagerly after the first slots' graphs
- * were launched), replays of both sizes, then a step over capacity that runs eagerly. Returns the
- * waits of the replay steps alone in *replay_waits.
+ * With graph mixing `off` (NCCL_GRAPH_MIXING_SUPPORT=0 when the communicators are split) or on,
+ * nothing synchronized between steps: cp 2 warms up and captures, then cp 1 (whose warm-up runs
+ * eagerly after cp 2's graphs were launched), replays of both sizes, then a step over capacity
+ * that runs eagerly. Returns the waits of the replay steps alone in *replay_waits.
  */
 static struct host *mixed_steps_full(const char *extra, int off, int mlp_no_comm,
                                      uint64_t *replay_waits) {
@@ -427,9 +413,10 @@ static struct host *mixed_steps_full(const char *extra, int off, int mlp_no_comm
   assert_int_equal(cgrt_tool_nccl_mixing_off(h->rt), off);
   const int32_t lens[] = {8, 9}, big[] = {60, 10};
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
-  for (int s = 0; s < 3; s++)
-    assert_int_equal(step(h, 2, lens, 2, &rep), 0);
-  assert_int_equal(rep.mode, CGRT_MODE_CAPTURE);
+  for (int s = 0; s < 8; s++) {
+    assert_int_equal(step(h, s < 4 ? 2 : 1, lens, 2, &rep), 0);
+    assert_int_equal(rep.mode, s % 4 < 2 ? CGRT_MODE_WARMUP : CGRT_MODE_CAPTURE);
+  }
   uint64_t before = comm_waits(h);
   for (int s = 0; s < 4; s++) {
     assert_int_equal(step(h, s % 2 ? 1 : 2, lens, 2, &rep), 0);
@@ -456,7 +443,7 @@ static void mixing_off_eager_work_waits_for_graphs(void **state) {
     struct host *h = mixed_steps(extra, 1, &replay_waits);
     assert_true(h->eager_calls > 0);
     assert_int_equal(h->behind_graph, 0);
-    /* The capture step's later slots and the step over capacity waited; replays never do. */
+    /* cp 1's warm-up behind cp 2's graphs and the step over capacity waited; replays never do. */
     assert_true(comm_waits(h) >= 2);
     assert_int_equal(replay_waits, 0);
     host_close(h);
@@ -611,6 +598,155 @@ static void older_module_desc_sees_the_communicator(void **state) {
   host_close(h);
 }
 
+/* ---------------------------------------------------------------- once a step */
+
+/*
+ * A training host whose body changes state: the body enqueues an update of its own (a counter
+ * the host function increments when it runs, as an optimizer step or a gradient accumulation
+ * would change weights), and each module's forward and backward enqueue theirs.
+ */
+struct trainer {
+  cgrt_runtime *rt;
+  cgrt_module *m[2];
+  int64_t updates;           /* the body's own work, run */
+  int64_t module_runs[2][2]; /* [module][forward, backward] work, run */
+  int64_t prepares;          /* prepare callbacks */
+  int64_t bodies;            /* body callbacks (a replayed whole-step graph makes none) */
+};
+
+static void count_run(void *arg) {
+  (*(int64_t *)arg)++;
+}
+
+static int counted_module(const cgrt_ctx *ctx, void *counter) {
+  return cgrt_enqueue_host(ctx, count_run, counter);
+}
+
+static int trainer_attn_fwd(const cgrt_ctx *ctx, const cgrt_args *a, void *u) {
+  (void)a;
+  return counted_module(ctx, &((struct trainer *)u)->module_runs[0][0]);
+}
+static int trainer_attn_bwd(const cgrt_ctx *ctx, const cgrt_args *a, void *u) {
+  (void)a;
+  return counted_module(ctx, &((struct trainer *)u)->module_runs[0][1]);
+}
+static int trainer_mlp_fwd(const cgrt_ctx *ctx, const cgrt_args *a, void *u) {
+  (void)a;
+  return counted_module(ctx, &((struct trainer *)u)->module_runs[1][0]);
+}
+static int trainer_mlp_bwd(const cgrt_ctx *ctx, const cgrt_args *a, void *u) {
+  (void)a;
+  return counted_module(ctx, &((struct trainer *)u)->module_runs[1][1]);
+}
+
+static int trainer_prepare(const cgrt_ctx *ctx, void *user) {
+  (void)ctx;
+  ((struct trainer *)user)->prepares++;
+  return 0;
+}
+
+static int trainer_body(const cgrt_ctx *ctx, void *user) {
+  struct trainer *t = user;
+  cgrt_args a = {.struct_size = sizeof(a), .key = 1};
+  t->bodies++;
+  for (int i = 0; i < 2; i++) {
+    int rc = cgrt_forward(t->rt, t->m[i], ctx, &a);
+    if (rc)
+      return rc;
+  }
+  for (int i = 1; i >= 0; i--) {
+    int rc = cgrt_backward(t->rt, t->m[i], ctx, &a);
+    if (rc)
+      return rc;
+  }
+  return cgrt_enqueue_host(ctx, count_run, &t->updates); /* the update, after the backward */
+}
+
+/*
+ * Steps at every size of cp_sizes in turn under `conf` (lines of [cuda_graph] then
+ * [dynamic_cp]), each followed by a synchronize: after each, every counter has moved by exactly
+ * one, whatever the step did; by the end every bank has warmed up, captured and replayed.
+ */
+static void trainer_steps(const char *cuda_graph, const int *cps, int ncp, const char *dcp) {
+  struct trainer t = {0};
+  char ini[1024], sizes[64] = "";
+  for (int i = 0, n = 0; i < ncp; i++)
+    n += snprintf(sizes + n, sizeof(sizes) - (size_t)n, "%s%d", i ? " " : "", cps[i]);
+  snprintf(ini, sizeof(ini),
+           "[cuda_graph]\nimpl = dynamic_cp\n%s\n[dynamic_cp]\ncp_sizes = %s\n"
+           "max_packed_tokens = %d\nmax_sequences = %d\n%s\n[runtime]\ndriver = host\n"
+           "log = off\n",
+           cuda_graph, sizes, CAP_TOKENS, CAP_SEQS, dcp);
+  if (cgrt_open_string(&t.rt, ini) != 0)
+    fail_msg("open: %s\n%s", cgrt_last_error(NULL), ini);
+  static const char *const names[] = {"l0.attn", "l0.mlp"};
+  cgrt_module_fn fwd[] = {trainer_attn_fwd, trainer_mlp_fwd};
+  cgrt_module_fn bwd[] = {trainer_attn_bwd, trainer_mlp_bwd};
+  for (int i = 0; i < 2; i++) {
+    cgrt_module_desc d = {.struct_size = sizeof(d),
+                          .name = names[i],
+                          .kind = i ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
+                          .forward = fwd[i],
+                          .backward = bwd[i],
+                          .user = &t};
+    assert_int_equal(cgrt_module_register(t.rt, &d, &t.m[i]), 0);
+  }
+  assert_int_equal(cgrt_set_world_comm(t.rt, NULL), 0);
+  const int32_t lens[] = {8, 9};
+  int seen[8][4] = {{0}}; /* steps per (cp size index, mode) */
+  const int steps = 10 * ncp;
+  for (int s = 0; s < steps; s++) {
+    const int k = s % ncp;
+    cgrt_step_desc d = {.struct_size = sizeof(d),
+                        .phase = CGRT_PHASE_TRAIN,
+                        .tokens = 17,
+                        .seqlens = lens,
+                        .num_sequences = 2,
+                        .cp_size = cps[k],
+                        .prepare = trainer_prepare,
+                        .body = trainer_body,
+                        .user = &t};
+    cgrt_step_report rep = {.struct_size = sizeof(rep)};
+    assert_int_equal(cgrt_step(t.rt, &d, &rep), 0);
+    assert_int_equal(cgrt_synchronize(t.rt), 0);
+    seen[k][rep.mode]++;
+    const int64_t n = s + 1;
+    if (t.updates != n || t.prepares != n || t.bodies > n)
+      fail_msg("%s / cp_sizes %s / %s: step %d (cp %d, %s): %lld updates, %lld prepares and %lld "
+               "body callbacks after %lld steps",
+               cuda_graph, sizes, dcp, s, cps[k], cgrt_mode_name(rep.mode), (long long)t.updates,
+               (long long)t.prepares, (long long)t.bodies, (long long)n);
+    for (int i = 0; i < 2; i++)
+      for (int dir = 0; dir < 2; dir++)
+        if (t.module_runs[i][dir] != n)
+          fail_msg("%s / cp_sizes %s / %s: step %d (cp %d, %s): %s's %s work ran %lld times in "
+                   "%lld steps",
+                   cuda_graph, sizes, dcp, s, cps[k], cgrt_mode_name(rep.mode), names[i],
+                   dir ? "backward" : "forward", (long long)t.module_runs[i][dir], (long long)n);
+  }
+  for (int k = 0; k < ncp; k++)
+    if (!seen[k][CGRT_MODE_WARMUP] || !seen[k][CGRT_MODE_CAPTURE] || !seen[k][CGRT_MODE_REPLAY])
+      fail_msg("%s / cp_sizes %s / %s: cp %d ran %d warm-up, %d capture and %d replay steps",
+               cuda_graph, sizes, dcp, cps[k], seen[k][CGRT_MODE_WARMUP],
+               seen[k][CGRT_MODE_CAPTURE], seen[k][CGRT_MODE_REPLAY]);
+  assert_int_equal(cgrt_close(t.rt), 0);
+}
+
+static void training_steps_run_the_body_once(void **state) {
+  (void)state;
+  static const int one[] = {1}, three[] = {1, 2, 4}, two[] = {1, 2};
+  static const char *const step_scope = "warmup_steps = 2\n[host]\nnan_check = off";
+  /* Module graphs: every kind, and attn only (mlp and the body's own work run eagerly). */
+  trainer_steps("warmup_steps = 2", one, 1, "graph_slots = 2");
+  trainer_steps("warmup_steps = 2", three, 3, "graph_slots = 2");
+  trainer_steps("warmup_steps = 1\nmodules = attn", two, 2, "graph_slots = 3");
+  /* One graph of the whole body per bank and slot. */
+  trainer_steps(step_scope, one, 1, "graph_slots = 2\ngraph_scope = step");
+  trainer_steps(step_scope, three, 3, "graph_slots = 2\ngraph_scope = step");
+  trainer_steps("warmup_steps = 3\n[host]\nnan_check = off", two, 2,
+                "graph_slots = 3\ngraph_scope = step");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(padding_metadata),
@@ -619,7 +755,8 @@ int main(void) {
       cmocka_unit_test(slots_rotate_and_wait_for_readers),
       cmocka_unit_test(over_capacity_error_runs_nothing),
       cmocka_unit_test(over_capacity_eager_runs_at_its_size),
-      cmocka_unit_test(capture_step_takes_every_bank_and_slot),
+      cmocka_unit_test(banks_capture_on_their_own_steps),
+      cmocka_unit_test(training_steps_run_the_body_once),
       cmocka_unit_test(step_scope_graphs_the_body_per_bank_and_slot),
       cmocka_unit_test(mixing_off_eager_work_waits_for_graphs),
       cmocka_unit_test(mixing_off_verified_replays_wait),

@@ -534,13 +534,12 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            "before that cp size's steps (empty kernel, slowest rank); an eager step of a "
            "launch-bound shape costs about its launches times this\ncapture_ms, inst_ms, graphs: "
            "during that cp size's steps on rank "
-           "0 (every bank is captured in one step, so they land in the first cp size's "
-           "rows)\nbitwise: "
+           "0 (each bank is captured on its own steps)\nbitwise: "
            "every rank's output rows equal eager's and (cp > 1) the same rows at cp 1\n",
            CP_HOST_STEPS);
   if (!b->o->json && all_waits)
     printf("NCCL graph mixing off: work cgrt ran outside a graph waited %llu times for the graphs "
-           "it had launched (rank 0, the capture step's warm-ups included; comm_waits in "
+           "it had launched (rank 0, warm-up steps included; comm_waits in "
            "--json)\n",
            (unsigned long long)all_waits);
   return all_equal ? 0 : EXIT_INVALID;
@@ -584,7 +583,12 @@ int bench_cp(const struct bench_opts *o) {
   b.scopes[b.nscopes++] = v->cp_scope;
   if (!o->conf && strcmp(v->impl, "dynamic_cp") == 0) /* the default: both scopes */
     b.scopes[b.nscopes++] = CGRT_CP_SCOPE_STEP;
-  b.warmup = o->warmup > v->warmup_steps + 2 ? o->warmup : v->warmup_steps + 2;
+  /* dynamic_cp captures a bank's slots on its own steps: after its first warmup_steps, each slot
+     at its next step once it ran eagerly, so every step replays after max(warmup_steps,
+     graph_slots) + graph_slots of them; the timed steps must all be replays. */
+  const int slots = v->graph_slots > 0 ? v->graph_slots : 1;
+  const int to_replay = (v->warmup_steps > slots ? v->warmup_steps : slots) + slots;
+  b.warmup = o->warmup > to_replay ? o->warmup : to_replay;
   b.sh = cgrt_ranks_shared(sizeof(struct cp_shared));
   if (!b.sh) {
     fprintf(stderr, "cgrt bench: mmap of the results failed\n");

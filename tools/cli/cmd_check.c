@@ -78,11 +78,14 @@ static int sim_register(struct sim_model *s, uint32_t kinds) {
   return 0;
 }
 
+/* count steps; a backend with cp banks gets count at each cp size, the sizes in turn (a bank
+   warms up and captures on its own steps). */
 static int sim_steps(struct sim_model *s, cgrt_phase phase, int64_t tokens, int count) {
   const struct cgrt_config_view *v = cgrt_tool_view(s->rt);
   int by_cp = (cgrt_tool_backend(s->rt, NULL)->caps & CGRT_CAP_NEEDS_COMM) && v->num_cp_sizes > 0;
+  if (by_cp)
+    count *= (int)v->num_cp_sizes;
   for (int i = 0; i < count; i++) {
-    /* A backend with cp banks sees every cp size in turn. */
     cgrt_step_desc d = {.struct_size = sizeof(d),
                         .phase = phase,
                         .tokens = tokens,

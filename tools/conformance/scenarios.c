@@ -486,6 +486,24 @@ static int hook_end(void *user, void *stream) {
   return 1;
 }
 
+/*
+ * Train steps until happened(t, arg): warmup_steps + 2, then in a phase with graphs, as in
+ * steps_to_replay, at most 8 x (warmup_steps + 1) more: a backend whose keys warm up one after the
+ * other (dynamic_cp's banks, whose cp sizes the steps take in turn, and their THD slots)
+ * captures its first graph later than warmup_steps + 1 steps.
+ */
+static int steps_until(struct conform_run *t,
+                       int (*happened)(const struct conform_run *t, void *arg), void *arg,
+                       char *why, size_t len) {
+  if (steps(t, CGRT_PHASE_TRAIN, t->cfg->train_tokens, 0, t->cfg->warmup + 2, why, len) != 0)
+    return -1;
+  for (int more = 8 * (t->cfg->warmup + 1);
+       !happened(t, arg) && graphs(t, CGRT_PHASE_TRAIN) && more > 0; more--)
+    if (steps(t, CGRT_PHASE_TRAIN, t->cfg->train_tokens, 0, 1, why, len) != 0)
+      return -1;
+  return 0;
+}
+
 static int fell_back(struct conform_run *t, const char *how, int happened, char *why, size_t len) {
   int W = t->cfg->warmup;
   int64_t T = t->cfg->train_tokens;
@@ -505,20 +523,32 @@ static int fell_back(struct conform_run *t, const char *how, int happened, char 
   return 0;
 }
 
+static int hook_refused(const struct conform_run *t, void *arg) {
+  (void)t;
+  return ((const struct hooks *)arg)->refused;
+}
+
 static int fallback_hook(struct conform_run *t, char *why, size_t len) {
   struct hooks h = {0};
   int rc = cgrt_set_capture_hooks(t->rt, hook_begin, hook_end, &h);
   if (rc != 0)
     return FAIL("cgrt_set_capture_hooks returned %d: %s", rc, cgrt_last_error(t->rt));
-  STEPS(CGRT_PHASE_TRAIN, t->cfg->train_tokens, 0, t->cfg->warmup + 2);
+  if (steps_until(t, hook_refused, &h, why, len) != 0)
+    return -1;
   if (h.begins != h.ends)
     return FAIL("%d captures begun, %d ended", h.begins, h.ends);
   return fell_back(t, "the host's capture end hook refusing the first graph", h.refused, why, len);
 }
 
+static int module_failed(const struct conform_run *t, void *arg) {
+  (void)arg;
+  return !t->model.fail_next_capture;
+}
+
 static int fallback_module(struct conform_run *t, char *why, size_t len) {
   t->model.fail_next_capture = 1;
-  STEPS(CGRT_PHASE_TRAIN, t->cfg->train_tokens, 0, t->cfg->warmup + 2);
+  if (steps_until(t, module_failed, NULL, why, len) != 0)
+    return -1;
   int happened = !t->model.fail_next_capture;
   t->model.fail_next_capture = 0;
   return fell_back(t, "a module failing while captured", happened, why, len);
