@@ -28,6 +28,12 @@ static int is_nvidia_gpu(hwloc_obj_t pci) {
          (a->class_id == PCI_CLASS_3D || a->class_id == PCI_CLASS_VGA);
 }
 
+int cgrt__cuda_keep_gpus(hwloc_topology_t topo) {
+  if (hwloc_topology_set_type_filter(topo, HWLOC_OBJ_PCI_DEVICE, HWLOC_TYPE_FILTER_KEEP_IMPORTANT))
+    return -1;
+  return hwloc_topology_set_type_filter(topo, HWLOC_OBJ_BRIDGE, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+}
+
 /* PCI bus id order: domain, bus, device, function (nvidia-smi's numbering). */
 static int by_busid(const void *pa, const void *pb) {
   const struct hwloc_pcidev_attr_s *a = &(*(const hwloc_obj_t *)pa)->attr->pcidev;
