@@ -32,11 +32,12 @@ int cgrt__cuda_gpu_peers(hwloc_topology_t topo, const char *busid, hwloc_cpuset_
 
 /*
  * The share of the cores in `near` that belongs to the index-th (from 0) of `peers` GPUs near
- * them, into share: the cores split in their hwloc order (a socket's cores stay together) into
- * `peers` contiguous runs of whole cores (hyperthreads are never split), at least one core each,
- * sizes differing by one at most. Every core is in one share. share is near itself when there is
- * nothing to split (fewer than two peers, an index out of range, fewer cores than peers). A
- * topology without core objects is split by PU. Returns 0 or CGRT_E_NOMEM.
+ * them, into share: the cores split in their hwloc order (a socket's cores in a row: a share
+ * crosses sockets only where a cut must) into `peers` contiguous runs of whole cores (hyperthreads
+ * are never split), at least one core each, sizes differing by one at most. Every core is in one
+ * share. share is near itself when there is nothing to split (fewer than two peers, an index out of
+ * range, fewer cores than peers). A topology without core objects is split by PU. Returns 0 or
+ * CGRT_E_NOMEM.
  */
 int cgrt__cuda_core_share(hwloc_topology_t topo, hwloc_const_cpuset_t near, int peers, int index,
                           hwloc_cpuset_t share);
