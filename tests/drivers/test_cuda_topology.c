@@ -1,8 +1,9 @@
 /*
  * test_cuda_topology.c - the cuda driver's cores_near with bind (drivers/cuda/topology.c): a
  * thread whose affinity was narrowed before cgrt opened (an operator's taskset, a host's own
- * pinning) keeps it, told why; a thread free on every core is bound near the GPU (that part needs
- * a GPU and skips without one). Label unit: the first part needs no GPU.
+ * pinning) keeps it, told why; a thread free on every core is bound to the cores it is told, near
+ * the GPU (its share of them where other GPUs are near them too: test_core_share.c; that part
+ * needs a GPU and skips without one). Label unit: the first part needs no GPU.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -14,6 +15,7 @@
 
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
+#include <hwloc.h>
 
 #include "cuda_driver.h"
 
@@ -71,6 +73,18 @@ static void free_thread_is_bound_near_the_gpu(void **state) {
   cpu_set_t now;
   assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(now), &now), 0);
   assert_true(CPU_COUNT(&now) >= 1);
+  /* bound to the cores it names: the list, before whose share it is "(...)" */
+  char *paren = strstr(cores, " (");
+  if (paren)
+    *paren = '\0';
+  hwloc_bitmap_t named = hwloc_bitmap_alloc();
+  assert_non_null(named);
+  assert_int_equal(hwloc_bitmap_list_sscanf(named, cores), 0);
+  assert_int_equal(hwloc_bitmap_weight(named), CPU_COUNT(&now));
+  for (int i = 0; i < CPU_SETSIZE; i++)
+    if (CPU_ISSET(i, &now))
+      assert_true(hwloc_bitmap_isset(named, (unsigned)i));
+  hwloc_bitmap_free(named);
   /* bound again, from the near set: now narrowed, so kept */
   rc = cgrt__cuda_cores_near(0, 1, cores, sizeof(cores), err, sizeof(err));
   if (CPU_COUNT(&now) < CPU_COUNT(&saved))
