@@ -118,9 +118,9 @@ static int plan_by_time(cgrt_runtime *rt, struct cgrt_bucket_adapt *a, int64_t *
   set_text(tok, ntok, tok_set, sizeof(tok_set));
   free(tok);
   cgrt__log(&rt->log, *adopt ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
-            "adaptive buckets at step %llu, by time: %s {%s} (%.1f us per step expected) %s "
+            "adaptive buckets at step %llu, by time: %s{%s} (%.1f us per step expected) %s "
             "{%s} (%.1f us); the padded-token plan {%s}: %.1f us",
-            (unsigned long long)rt->graphs.step_index, *adopt ? "" : "keeping", old_set, now,
+            (unsigned long long)rt->graphs.step_index, *adopt ? "" : "keeping ", old_set, now,
             *adopt ? "->" : "over the best", new_set, best, tok_set, tok_us);
   return 1;
 }
