@@ -13,9 +13,10 @@
  * retired from the cache, and new buckets are captured lazily at their first use, or, with
  * `capture = eager`, one bucket per step, so no step waits for more than one bucket's capture.
  *
- * With `[local] by_time = on` (the default) a padded inference step's device time is measured
- * against eager steps at its own size, and a token count whose padded replay is measurably slower
- * is served eagerly or by an exact-size bucket (bytime.h has the rule).
+ * With `[local] by_time = on` (off by default until measured on a GPU: docs/decisions.md, issue
+ * 43) a padded inference step's device time is measured against eager steps at its own size, and
+ * a token count whose padded replay is measurably slower is served eagerly or by an exact-size
+ * bucket (bytime.h has the rule).
  *
  * The mechanism (warm-up counts, capture, LRU bound, rebind policy, stats) is the core's graph
  * cache; this file is the policy.
@@ -470,8 +471,9 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
 }
 
 /*
- * local's options: none of its own section; its default of a core key, [cuda_graph]
- * inference_scope = layer (one graph per module call and bucket), where other backends' is none.
+ * local's options: its default of a core key, [cuda_graph] inference_scope = layer (one graph per
+ * module call and bucket), where other backends' is none; and its own [local] by_time (off by
+ * default until the GPU measurements of issue 43 justify it) and exact_buckets.
  */
 static const struct cgrt_option local_options[] = {
     {.name = "cuda_graph.inference_scope",
@@ -481,7 +483,7 @@ static const struct cgrt_option local_options[] = {
      .meaning = "what one inference graph holds: local's default is one module call"},
     {.name = "by_time",
      .type = CGRT_OPTION_BOOL,
-     .def = "on",
+     .def = "off",
      .meaning = "a token count whose padded replay is measured slower than eager is served "
                 "eagerly or by an exact-size bucket"},
     {.name = "exact_buckets",

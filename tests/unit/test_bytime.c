@@ -6,9 +6,9 @@
  * while 3 tokens padded to 32 replays much faster (launch-bound eager). The buckets: 1 32 64 128.
  * What the tests check: the slower counts are served the faster way (an exact-size bucket while
  * exact_buckets allows, else eagerly), the others keep their bucket, every step's output is right,
- * each change is said once at info, cgrt_stats counts it; `by_time = off` keeps every padded
- * bucket; with no cost model (every time equal) nothing changes (the margin); and adaptive buckets
- * plan by time from the figures by_time reports.
+ * each change is said once at info, cgrt_stats counts it; `by_time = off`, the default, keeps
+ * every padded bucket; with no cost model (every time equal) nothing changes (the margin); and
+ * adaptive buckets plan by time from the figures by_time reports.
  *
  * Three modules in a chain, each "kernel" a host function out = 2 in + 1: row-independent, so a
  * step served eagerly or at another bucket gives the same output, 8 in + 7.
@@ -174,7 +174,7 @@ static void run(struct fixture *f, int n, cgrt_step_report last[3]) {
 
 static void test_slower_counts_served_exact_then_eager(void **state) {
   (void)state;
-  struct fixture *f = fixture_open("[local]\nexact_buckets = 1\n", 1);
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 1\n", 1);
   cgrt_step_report last[3];
   run(f, 300, last);
   cgrt_stats s = {.struct_size = sizeof(s)};
@@ -203,7 +203,7 @@ static void test_slower_counts_served_exact_then_eager(void **state) {
 
 static void test_no_exact_bucket_allowed_serves_eagerly(void **state) {
   (void)state;
-  struct fixture *f = fixture_open("[local]\nexact_buckets = 0\n", 1);
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 1);
   cgrt_step_report last[3];
   run(f, 200, last);
   cgrt_stats s = {.struct_size = sizeof(s)};
@@ -218,9 +218,9 @@ static void test_no_exact_bucket_allowed_serves_eagerly(void **state) {
   fixture_close(f);
 }
 
-static void test_off_keeps_every_padded_bucket(void **state) {
-  (void)state;
-  struct fixture *f = fixture_open("[local]\nby_time = off\n", 1);
+/* Padded steps keep their bucket under `extra`: by_time off, or left at its default. */
+static void check_every_padded_bucket_kept(const char *extra) {
+  struct fixture *f = fixture_open(extra, 1);
   cgrt_step_report last[3];
   for (int i = 0; i < 200; i++) {
     step(f, i, counts[i % 3], &last[i % 3]);
@@ -234,10 +234,21 @@ static void test_off_keeps_every_padded_bucket(void **state) {
   fixture_close(f);
 }
 
+static void test_off_keeps_every_padded_bucket(void **state) {
+  (void)state;
+  check_every_padded_bucket_kept("[local]\nby_time = off\n");
+}
+
+/* Off until the GPU measurements of issue 43 justify on (docs/decisions.md). */
+static void test_off_by_default(void **state) {
+  (void)state;
+  check_every_padded_bucket_kept("");
+}
+
 /* Every step the same device time (no cost model): within the margin, nothing moves. */
 static void test_equal_times_change_nothing(void **state) {
   (void)state;
-  struct fixture *f = fixture_open("", 0);
+  struct fixture *f = fixture_open("[local]\nby_time = on\n", 0);
   cgrt_step_report last[3];
   run(f, 300, last);
   cgrt_stats s = {.struct_size = sizeof(s)};
@@ -258,7 +269,7 @@ static void test_equal_times_change_nothing(void **state) {
 static void test_adaptive_plans_by_time(void **state) {
   (void)state;
   struct fixture *f = fixture_open("buckets = adaptive\nadapt_interval = 150\n"
-                                   "[local]\nexact_buckets = 0\n",
+                                   "[local]\nby_time = on\nexact_buckets = 0\n",
                                    1);
   cgrt_step_report last[3];
   run(f, 600, last);
@@ -276,6 +287,7 @@ int main(void) {
       cmocka_unit_test(test_slower_counts_served_exact_then_eager),
       cmocka_unit_test(test_no_exact_bucket_allowed_serves_eagerly),
       cmocka_unit_test(test_off_keeps_every_padded_bucket),
+      cmocka_unit_test(test_off_by_default),
       cmocka_unit_test(test_equal_times_change_nothing),
       cmocka_unit_test(test_adaptive_plans_by_time),
   };
