@@ -3,7 +3,7 @@
  * replayed at a bucket or run eagerly at its own size, as a model through measured points, the
  * expected step time of a bucket set over a traffic histogram, and the set of K buckets that
  * minimizes it, each size served by its bucket or eagerly, whichever the model says is faster.
- * Internal; `cgrt buckets --costs`, `cgrt plan --traffic` and `[inference] adapt_by = time` use it.
+ * Internal; `cgrt plan --traffic` (through cgrt/tool.h) and `[inference] adapt_by = time` use it.
  */
 #ifndef CGRT_BUCKET_TIME_H
 #define CGRT_BUCKET_TIME_H
