@@ -13,6 +13,11 @@
  * retired from the cache, and new buckets are captured lazily at their first use, or, with
  * `capture = eager`, one bucket per step, so no step waits for more than one bucket's capture.
  *
+ * With `[local] by_time = on` (off by default until measured on a GPU: docs/decisions.md, issue
+ * 43) a padded inference step's device time is measured against eager steps at its own size, and
+ * a token count whose padded replay is measurably slower is served eagerly or by an exact-size
+ * bucket (bytime.h has the rule).
+ *
  * The mechanism (warm-up counts, capture, LRU bound, rebind policy, stats) is the core's graph
  * cache; this file is the policy.
  */
@@ -21,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bytime.h"
 #include "cgrt/backend.h"
 #include "rules.h"
 
@@ -40,6 +46,7 @@ struct local_state {
   uint64_t above_buckets;  /* infer steps above the largest bucket, run eagerly */
   uint64_t sets_followed;  /* adaptive bucket sets followed */
   uint64_t graphs_retired; /* executables of buckets that left the set */
+  struct bytime *bt;       /* [local] by_time = on: buckets chosen by time, else NULL */
 };
 
 static double ms_since(const struct timespec *t0) {
@@ -215,6 +222,8 @@ static int follow_new_set(struct local_state *s) {
          "local: bucket set changed: %zu executables retired, %zu buckets to "
          "capture",
          retired, s->npending);
+  if (rc == 0 && s->bt)
+    rc = bytime_forget(s->bt); /* every count is measured again against its new bucket */
   return rc;
 }
 
@@ -246,6 +255,40 @@ static int capture_pending(struct local_state *s, struct cgrt_step_frame *f) {
   return rc;
 }
 
+/* A step run eagerly at its own size: prepare sees no padding, every call runs directly. */
+static int run_unpadded(struct local_state *s, struct cgrt_step_frame *f) {
+  const struct cgrt_host_api *h = s->h;
+  f->ctx->padded_tokens = f->ctx->tokens;
+  f->ctx->mode = CGRT_MODE_EAGER;
+  s->eager_body = 1;
+  int rc = h->run_prepare(h, f);
+  if (rc == 0)
+    rc = h->run_body(h, f);
+  s->eager_body = 0;
+  return rc;
+}
+
+/*
+ * by_time: a padded step served the way its count's measurements chose (bytime.h), timed on the
+ * device when a round measures it: at its bucket, eagerly at its own size, or at an exact-size
+ * bucket.
+ */
+static int run_by_time(struct local_state *s, struct cgrt_step_frame *f) {
+  struct bytime_step st;
+  int rc = bytime_choose(s->bt, f->ctx->tokens, f->ctx->padded_tokens, &st);
+  if (rc != 0)
+    return rc;
+  if (st.way == BYTIME_EAGER) {
+    rc = run_unpadded(s, f);
+  } else {
+    if (st.way == BYTIME_EXACT)
+      f->ctx->padded_tokens = f->ctx->tokens;
+    rc = run_pass(s, f);
+  }
+  int erc = rc == 0 ? bytime_end(s->bt, &st, f->ctx->mode) : 0;
+  return rc != 0 ? rc : erc;
+}
+
 static int local_step(void *state, struct cgrt_step_frame *f) {
   struct local_state *s = state;
   const struct cgrt_host_api *h = s->h;
@@ -265,15 +308,8 @@ static int local_step(void *state, struct cgrt_step_frame *f) {
       /* Above the largest bucket: no graph holds it, the step runs eagerly. */
       h->log(h, CGRT_LOG_DEBUG, "%s; step %llu runs eagerly", h->last_error(h),
              (unsigned long long)ctx->step);
-      ctx->padded_tokens = ctx->tokens;
-      ctx->mode = CGRT_MODE_EAGER;
       s->above_buckets++;
-      s->eager_body = 1;
-      rc = h->run_prepare(h, f);
-      if (rc == 0)
-        rc = h->run_body(h, f);
-      s->eager_body = 0;
-      return rc;
+      return run_unpadded(s, f);
     }
     ctx->padded_tokens = bucket;
     if (s->cfg->capture == CGRT_CAPTURE_EAGER && !s->eager_capture_done &&
@@ -284,6 +320,8 @@ static int local_step(void *state, struct cgrt_step_frame *f) {
       rc = capture_pending(s, f);
     }
     s->infer_steps++;
+    if (rc == 0 && s->bt && bucket > ctx->tokens)
+      return run_by_time(s, f);
   }
   return rc == 0 ? run_pass(s, f) : rc;
 }
@@ -312,9 +350,17 @@ static int local_init(const struct cgrt_host_api *h, const struct cgrt_config_vi
   int rc = h->cache_create(h, cfg->max_graphs, cfg->rebind, &s->cache);
   if (rc == 0 && s->adaptive)
     rc = remember_set(s);
+  /* [local] by_time and exact_buckets: declared options, so a core of minor 4 or later has them */
+  int64_t by_time = 0, exact = 0;
+  if (rc == 0 && CGRT_VIEW_HAS(cfg, get_int) && cfg->get_int &&
+      cfg->get_int(cfg, "local", "by_time", &by_time) == 0 && by_time &&
+      cfg->get_int(cfg, "local", "exact_buckets", &exact) == 0)
+    rc = bytime_create(h, s->cache, (int)exact, &s->bt);
   if (rc != 0) {
     snprintf(err, errlen, "%s", h->last_error(h));
     h->cache_destroy(h, s->cache);
+    free(s->set);
+    free(s->pending);
     free(s);
     return rc;
   }
@@ -324,6 +370,7 @@ static int local_init(const struct cgrt_host_api *h, const struct cgrt_config_vi
 
 static void local_fini(void *state) {
   struct local_state *s = state;
+  bytime_destroy(s->bt);
   s->h->cache_destroy(s->h, s->cache);
   free(s->set);
   free(s->pending);
@@ -336,6 +383,23 @@ static int local_release(void *state) {
   s->infer_steps = 0;
   s->eager_capture_done = 0;
   s->npending = 0;
+  return 0;
+}
+
+/* cgrt_stats: by_time's counts (issue 43), on top of the core's counters. */
+static int local_stats(void *state, cgrt_stats *out) {
+  struct local_state *s = state;
+  struct bytime_figures b = {0};
+  if (s->bt)
+    bytime_figures(s->bt, &b);
+  if (out->struct_size < offsetof(cgrt_stats, time_exact_counts) + sizeof(out->time_exact_counts))
+    return 0; /* a host built before these fields: nothing of ours to fill */
+  out->timed_steps = b.timed_steps;
+  out->time_probe_steps = b.probe_steps;
+  out->time_eager_steps = b.eager_steps;
+  out->time_exact_steps = b.exact_steps;
+  out->time_eager_counts = b.eager_counts;
+  out->time_exact_counts = b.exact_counts;
   return 0;
 }
 
@@ -383,6 +447,11 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
            "%s; steps above %lld tokens run eagerly",
            c->max_graphs, rebind[c->rebind], (long long)(count ? sizes[count - 1] : 0));
   emit(user, line);
+  if (s->bt)
+    emit(user, "by_time = on: a token count whose padded replay is measured slower than eager at "
+               "its own size (device time, medians of 8 steps each, 2% margin) is served by an "
+               "exact-size bucket within exact_buckets and memory_budget, else eagerly; measured "
+               "again every 2048 of its steps");
   if (s->adaptive) {
     snprintf(line, sizeof(line),
              "buckets = adaptive: the set above is the start; every %d inference steps the %d "
@@ -402,8 +471,9 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
 }
 
 /*
- * local's options: none of its own section; its default of a core key, [cuda_graph]
- * inference_scope = layer (one graph per module call and bucket), where other backends' is none.
+ * local's options: its default of a core key, [cuda_graph] inference_scope = layer (one graph per
+ * module call and bucket), where other backends' is none; and its own [local] by_time (off by
+ * default until the GPU measurements of issue 43 justify it) and exact_buckets.
  */
 static const struct cgrt_option local_options[] = {
     {.name = "cuda_graph.inference_scope",
@@ -411,6 +481,17 @@ static const struct cgrt_option local_options[] = {
      .def = "layer",
      .values = "none layer block",
      .meaning = "what one inference graph holds: local's default is one module call"},
+    {.name = "by_time",
+     .type = CGRT_OPTION_BOOL,
+     .def = "off",
+     .meaning = "a token count whose padded replay is measured slower than eager is served "
+                "eagerly or by an exact-size bucket"},
+    {.name = "exact_buckets",
+     .type = CGRT_OPTION_INT,
+     .def = "4",
+     .min = 0,
+     .max = 64,
+     .meaning = "exact-size buckets by_time may add (within memory_budget)"},
 };
 
 /* Per-module graphs (or a body per bucket): a scope of layer or block. No full recomputation and
@@ -442,6 +523,7 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .step = local_step,
     .call = local_call,
     .release = local_release,
+    .stats = local_stats,
     .describe = local_describe,
     .figures = local_figures,
     .options = local_options,

@@ -224,6 +224,17 @@ struct cgrt_driver {
    * runtime and driver, NCCL) and each device with the cores near it. Needs no open dev.
    */
   void (*describe)(cgrt_driver_emit_fn emit, void *user);
+
+  /* -- appended for issue 43: device-side timing -- */
+  /* An event whose records carry a device timestamp (cudaEventCreate without DisableTiming). */
+  int (*event_create_timed)(struct cgrt_dev *dev, void **event);
+  /*
+   * The device time between the last records of two timed events, in microseconds
+   * (cudaEventElapsedTime): CGRT_E_NOTREADY (no sentence) while either has not run yet, so a
+   * caller can read it later without waiting; CGRT_E_INVAL for an event never recorded. Never
+   * waits for the device.
+   */
+  int (*event_elapsed)(struct cgrt_dev *dev, void *start, void *end, double *us);
 };
 
 /* The built-in host driver (drivers/host/driver_host.c). */
@@ -263,6 +274,21 @@ static inline int cgrt__dev_fail(struct cgrt_dev *dev, int code, const char *fmt
   va_end(ap);
   return code;
 }
+
+/*
+ * Tests only: the host driver's model of time (see drivers/host/driver_host.c). node_ns (may be
+ * NULL) gives the device time of one host function node from its function and argument.
+ */
+struct cgrt_host_cost {
+  uint64_t launch_ns;       /* host time of one eager host function or copy enqueued */
+  uint64_t graph_launch_ns; /* host time of one exec_launch */
+  uint64_t graph_node_ns;   /* device time a host function node adds inside a launched graph */
+  uint64_t (*node_ns)(void *user, void (*fn)(void *), void *arg);
+  void *user;
+};
+
+/* Sets (NULL: clears) the host driver's cost model from now on. CGRT_E_INVAL for another driver. */
+int cgrt__host_set_cost(struct cgrt_dev *dev, const struct cgrt_host_cost *cost);
 
 /*
  * Tests only: the host driver's graph pool reserves (and trims to) whole granules of `bytes`

@@ -482,6 +482,34 @@ static int cuda_event_create(struct cgrt_dev *dev, void **event) {
   return 0;
 }
 
+/* Timed events carry a timestamp per record: only the replay timing of issue 43 uses them. */
+static int cuda_event_create_timed(struct cgrt_dev *dev, void **event) {
+  cudaEvent_t ev = NULL;
+  *event = NULL;
+  int rc = use_device(dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDefault);
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaEventCreateWithFlags (timed)", NULL);
+  *event = ev;
+  return 0;
+}
+
+/* Never waits: cudaEventElapsedTime answers cudaErrorNotReady while either record is pending. */
+static int cuda_event_elapsed(struct cgrt_dev *dev, void *start, void *end, double *us) {
+  float ms = 0;
+  cudaError_t e = cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end);
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return CGRT_E_NOTREADY;
+  }
+  if (e != cudaSuccess)
+    return cuda_fail(dev, e, "cudaEventElapsedTime", NULL);
+  *us = (double)ms * 1e3;
+  return 0;
+}
+
 static int cuda_event_record(struct cgrt_dev *dev, void *event, void *stream) {
   cudaError_t e = cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
   return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaEventRecord", NULL);
@@ -659,6 +687,8 @@ CGRT_DRIVER_EXPORT const struct cgrt_driver cgrt_driver_v1 = {
     .event_query = cuda_event_query,
     .event_sync = cuda_event_sync,
     .event_destroy = cuda_event_destroy,
+    .event_create_timed = cuda_event_create_timed,
+    .event_elapsed = cuda_event_elapsed,
     .stream_wait = cuda_stream_wait,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,

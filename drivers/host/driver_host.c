@@ -67,6 +67,17 @@
  *   come from mem_alloc, i.e. "pageable" host memory, or from it to host memory, work on the
  *   legacy stream), is reported through dev->note, if the core set it.
  *
+ * - Time, modelled (cgrt__host_set_cost, tests only; all costs 0 by default, so no time passes):
+ *   a simulated host clock advances by launch_ns at each host function or copy enqueued outside a
+ *   capture and by graph_launch_ns at each exec_launch; each stream has a simulated device clock.
+ *   A node starts when its stream has finished the work before it and the host had enqueued it
+ *   (the host clock then), and a host function takes node_ns(fn, arg), plus graph_node_ns when it
+ *   runs as part of a launched graph. An event record takes its stream's clock when it runs, and
+ *   event_elapsed gives the difference of two records' clocks (CGRT_E_NOTREADY until both ran).
+ *   A sync moves the host clock up to the stream's (the host waited). So eager work of cheap
+ *   nodes is bound by its launches, graphs by their nodes, as on a GPU, and a test can make a
+ *   padded graph slower than eager work of fewer tokens.
+ *
  * All state hangs off the dev instance, none is global: many runtimes live in one process. One
  * thread drives a dev. Host functions must not call the driver (as with cudaLaunchHostFunc); a
  * synchronizing call from inside one is refused with CGRT_E_STATE.
@@ -136,6 +147,8 @@ struct node {
   uint64_t seq;             /* NODE_EVENT on a queue: which record of `event` this is;
                                NODE_WAIT: the record waited for */
   struct host_block *block; /* NODE_ALLOC, NODE_FREE: holding a reference */
+  uint64_t issued;          /* on a queue: the simulated host clock when it was enqueued */
+  int in_graph;             /* on a queue: part of a launched graph (cost model) */
 };
 
 struct host_alloc {
@@ -155,6 +168,8 @@ struct host_dev {
   struct host_stream *legacy;        /* CGRT_LEGACY_STREAM: never captured */
   struct host_alloc *allocs; /* live mem_alloc blocks: "device" memory, for diagnose's notes */
   size_t num_allocs, cap_allocs;
+  struct cgrt_host_cost cost; /* the simulated clocks' cost model (all 0: no time passes) */
+  uint64_t host_clock;        /* simulated host time, ns: enqueues and waits advance it */
 };
 
 struct host_graph {
@@ -179,6 +194,7 @@ struct host_stream {
   uint64_t capture_id;
   cgrt_capture_mode capture_mode;
   char invalid[256]; /* why the capture was invalidated; "" while it is valid */
+  uint64_t clock;    /* simulated device time, ns, at which the work run so far has finished */
 };
 
 struct host_event {
@@ -189,6 +205,7 @@ struct host_event {
   uint64_t done;       /* the highest record that has run */
   uint64_t stream_id;  /* the stream of the last record */
   uint64_t capture_id; /* the capture it was last recorded into, 0 if none */
+  uint64_t at;         /* simulated device time, ns, when record `done` ran */
 };
 
 static const char *mode_name(cgrt_capture_mode mode) {
@@ -350,6 +367,8 @@ static int queue_reserve(struct host_stream *s, size_t extra) {
 static void queue_launch(struct host_stream *s, const struct node_list *l) {
   for (size_t i = 0; i < l->n; i++) {
     struct node n = l->v[i];
+    n.issued = s->hd->host_clock;
+    n.in_graph = 1;
     if (n.type == NODE_ALLOC || n.type == NODE_FREE)
       continue; /* nothing to run: the memory was mapped at upload or launch */
     if (n.type == NODE_EVENT) {
@@ -373,7 +392,20 @@ static void queue_launch(struct host_stream *s, const struct node_list *l) {
 static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t seq);
 static struct host_stream *stream_by_id(struct host_dev *hd, uint64_t id);
 
-static void node_run(const struct node *n) {
+/*
+ * The cost model: a node starts when the stream has finished the work before it and the host has
+ * enqueued it, and takes what the model says it costs (a host function: node_ns, plus
+ * graph_node_ns inside a launched graph).
+ */
+static uint64_t node_start(struct host_stream *s, const struct node *n) {
+  if (s->clock < n->issued)
+    s->clock = n->issued;
+  return s->clock;
+}
+
+static void node_run(struct host_stream *s, const struct node *n) {
+  const struct cgrt_host_cost *cost = &s->hd->cost;
+  node_start(s, n);
   switch (n->type) {
   case NODE_WAIT: {
     /* The work before that record first: the other stream runs up to it, here, now. */
@@ -381,18 +413,26 @@ static void node_run(const struct node *n) {
         n->event->done < n->seq ? stream_by_id(n->event->hd, n->event->stream_id) : NULL;
     if (t)
       stream_run(t, n->event, n->seq);
+    if (n->event->done >= n->seq && s->clock < n->event->at)
+      s->clock = n->event->at;
     break;
   }
   case NODE_HOST:
     n->fn(n->arg);
+    if (cost->node_ns)
+      s->clock += cost->node_ns(cost->user, n->fn, n->arg);
+    if (n->in_graph)
+      s->clock += cost->graph_node_ns;
     break;
   case NODE_MEMCPY:
     if (n->bytes)
       memmove(n->dst, n->src, n->bytes);
     break;
   case NODE_EVENT:
-    if (n->event->done < n->seq)
+    if (n->event->done < n->seq) {
       n->event->done = n->seq;
+      n->event->at = s->clock;
+    }
     break;
   case NODE_ALLOC:
   case NODE_FREE: /* an eager free: the memory goes when the node is released after it ran */
@@ -407,7 +447,7 @@ static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t se
   while (s->head < s->queue.n && !(ev && ev->done >= seq)) {
     /* A copy: a host function may (wrongly) enqueue, moving the queue. */
     struct node n = s->queue.v[s->head++];
-    node_run(&n);
+    node_run(s, &n);
     node_release(&n);
   }
   s->hd->running = was_running;
@@ -569,6 +609,9 @@ static int submit(struct cgrt_dev *dev, struct host_stream *s, struct node *n, c
     node_release(n);
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "%s: out of host memory queueing work", op);
   }
+  if (n->type == NODE_HOST || n->type == NODE_MEMCPY)
+    hd->host_clock += hd->cost.launch_ns; /* the host's cost of one eager launch */
+  n->issued = hd->host_clock;
   queue_put(s, n);
   return 0;
 }
@@ -731,6 +774,8 @@ static int host_stream_sync(struct cgrt_dev *dev, void *stream) {
   if (rc)
     return rc;
   stream_run(s, NULL, 0);
+  if (hd->host_clock < s->clock)
+    hd->host_clock = s->clock; /* the host waited for the stream */
   return 0;
 }
 
@@ -874,6 +919,7 @@ static int host_exec_launch(struct cgrt_dev *dev, void *exec, void *stream) {
   if (queue_reserve(s, 2 * x->nodes.n))
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "exec_launch: out of host memory queueing work");
   exec_map(x);
+  x->hd->host_clock += x->hd->cost.graph_launch_ns;
   queue_launch(s, &x->nodes);
   return 0;
 }
@@ -958,6 +1004,7 @@ static int host_event_record(struct cgrt_dev *dev, void *event, void *stream) {
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "event_record: out of host memory queueing work");
   }
   n.seq = ++e->records;
+  n.issued = s->hd->host_clock;
   e->stream_id = s->id;
   e->capture_id = 0;
   queue_put(s, &n);
@@ -1024,12 +1071,43 @@ static int host_event_sync(struct cgrt_dev *dev, void *event) {
     rc = forbid_in_captures(dev, CGRT_FINDING_SYNC, "event_sync", sync_advice);
   if (rc)
     return rc;
-  if (e->done >= e->records)
-    return 0;
-  /* Not complete, so its record is still queued there (destroying a stream completes them). */
-  struct host_stream *s = stream_by_id(hd, e->stream_id);
-  if (s)
-    stream_run(s, e, e->records);
+  if (e->done < e->records) {
+    /* Not complete, so its record is still queued there (destroying a stream completes them). */
+    struct host_stream *s = stream_by_id(hd, e->stream_id);
+    if (s)
+      stream_run(s, e, e->records);
+  }
+  if (hd->host_clock < e->at)
+    hd->host_clock = e->at; /* the host waited for the record */
+  return 0;
+}
+
+/* Timing is modelled for every event: a timed one is a plain one. */
+static int host_event_create_timed(struct cgrt_dev *dev, void **event) {
+  return host_event_create(dev, event);
+}
+
+static int host_event_elapsed(struct cgrt_dev *dev, void *start, void *end, double *us) {
+  struct host_event *a = as_event(dev, start), *b = as_event(dev, end);
+  if (!a || !b || !us)
+    return bad_handle(dev, "event_elapsed",
+                      !us ? "out-parameter"
+                      : a ? "end event"
+                          : "start event");
+  int rc = event_in_capture(dev, a, "event_elapsed");
+  if (rc == 0)
+    rc = event_in_capture(dev, b, "event_elapsed");
+  if (rc == 0)
+    rc = forbid_in_captures(dev, CGRT_FINDING_SYNC, "event_elapsed", sync_advice);
+  if (rc)
+    return rc;
+  if (a->records == 0 || b->records == 0)
+    return cgrt__dev_fail(dev, CGRT_E_INVAL,
+                          "event_elapsed of an event never recorded (as in CUDA: record both "
+                          "events first)");
+  if (a->done < a->records || b->done < b->records)
+    return CGRT_E_NOTREADY;
+  *us = ((double)b->at - (double)a->at) / 1e3;
   return 0;
 }
 
@@ -1202,6 +1280,17 @@ static int host_mem_free_async(struct cgrt_dev *dev, void *stream, void *ptr) {
                         ptr);
 }
 
+int cgrt__host_set_cost(struct cgrt_dev *dev, const struct cgrt_host_cost *cost) {
+  if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
+    return CGRT_E_INVAL;
+  struct host_dev *hd = dev->impl;
+  if (cost)
+    hd->cost = *cost;
+  else
+    memset(&hd->cost, 0, sizeof(hd->cost));
+  return 0;
+}
+
 int cgrt__host_set_pool_granule(struct cgrt_dev *dev, uint64_t bytes) {
   if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
     return CGRT_E_INVAL;
@@ -1248,4 +1337,6 @@ HOST_EXPORT const struct cgrt_driver HOST_TABLE = {
     .mem_free_async = host_mem_free_async,
     .graph_alloc_bytes = host_graph_alloc_bytes,
     .graph_mem_trim = host_graph_mem_trim,
+    .event_create_timed = host_event_create_timed,
+    .event_elapsed = host_event_elapsed,
 };

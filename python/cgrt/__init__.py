@@ -597,6 +597,15 @@ class Stats:
     staged_bytes: int
     rebind_variant_keys: int
     eager_phase_steps: int  # steps cgrt ran eagerly itself (PhaseRun.CORE_EAGER)
+    # buckets chosen by time ([local] by_time): steps timed on the device, padded steps run
+    # eagerly to measure eager, or served eagerly / at an exact-size bucket because their padded
+    # replay was measured slower; the token counts served those two ways now
+    timed_steps: int
+    time_probe_steps: int
+    time_eager_steps: int
+    time_exact_steps: int
+    time_eager_counts: int
+    time_exact_counts: int
 
     @property
     def padded_tokens(self) -> int:
@@ -1153,6 +1162,12 @@ class Runtime:
             staged_bytes=s.staged_bytes,
             rebind_variant_keys=s.rebind_variant_keys,
             eager_phase_steps=s.eager_phase_steps,
+            timed_steps=s.timed_steps,
+            time_probe_steps=s.time_probe_steps,
+            time_eager_steps=s.time_eager_steps,
+            time_exact_steps=s.time_exact_steps,
+            time_eager_counts=s.time_eager_counts,
+            time_exact_counts=s.time_exact_counts,
         )
 
     def clear_findings(self) -> None:

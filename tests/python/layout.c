@@ -126,6 +126,12 @@ int main(void) {
   FIELD(cgrt_stats, staged_bytes);
   FIELD(cgrt_stats, rebind_variant_keys);
   FIELD(cgrt_stats, eager_phase_steps);
+  FIELD(cgrt_stats, timed_steps);
+  FIELD(cgrt_stats, time_probe_steps);
+  FIELD(cgrt_stats, time_eager_steps);
+  FIELD(cgrt_stats, time_exact_steps);
+  FIELD(cgrt_stats, time_eager_counts);
+  FIELD(cgrt_stats, time_exact_counts);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);

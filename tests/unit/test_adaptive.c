@@ -92,6 +92,9 @@ static struct fixture *fixture_open(const char *scope, const char *capture) {
            "[cuda_graph]\nimpl = local\nwarmup_steps = 2\ninference_scope = %s\n"
            "[inference]\nbuckets = adaptive\nmax_tokens = 128\nnum_graphs = 4\ncapture = %s\n"
            "adapt_interval = %d\nadapt_halflife = 50\n"
+           /* each step must run at its padded bucket here: by_time would serve some counts
+              eagerly at their own size to measure them (test_bytime.c) */
+           "[local]\nby_time = off\n"
            "[runtime]\ndriver = host\nlog = off\n",
            scope, capture, INTERVAL);
   if (cgrt_open_string(&f->rt, ini) != 0)

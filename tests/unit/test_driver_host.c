@@ -980,6 +980,103 @@ static void test_update_refused_with_memory_nodes(void **state) {
   f->d->exec_destroy(&f->dev, x);
 }
 
+/* ---------------------------------------------------------------- the cost model (issue 43) */
+
+/* Letters 'a'..'z' cost 1000 ns each on the device, times the letter's rank (a: 1 us, b: 2 us). */
+static uint64_t letter_ns(void *user, void (*fn)(void *), void *arg) {
+  (void)user;
+  (void)fn;
+  const struct letter *l = arg;
+  return 1000u * (uint64_t)(l->c - 'a' + 1);
+}
+
+/* Records a timed event pair around work, syncs, and gives the elapsed time in us. */
+static double timed(struct fx *f, void *a, void *b, void (*work)(struct fx *f)) {
+  assert_int_equal(f->d->event_record(&f->dev, a, f->stream), 0);
+  work(f);
+  assert_int_equal(f->d->event_record(&f->dev, b, f->stream), 0);
+  double us = -1;
+  assert_int_equal(f->d->event_elapsed(&f->dev, a, b, &us), CGRT_E_NOTREADY); /* nothing ran */
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->event_elapsed(&f->dev, a, b, &us), 0);
+  return us;
+}
+
+static void four_eager_a(struct fx *f) {
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(f->d->host_fn(&f->dev, f->stream, append, L(f, 'a')), 0);
+}
+
+static void four_eager_c(struct fx *f) {
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(f->d->host_fn(&f->dev, f->stream, append, L(f, 'c')), 0);
+}
+
+static void *exec_of_four(struct fx *f, char c) {
+  void *graph = NULL, *x = NULL;
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(f->d->host_fn(&f->dev, f->stream, append, L(f, c)), 0);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), 0);
+  assert_int_equal(f->d->graph_instantiate(&f->dev, graph, &x), 0);
+  f->d->graph_destroy(&f->dev, graph);
+  return x;
+}
+
+static void *launched;
+static void launch_it(struct fx *f) {
+  assert_int_equal(f->d->exec_launch(&f->dev, launched, f->stream), 0);
+}
+
+/*
+ * Eager work of cheap nodes is bound by its launches (the device waits for the host), heavy
+ * nodes by their own time; a launched graph pays its launch once and graph_node_ns per node. So
+ * a graph of larger (padded) nodes can be slower than eager work of smaller ones, as on a GPU.
+ */
+static void test_cost_model_times_eager_and_graphs(void **state) {
+  struct fx *f = *state;
+  for (int i = 0; i < 26; i++)
+    *L(f, (char)('a' + i)) = (struct letter){&f->log, (char)('a' + i)};
+  void *a = NULL, *b = NULL;
+  assert_int_equal(f->d->event_create_timed(&f->dev, &a), 0);
+  assert_int_equal(f->d->event_create_timed(&f->dev, &b), 0);
+  /* no model: no time passes */
+  assert_true(timed(f, a, b, four_eager_a) == 0);
+  struct cgrt_host_cost cost = {
+      .launch_ns = 3000, .graph_launch_ns = 2000, .graph_node_ns = 500, .node_ns = letter_ns};
+  assert_int_equal(cgrt__host_set_cost(&f->dev, &cost), 0);
+  /* launch-bound: 4 launches of 3 us, each node 1 us: the last ends 4 * 3 + 1 us after start */
+  double eager_a = timed(f, a, b, four_eager_a);
+  assert_true(eager_a > 12.9 && eager_a < 13.1);
+  /* work-bound: nodes of 3 us after launches of 3 us: 3 + 4 * 3 = 15 us */
+  double eager_c = timed(f, a, b, four_eager_c);
+  assert_true(eager_c > 14.9 && eager_c < 15.1);
+  /* a graph of four 'c' nodes: launch 2 us, then 4 * (3 + 0.5) us */
+  launched = exec_of_four(f, 'c');
+  double graph_c = timed(f, a, b, launch_it);
+  assert_true(graph_c > 15.9 && graph_c < 16.1);
+  /* the padded graph ('c', three times the work) is slower than eager 'a' work; an exact one
+     ('a' nodes) is faster than both */
+  assert_true(graph_c > eager_a);
+  f->d->exec_destroy(&f->dev, launched);
+  launched = exec_of_four(f, 'a');
+  double graph_a = timed(f, a, b, launch_it);
+  assert_true(graph_a > 7.9 && graph_a < 8.1 && graph_a < eager_a);
+  f->d->exec_destroy(&f->dev, launched);
+  /* an event never recorded is refused; inside a capture, the elapsed read invalidates it */
+  void *fresh = NULL, *graph = NULL;
+  double us;
+  assert_int_equal(f->d->event_create_timed(&f->dev, &fresh), 0);
+  assert_int_equal(f->d->event_elapsed(&f->dev, fresh, b, &us), CGRT_E_INVAL);
+  assert_int_equal(f->d->capture_begin(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->event_elapsed(&f->dev, a, b, &us), CGRT_E_CAPTURE);
+  assert_int_equal(f->d->capture_end(&f->dev, f->stream, &graph), CGRT_E_CAPTURE);
+  assert_int_equal(cgrt__host_set_cost(&f->dev, NULL), 0);
+  f->d->event_destroy(&f->dev, fresh);
+  f->d->event_destroy(&f->dev, a);
+  f->d->event_destroy(&f->dev, b);
+}
+
 #define T(name)         cmocka_unit_test_setup_teardown(name, setup, teardown)
 #define T_GLOBAL(name)  cmocka_unit_test_setup_teardown(name, setup_global, teardown)
 #define T_RELAXED(name) cmocka_unit_test_setup_teardown(name, setup_relaxed, teardown)
@@ -1043,6 +1140,7 @@ int main(void) {
       T(test_eager_async_memory_freed_in_stream_order),
       T(test_capture_free_of_outside_memory_refused),
       T(test_update_refused_with_memory_nodes),
+      T(test_cost_model_times_eager_and_graphs),
   };
   return cmocka_run_group_tests_name("driver_host", tests, NULL, NULL);
 }

@@ -184,9 +184,13 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
              (unsigned long long)runs[i].st.bucket_changes);
 }
 
-/* Loads the configuration under test, or a variant of it with another bucket distribution. */
+/*
+ * Loads the configuration under test, or a variant of it with another bucket distribution, or
+ * (by_tokens) the padded-token plan of issue 43's comparison: [local] by_time = off and
+ * [inference] adapt_by = tokens, every step at its padded bucket as before buckets by time.
+ */
 static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_dist dist,
-                        cgrt_tool_config **cfg) {
+                        int by_tokens, cgrt_tool_config **cfg) {
   static const char *default_conf = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\n"
                                     "log = warn\n";
   int status = tool_load_config(o->conf, default_conf, "<bench default: local>", cfg, set_dist);
@@ -198,6 +202,15 @@ static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_di
     v->buckets = dist;
   if (o->set_budget)
     v->memory_budget = o->memory_budget;
+  if (by_tokens) {
+    v->adapt_by = CGRT_ADAPT_BY_TOKENS;
+    if (cgrt_tool_config_set_option(*cfg, "local", "by_time", "off") != 0) {
+      fprintf(stderr, "cgrt bench: setting [local] by_time = off: %s\n", cgrt_last_error(NULL));
+      cgrt_tool_config_free(*cfg);
+      *cfg = NULL;
+      return EXIT_UNUSABLE;
+    }
+  }
   return EXIT_VALID;
 }
 
@@ -209,14 +222,14 @@ static const char *dist_name(cgrt_bucket_dist d) {
 int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   if (bench_no_device("cgrt bench"))
     return EXIT_UNUSABLE;
-  cgrt_tool_config *cfg = NULL, *alt = NULL, *eager_cfg = NULL, *check_cfg = NULL;
+  cgrt_tool_config *cfg = NULL, *alt = NULL, *eager_cfg = NULL, *check_cfg = NULL, *tok = NULL;
   struct traffic t = {0};
-  struct host_model hm[3] = {{0}}, check_eager = {0};
-  struct traffic_run runs[3];
+  struct host_model hm[4] = {{0}}, check_eager = {0};
+  struct traffic_run runs[4];
   memset(runs, 0, sizeof(runs));
   void *ws = NULL;
   char err[1024], what[256] = "";
-  int status = load_variant(o, 0, 0, &cfg);
+  int status = load_variant(o, 0, 0, 0, &cfg);
   if (status != EXIT_VALID)
     return status;
   status = EXIT_INVALID;
@@ -231,7 +244,10 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   snprintf(runs[0].label, sizeof(runs[0].label), "eager");
   snprintf(runs[1].label, sizeof(runs[1].label), "%s %s", impl, dist_name(v->buckets));
   snprintf(runs[2].label, sizeof(runs[2].label), "%s %s", impl, dist_name(alt_dist));
-  runs[1].graphed = runs[2].graphed = strcmp(impl, "none") != 0;
+  /* local by time against its padded-token plan (issue 43) */
+  snprintf(runs[3].label, sizeof(runs[3].label), "%s %s, padded-token plan", impl,
+           dist_name(v->buckets));
+  runs[1].graphed = runs[2].graphed = runs[3].graphed = strcmp(impl, "none") != 0;
   if (traffic_load(o->traffic, v->max_tokens, &t, err, sizeof(err)) != 0 ||
       traffic_check_padding(&t, o->traffic, v->max_tokens, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt bench: %s\n", err);
@@ -239,7 +255,8 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   }
   status = EXIT_UNUSABLE;
   if (tool_eager_config(v, &eager_cfg) != EXIT_VALID ||
-      (have_alt && load_variant(o, 1, alt_dist, &alt) != EXIT_VALID))
+      (have_alt && load_variant(o, 1, alt_dist, 0, &alt) != EXIT_VALID) ||
+      (local && load_variant(o, 0, 0, 1, &tok) != EXIT_VALID))
     goto out;
   int device = v->device < 0 ? 0 : v->device; /* current: a tool's is 0 */
   struct cudaDeviceProp prop;
@@ -265,8 +282,8 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   head.total_steps = t.steps[0] < 64 ? (uint64_t)t.steps[0] : 64;
   if (replay_timed(&check_eager, &head, &warm) != 0)
     goto out;
-  cgrt_tool_config **cfgs[3] = {&eager_cfg, &cfg, &alt};
-  int n = have_alt ? 3 : 2;
+  cgrt_tool_config **cfgs[4] = {&eager_cfg, &cfg, &alt, &tok};
+  int n = local ? 4 : have_alt ? 3 : 2;
   v = NULL; /* the view goes with its configuration */
   for (int i = 0; i < n; i++) {
     orc = hm_open(&hm[i], w, ws, max_rows, *cfgs[i]);
@@ -282,7 +299,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   print_runs(o, &t, what, prop.name, runs, n);
   status = 0;
 out:
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     cgrt_close(hm[i].rt);
   cgrt_close(check_eager.rt);
   if (ws)
@@ -290,6 +307,7 @@ out:
   traffic_free(&t);
   cgrt_tool_config_free(cfg);
   cgrt_tool_config_free(alt);
+  cgrt_tool_config_free(tok);
   cgrt_tool_config_free(eager_cfg);
   cgrt_tool_config_free(check_cfg);
   return status;

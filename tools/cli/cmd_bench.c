@@ -330,7 +330,8 @@ int cmd_bench(int argc, char **argv) {
   if (!gpu_rows)
     o.warmup_ms = 0; /* cp: every rank must run the same number of steps */
   int is_chain = strcmp(o.workload, "chain") == 0;
-  if (parse_tokens(tokens ? tokens : is_chain ? "1" : "1 3 8 37 64", &o) != 0)
+  /* decode: inside every exponential bucket up to 512 as well as at some (issue 43) */
+  if (parse_tokens(tokens ? tokens : is_chain ? "1" : "1 3 8 20 37 64 100 200 400", &o) != 0)
     return EXIT_UNUSABLE;
   if (o.traffic && strcmp(o.workload, "decode") != 0) {
     fprintf(stderr, "cgrt bench: --traffic replays token counts through the decode workload; "

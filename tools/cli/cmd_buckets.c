@@ -62,46 +62,6 @@ static void usage(FILE *out) {
           INT64_MAX, GRAPHS_MAX, TP_MAX);
 }
 
-/* The traffic as a histogram of needed bucket sizes (ascending, merged), malloc'ed arrays. */
-static int histogram_of(const struct traffic *t, int64_t tp, int64_t max, int64_t **sizes,
-                        double **steps, double **tokens, size_t *n) {
-  size_t cnt = t->n;
-  int64_t *need = malloc(cnt * sizeof(*need));
-  *sizes = malloc(cnt * sizeof(**sizes));
-  *steps = malloc(cnt * sizeof(**steps));
-  *tokens = malloc(cnt * sizeof(**tokens));
-  int rc = need && *sizes && *steps && *tokens ? 0 : -1;
-  for (size_t i = 0; rc == 0 && i < cnt; i++)
-    need[i] = cgrt_tool_bucket_need(t->tokens[i], tp, max);
-  /* each entry merged into the ascending list of distinct sizes (binary search, insertion) */
-  *n = 0;
-  if (rc == 0) {
-    for (size_t i = 0; i < cnt; i++) {
-      size_t lo = 0, hi = *n;
-      while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if ((*sizes)[mid] < need[i])
-          lo = mid + 1;
-        else
-          hi = mid;
-      }
-      if (lo == *n || (*sizes)[lo] != need[i]) {
-        memmove(&(*sizes)[lo + 1], &(*sizes)[lo], (*n - lo) * sizeof(**sizes));
-        memmove(&(*steps)[lo + 1], &(*steps)[lo], (*n - lo) * sizeof(**steps));
-        memmove(&(*tokens)[lo + 1], &(*tokens)[lo], (*n - lo) * sizeof(**tokens));
-        (*sizes)[lo] = need[i];
-        (*steps)[lo] = 0;
-        (*tokens)[lo] = 0;
-        (*n)++;
-      }
-      (*steps)[lo] += (double)t->steps[i];
-      (*tokens)[lo] += (double)t->steps[i] * (double)t->tokens[i];
-    }
-  }
-  free(need);
-  return rc;
-}
-
 static void print_set_row(const char *name, const int64_t *set, size_t n, double padded,
                           double real) {
   char text[1024];
@@ -142,7 +102,7 @@ static int plan_histogram(const char *path, int64_t k, int64_t tp, int64_t max, 
   size_t n = 0, nopt = 0, nexpo = 0, nlin = 0;
   int status = EXIT_UNUSABLE;
   double padded_opt = 0;
-  if (histogram_of(&t, tp, max, &sizes, &steps, &tokens, &n) != 0 ||
+  if (traffic_histogram(&t, tp, max, &sizes, &steps, &tokens, &n) != 0 ||
       !(opt = malloc((size_t)k * sizeof(*opt))))
     goto out;
   if (cgrt_tool_buckets_optimal(sizes, steps, tokens, n, max, (int)k, opt, &nopt, &padded_opt) !=

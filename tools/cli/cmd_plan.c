@@ -4,6 +4,8 @@
  * token bucket; train: every scoped call of a step), prints each graph's device memory, nodes,
  * capture and instantiate time, and the total against the configured memory_budget, then
  * releases them. The question an operator asks before a deployment: what will the graphs cost?
+ * With --traffic TRAFFIC (plan_time.c): the buckets that minimize the expected step time over a
+ * traffic file beside the padded-token plan, offline.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 
 #include "cgrt/cgrt.h"
 #include "bench_plugin.h"
+#include "plan_time.h"
 #include "tool.h"
 #include "tool_args.h"
 
@@ -135,35 +138,84 @@ static int report(cgrt_runtime *rt, const char *what, uint64_t budget, void *use
 
 /* The usage, on out: stdout for --help, stderr after a misuse. */
 static void usage(FILE *out) {
-  fprintf(out, "usage: cgrt plan FILE [--workload decode|train] [--json]\n");
+  fprintf(out, "usage: cgrt plan FILE [--workload decode|train] [--json]\n"
+               "       cgrt plan [FILE] --traffic TRAFFIC [--costs COSTS | [--step-us A]\n"
+               "                 [--launch-us L] [--token-us W]] [--json]\n");
+}
+
+/* A model figure in microseconds: a finite number from 0. */
+static int model_figure(const char *opt, const char *text, double *out) {
+  char *end;
+  double v = strtod(text, &end);
+  if (end == text || *end || !(v >= 0) || v > 1e12) {
+    char q[64];
+    fprintf(stderr, "cgrt plan: %s '%s': expected microseconds, a number from 0 to 1e12\n", opt,
+            tool_quote(text, q, sizeof(q)));
+    return -1;
+  }
+  *out = v;
+  return 0;
 }
 
 int cmd_plan(int argc, char **argv) {
   struct plan p = {.workload = "decode"};
-  const char *conf = NULL;
+  const char *conf = NULL, *traffic = NULL, *costs = NULL, *model_opt = NULL;
+  int workload_given = 0;
+  struct plan_model model = {PLAN_MODEL_STEP_US, PLAN_MODEL_LAUNCH_US, PLAN_MODEL_TOKEN_US};
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 0;
     }
-    if (strcmp(argv[i], "--json") == 0) {
+    int valued = strcmp(a, "--workload") == 0 || strcmp(a, "--traffic") == 0 ||
+                 strcmp(a, "--costs") == 0 || strcmp(a, "--step-us") == 0 ||
+                 strcmp(a, "--launch-us") == 0 || strcmp(a, "--token-us") == 0;
+    if (strcmp(a, "--json") == 0) {
       p.json = 1;
-    } else if (strcmp(argv[i], "--workload") == 0 && i + 1 < argc) {
-      p.workload = argv[++i];
-    } else if (argv[i][0] != '-' && !conf) {
-      conf = argv[i];
+    } else if (valued && val) {
+      i++;
+      if (strcmp(a, "--workload") == 0) {
+        p.workload = val;
+        workload_given = 1;
+      } else if (strcmp(a, "--traffic") == 0) {
+        traffic = val;
+      } else if (strcmp(a, "--costs") == 0) {
+        costs = val;
+      } else {
+        model_opt = a;
+        if (model_figure(a, val,
+                         strcmp(a, "--step-us") == 0     ? &model.step_us
+                         : strcmp(a, "--launch-us") == 0 ? &model.launch_us
+                                                         : &model.token_us) != 0)
+          return EXIT_UNUSABLE;
+      }
+    } else if (a[0] != '-' && !conf) {
+      conf = a;
     } else {
-      if (strcmp(argv[i], "--workload") == 0)
-        fprintf(stderr, "cgrt plan: --workload needs a value\n");
-      else if (argv[i][0] != '-')
-        fprintf(stderr, "cgrt plan: one configuration file: '%s' after '%s'\n", argv[i], conf);
+      if (valued)
+        fprintf(stderr, "cgrt plan: %s needs a value\n", a);
+      else if (a[0] != '-')
+        fprintf(stderr, "cgrt plan: one configuration file: '%s' after '%s'\n", a, conf);
       else
-        fprintf(stderr, "cgrt plan: unknown option '%s'\n", argv[i]);
+        fprintf(stderr, "cgrt plan: unknown option '%s'\n", a);
       usage(stderr);
       return EXIT_UNUSABLE;
     }
   }
-  if (!conf) {
+  if (!traffic && (costs || model_opt)) {
+    fprintf(stderr, "cgrt plan: %s plans a traffic file: give --traffic TRAFFIC\n",
+            costs ? "--costs" : model_opt);
+    return EXIT_UNUSABLE;
+  }
+  if (traffic && (workload_given || (costs && model_opt))) {
+    fprintf(stderr,
+            workload_given ? "cgrt plan: --workload is the GPU plan's, not --traffic's\n"
+                           : "cgrt plan: --costs or the model's figures (%s), not both\n",
+            model_opt);
+    return EXIT_UNUSABLE;
+  }
+  if (!conf && !traffic) {
     fprintf(stderr, "cgrt plan: which configuration? give its FILE\n");
     usage(stderr);
     return EXIT_UNUSABLE;
@@ -174,10 +226,12 @@ int cmd_plan(int argc, char **argv) {
   }
   /* The file first: without a GPU, a wrong path is said before "no CUDA device". */
   char err[1024];
-  if (tool_check_input(conf, err, sizeof(err)) != 0) {
+  if (conf && tool_check_input(conf, err, sizeof(err)) != 0) {
     fprintf(stderr, "cgrt plan: %s\n", err);
     return EXIT_UNUSABLE;
   }
+  if (traffic) /* offline: no GPU, no libcgrt-bench.so */
+    return plan_traffic(conf, traffic, costs, &model, p.json);
   /* The workloads are libcgrt-bench.so (bench_plugin.h), loaded only now. */
   const struct cgrt_bench_plugin *plugin = NULL;
   int status = bench_plugin_load("cgrt plan", &plugin);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cgrt/tool.h"
 #include "tool_args.h"
 #include "traffic.h"
 
@@ -184,4 +185,43 @@ int traffic_check_padding(const struct traffic *t, const char *path, int64_t lar
     }
   }
   return 0;
+}
+
+int traffic_histogram(const struct traffic *t, int64_t tp, int64_t max, int64_t **sizes,
+                      double **steps, double **tokens, size_t *n) {
+  size_t cnt = t->n;
+  int64_t *need = malloc(cnt * sizeof(*need));
+  *sizes = malloc(cnt * sizeof(**sizes));
+  *steps = malloc(cnt * sizeof(**steps));
+  *tokens = malloc(cnt * sizeof(**tokens));
+  int rc = need && *sizes && *steps && *tokens ? 0 : -1;
+  for (size_t i = 0; rc == 0 && i < cnt; i++)
+    need[i] = cgrt_tool_bucket_need(t->tokens[i], tp, max);
+  /* each entry merged into the ascending list of distinct sizes (binary search, insertion) */
+  *n = 0;
+  if (rc == 0) {
+    for (size_t i = 0; i < cnt; i++) {
+      size_t lo = 0, hi = *n;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if ((*sizes)[mid] < need[i])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      if (lo == *n || (*sizes)[lo] != need[i]) {
+        memmove(&(*sizes)[lo + 1], &(*sizes)[lo], (*n - lo) * sizeof(**sizes));
+        memmove(&(*steps)[lo + 1], &(*steps)[lo], (*n - lo) * sizeof(**steps));
+        memmove(&(*tokens)[lo + 1], &(*tokens)[lo], (*n - lo) * sizeof(**tokens));
+        (*sizes)[lo] = need[i];
+        (*steps)[lo] = 0;
+        (*tokens)[lo] = 0;
+        (*n)++;
+      }
+      (*steps)[lo] += (double)t->steps[i];
+      (*tokens)[lo] += (double)t->steps[i] * (double)t->tokens[i];
+    }
+  }
+  free(need);
+  return rc;
 }

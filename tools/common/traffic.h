@@ -1,7 +1,7 @@
 /*
- * traffic.h - token-count files for `cgrt buckets --histogram` and `cgrt bench --traffic`: one
- * step's token count per line, or `count,steps` for `steps` steps of that count; blank lines and
- * lines starting with '#' are skipped.
+ * traffic.h - token-count files for `cgrt buckets --histogram`, `cgrt bench --traffic` and `cgrt
+ * plan --traffic`: one step's token count per line, or `count,steps` for `steps` steps of that
+ * count; blank lines and lines starting with '#' are skipped.
  */
 #ifndef CGRT_TRAFFIC_H
 #define CGRT_TRAFFIC_H
@@ -48,5 +48,14 @@ int traffic_load(const char *path, int64_t max_tokens, struct traffic *t, char *
 int traffic_check_padding(const struct traffic *t, const char *path, int64_t largest, char *err,
                           size_t errlen);
 void traffic_free(struct traffic *t);
+
+/*
+ * The traffic as the planners' histogram: sizes[i] (ascending, distinct) the bucket size steps
+ * need (their count rounded up to a multiple of tp, at most max: cgrt_tool_bucket_need), steps[i]
+ * how many steps need it, tokens[i] their real tokens; *n entries. The arrays are malloc'ed (the
+ * caller frees them, also after an error); -1 when out of memory.
+ */
+int traffic_histogram(const struct traffic *t, int64_t tp, int64_t max, int64_t **sizes,
+                      double **steps, double **tokens, size_t *n);
 
 #endif

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    7
+#define CGRT_HOST_API_MINOR    8
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -101,6 +101,12 @@ typedef enum cgrt_bucket_dist {
   CGRT_BUCKETS_ADAPTIVE = 3 /* since minor 1: start exponential, then follow the traffic */
 } cgrt_bucket_dist;
 typedef enum cgrt_capture_time { CGRT_CAPTURE_LAZY = 0, CGRT_CAPTURE_EAGER = 1 } cgrt_capture_time;
+/* since minor 8: [inference] adapt_by, what the adaptive planner minimizes. */
+typedef enum cgrt_adapt_by {
+  CGRT_ADAPT_BY_TIME = 0,  /* the expected step time, from the backend's measured step costs
+                              (buckets_cost); padded tokens until it has figures enough */
+  CGRT_ADAPT_BY_TOKENS = 1 /* the expected padded tokens (the planner of minor 1) */
+} cgrt_adapt_by;
 typedef enum cgrt_over_capacity {
   CGRT_OVER_CAPACITY_ERROR = 0,
   CGRT_OVER_CAPACITY_EAGER = 1
@@ -271,6 +277,8 @@ struct cgrt_config_view {
    */
   int (*describe)(const struct cgrt_config_view *view, const char *section, const char *key,
                   char *buf, size_t len);
+  /* -- since minor 8: buckets chosen by time -- */
+  cgrt_adapt_by adapt_by; /* [inference] adapt_by */
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */
@@ -560,6 +568,34 @@ struct cgrt_host_api {
   int (*cache_retire)(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
                       int (*match)(void *arg, const struct cgrt_graph_key *key), void *arg,
                       size_t *dropped);
+
+  /* -- since minor 8: steps timed on the device, buckets chosen by time (issue 43) -- */
+  /*
+   * An event whose records carry a device timestamp (event_create makes cheaper ones that do
+   * not): record two on the stream around work, then read the device time between them with
+   * event_elapsed. Destroy it with event_destroy.
+   */
+  int (*event_create_timed)(const struct cgrt_host_api *h, void **event);
+  /*
+   * The device time between the last records of two timed events, in microseconds. Never waits:
+   * CGRT_E_NOTREADY (not an error: no last error set) while either record has not run yet, so a
+   * backend reads it at a later step. CGRT_E_INVAL for an event never recorded.
+   */
+  int (*event_elapsed)(const struct cgrt_host_api *h, void *start, void *end, double *us);
+  /*
+   * What the live graphs of this runtime take now (cgrt_stats.graph_bytes plus the idle graph
+   * pool, what [cuda_graph] memory_budget bounds), and the budget in bytes (0: none).
+   */
+  int (*graph_memory)(const struct cgrt_host_api *h, uint64_t *bytes, uint64_t *budget);
+  /*
+   * Tells the core what a step cost on the device (us, median of the samples the backend took):
+   * a step of `tokens` real tokens replayed at `bucket` tokens, or run eagerly at its own size
+   * (`bucket` 0). With [inference] buckets = adaptive and adapt_by = time, the planner chooses
+   * the set that minimizes the expected step time over the traffic from these figures (a model
+   * through them: linear between the sizes measured), once it has two sizes of each kind;
+   * otherwise they are kept and shown, and plans minimize padded tokens.
+   */
+  int (*buckets_cost)(const struct cgrt_host_api *h, int64_t tokens, int64_t bucket, double us);
 };
 
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */

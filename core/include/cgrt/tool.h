@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define CGRT_TOOL_API_VERSION 2
+#define CGRT_TOOL_API_VERSION 3
 
 /* ---------------------------------------------------------------- configurations */
 
@@ -162,6 +162,33 @@ CGRT_API int64_t cgrt_tool_bucket_need(int64_t tokens, int64_t tp, int64_t max);
 CGRT_API int cgrt_tool_buckets_build(cgrt_bucket_dist dist, int64_t max_tokens, int num_graphs,
                                      int tp_size, const int64_t *list, size_t list_len,
                                      int64_t **out, size_t *count, char *err, size_t errlen);
+
+/*
+ * The planner by time (issue 43; bucket_time.h), for `cgrt plan --traffic`. (Added in tool API
+ * 3.) A cgrt_tool_costs holds what a step costs in microseconds: replayed at a bucket of `size`
+ * tokens (eager = 0) or run eagerly at `size` tokens (eager = 1), one figure per size (a later
+ * one replaces it), the model linear between sizes and following the nearest two beyond them.
+ * _costs_new: CGRT_E_NOMEM. _costs_set: CGRT_E_INVAL (size < 1, us negative or not finite),
+ * CGRT_E_NOMEM. _costs_at: the model at size (0 without a figure on that side).
+ * _buckets_fastest: the at most k buckets (ascending into out, k entries, the largest max_size)
+ * that minimize the histogram's expected time per step (*time), each size served by its bucket
+ * or, when eager_ok and the model says it is faster, eagerly; CGRT_E_INVAL (k < 1, a size above
+ * max_size, fewer than two figures on a side), CGRT_E_CAPACITY (more than 4,096 distinct sizes),
+ * CGRT_E_NOMEM. _plan_time: the expected time per step of the set `buckets` (steps above its
+ * largest run eagerly), the weight of the steps run eagerly into *eager_steps (may be NULL).
+ */
+typedef struct cgrt_tool_costs cgrt_tool_costs;
+CGRT_API int cgrt_tool_costs_new(cgrt_tool_costs **out);
+CGRT_API int cgrt_tool_costs_set(cgrt_tool_costs *c, int eager, int64_t size, double us);
+CGRT_API double cgrt_tool_costs_at(const cgrt_tool_costs *c, int eager, int64_t size);
+CGRT_API void cgrt_tool_costs_free(cgrt_tool_costs *c);
+CGRT_API int cgrt_tool_buckets_fastest(const int64_t *sizes, const double *steps,
+                                       const double *tokens, size_t n, int64_t max_size, int k,
+                                       const cgrt_tool_costs *c, int eager_ok, int64_t *out,
+                                       size_t *count, double *time);
+CGRT_API double cgrt_tool_plan_time(const int64_t *sizes, const double *steps, const double *tokens,
+                                    size_t n, const int64_t *buckets, size_t nb,
+                                    const cgrt_tool_costs *c, int eager_ok, double *eager_steps);
 
 /* Frees memory this header's functions allocated. NULL is a no-op. */
 CGRT_API void cgrt_tool_free(void *p);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bucket_plan.h"
+#include "bucket_time.h"
 #include "buckets.h"
 
 double cgrt__buckets_padded(const struct cgrt_histogram *h, const int64_t *buckets, size_t nb,
@@ -249,6 +250,48 @@ void cgrt__adapt_observe(struct cgrt_bucket_adapt *a, int64_t tokens) {
 
 int cgrt__adapt_due(const struct cgrt_bucket_adapt *a) {
   return a->observed > 0 && a->observed % (uint64_t)a->interval == 0;
+}
+
+/* The decayed histogram, rescaled, into the scratch arrays; *total its weight. */
+static struct cgrt_histogram scratch_histogram(struct cgrt_bucket_adapt *a, double *total) {
+  rescale(a);
+  size_t n = 0;
+  *total = 0;
+  for (size_t i = 0; i < a->slots; i++) {
+    if (a->steps[i] <= 0)
+      continue;
+    int64_t size = (int64_t)(i + 1) * a->tp;
+    a->scratch_sizes[n] = size < a->max_tokens ? size : a->max_tokens;
+    a->scratch_steps[n] = a->steps[i];
+    a->scratch_tokens[n] = a->tokens[i];
+    *total += a->steps[i];
+    n++;
+  }
+  struct cgrt_histogram h = {a->scratch_sizes, a->scratch_steps, a->scratch_tokens, n};
+  return h;
+}
+
+int cgrt__adapt_plan_time(struct cgrt_bucket_adapt *a, const int64_t *cur, size_t ncur,
+                          int64_t *out, size_t *nout, int64_t *tok, size_t *ntok, double *cur_us,
+                          double *new_us, double *tok_us, int *adopt) {
+  *adopt = 0;
+  *nout = *ntok = 0;
+  if (!a->costs || !cgrt__costs_ready(a->costs))
+    return CGRT_E_INVAL;
+  double total = 0, padded = 0;
+  struct cgrt_histogram h = scratch_histogram(a, &total);
+  int rc = cgrt__buckets_fastest(&h, a->max_tokens, a->k, a->costs, 1, out, nout, new_us);
+  if (rc == 0)
+    rc = cgrt__buckets_optimal(&h, a->max_tokens, a->k, tok, ntok, &padded);
+  if (rc != 0)
+    return rc;
+  *cur_us = cgrt__plan_time(&h, cur, ncur, a->costs, 1, NULL);
+  *tok_us = cgrt__plan_time(&h, tok, *ntok, a->costs, 1, NULL);
+  int same = *nout == ncur;
+  for (size_t i = 0; same && i < ncur; i++)
+    same = out[i] == cur[i];
+  *adopt = total > 0 && !same && *cur_us > 0 && *cur_us - *new_us >= a->min_gain * *cur_us;
+  return 0;
 }
 
 int cgrt__adapt_plan(struct cgrt_bucket_adapt *a, const int64_t *cur, size_t ncur, int64_t *out,

@@ -68,6 +68,8 @@ struct cgrt_bucket_adapt {
   uint64_t observed;      /* steps recorded since init */
   uint64_t since_rescale; /* steps since the weights were last brought back to scale */
   double weight;          /* the weight of the next step: 2^(since_rescale / halflife) */
+  /* adapt_by = time (issue 43): the step costs the backend measured (bucket_time.h), else NULL */
+  struct cgrt_step_costs *costs;
 };
 
 /* The largest max_tokens / tp_size the adaptive histogram accepts (one counter per size). */
@@ -94,5 +96,18 @@ int cgrt__adapt_due(const struct cgrt_bucket_adapt *a);
  */
 int cgrt__adapt_plan(struct cgrt_bucket_adapt *a, const int64_t *cur, size_t ncur, int64_t *out,
                      size_t *nout, double *cur_padded, double *new_padded, int *adopt);
+
+/*
+ * adapt_by = time: as cgrt__adapt_plan, but the set minimizes the expected step time of the
+ * decayed histogram under a->costs (each size served by its bucket or eagerly, whichever the
+ * costs say is faster): *cur_us and *new_us are the expected times per step of the current and
+ * the new set, *tok_us that of the padded-token plan (into tok, k entries, *ntok), for the log.
+ * Adopted when it saves at least min_gain of the current time and the set differs.
+ * CGRT_E_INVAL when the costs are not ready (cgrt__costs_ready), CGRT_E_CAPACITY when the
+ * histogram has too many sizes for it: plan by tokens then.
+ */
+int cgrt__adapt_plan_time(struct cgrt_bucket_adapt *a, const int64_t *cur, size_t ncur,
+                          int64_t *out, size_t *nout, int64_t *tok, size_t *ntok, double *cur_us,
+                          double *new_us, double *tok_us, int *adopt);
 
 #endif

@@ -34,6 +34,7 @@ static const char *const capture_mode_names[] = {"global", "thread_local", "rela
 static const char *const rebind_names[] = {"update", "copy", "recapture", "error", "auto"};
 static const char *const bucket_names[] = {"exponential", "linear", "list", "adaptive"};
 static const char *const capture_names[] = {"lazy", "eager"};
+static const char *const adapt_by_names[] = {"time", "tokens"};
 static const char *const driver_names[] = {"cuda", "host"};
 static const char *const bind_cpu_names[] = {"off", "auto"};
 static const char *const log_names[] = {"off", "error", "warn", "info", "debug"};

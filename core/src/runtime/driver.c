@@ -82,7 +82,9 @@ static const struct {
                  OP(graph_alloc_bytes),
                  OP(graph_mem_trim),
                  OP(host_alloc),
-                 OP(host_free)};
+                 OP(host_free),
+                 OP(event_create_timed),
+                 OP(event_elapsed)};
 #undef OP
 
 int cgrt__driver_check(const struct cgrt_driver *d, const char *name, const char *path, char *err,

@@ -276,6 +276,24 @@ static void h_event_destroy(const struct cgrt_host_api *h, void *event) {
     DRV(rt)->event_destroy(DEV(rt), event);
 }
 
+static int h_event_create_timed(const struct cgrt_host_api *h, void **event) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->event_create_timed(DEV(rt), event));
+}
+
+static int h_event_elapsed(const struct cgrt_host_api *h, void *start, void *end, double *us) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return dev_rc(rt, DRV(rt)->event_elapsed(DEV(rt), start, end, us));
+}
+
+static int h_graph_memory(const struct cgrt_host_api *h, uint64_t *bytes, uint64_t *budget) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  const struct cgrt__graph_mem *m = &rt->graphs.mem;
+  *bytes = m->pool + m->exec + m->idle + m->staged;
+  *budget = rt->cfg.view.memory_budget;
+  return 0;
+}
+
 static int h_mem_alloc(const struct cgrt_host_api *h, void **ptr, size_t bytes) {
   cgrt_runtime *rt = CGRT_RT(h);
   return dev_rc(rt, cgrt__fault_mem_alloc(&rt->faults, DEV(rt), ptr, bytes));
@@ -496,4 +514,9 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->thd_release = cgrt__thd_release;
   /* adaptive.c */
   h->buckets_observe = cgrt__buckets_observe;
+  /* minor 8 */
+  h->event_create_timed = h_event_create_timed;
+  h->event_elapsed = h_event_elapsed;
+  h->graph_memory = h_graph_memory;
+  h->buckets_cost = cgrt__buckets_cost;
 }

@@ -29,5 +29,6 @@ int cgrt__thd_release(const struct cgrt_host_api *h, struct cgrt_thd_ring *r, in
 /* -- adaptive.c: buckets = adaptive -- */
 
 int cgrt__buckets_observe(const struct cgrt_host_api *h, int64_t tokens, int *changed);
+int cgrt__buckets_cost(const struct cgrt_host_api *h, int64_t tokens, int64_t bucket, double us);
 
 #endif

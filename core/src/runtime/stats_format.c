@@ -51,7 +51,13 @@ static const struct {
               F(copy_bytes),
               F(staged_bytes),
               F(rebind_variant_keys),
-              F(eager_phase_steps)};
+              F(eager_phase_steps),
+              F(timed_steps),
+              F(time_probe_steps),
+              F(time_eager_steps),
+              F(time_exact_steps),
+              F(time_eager_counts),
+              F(time_exact_counts)};
 #undef F
 
 /* snprintf into buf at *n, counting what did not fit, so the caller learns the length needed. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cgrt/tool.h"
+#include "buckets/bucket_time.h"
 #include "buckets/buckets.h"
 #include "config/config.h"
 #include "base/loader.h"
@@ -183,6 +184,47 @@ CGRT_API double cgrt_tool_buckets_padded(const int64_t *sizes, const double *ste
                                          size_t nb) {
   struct cgrt_histogram h = {sizes, steps, tokens, n};
   return cgrt__buckets_padded(&h, buckets, nb, NULL);
+}
+
+/* The planner by time: a cgrt_tool_costs is the core's step costs (bucket_time.h). */
+struct cgrt_tool_costs {
+  struct cgrt_step_costs c;
+};
+
+CGRT_API int cgrt_tool_costs_new(cgrt_tool_costs **out) {
+  *out = calloc(1, sizeof(**out));
+  return *out ? 0 : CGRT_E_NOMEM;
+}
+
+CGRT_API int cgrt_tool_costs_set(cgrt_tool_costs *c, int eager, int64_t size, double us) {
+  return cgrt__costs_set(&c->c, eager, size, us);
+}
+
+CGRT_API double cgrt_tool_costs_at(const cgrt_tool_costs *c, int eager, int64_t size) {
+  return eager ? cgrt__costs_at(c->c.eager, c->c.neager, size)
+               : cgrt__costs_at(c->c.replay, c->c.nreplay, size);
+}
+
+CGRT_API void cgrt_tool_costs_free(cgrt_tool_costs *c) {
+  if (!c)
+    return;
+  cgrt__costs_free(&c->c);
+  free(c);
+}
+
+CGRT_API int cgrt_tool_buckets_fastest(const int64_t *sizes, const double *steps,
+                                       const double *tokens, size_t n, int64_t max_size, int k,
+                                       const cgrt_tool_costs *c, int eager_ok, int64_t *out,
+                                       size_t *count, double *time) {
+  struct cgrt_histogram h = {sizes, steps, tokens, n};
+  return cgrt__buckets_fastest(&h, max_size, k, &c->c, eager_ok, out, count, time);
+}
+
+CGRT_API double cgrt_tool_plan_time(const int64_t *sizes, const double *steps, const double *tokens,
+                                    size_t n, const int64_t *buckets, size_t nb,
+                                    const cgrt_tool_costs *c, int eager_ok, double *eager_steps) {
+  struct cgrt_histogram h = {sizes, steps, tokens, n};
+  return cgrt__plan_time(&h, buckets, nb, &c->c, eager_ok, eager_steps);
 }
 
 CGRT_API int64_t cgrt_tool_bucket_need(int64_t tokens, int64_t tp, int64_t max) {
