@@ -235,6 +235,16 @@ struct cgrt_driver {
    * waits for the device.
    */
   int (*event_elapsed)(struct cgrt_dev *dev, void *start, void *end, double *us);
+
+  /* -- appended for issue 42: a cp group's agreement (dynamic_cp's by_time) -- */
+  /*
+   * Replaces values[0..n) by their maximum over the ranks of `comm` (a communicator comm_split
+   * made, or on a driver without comm_split the core's stand-in), through `stream`, and waits for
+   * the stream: the values are the group's when it returns. Collective: every rank of comm calls
+   * it at the same point with the same n. Never on a capturing stream (the core refuses first).
+   * Optional like the other communicator operations: NULL where the driver has none.
+   */
+  int (*comm_max)(struct cgrt_dev *dev, void *comm, double *values, int n, void *stream);
 };
 
 /* The built-in host driver (drivers/host/driver_host.c). */
@@ -289,6 +299,16 @@ struct cgrt_host_cost {
 
 /* Sets (NULL: clears) the host driver's cost model from now on. CGRT_E_INVAL for another driver. */
 int cgrt__host_set_cost(struct cgrt_dev *dev, const struct cgrt_host_cost *cost);
+
+/*
+ * Tests only: the other ranks of the host driver's one-rank groups. From now on its comm_max
+ * folds in what `peers` gives (NULL: none, the default): called with the communicator and n, it
+ * writes what the other ranks of that group would contribute into values[0..n), and the result is
+ * the maximum of those and this rank's. CGRT_E_INVAL for another driver.
+ */
+int cgrt__host_set_peers(struct cgrt_dev *dev,
+                         void (*peers)(void *user, const void *comm, double *values, int n),
+                         void *user);
 
 /*
  * Tests only: the host driver's graph pool reserves (and trims to) whole granules of `bytes`

@@ -13,6 +13,7 @@
 int cgrt__cuda_comm_info(struct cgrt_dev *dev, void *comm, int *size, int *rank);
 int cgrt__cuda_comm_split(struct cgrt_dev *dev, void *world, int color, int key, void **comm);
 void cgrt__cuda_comm_destroy(struct cgrt_dev *dev, void *comm);
+int cgrt__cuda_comm_max(struct cgrt_dev *dev, void *comm, double *values, int n, void *stream);
 
 /* topology.c: the cores near a GPU, through hwloc (struct cgrt_driver's cores_near). */
 int cgrt__cuda_cores_near(int device, int bind, char *cores, size_t len, char *err, size_t errlen);

@@ -704,6 +704,7 @@ CGRT_DRIVER_EXPORT const struct cgrt_driver cgrt_driver_v1 = {
     .comm_info = cgrt__cuda_comm_info,
     .comm_split = cgrt__cuda_comm_split,
     .comm_destroy = cgrt__cuda_comm_destroy,
+    .comm_max = cgrt__cuda_comm_max,
 #endif
     .cores_near = cgrt__cuda_cores_near,
     .record_start = cgrt__cupti_start,

@@ -77,6 +77,9 @@
  *   A sync moves the host clock up to the stream's (the host waited). So eager work of cheap
  *   nodes is bound by its launches, graphs by their nodes, as on a GPU, and a test can make a
  *   padded graph slower than eager work of fewer tokens.
+ * - Communicators: none of its own (no comm_split); the core stands in one per cp size for a world
+ *   of one rank, so comm_max, the maximum over a group, is this rank's values, unless a test
+ *   stands in the other ranks' (cgrt__host_set_peers).
  *
  * All state hangs off the dev instance, none is global: many runtimes live in one process. One
  * thread drives a dev. Host functions must not call the driver (as with cudaLaunchHostFunc); a
@@ -170,6 +173,9 @@ struct host_dev {
   size_t num_allocs, cap_allocs;
   struct cgrt_host_cost cost; /* the simulated clocks' cost model (all 0: no time passes) */
   uint64_t host_clock;        /* simulated host time, ns: enqueues and waits advance it */
+  /* the other ranks of a group, in comm_max (cgrt__host_set_peers; tests only) */
+  void (*peers)(void *user, const void *comm, double *values, int n);
+  void *peers_user;
 };
 
 struct host_graph {
@@ -1280,6 +1286,41 @@ static int host_mem_free_async(struct cgrt_dev *dev, void *stream, void *ptr) {
                         ptr);
 }
 
+/*
+ * The core's stand-in communicators on this driver are groups of one rank (core/src/comm/comm.c),
+ * so the maximum over the group is this rank's own values, or with peers set (tests) the maximum
+ * of those and what the peers give. The stream is synchronized first, as the cuda driver's
+ * reduction, which runs there, is waited for.
+ */
+static int host_comm_max(struct cgrt_dev *dev, void *comm, double *values, int n, void *stream) {
+  (void)comm;
+  struct host_dev *hd = dev->impl;
+  double other[64];
+  if (n < 1 || n > (int)(sizeof(other) / sizeof(other[0])))
+    return cgrt__dev_fail(dev, CGRT_E_INVAL, "comm_max of %d values: 1 to 64", n);
+  int rc = host_stream_sync(dev, stream);
+  if (rc != 0 || !hd->peers)
+    return rc;
+  for (int i = 0; i < n; i++)
+    other[i] = values[i];
+  hd->peers(hd->peers_user, comm, other, n);
+  for (int i = 0; i < n; i++)
+    if (other[i] > values[i])
+      values[i] = other[i];
+  return 0;
+}
+
+int cgrt__host_set_peers(struct cgrt_dev *dev,
+                         void (*peers)(void *user, const void *comm, double *values, int n),
+                         void *user) {
+  if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
+    return CGRT_E_INVAL;
+  struct host_dev *hd = dev->impl;
+  hd->peers = peers;
+  hd->peers_user = user;
+  return 0;
+}
+
 int cgrt__host_set_cost(struct cgrt_dev *dev, const struct cgrt_host_cost *cost) {
   if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
     return CGRT_E_INVAL;
@@ -1339,4 +1380,5 @@ HOST_EXPORT const struct cgrt_driver HOST_TABLE = {
     .graph_mem_trim = host_graph_mem_trim,
     .event_create_timed = host_event_create_timed,
     .event_elapsed = host_event_elapsed,
+    .comm_max = host_comm_max,
 };

@@ -1077,6 +1077,38 @@ static void test_cost_model_times_eager_and_graphs(void **state) {
   f->d->event_destroy(&f->dev, b);
 }
 
+/* A peer of the test's one-rank group: contributes 5 to values[0] and -1 to the others. */
+static void peer_max(void *user, const void *comm, double *values, int n) {
+  *(const void **)user = comm;
+  values[0] = 5;
+  for (int i = 1; i < n; i++)
+    values[i] = -1;
+}
+
+/*
+ * comm_max over the host driver's one-rank groups: the values stay this rank's, after the stream
+ * ran (the cuda driver's reduction waits for it); with a test's peers, the maximum of both.
+ */
+static void test_comm_max_of_one_rank_and_of_peers(void **state) {
+  struct fx *f = *state;
+  int comm = 0;
+  double v[2] = {1.5, 2.5};
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, append, L(f, 'a')), 0);
+  assert_int_equal(f->d->comm_max(&f->dev, &comm, v, 2, f->stream), 0);
+  assert_string_equal(f->log.text, "a"); /* the stream was waited for */
+  assert_true(v[0] == 1.5 && v[1] == 2.5);
+  const void *seen = NULL;
+  assert_int_equal(cgrt__host_set_peers(&f->dev, peer_max, &seen), 0);
+  assert_int_equal(f->d->comm_max(&f->dev, &comm, v, 2, f->stream), 0);
+  assert_ptr_equal(seen, &comm);
+  assert_true(v[0] == 5 && v[1] == 2.5);
+  assert_int_equal(f->d->comm_max(&f->dev, &comm, v, 0, f->stream), CGRT_E_INVAL);
+  assert_int_equal(cgrt__host_set_peers(&f->dev, NULL, NULL), 0);
+  v[0] = 1;
+  assert_int_equal(f->d->comm_max(&f->dev, &comm, v, 1, f->stream), 0);
+  assert_true(v[0] == 1);
+}
+
 #define T(name)         cmocka_unit_test_setup_teardown(name, setup, teardown)
 #define T_GLOBAL(name)  cmocka_unit_test_setup_teardown(name, setup_global, teardown)
 #define T_RELAXED(name) cmocka_unit_test_setup_teardown(name, setup_relaxed, teardown)
@@ -1138,6 +1170,7 @@ int main(void) {
       T(test_graph_memory_reserved_in_granules),
       T(test_mem_info_counts_graph_memory),
       T(test_eager_async_memory_freed_in_stream_order),
+      T(test_comm_max_of_one_rank_and_of_peers),
       T(test_capture_free_of_outside_memory_refused),
       T(test_update_refused_with_memory_nodes),
       T(test_cost_model_times_eager_and_graphs),

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    8
+#define CGRT_HOST_API_MINOR    9
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -596,6 +596,19 @@ struct cgrt_host_api {
    * otherwise they are kept and shown, and plans minimize padded tokens.
    */
   int (*buckets_cost)(const struct cgrt_host_api *h, int64_t tokens, int64_t bucket, double us);
+
+  /* -- since minor 9: a cp group's agreement (dynamic_cp's by_time, issue 42) -- */
+  /*
+   * Replaces values[0..n) (host memory, 1 <= n <= 16) by their maximum over the ranks of `comm`,
+   * a communicator comm_for_cp gave: on the cuda driver an ncclAllReduce on the runtime's stream,
+   * then a wait for that stream (the host driver's groups are of one rank: values stay as they
+   * are). Collective: every rank of the group calls it at the same point of the same sequence of
+   * steps, with the same n, or the group hangs. It waits for the device: call it rarely (by_time
+   * calls it once per round). CGRT_E_CAPTURE while the runtime's stream captures, CGRT_E_INVAL
+   * for a communicator comm_for_cp did not give, CGRT_E_UNSUPPORTED where the driver has no
+   * communicators (built without NCCL).
+   */
+  int (*comm_max)(const struct cgrt_host_api *h, void *comm, double *values, int n);
 };
 
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */

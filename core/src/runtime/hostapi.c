@@ -286,6 +286,36 @@ static int h_event_elapsed(const struct cgrt_host_api *h, void *start, void *end
   return dev_rc(rt, DRV(rt)->event_elapsed(DEV(rt), start, end, us));
 }
 
+/* The maximum over a cp group (since minor 9): never inside a capture, since it waits. */
+static int h_comm_max(const struct cgrt_host_api *h, void *comm, double *values, int n) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  int known = 0;
+  for (int i = 0; i < rt->comms.count && !known; i++)
+    known = comm && rt->comms.comm[i] == comm;
+  if (!known || !values || n < 1 || n > 16)
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
+                      "comm_max: takes a communicator comm_for_cp gave and 1 to 16 values (got "
+                      "%s, %d values)",
+                      known ? "one of them" : "another communicator", n);
+  if (!DRV(rt)->comm_max)
+    return cgrt__fail(&rt->log, CGRT_E_UNSUPPORTED,
+                      "comm_max: the %s driver has no communicator operations (built without "
+                      "NCCL); rebuild it with NCCL",
+                      DRV(rt)->name);
+  int capturing = 0;
+  int rc = dev_rc(rt, DRV(rt)->capture_status(DEV(rt), rt->stream, &capturing));
+  if (rc != 0)
+    return rc;
+  if (capturing)
+    return cgrt__fail(&rt->log, CGRT_E_CAPTURE,
+                      "comm_max: refused while the runtime's stream captures (it waits for the "
+                      "stream); call it between steps' work, outside any capture");
+  rc = dev_rc(rt, DRV(rt)->comm_max(DEV(rt), comm, values, n, rt->stream));
+  if (rc == 0)
+    cgrt__comms_drained(&rt->comms); /* the stream was waited for */
+  return rc;
+}
+
 static int h_graph_memory(const struct cgrt_host_api *h, uint64_t *bytes, uint64_t *budget) {
   cgrt_runtime *rt = CGRT_RT(h);
   const struct cgrt__graph_mem *m = &rt->graphs.mem;
@@ -519,4 +549,6 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->event_elapsed = h_event_elapsed;
   h->graph_memory = h_graph_memory;
   h->buckets_cost = cgrt__buckets_cost;
+  /* minor 9 */
+  h->comm_max = h_comm_max;
 }
