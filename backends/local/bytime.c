@@ -142,18 +142,6 @@ static struct count_rec *rec_of(struct bytime *bt, int64_t tokens, int64_t bucke
 
 /* ---------------------------------------------------------------- decisions */
 
-static double median(const double *v, int n) {
-  double s[BYTIME_SAMPLES];
-  memcpy(s, v, (size_t)n * sizeof(*s));
-  for (int i = 1; i < n; i++) /* insertion sort: n is small */
-    for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
-      double t = s[j];
-      s[j] = s[j - 1];
-      s[j - 1] = t;
-    }
-  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 /* A graph of the exact-size bucket `tokens` (local.c keys inference graphs by their bucket). */
 static int graph_of_size(void *arg, const struct cgrt_graph_key *key) {
   int64_t size = *(const int64_t *)arg;
@@ -222,7 +210,7 @@ static void switch_to(struct bytime *bt, struct count_rec *r, enum bytime_way to
 static int decide(struct bytime *bt, struct count_rec *r) {
   for (int i = 0; i < 2; i++) {
     enum bytime_way w = r->ways[i];
-    r->median[w] = median(r->us[w], r->n[w]);
+    r->median[w] = noise_median(r->us[w], r->n[w]);
     report_cost(bt, r, w);
   }
   /* inc: the way the challenger must beat (in a second stage, eager, which beat the bucket) */
@@ -230,7 +218,7 @@ static int decide(struct bytime *bt, struct count_rec *r) {
   r->in_round = 0;
   r->served = 0;
   int rc = 0;
-  if (r->median[ch] * (1 + BYTIME_MARGIN) >= r->median[inc]) {
+  if (!noise_challenger_wins(r->median[ch], r->median[inc])) {
     /* The incumbent stays. An exact-size bucket that did not beat eager is given back, and
        eager, which beat the padded bucket, serves the count. */
     if (ch == BYTIME_EXACT) {

@@ -7,14 +7,13 @@
  * than eager at its own size is then served the faster way: by an exact-size bucket (graphs at T)
  * while exact_buckets and the memory budget allow one more, else eagerly.
  *
- * The noise rule. Per token count, a round measures the way that serves it now (the incumbent)
- * and the other way (the challenger): at least BYTIME_SAMPLES device times each, the first eager
- * step of a round run but not kept (a new row count's first eager run pays one-time costs:
- * cuBLASLt's heuristic, lazy loading), replays kept only from steps whose calls all replayed.
- * The challenger replaces the incumbent only when the median of its samples is below the
- * incumbent's median divided by (1 + BYTIME_MARGIN): within the margin the incumbent stays, so a
- * count does not flip on noise (hysteresis). After BYTIME_RECHECK steps of a count served one
- * way, a new round measures both again. The padded bucket is the first incumbent.
+ * The noise rule (backends/common/noise_rule.h), per token count: a round measures the way that
+ * serves it now (the incumbent) and the other way (the challenger), at least BYTIME_SAMPLES
+ * device times each, the first eager step of a round run but not kept (a new row count's first
+ * eager run pays one-time costs: cuBLASLt's heuristic, lazy loading), replays kept only from
+ * steps whose calls all replayed. The challenger replaces the incumbent only when faster by more
+ * than BYTIME_MARGIN (hysteresis). After BYTIME_RECHECK steps of a count served one way, a new
+ * round measures both again. The padded bucket is the first incumbent.
  */
 #ifndef CGRT_LOCAL_BYTIME_H
 #define CGRT_LOCAL_BYTIME_H
@@ -22,10 +21,11 @@
 #include <stdint.h>
 
 #include "cgrt/backend.h"
+#include "noise_rule.h"
 
-#define BYTIME_SAMPLES 8    /* device times per side of a round, at least */
-#define BYTIME_MARGIN  0.02 /* a challenger must be faster than the incumbent by more than this */
-#define BYTIME_RECHECK 2048 /* steps of a count served one way before it is measured again */
+#define BYTIME_SAMPLES NOISE_SAMPLES
+#define BYTIME_MARGIN  NOISE_MARGIN
+#define BYTIME_RECHECK NOISE_RECHECK
 #define BYTIME_COUNTS  4096 /* token counts followed at most; others keep their padded bucket */
 #define BYTIME_PENDING 4    /* timed steps whose events have not been read yet, at most */
 
