@@ -310,6 +310,10 @@ static int h_comm_max(const struct cgrt_host_api *h, void *comm, double *values,
     return cgrt__fail(&rt->log, CGRT_E_CAPTURE,
                       "comm_max: refused while the runtime's stream captures (it waits for the "
                       "stream); call it between steps' work, outside any capture");
+  /* With NCCL's graph mixing off, a collective outside a graph waits for the graphs queued. */
+  if (rt->comms.serial && rt->comms.graphs_queued &&
+      (rc = dev_rc(rt, DRV(rt)->stream_sync(DEV(rt), rt->stream))) != 0)
+    return rc;
   rc = dev_rc(rt, DRV(rt)->comm_max(DEV(rt), comm, values, n, rt->stream));
   if (rc == 0)
     cgrt__comms_drained(&rt->comms); /* the stream was waited for */
