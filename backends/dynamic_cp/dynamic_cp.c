@@ -27,6 +27,12 @@
  * up and captured the same way. One graph launch a step instead of one per module call:
  * the kernels of consecutive calls chain inside one graph, and the ranks meet at each collective
  * within a single launch.
+ *
+ * by_time = on (off by default until measured on GPUs: docs/decisions.md, issue 42): once a
+ * bank's slots are captured, it times its graph steps and its eager steps on the device, the cp
+ * group agrees on the figures, and the cp size is served eagerly while its graphs are measurably
+ * slower (cp_time.h has the schedule and the rule). Served eagerly, a step still takes its bank's
+ * slot and metadata: only how its calls (or its body) run changes, so its outputs are the same.
  */
 #include <limits.h>
 #include <stddef.h>
@@ -34,6 +40,8 @@
 #include <stdlib.h>
 
 #include "cgrt/backend.h"
+#include "cp_time.h"
+#include "noise_rule.h"
 #include "rules.h"
 
 #define MAX_BANKS 16
@@ -47,6 +55,7 @@ struct bank {
   int64_t passes;                 /* steps run on the bank (since release) */
   int64_t slot_passes[MAX_SLOTS]; /* ... on each of its slots */
   uint32_t built;                 /* bit per slot: a step on it has captured (for the log) */
+  struct cp_time *time;           /* by_time = on: its measurements, else NULL */
 };
 
 /*
@@ -81,6 +90,11 @@ static const struct cgrt_option dcp_options[] = {
      .def = "modules",
      .values = "modules step",
      .meaning = "what one graph of a bank holds"},
+    {.name = "by_time",
+     .type = CGRT_OPTION_BOOL,
+     .def = "off",
+     .meaning = "a cp size whose graph steps are measured slower on the device than its eager "
+                "steps (on the group's slowest rank) is served eagerly"},
 };
 
 /* The options as read: through get_int() (a core of minor 4 or later reads them, or the key as
@@ -91,6 +105,7 @@ struct dcp_options {
   int64_t graph_slots;
   int64_t over_capacity; /* cgrt_over_capacity */
   int64_t step_scope;    /* graph_scope = step */
+  int64_t by_time;       /* by_time = on */
 };
 
 static int64_t option(const struct cgrt_config_view *cfg, const char *key, int64_t field) {
@@ -108,6 +123,7 @@ static void read_options(const struct cgrt_config_view *cfg, struct dcp_options 
   /* A core older than graph_scope gives no such field: module scope. */
   o->step_scope = option(cfg, "graph_scope", CGRT_VIEW_HAS(cfg, cp_scope) ? cfg->cp_scope : 0) ==
                   CGRT_CP_SCOPE_STEP;
+  o->by_time = option(cfg, "by_time", 0); /* a core before minor 4: off */
 }
 
 struct dcp_state {
@@ -122,6 +138,8 @@ struct dcp_state {
   struct bank *cur;
   int cur_slot;
   int cur_warmup; /* the warm-up the keys of the pass in flight take (slot_warmup) */
+  int cur_eager;  /* the pass in flight is served eagerly (by_time) */
+  struct cp_time_figures time_fig; /* by_time's, over the banks */
 };
 
 static int scoped(const struct dcp_state *s, cgrt_kind kind) {
@@ -133,6 +151,16 @@ static struct bank *bank_for(struct dcp_state *s, int cp) {
     if (s->banks[i].cp == cp)
       return &s->banks[i];
   return NULL;
+}
+
+/*
+ * A bank's first pass that replays every slot: its first warmup_steps passes run eagerly, then
+ * each slot captures at its next pass once it ran eagerly (slot_warmup), so with graph_slots
+ * slots every pass from max(warmup_steps, graph_slots) + graph_slots on replays.
+ */
+static int64_t first_replay(const struct dcp_state *s) {
+  int64_t warmup = s->cfg->warmup_steps, slots = s->o.graph_slots;
+  return (warmup > slots ? warmup : slots) + slots;
 }
 
 static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view *cfg, void **state,
@@ -182,11 +210,15 @@ static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view
     struct bank *b = &s->banks[s->num_banks++];
     b->cp = cfg->cp_sizes[i];
     rc = h->thd_create(h, (int)o.graph_slots, o.max_packed_tokens, (int)o.max_sequences, &b->ring);
+    if (rc == 0 && o.by_time)
+      rc = cp_time_create(h, b->cp, first_replay(s), &s->time_fig, &b->time);
   }
   if (rc != 0) {
     snprintf(err, errlen, "%s", h->last_error(h));
-    for (int i = 0; i < s->num_banks; i++)
+    for (int i = 0; i < s->num_banks; i++) {
       h->thd_destroy(h, s->banks[i].ring);
+      cp_time_destroy(s->banks[i].time);
+    }
     h->cache_destroy(h, s->cache);
     free(s);
     return rc;
@@ -198,8 +230,10 @@ static int dcp_init(const struct cgrt_host_api *h, const struct cgrt_config_view
 static void dcp_fini(void *state) {
   struct dcp_state *s = state;
   s->h->cache_destroy(s->h, s->cache);
-  for (int i = 0; i < s->num_banks; i++)
+  for (int i = 0; i < s->num_banks; i++) {
     s->h->thd_destroy(s->h, s->banks[i].ring);
+    cp_time_destroy(s->banks[i].time);
+  }
   free(s);
 }
 
@@ -260,10 +294,22 @@ static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, 
     return rc;
   bind(s, f->ctx, b, &meta);
   s->cur_warmup = slot_warmup(s, b, meta.index);
+  struct cp_time_step timing = {CP_GRAPHS, -1};
+  if (b->time && (rc = cp_time_begin(b->time, b->passes, &timing)) != 0) {
+    s->cur = NULL;
+    (void)h->thd_release(h, b->ring, meta.index);
+    return rc;
+  }
+  s->cur_eager = timing.way == CP_EAGER;
   b->passes++;
   b->slot_passes[meta.index]++;
   rc = h->run_prepare(h, f);
-  if (rc == 0 && s->step_scope) {
+  if (rc == 0 && s->cur_eager) {
+    /* by_time: served eagerly on the same slot and metadata; the graphs stay cached */
+    f->ctx->mode = CGRT_MODE_EAGER;
+    rc = h->run_body(h, f);
+    f->ctx->mode = CGRT_MODE_EAGER;
+  } else if (rc == 0 && s->step_scope) {
     struct cgrt_graph_key key = {
         .module = CGRT_KEY_BODY,
         .phase = (uint32_t)f->ctx->phase,
@@ -284,6 +330,9 @@ static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, 
   }
   int rel = h->thd_release(h, b->ring, meta.index);
   s->cur = NULL;
+  s->cur_eager = 0;
+  if (rc == 0 && rel == 0 && b->time)
+    rc = cp_time_end(b->time, &timing, f->ctx->mode, b->comm);
   return rc ? rc : rel;
 }
 
@@ -358,7 +407,7 @@ static int dcp_call(void *state, struct cgrt_call *c) {
   const struct cgrt_host_api *h = s->h;
   if (s->step_scope) /* every call belongs to the body being warmed, captured or run eagerly */
     return h->run_module(h, c);
-  if (!s->cur || !scoped(s, c->module->kind)) {
+  if (!s->cur || s->cur_eager || !scoped(s, c->module->kind)) {
     c->ctx->mode = CGRT_MODE_EAGER;
     return h->run_module(h, c);
   }
@@ -381,6 +430,8 @@ static int dcp_release(void *state) {
     struct bank *b = &s->banks[i];
     b->passes = 0;
     b->built = 0;
+    if (b->time)
+      cp_time_reset(b->time);
     for (int j = 0; j < MAX_SLOTS; j++)
       b->slot_passes[j] = 0;
   }
@@ -415,6 +466,40 @@ static int dcp_describe(void *state, void (*emit)(void *user, const char *line),
            c->warmup_steps, (c->warmup_steps > slots ? c->warmup_steps : slots) + slots,
            s->o.over_capacity == CGRT_OVER_CAPACITY_EAGER ? "run eagerly" : "refused");
   emit(user, line);
+  if (s->o.by_time) {
+    snprintf(line, sizeof(line),
+             "by_time = on: from a bank's step %lld, %d graph steps and %d eager steps (the "
+             "first not kept) timed on the device; the cp group agrees on the slowest rank's "
+             "medians and serves the size eagerly while its graphs are slower by more than "
+             "%.0f%%; measured again every %d steps",
+             (long long)first_replay(s) + 1, CP_TIME_GRAPHS, CP_TIME_EAGER, NOISE_MARGIN * 100,
+             NOISE_RECHECK);
+    emit(user, line);
+  }
+  return 0;
+}
+
+/* cgrt_stats: by_time's counts (the fields local's by_time fills too; a cp size where local
+   counts a token count). */
+static int dcp_stats(void *state, cgrt_stats *out) {
+  struct dcp_state *s = state;
+  const struct cp_time_figures *t = &s->time_fig;
+  if (out->struct_size < offsetof(cgrt_stats, time_exact_counts) + sizeof(out->time_exact_counts))
+    return 0; /* a host built before these fields: nothing of ours to fill */
+  out->timed_steps = t->timed_steps;
+  out->time_probe_steps = t->probe_steps;
+  out->time_eager_steps = t->eager_steps;
+  out->time_eager_counts = t->eager_sizes;
+  return 0;
+}
+
+/* What dynamic_cp decides that cgrt_stats does not count (cgrt_backend_figures). */
+static int dcp_figures(void *state, void (*emit)(void *user, const char *name, uint64_t value),
+                       void *user) {
+  struct dcp_state *s = state;
+  emit(user, "by_time_rounds", s->time_fig.rounds);
+  emit(user, "by_time_graph_probe_steps", s->time_fig.graph_probe_steps);
+  emit(user, "by_time_eager_cp_sizes", s->time_fig.eager_sizes);
   return 0;
 }
 
@@ -467,7 +552,9 @@ CGRT_BACKEND_EXPORT const struct cgrt_backend_v1 cgrt_backend_v1 = {
     .step = dcp_step,
     .call = dcp_call,
     .release = dcp_release,
+    .stats = dcp_stats,
     .describe = dcp_describe,
+    .figures = dcp_figures,
     .options = dcp_options,
     .num_options = sizeof(dcp_options) / sizeof(dcp_options[0]),
     .check = dcp_check,
