@@ -19,6 +19,11 @@
  * touches CUDA) prints one row per cp size and scope: the median step time of the slowest rank
  * under eager and under the backend, the speedup, the capture and instantiate time and the graphs
  * built during that cp size's steps, whether the backend's steps were replays, and the comparison.
+ *
+ * With [dynamic_cp] by_time = on, each bank's warm-up also covers its first by_time round, so the
+ * timed steps are served the way the round chose; a row says how they were served (served:
+ * graphs, eager, or mixed) and a line gives by_time's counters per cp size, so a cp size served
+ * the wrong way, or a row slower than eager, shows as a number.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +46,8 @@ _Static_assert(BENCH_MAX_RANKS == CGRT_RANKS_MAX, "cgrt bench checks --ranks aga
 #define CP_MAX_SIZES    16
 #define CP_MAX_SCOPES   2
 #define CP_HOST_STEPS   21 /* steps issued onto an idle device per host cost */
+/* A by_time round's steps (backends/dynamic_cp/cp_time.h, CP_TIME_ROUND): the warm-up covers it. */
+#define CP_BYTIME_ROUND 17
 
 /*
  * Without CONF: dynamic_cp at cp 1 and 2. The launch shape (the default, --cp-shape launch) packs
@@ -76,6 +83,9 @@ struct cp_result {
   double capture_ms, instantiate_ms;
   uint64_t graphs_built, live_graphs;
   uint64_t comm_waits; /* cgrt_stats.comm_waits during these steps (NCCL graph mixing off) */
+  int timed_replays, timed_eager; /* the backend's timed steps that replayed, that ran eagerly */
+  /* by_time's counters during these steps (cgrt_stats), and the cp sizes served eagerly after */
+  uint64_t time_timed, time_probe, time_eager, eager_sizes;
 };
 
 /* Shared between the parent and the ranks. */
@@ -93,7 +103,8 @@ struct cp_bench {
   int nranks;
   int cps[CP_MAX_SIZES]; /* cp sizes dividing nranks, ascending */
   int ncps;
-  int warmup; /* untimed steps per runtime and cp size */
+  int warmup;  /* untimed steps per runtime and cp size */
+  int by_time; /* [dynamic_cp] by_time = on */
   /* The runtimes under test: CONF's graph scope, or (without CONF) modules then step. */
   cgrt_cp_scope scopes[CP_MAX_SCOPES];
   int nscopes;
@@ -203,14 +214,19 @@ struct cp_stepper {
   const struct cp_bench *b;
   int cp;
   uint64_t i;
+  int replays, eager; /* timed steps that replayed, that ran eagerly */
 };
 
 static int cp_step(void *arg, int timed) {
-  (void)timed;
   struct cp_stepper *st = arg;
   const struct cp_pattern *p = &st->b->pat[st->i % CP_PATTERNS];
-  int rc = cp_host_step(st->h, st->i, p->len, p->n, st->cp, NULL);
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  int rc = cp_host_step(st->h, st->i, p->len, p->n, st->cp, &rep);
   st->i++;
+  if (rc == 0 && timed) {
+    st->replays += rep.mode == CGRT_MODE_REPLAY;
+    st->eager += rep.mode == CGRT_MODE_EAGER;
+  }
   return rc;
 }
 
@@ -224,13 +240,14 @@ static int cp_step(void *arg, int timed) {
  * by the host.
  */
 static int run_steps(struct cp_host *hg, struct cp_host *he, const struct cp_bench *b, int cp,
-                     double *us_g, double *us_e, double *host_g, double *host_e) {
+                     double *us_g, double *us_e, double *host_g, double *host_e,
+                     struct cp_result *r) {
   struct cp_stepper st[CP_MAX_SCOPES + 1];
   struct bench_stepper bs[CP_MAX_SCOPES + 1];
   const int n = b->nscopes + 1;
   for (int i = 0; i < n; i++) {
     struct cp_host *h = i < b->nscopes ? &hg[i] : he;
-    st[i] = (struct cp_stepper){h, b, cp, 0};
+    st[i] = (struct cp_stepper){h, b, cp, 0, 0, 0};
     bs[i] = (struct bench_stepper){cp_step, &st[i], cgrt_stream(h->rt)};
   }
   struct bench_opts o = *b->o;
@@ -243,6 +260,8 @@ static int run_steps(struct cp_host *hg, struct cp_host *he, const struct cp_ben
   for (int i = 0; i < b->nscopes; i++) {
     us_g[i] = us[i];
     host_g[i] = host[i];
+    r[i].timed_replays = st[i].replays;
+    r[i].timed_eager = st[i].eager;
   }
   *us_e = us[b->nscopes];
   *host_e = host[b->nscopes];
@@ -370,7 +389,7 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
     }
     const double launch_us = launch_cost_us();
     double us_g[CP_MAX_SCOPES] = {0}, us_e = 0, host_g[CP_MAX_SCOPES] = {0}, host_e = 0;
-    rc = run_steps(hg, &he, b, cp, us_g, &us_e, host_g, &host_e);
+    rc = run_steps(hg, &he, b, cp, us_g, &us_e, host_g, &host_e, r);
     for (int k = 0; k < ns && rc == 0; k++) {
       int equal = check_steps(&hg[k], &he, b, cp, og, oe, cap, cp1, &r[k].replayed, &r[k].rows);
       if (equal < 0) {
@@ -390,6 +409,10 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
       r[k].graphs_built = s1[k].instantiations - s0[k].instantiations;
       r[k].live_graphs = s1[k].live_graphs;
       r[k].comm_waits = s1[k].comm_waits - s0[k].comm_waits;
+      r[k].time_timed = s1[k].timed_steps - s0[k].timed_steps;
+      r[k].time_probe = s1[k].time_probe_steps - s0[k].time_probe_steps;
+      r[k].time_eager = s1[k].time_eager_steps - s0[k].time_eager_steps;
+      r[k].eager_sizes = s1[k].time_eager_counts;
       r[k].done = 1;
     }
     if (rc != 0) {
@@ -446,6 +469,15 @@ static void comm_setup(const struct cp_shared *sh, char *buf, size_t len) {
            (nv % 10000) / 100, nv % 100, sh->mixing, kv);
 }
 
+/*
+ * How rank r's timed steps of a row were served: "graphs" (every one replayed), "eager" (every
+ * one ran eagerly, by_time's choice), else "mixed".
+ */
+static const char *served(const struct cp_result *x) {
+  const int n = x->timed_replays + x->timed_eager;
+  return x->timed_eager == 0 ? "graphs" : x->timed_replays == 0 && n > 0 ? "eager" : "mixed";
+}
+
 /* The parent's table from every rank's figures: the slowest rank's times, all ranks' checks. */
 static int print_results(const struct cp_bench *b, const struct cgrt_config_view *v) {
   const struct cp_shared *sh = b->sh;
@@ -474,12 +506,14 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
       printf("%s%d seqs/%lld tokens", k ? ", " : "", b->pat[k].n, (long long)b->pat[k].total);
     printf("); median of %d steps, eager and cgrt in turn in %d blocks, slowest rank\n",
            b->o->steps, b->o->blocks);
-    printf("%4s %8s %10s %10s %10s %10s %10s %8s %10s %11s %9s %7s %9s %8s\n", "cp", "scope",
+    printf("%4s %8s %10s %10s %10s %10s %10s %8s %10s %11s %9s %7s %9s %8s %7s\n", "cp", "scope",
            "rows/rank", "eager_us", "eager_host", "cgrt_us", "cgrt_host", "speedup", "launch_us",
-           "capture_ms", "inst_ms", "graphs", "replayed", "bitwise");
+           "capture_ms", "inst_ms", "graphs", "replayed", "bitwise", "served");
   }
-  int all_equal = 1;
+  int all_equal = 1, slower = 0, slower_2pct = 0;
   uint64_t all_waits = 0;
+  char counters[1024] = "";
+  size_t nc = 0;
   for (int row = 0; row < b->ncps * b->nscopes; row++) {
     const int i = row / b->nscopes, k = row % b->nscopes;
     const char *scope = b->scopes[k] == CGRT_CP_SCOPE_STEP ? "step" : "modules";
@@ -487,11 +521,15 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     uint64_t built = 0, live = 0, waits = 0;
     int equal = 1, replayed = 1, done = 1;
     int64_t rows = 0;
+    /* by_time's choice must be the group's: every rank served the row the same way */
+    const char *way = served(&sh->res[0][i][k]);
     for (int r = 0; r < b->nranks; r++) {
       const struct cp_result *x = &sh->res[r][i][k];
       done &= x->done;
       equal &= x->equal;
       replayed &= x->replayed;
+      if (strcmp(served(x), way) != 0)
+        way = "ranks differ";
       cg = x->cgrt_us > cg ? x->cgrt_us : cg;
       ce = x->eager_us > ce ? x->eager_us : ce;
       lu = x->launch_us > lu ? x->launch_us : lu;
@@ -505,6 +543,15 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     equal &= done;
     all_equal &= equal;
     all_waits += waits;
+    slower += cg > ce;
+    slower_2pct += cg > ce * 1.02;
+    const struct cp_result *x0 = &sh->res[0][i][k];
+    if (b->by_time && nc < sizeof(counters))
+      nc +=
+          (size_t)snprintf(counters + nc, sizeof(counters) - nc,
+                           "%s cp %d %s: %llu timed, %llu eager to measure, %llu eager by choice",
+                           nc ? ";" : "", b->cps[i], scope, (unsigned long long)x0->time_timed,
+                           (unsigned long long)x0->time_probe, (unsigned long long)x0->time_eager);
     if (b->o->json) {
       printf("{\"workload\":\"cp\",\"backend\":");
       tool_json_string(sh->impl); /* may be a path */
@@ -515,16 +562,21 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
              "\"eager_host_us\":%.1f,\"cgrt_us\":%.1f,\"cgrt_host_us\":%.1f,\"speedup\":%.3f,"
              "\"launch_us\":%.2f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,"
              "\"graphs_built\":%llu,\"live_graphs\":%llu,\"comm_waits\":%llu,\"replayed\":%s,"
-             "\"bitwise\":%s,\"comm\":\"%s\"}\n",
+             "\"bitwise\":%s,\"comm\":\"%s\",\"by_time\":%s,\"served\":\"%s\","
+             "\"timed_steps\":%llu,\"time_probe_steps\":%llu,\"time_eager_steps\":%llu,"
+             "\"time_eager_counts\":%llu}\n",
              b->nranks, b->cps[i], scope, (long long)rows, ce, he, cg, hg, cg > 0 ? ce / cg : 0.0,
              lu, cap, inst, (unsigned long long)built, (unsigned long long)live,
-             (unsigned long long)waits, replayed ? "true" : "false", equal ? "true" : "false",
-             comm);
+             (unsigned long long)waits, replayed ? "true" : "false", equal ? "true" : "false", comm,
+             b->by_time ? "true" : "false", way, (unsigned long long)x0->time_timed,
+             (unsigned long long)x0->time_probe, (unsigned long long)x0->time_eager,
+             (unsigned long long)x0->eager_sizes);
     } else {
-      printf(
-          "%4d %8s %10lld %10.1f %10.1f %10.1f %10.1f %7.2fx %10.2f %11.2f %9.2f %7llu %9s %8s\n",
-          b->cps[i], scope, (long long)rows, ce, he, cg, hg, cg > 0 ? ce / cg : 0.0, lu, cap, inst,
-          (unsigned long long)built, replayed ? "yes" : "no", equal ? "equal" : "DIFFER");
+      printf("%4d %8s %10lld %10.1f %10.1f %10.1f %10.1f %7.2fx %10.2f %11.2f %9.2f %7llu %9s %8s "
+             "%7s\n",
+             b->cps[i], scope, (long long)rows, ce, he, cg, hg, cg > 0 ? ce / cg : 0.0, lu, cap,
+             inst, (unsigned long long)built, replayed ? "yes" : "no", equal ? "equal" : "DIFFER",
+             way);
     }
   }
   if (!b->o->json)
@@ -535,8 +587,16 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            "launch-bound shape costs about its launches times this\ncapture_ms, inst_ms, graphs: "
            "during that cp size's steps on rank "
            "0 (each bank is captured on its own steps)\nbitwise: "
-           "every rank's output rows equal eager's and (cp > 1) the same rows at cp 1\n",
+           "every rank's output rows equal eager's and (cp > 1) the same rows at cp 1\nserved: how "
+           "the timed steps ran on every rank (graphs; eager: by_time served the cp size eagerly; "
+           "mixed; ranks differ)\n",
            CP_HOST_STEPS);
+  if (!b->o->json) {
+    printf("rows slower than eager: %d; more than 2%% slower: %d (the target of issue 42: 0)\n",
+           slower, slower_2pct);
+    if (b->by_time)
+      printf("by_time (rank 0, during each row's steps, warm-up included):%s\n", counters);
+  }
   if (!b->o->json && all_waits)
     printf("NCCL graph mixing off: work cgrt ran outside a graph waited %llu times for the graphs "
            "it had launched (rank 0, warm-up steps included; comm_waits in "
@@ -589,6 +649,15 @@ int bench_cp(const struct bench_opts *o) {
   const int slots = v->graph_slots > 0 ? v->graph_slots : 1;
   const int to_replay = (v->warmup_steps > slots ? v->warmup_steps : slots) + slots;
   b.warmup = o->warmup > to_replay ? o->warmup : to_replay;
+  /* by_time: a bank's first round starts at its first replay; the warm-up covers it, so the timed
+     steps are served the way it chose (the eager reference never reaches a round). */
+  int64_t by_time = 0;
+  if (CGRT_VIEW_HAS(v, get_int) && v->get_int &&
+      v->get_int(v, "dynamic_cp", "by_time", &by_time) == 0 && by_time) {
+    b.by_time = 1;
+    if (b.warmup < to_replay + CP_BYTIME_ROUND + 1)
+      b.warmup = to_replay + CP_BYTIME_ROUND + 1;
+  }
   b.sh = cgrt_ranks_shared(sizeof(struct cp_shared));
   if (!b.sh) {
     fprintf(stderr, "cgrt bench: mmap of the results failed\n");
