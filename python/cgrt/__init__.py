@@ -597,9 +597,11 @@ class Stats:
     staged_bytes: int
     rebind_variant_keys: int
     eager_phase_steps: int  # steps cgrt ran eagerly itself (PhaseRun.CORE_EAGER)
-    # buckets chosen by time ([local] by_time): steps timed on the device, padded steps run
+    # steps chosen by time ([local] by_time): steps timed on the device, padded steps run
     # eagerly to measure eager, or served eagerly / at an exact-size bucket because their padded
-    # replay was measured slower; the token counts served those two ways now
+    # replay was measured slower; the token counts served those two ways now. [dynamic_cp]
+    # by_time fills the same fields, a cp size standing for a token count (no exact-size buckets);
+    # its rounds are in Runtime.backend_figures()
     timed_steps: int
     time_probe_steps: int
     time_eager_steps: int

@@ -175,7 +175,7 @@ class CStats(Structure):
         ("rebind_variant_keys", c_uint64),
         # since 0.4: every backend runs every phase
         ("eager_phase_steps", c_uint64),
-        # since 0.4: buckets chosen by time ([local] by_time)
+        # since 0.4: steps chosen by time ([local] by_time, [dynamic_cp] by_time)
         ("timed_steps", c_uint64),
         ("time_probe_steps", c_uint64),
         ("time_eager_steps", c_uint64),

@@ -302,15 +302,17 @@ typedef struct cgrt_stats {
   /* -- since 0.4: every backend runs every phase -- */
   uint64_t eager_phase_steps; /* steps cgrt ran eagerly itself because the backend has no form
                                  for their phase (cgrt_backend_info.phases: CGRT_RUN_CORE_EAGER) */
-  /* -- since 0.4: buckets chosen by time ([local] by_time) -- */
+  /* -- since 0.4: steps chosen by time ([local] by_time; [dynamic_cp] by_time, where a cp size
+     stands for a token count and its graph steps for the padded replay) -- */
   uint64_t timed_steps;       /* steps whose device time was read (two timed events around them) */
   uint64_t time_probe_steps;  /* padded steps run eagerly at their own size to measure eager */
   uint64_t time_eager_steps;  /* padded steps run eagerly at their own size because their padded
                                  replay was measured slower than eager */
   uint64_t time_exact_steps;  /* steps run at an exact-size bucket for that reason (its warm-up
-                                 and capture steps included) */
-  uint64_t time_eager_counts; /* token counts served eagerly now for that reason */
-  uint64_t time_exact_counts; /* token counts given an exact-size bucket now */
+                                 and capture steps included; local only) */
+  uint64_t time_eager_counts; /* token counts (dynamic_cp: cp sizes) served eagerly now for that
+                                 reason */
+  uint64_t time_exact_counts; /* token counts given an exact-size bucket now (local only) */
 } cgrt_stats;
 
 /*
