@@ -65,6 +65,14 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("4.0 us  x1    gemm", out)
         self.assertIn("2.0 us  x1    encoder_forward", out)
 
+    def test_step_line_alone(self):
+        # tests/hosts/llmc/bench.sh reads the floor this way: --top 0, the per-step line and no
+        # rows (--top 0 was refused once, and the bench printed "-" for every floor)
+        rc, out = run(self.a, "--step", "encoder_forward", "--skip", "3", "--top", "0")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("busy_us 7.0", out)
+        self.assertNotIn("gemm", out)
+
     def test_nccl(self):
         # an NCCL kernel 8-15 us overlapping the gemm (5-9 us): busy = 3 + (5..15) = 13 us, NCCL
         # 7 us, busy without it 7 us (the steps above)
@@ -169,8 +177,8 @@ class Misuse(unittest.TestCase):
 
     def test_numbers(self):
         path = self.trace("kernel,a,1,2,0,0,0,0\n")
-        for v in ("-1", "0", "1e3", "10abc", "99999999999999999999999"):
-            self.refused(path, "--top", v, said=f"--top: '{v}': expected a whole number from 1")
+        for v in ("-1", "1e3", "10abc", "99999999999999999999999"):
+            self.refused(path, "--top", v, said=f"--top: '{v}': expected a whole number from 0")
         for v in ("-1", "1e3", " 2"):
             self.refused(path, "--skip", v, said=f"--skip: '{v}': expected a whole number from 0")
 

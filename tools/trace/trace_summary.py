@@ -323,7 +323,8 @@ def main():
     ap.add_argument("--step", help="name prefix of a step's first kernel (else: the whole trace)")
     ap.add_argument("--skip", type=whole(0, 1000000), default=2,
                     help="steps left out at the start (warm-up), 0 to 1000000")
-    ap.add_argument("--top", type=whole(1, 1000000), default=12, help="rows shown, 1 to 1000000")
+    ap.add_argument("--top", type=whole(0, 1000000), default=12,
+                    help="rows shown, 0 to 1000000 (0: the per-step line alone)")
     ap.add_argument("--against", help="a second trace of the same program, to compare")
     ap.add_argument("--api", action="store_true",
                     help="the runtime API calls a step (needs --step and CGRT_TRACE_API=1)")

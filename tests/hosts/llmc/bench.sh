@@ -121,7 +121,7 @@ fi_busy_ms() { # TAG D B T FIELD [traced]
 per_rank() { # TAG FIELD: FIELD of each traced rank, in the order the ranks started (pids rise)
   for pid in $(for f in "$out/$1".trace.*.csv; do [ -f "$f" ] && f=${f%.csv} && echo "${f##*.}"; done | sort -n); do
     python3 "$root/tools/trace/trace_summary.py" "$out/$1.trace.$pid.csv" --step encoder_forward \
-      --skip 3 --top 0 2>/dev/null | sed -n "s/.* $2 \\([0-9.]*\\).*/\\1/p" |
+      --skip 3 --top 0 2>>"$out/trace_summary.err" | sed -n "s/.* $2 \\([0-9.]*\\).*/\\1/p" |
       awk '{ printf "%.3f\n", $1 / 1000 }'
   done | paste -sd/ - | sed 's|/| / |g; s|^$|-|'
 }
