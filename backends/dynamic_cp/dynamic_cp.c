@@ -28,11 +28,12 @@
  * the kernels of consecutive calls chain inside one graph, and the ranks meet at each collective
  * within a single launch.
  *
- * by_time = on (off by default until measured on GPUs: docs/decisions.md, issue 42): once a
- * bank's slots are captured, it times its graph steps and its eager steps on the device, the cp
- * group agrees on the figures, and the cp size is served eagerly while its graphs are measurably
- * slower (cp_time.h has the schedule and the rule). Served eagerly, a step still takes its bank's
- * slot and metadata: only how its calls (or its body) run changes, so its outputs are the same.
+ * by_time = on (off unless set; the shipped conf/dynamic_cp.ini sets it: docs/decisions.md, issue
+ * 42): once a bank's slots are captured, it times its graph steps and its eager steps on the
+ * device, the cp group agrees on the figures, and the cp size is served eagerly while its graphs
+ * are measurably slower (cp_time.h has the schedule and the rule). Served eagerly, a step still
+ * takes its bank's slot and metadata: only how its calls (or its body) run changes, so its outputs
+ * are the same.
  */
 #include <limits.h>
 #include <stddef.h>
