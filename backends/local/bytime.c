@@ -14,26 +14,50 @@
 
 #include "bytime.h"
 
+/* Samples of one way of serving, taken in one round; restarted by bumping `round`. */
+struct series {
+  uint32_t round; /* late samples of an earlier round are dropped */
+  int active;     /* taking samples */
+  int skip;       /* an eager series' first step is run but not kept */
+  int taken;      /* timed steps queued this round */
+  int n;          /* samples read this round */
+  double us[BYTIME_SAMPLES];
+  double median; /* of the last complete round (0: none) */
+};
+
+enum decided { UNDECIDED = 0, MEASURED = 1, IMPLIED = 2 };
+
+/* One bucket of the set: its replay, measured once for every count it serves. */
+struct bucket_rec {
+  int64_t bucket;
+  struct series replay;
+  int64_t eager_upto;        /* counts <= this are served eagerly (0: none) */
+  int64_t bucket_from;       /* counts >= this keep the bucket (INT64_MAX: none) */
+  struct count_rec *probing; /* the count probed now, or NULL */
+  uint64_t since_target;     /* steps of the bucket since its target's last step */
+  uint64_t since;            /* steps of the bucket since it was created or last rechecked */
+  uint64_t rounds;           /* probe rounds completed since then */
+};
+
 /* One token count followed. Allocated once, never moved: pending timings point at it. */
 struct count_rec {
-  int64_t tokens, bucket;
-  enum bytime_way inc;     /* the incumbent: how the count is served between rounds */
-  int in_round;            /* measuring */
-  enum bytime_way ways[2]; /* the round's ways: [0] the one to beat, [1] the challenger */
-  uint32_t round;          /* bumped at every round and reset: late samples are dropped */
-  int eager_skip;          /* the round's first eager step is run but not kept */
-  int taken[3];            /* timed steps queued this round, per way */
-  int n[3];                /* samples read this round, per way */
-  double us[3][BYTIME_SAMPLES];
-  double median[3]; /* of the last complete samples, per way (0: none) */
-  uint64_t served;  /* steps served by the incumbent since the last round */
+  int64_t tokens;
+  struct bucket_rec *b;
+  enum bytime_way inc; /* how the count is served now */
+  enum decided decided;
+  uint64_t seen;     /* steps of the count (reset when dropped as a stalled target) */
+  int exact_checked; /* an exact-size bucket was considered (until a recheck) */
+  int exact_round;   /* an exact-size bucket is measured against eager */
+  int rare_counted;  /* counted once in rare_refused */
+  struct series eager, exact;
 };
 
 struct pending {
   void *start, *end;
-  struct count_rec *rec;
+  struct series *s;
+  struct bucket_rec *b;
+  struct count_rec *r;
   uint32_t round;
-  enum bytime_way way;
 };
 
 struct bytime {
@@ -42,6 +66,8 @@ struct bytime {
   int max_exact;
   struct count_rec **recs; /* ascending by tokens */
   size_t nrecs;
+  struct bucket_rec **bks;
+  size_t nbks;
   void *events[2 * BYTIME_PENDING]; /* created at the first timed step */
   int have_events;
   struct pending ring[BYTIME_PENDING];
@@ -69,15 +95,23 @@ int bytime_create(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
   return 0;
 }
 
+static void free_records(struct bytime *bt) {
+  for (size_t i = 0; i < bt->nrecs; i++)
+    free(bt->recs[i]);
+  for (size_t i = 0; i < bt->nbks; i++)
+    free(bt->bks[i]);
+  bt->nrecs = bt->nbks = 0;
+}
+
 void bytime_destroy(struct bytime *bt) {
   if (!bt)
     return;
   for (size_t i = 0; i < 2 * BYTIME_PENDING; i++)
     if (bt->events[i])
       bt->h->event_destroy(bt->h, bt->events[i]);
-  for (size_t i = 0; i < bt->nrecs; i++)
-    free(bt->recs[i]);
+  free_records(bt);
   free(bt->recs);
+  free(bt->bks);
   free(bt);
 }
 
@@ -87,6 +121,22 @@ void bytime_figures(const struct bytime *bt, struct bytime_figures *out) {
 
 /* ---------------------------------------------------------------- records */
 
+static void series_start(struct series *s, int skip) {
+  s->active = 1;
+  s->round++;
+  s->skip = skip;
+  s->taken = s->n = 0;
+}
+
+static int series_done(const struct series *s) {
+  return s->active && s->n >= BYTIME_SAMPLES;
+}
+
+static int series_wants(const struct series *s) {
+  return s->active && s->taken < BYTIME_SAMPLES;
+}
+
+/* The first record of tokens >= `tokens` (its index in *at). */
 static struct count_rec *find(struct bytime *bt, int64_t tokens, size_t *at) {
   size_t lo = 0, hi = bt->nrecs;
   while (lo < hi) {
@@ -100,26 +150,25 @@ static struct count_rec *find(struct bytime *bt, int64_t tokens, size_t *at) {
   return lo < bt->nrecs && bt->recs[lo]->tokens == tokens ? bt->recs[lo] : NULL;
 }
 
-static void start_round(struct count_rec *r, enum bytime_way challenger) {
-  r->in_round = 1;
-  r->ways[0] = r->inc;
-  r->ways[1] = challenger;
-  r->round++;
-  r->eager_skip = 1;
-  memset(r->taken, 0, sizeof(r->taken));
-  memset(r->n, 0, sizeof(r->n));
-  r->served = 0;
+static struct bucket_rec *bucket_of(struct bytime *bt, int64_t bucket) {
+  for (size_t i = 0; i < bt->nbks; i++)
+    if (bt->bks[i]->bucket == bucket)
+      return bt->bks[i];
+  struct bucket_rec **v = realloc(bt->bks, (bt->nbks + 1) * sizeof(*v));
+  if (!v)
+    return NULL;
+  bt->bks = v;
+  struct bucket_rec *b = calloc(1, sizeof(*b));
+  if (!b)
+    return NULL;
+  v[bt->nbks++] = b;
+  b->bucket = bucket;
+  b->bucket_from = INT64_MAX;
+  series_start(&b->replay, 0);
+  return b;
 }
 
-/* A fresh record: the padded bucket serves it, and a first round measures it against eager. */
-static void rec_reset(struct count_rec *r, int64_t bucket) {
-  r->bucket = bucket;
-  r->inc = BYTIME_BUCKET;
-  memset(r->median, 0, sizeof(r->median));
-  start_round(r, BYTIME_EAGER);
-}
-
-static struct count_rec *rec_of(struct bytime *bt, int64_t tokens, int64_t bucket) {
+static struct count_rec *rec_of(struct bytime *bt, int64_t tokens, struct bucket_rec *b) {
   size_t at;
   struct count_rec *r = find(bt, tokens, &at);
   if (r)
@@ -136,11 +185,12 @@ static struct count_rec *rec_of(struct bytime *bt, int64_t tokens, int64_t bucke
   v[at] = r;
   bt->nrecs++;
   r->tokens = tokens;
-  rec_reset(r, bucket);
+  r->b = b;
+  r->inc = BYTIME_BUCKET;
   return r;
 }
 
-/* ---------------------------------------------------------------- decisions */
+/* ---------------------------------------------------------------- exact-size buckets */
 
 /* A graph of the exact-size bucket `tokens` (local.c keys inference graphs by their bucket). */
 static int graph_of_size(void *arg, const struct cgrt_graph_key *key) {
@@ -177,72 +227,193 @@ static int exact_allowed(struct bytime *bt) {
   return bytes + one <= budget;
 }
 
-static void report_cost(struct bytime *bt, const struct count_rec *r, enum bytime_way w) {
-  const struct cgrt_host_api *h = bt->h;
-  if (!CGRT_HOST_HAS(h, buckets_cost) || r->median[w] <= 0)
+/* A count served eagerly: an exact-size bucket is measured against eager if it may have one. */
+static void consider_exact(struct bytime *bt, struct count_rec *r) {
+  if (r->exact_checked || r->inc != BYTIME_EAGER || r->decided == UNDECIDED || !exact_allowed(bt))
     return;
-  int64_t bucket = w == BYTIME_BUCKET ? r->bucket : w == BYTIME_EXACT ? r->tokens : 0;
-  (void)h->buckets_cost(h, r->tokens, bucket, r->median[w]);
+  if (r->seen < BYTIME_EXACT_SEEN) { /* rare: considered again when seen often enough */
+    if (!r->rare_counted)
+      bt->fig.rare_refused++;
+    r->rare_counted = 1;
+    return;
+  }
+  r->exact_checked = 1;
+  r->exact_round = 1;
+  bt->fig.exact_counts++;
+  if (!series_done(&r->eager)) /* no probe of its own: its eager steps are timed as served */
+    series_start(&r->eager, 1);
+  series_start(&r->exact, 0);
 }
 
-static void switch_to(struct bytime *bt, struct count_rec *r, enum bytime_way to) {
+/* ---------------------------------------------------------------- decisions */
+
+static void report_cost(struct bytime *bt, int64_t tokens, int64_t bucket, double us) {
+  const struct cgrt_host_api *h = bt->h;
+  if (CGRT_HOST_HAS(h, buckets_cost) && us > 0)
+    (void)h->buckets_cost(h, tokens, bucket, us);
+}
+
+/* The count's way changes; said at info when `said`, with the figures. */
+static void switch_to(struct bytime *bt, struct count_rec *r, enum bytime_way to, int said) {
   const struct cgrt_host_api *h = bt->h;
   enum bytime_way from = r->inc;
+  if (from == to)
+    return;
   if (from == BYTIME_EAGER && bt->fig.eager_counts > 0)
     bt->fig.eager_counts--;
   if (to == BYTIME_EAGER)
     bt->fig.eager_counts++;
   r->inc = to;
+  if (!said)
+    return;
+  double m[3] = {r->b->replay.median, r->eager.median, r->exact.median};
   char figures[256];
   int n = 0;
   for (int w = 0; w < 3; w++)
-    if (r->median[w] > 0)
+    if (m[w] > 0)
       n += snprintf(figures + n, sizeof(figures) - (size_t)n, "%s%s %.1f us", n ? ", " : "",
-                    w == BYTIME_BUCKET ? "replayed at its bucket" : way_names[w], r->median[w]);
+                    way_names[w], m[w]);
   h->log(h, CGRT_LOG_INFO,
          "local by_time: %lld tokens (bucket %lld) served %s from now on, not %s (device time per "
          "step, medians of %d: %s; [local] by_time = off keeps the padded bucket)",
-         (long long)r->tokens, (long long)r->bucket, way_names[to], way_names[from], BYTIME_SAMPLES,
-         figures);
+         (long long)r->tokens, (long long)r->b->bucket, way_names[to], way_names[from],
+         BYTIME_SAMPLES, figures);
 }
 
-/* Every way of the round has its samples: the noise rule decides (bytime.h). */
-static int decide(struct bytime *bt, struct count_rec *r) {
-  for (int i = 0; i < 2; i++) {
-    enum bytime_way w = r->ways[i];
-    r->median[w] = noise_median(r->us[w], r->n[w]);
-    report_cost(bt, r, w);
+/*
+ * An undecided count (not at an exact-size bucket) in a range its bucket decided takes the way
+ * the range says. Returns -1 if it is not implied, else whether its way changed.
+ */
+static int imply(struct bytime *bt, struct count_rec *r) {
+  struct bucket_rec *b = r->b;
+  if (r->decided != UNDECIDED || r->inc == BYTIME_EXACT || r->exact_round)
+    return -1;
+  enum bytime_way to;
+  if (r->tokens <= b->eager_upto)
+    to = BYTIME_EAGER;
+  else if (r->tokens >= b->bucket_from)
+    to = BYTIME_BUCKET;
+  else
+    return -1;
+  r->decided = IMPLIED;
+  bt->fig.implied_counts++;
+  int changed = r->inc != to;
+  switch_to(bt, r, to, 0);
+  if (to == BYTIME_EAGER)
+    consider_exact(bt, r);
+  return changed;
+}
+
+/* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
+static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
+  const struct cgrt_host_api *h = bt->h;
+  double e = r->eager.median = noise_median(r->eager.us, r->eager.n);
+  double p = b->replay.median = noise_median(b->replay.us, b->replay.n);
+  report_cost(bt, r->tokens, b->bucket, p);
+  report_cost(bt, r->tokens, 0, e);
+  b->probing = NULL;
+  b->rounds++;
+  r->decided = MEASURED;
+  /* the way that serves T now stays within the margin (hysteresis) */
+  int eager_wins =
+      r->inc == BYTIME_EAGER ? !noise_challenger_wins(p, e) : noise_challenger_wins(e, p);
+  /* the counts it implies lie between the bucket's earlier bounds and T */
+  int64_t from = eager_wins ? b->eager_upto + 1 : r->tokens + 1;
+  int64_t to =
+      eager_wins ? r->tokens - 1 : (b->bucket_from < b->bucket ? b->bucket_from - 1 : b->bucket);
+  if (eager_wins)
+    b->eager_upto = r->tokens;
+  else
+    b->bucket_from = r->tokens;
+  switch_to(bt, r, eager_wins ? BYTIME_EAGER : BYTIME_BUCKET, 1);
+  int64_t lo = 0, hi = 0;
+  size_t n = 0, changed = 0, at;
+  find(bt, from, &at);
+  for (; at < bt->nrecs && bt->recs[at]->tokens <= to; at++) {
+    struct count_rec *o = bt->recs[at];
+    int c = o->b == b ? imply(bt, o) : -1;
+    if (c < 0)
+      continue;
+    lo = n++ ? lo : o->tokens;
+    hi = o->tokens;
+    changed += (size_t)c;
   }
-  /* inc: the way the challenger must beat (in a second stage, eager, which beat the bucket) */
-  enum bytime_way inc = r->ways[0], ch = r->ways[1];
-  r->in_round = 0;
-  r->served = 0;
-  int rc = 0;
-  if (!noise_challenger_wins(r->median[ch], r->median[inc])) {
-    /* The incumbent stays. An exact-size bucket that did not beat eager is given back, and
-       eager, which beat the padded bucket, serves the count. */
-    if (ch == BYTIME_EXACT) {
-      rc = retire_exact(bt, r);
-      switch_to(bt, r, BYTIME_EAGER);
-    }
-    return rc;
-  }
-  /* The challenger is faster by more than the margin. */
-  if (ch == BYTIME_EAGER && inc == BYTIME_BUCKET && exact_allowed(bt)) {
-    /* Eager beats the padded replay; an exact-size bucket may beat both: measure it against
-       eager's samples (kept), serving it from now on while it is measured. */
-    bt->fig.exact_counts++;
-    r->in_round = 1;
-    r->round++;
-    r->ways[0] = BYTIME_EAGER;
-    r->ways[1] = BYTIME_EXACT;
-    r->taken[BYTIME_EXACT] = r->n[BYTIME_EXACT] = 0;
+  /* said once for the bucket, at info when a way changed */
+  if (n > 0)
+    h->log(h, changed ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
+           "local by_time: counts %lld-%lld of bucket %lld (%zu seen, %zu changed) served %s from "
+           "now on, implied by %lld tokens (eager %.1f us, replayed at its bucket %.1f us; eager "
+           "cost taken as non-decreasing in tokens; none of them probed)",
+           (long long)lo, (long long)hi, (long long)b->bucket, n, changed,
+           way_names[eager_wins ? BYTIME_EAGER : BYTIME_BUCKET], (long long)r->tokens, e, p);
+  if (eager_wins)
+    consider_exact(bt, r);
+}
+
+/* An exact-size bucket's round is complete: it stays only when faster than eager. */
+static int decide_exact(struct bytime *bt, struct count_rec *r) {
+  r->eager.median = noise_median(r->eager.us, r->eager.n);
+  r->exact.median = noise_median(r->exact.us, r->exact.n);
+  report_cost(bt, r->tokens, 0, r->eager.median);
+  report_cost(bt, r->tokens, r->tokens, r->exact.median);
+  r->exact_round = 0;
+  r->exact.active = 0;
+  if (noise_challenger_wins(r->exact.median, r->eager.median)) {
+    switch_to(bt, r, BYTIME_EXACT, 1);
     return 0;
   }
-  if (inc == BYTIME_EXACT)
-    rc = retire_exact(bt, r);
-  switch_to(bt, r, ch);
-  return rc;
+  return retire_exact(bt, r); /* eager, which beat the padded bucket, goes on serving it */
+}
+
+/* What a new sample of b or r completes. */
+static int settle(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
+  if (b->probing && series_done(&b->replay) && series_done(&b->probing->eager))
+    decide_probe(bt, b, b->probing);
+  if (r && r->exact_round && series_done(&r->eager) && series_done(&r->exact))
+    return decide_exact(bt, r);
+  return 0;
+}
+
+/*
+ * The count to probe in b: the middle one (the lower of two) of its undecided counts seen at least
+ * BYTIME_MIN_SEEN times, so each round decides at least half of them.
+ */
+static struct count_rec *target(struct bytime *bt, struct bucket_rec *b) {
+  size_t first, at, n = 0;
+  find(bt, b->eager_upto + 1, &first);
+  for (at = first;
+       at < bt->nrecs && bt->recs[at]->tokens < b->bucket_from && bt->recs[at]->tokens <= b->bucket;
+       at++) {
+    struct count_rec *o = bt->recs[at];
+    n += o->b == b && o->decided == UNDECIDED && o->inc != BYTIME_EXACT && !o->exact_round &&
+         o->seen >= BYTIME_MIN_SEEN;
+  }
+  size_t want = n ? (n - 1) / 2 : 0, i = 0;
+  for (at = first; n && at < bt->nrecs; at++) {
+    struct count_rec *o = bt->recs[at];
+    if (o->b == b && o->decided == UNDECIDED && o->inc != BYTIME_EXACT && !o->exact_round &&
+        o->seen >= BYTIME_MIN_SEEN && i++ == want)
+      return o;
+  }
+  return NULL;
+}
+
+/* Time for b's counts to be measured again (bytime.h: at most one probe round per BYTIME_RECHECK
+   steps of the bucket, as when each count was measured on its own). */
+static void recheck(struct bytime *bt, struct bucket_rec *b) {
+  b->since = b->rounds = 0;
+  b->probing = NULL;
+  b->eager_upto = 0;
+  b->bucket_from = INT64_MAX;
+  series_start(&b->replay, 0);
+  for (size_t i = 0; i < bt->nrecs; i++) {
+    struct count_rec *o = bt->recs[i];
+    if (o->b != b || o->inc == BYTIME_EXACT || o->exact_round)
+      continue;
+    o->decided = UNDECIDED;
+    o->exact_checked = 0;
+    o->eager.active = 0;
+  }
 }
 
 /* ---------------------------------------------------------------- timing */
@@ -263,14 +434,11 @@ static int poll(struct bytime *bt) {
       continue;
     }
     bt->fig.timed_steps++;
-    struct count_rec *r = p->rec;
-    if (!r->in_round || p->round != r->round || r->n[p->way] >= BYTIME_SAMPLES)
-      continue; /* a round that ended or was reset since */
-    r->us[p->way][r->n[p->way]++] = us;
-    int done = 1;
-    for (int i = 0; i < 2; i++)
-      done = done && r->n[r->ways[i]] >= BYTIME_SAMPLES;
-    if (done && (rc = decide(bt, r)) != 0)
+    struct series *s = p->s;
+    if (!s->active || p->round != s->round || s->n >= BYTIME_SAMPLES)
+      continue; /* a round that ended or was restarted since */
+    s->us[s->n++] = us;
+    if ((rc = settle(bt, p->b, p->r)) != 0)
       return rc;
   }
   return 0;
@@ -288,6 +456,59 @@ static int ensure_events(struct bytime *bt) {
   return 0;
 }
 
+/* The step is served `way` and feeds series s (eager series skip their first step). */
+static void measure(struct bytime_step *st, enum bytime_way way, struct series *s) {
+  st->way = way;
+  st->series = s;
+  st->timed = 1;
+  if (s->skip) {
+    s->skip = 0; /* run, not kept: a new row count's first eager run */
+    st->timed = 0;
+  }
+}
+
+/* How r's step is served, and what it measures. */
+static void choose_way(struct bytime *bt, struct bucket_rec *b, struct count_rec *r,
+                       struct bytime_step *st) {
+  st->way = r->inc;
+  if (r->exact_round) { /* eager's samples first, then the exact-size bucket's */
+    if (series_wants(&r->eager))
+      measure(st, BYTIME_EAGER, &r->eager);
+    else if (series_wants(&r->exact))
+      measure(st, BYTIME_EXACT, &r->exact);
+    else
+      st->way = BYTIME_EXACT; /* served so while its last samples are read */
+    return;
+  }
+  if (!b->probing && r->decided == UNDECIDED && r->inc != BYTIME_EXACT &&
+      r->seen >= BYTIME_MIN_SEEN && target(bt, b) == r) {
+    b->probing = r;
+    series_start(&r->eager, 1);
+  }
+  if (b->probing == r) {
+    b->since_target = 0;
+    if (series_wants(&r->eager)) {
+      measure(st, BYTIME_EAGER, &r->eager);
+      st->probe = r->inc != BYTIME_EAGER;
+      return;
+    }
+  } else if (b->probing && series_wants(&b->probing->eager) && ++b->since_target > BYTIME_STALL) {
+    /* the target stopped coming: dropped, eligible again once seen often enough */
+    b->probing->seen = 0;
+    b->probing->eager.active = 0;
+    b->probing = NULL;
+  }
+  if (!series_wants(&b->replay) || r->inc == BYTIME_EXACT)
+    return;
+  if (r->inc == BYTIME_BUCKET) {
+    measure(st, BYTIME_BUCKET, &b->replay);
+  } else if (b->probing && !series_wants(&b->probing->eager)) {
+    /* the probe waits for the replay and this count runs eagerly: a graph probe */
+    measure(st, BYTIME_BUCKET, &b->replay);
+    bt->fig.graph_probe_steps++;
+  }
+}
+
 int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct bytime_step *st) {
   memset(st, 0, sizeof(*st));
   st->tokens = tokens;
@@ -296,39 +517,31 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
   int rc = poll(bt);
   if (rc != 0)
     return rc;
-  struct count_rec *r = rec_of(bt, tokens, bucket);
+  struct bucket_rec *b = bucket_of(bt, bucket);
+  struct count_rec *r = b ? rec_of(bt, tokens, b) : NULL;
   if (!r)
-    return 0; /* too many counts followed: this one keeps its bucket */
-  st->rec = r;
-  if (r->bucket != bucket) { /* its bucket changed under it: measure it afresh */
-    if (r->inc == BYTIME_EXACT || (r->in_round && r->ways[1] == BYTIME_EXACT))
+    return 0;      /* too many counts followed (or no memory): this one keeps its bucket */
+  if (r->b != b) { /* its bucket changed under it (bytime_forget should have run): afresh */
+    if (r->inc == BYTIME_EXACT || r->exact_round)
       if ((rc = retire_exact(bt, r)) != 0)
         return rc;
-    if (r->inc == BYTIME_EAGER && bt->fig.eager_counts > 0)
-      bt->fig.eager_counts--;
-    rec_reset(r, bucket);
+    if (r->b->probing == r)
+      r->b->probing = NULL;
+    switch_to(bt, r, BYTIME_BUCKET, 0);
+    r->b = b;
+    r->decided = UNDECIDED;
+    r->exact_checked = r->exact_round = 0;
+    r->eager.active = r->exact.active = 0;
   }
-  if (!r->in_round && ++r->served >= BYTIME_RECHECK)
-    start_round(r, r->inc == BYTIME_BUCKET  ? BYTIME_EAGER
-                   : r->inc == BYTIME_EXACT ? BYTIME_EAGER
-                                            : BYTIME_BUCKET);
-  st->way = r->inc;
-  if (r->in_round) {
-    /* the first way of the round still short of timed steps */
-    for (int i = 0; i < 2; i++) {
-      enum bytime_way w = r->ways[i];
-      if (r->taken[w] < BYTIME_SAMPLES) {
-        st->way = w;
-        st->timed = 1;
-        break;
-      }
-    }
-    if (st->timed && st->way == BYTIME_EAGER && r->eager_skip) {
-      r->eager_skip = 0; /* run, not kept: a new row count's first eager run */
-      st->timed = 0;
-    }
-    st->probe = st->way == BYTIME_EAGER && r->inc != BYTIME_EAGER;
-  }
+  st->rec = r;
+  st->b = b;
+  r->seen++;
+  if (++b->since >= BYTIME_RECHECK * (b->rounds ? b->rounds : 1) && !b->probing)
+    recheck(bt, b);
+  (void)imply(bt, r);
+  if (r->inc == BYTIME_EAGER && !r->exact_checked && r->seen == BYTIME_EXACT_SEEN)
+    consider_exact(bt, r);
+  choose_way(bt, b, r, st);
   if (st->timed && bt->npending == BYTIME_PENDING)
     st->timed = 0; /* every pair still in flight: this step goes untimed */
   if (st->timed) {
@@ -350,7 +563,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
 int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode) {
   if (!st->timed)
     return 0;
-  struct count_rec *r = st->rec;
+  struct series *s = st->series;
   /* A replay is kept only when the step's calls replayed (not a warm-up or a capture). */
   if (st->way != BYTIME_EAGER && mode != CGRT_MODE_REPLAY)
     return 0;
@@ -359,9 +572,9 @@ int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode) {
   if (rc != 0)
     return rc;
   bt->ring[slot] =
-      (struct pending){bt->events[2 * slot], bt->events[2 * slot + 1], r, r->round, st->way};
+      (struct pending){bt->events[2 * slot], bt->events[2 * slot + 1], s, st->b, st->rec, s->round};
   bt->npending++;
-  r->taken[st->way]++;
+  s->taken++;
   return 0;
 }
 
@@ -369,14 +582,13 @@ int bytime_forget(struct bytime *bt) {
   int rc = 0;
   for (size_t i = 0; i < bt->nrecs; i++) {
     struct count_rec *r = bt->recs[i];
-    if (r->inc == BYTIME_EXACT || (r->in_round && r->ways[1] == BYTIME_EXACT)) {
+    if (r->inc == BYTIME_EXACT || r->exact_round) {
       int e = retire_exact(bt, r);
       if (rc == 0)
         rc = e;
     }
-    free(r);
   }
-  bt->nrecs = 0;
+  free_records(bt);
   bt->fig.eager_counts = bt->fig.exact_counts = 0;
   bt->npending = 0; /* their records are gone: the events are simply recorded again */
   bt->head = 0;

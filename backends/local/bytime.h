@@ -5,15 +5,42 @@
  * the step on the runtime's stream, read without waiting at a later step), and so are steps run
  * eagerly at T, as the host sends them. A token count whose padded replay is measurably slower
  * than eager at its own size is then served the faster way: by an exact-size bucket (graphs at T)
- * while exact_buckets and the memory budget allow one more, else eagerly.
+ * while exact_buckets and the memory budget allow one more and the count is not rare, else
+ * eagerly.
  *
- * The noise rule (backends/common/noise_rule.h), per token count: a round measures the way that
- * serves it now (the incumbent) and the other way (the challenger), at least BYTIME_SAMPLES
- * device times each, the first eager step of a round run but not kept (a new row count's first
- * eager run pays one-time costs: cuBLASLt's heuristic, lazy loading), replays kept only from
- * steps whose calls all replayed. The challenger replaces the incumbent only when faster by more
- * than BYTIME_MARGIN (hysteresis). After BYTIME_RECHECK steps of a count served one way, a new
- * round measures both again. The padded bucket is the first incumbent.
+ * Measurements are shared within a bucket (issue 43, session 38: probing every count cost more
+ * than it saved on real traffic). Two assumptions:
+ *  - a bucket's padded replay costs the same for every count it serves (the same graphs, the same
+ *    padded work): it is measured once per bucket, its samples pooled from any count it serves;
+ *  - eager cost is non-decreasing in tokens (more rows, never less work or fewer launches).
+ * So within a bucket, when eager at T loses to the replay (by the noise rule), every count >= T
+ * keeps the bucket, and when eager at T wins, every count <= T is served eagerly (or gets the
+ * exact-size treatment), none of them probed. Only a count whose answer is not implied is probed:
+ * the middle one (the lower of two) of the bucket's undecided counts seen at least BYTIME_MIN_SEEN
+ * times, one count at a time per bucket, so a bucket of n such counts needs at most
+ * floor(log2 n) + 1 probe rounds, not n. A target that stops coming (BYTIME_STALL steps of its
+ * bucket without it) is dropped and must be seen BYTIME_MIN_SEEN times again.
+ *
+ * The noise rule (backends/common/noise_rule.h): a probe round takes at least BYTIME_SAMPLES device
+ * times of eager at T (the first eager step of a round run but not kept: a new row count's first
+ * eager run pays one-time costs, cuBLASLt's heuristic, lazy loading) and compares their median
+ * with the bucket's replay median (replays kept only from steps whose calls all replayed). The
+ * way that serves T now stays unless the other is faster by more than BYTIME_MARGIN
+ * (hysteresis); the counts it implies follow T's way. The padded bucket is the first way.
+ *
+ * Exact-size buckets: a count served eagerly gets one only once it has been seen BYTIME_EXACT_SEEN
+ * times (a capture costs a few eager steps and the capture itself; a count seen less would not
+ * pay it back), while exact_buckets and the budget allow one more. Its round times its own eager
+ * steps (the probe's samples, or steps it is served eagerly anyway: no probes) against the exact
+ * bucket's replays, and keeps the exact bucket only when faster by more than the margin; tried
+ * once per count until a recheck.
+ *
+ * After BYTIME_RECHECK x r steps of a bucket, r its probe rounds since it was last measured (at
+ * least 1), its measurements are forgotten (each count keeps its way until measured or implied
+ * again; exact-size buckets stay) and the bucket is measured again: at most one probe round per
+ * BYTIME_RECHECK steps of a bucket, as when a count was measured on its own. Where every count of
+ * the bucket is served eagerly, the replay is measured by steps run at the bucket for that (graph
+ * probes).
  */
 #ifndef CGRT_LOCAL_BYTIME_H
 #define CGRT_LOCAL_BYTIME_H
@@ -28,6 +55,14 @@
 #define BYTIME_RECHECK NOISE_RECHECK
 #define BYTIME_COUNTS  4096 /* token counts followed at most; others keep their padded bucket */
 #define BYTIME_PENDING 4    /* timed steps whose events have not been read yet, at most */
+/* Steps of a count before it may be probed: a probe round costs 9 eager steps; a count seen
+   fewer times than about twice that would pay more for the round than it could save. */
+#define BYTIME_MIN_SEEN 16
+/* Steps of a count before it may get an exact-size bucket (its warm-up and capture cost several
+   eager steps and milliseconds of host time; 64 steps of a launch-bound count pay that back). */
+#define BYTIME_EXACT_SEEN 64
+/* Steps of a bucket without a step of its probe target before the target is dropped. */
+#define BYTIME_STALL 256
 
 /* How a padded step is served. */
 enum bytime_way {
@@ -42,14 +77,18 @@ struct bytime;
 struct bytime_step {
   enum bytime_way way;
   int64_t tokens, bucket;
-  int timed; /* events recorded around it */
-  int probe; /* run eagerly to measure eager, not because eager won */
-  void *rec; /* the count's record (internal) */
+  int timed;     /* events recorded around it */
+  int probe;     /* run eagerly to measure eager, not because eager won */
+  void *series;  /* the measurement it feeds (internal) */
+  void *rec, *b; /* the count's and the bucket's records (internal) */
 };
 
-/* Its figures for cgrt_stats (the fields of issue 43). */
+/* Its figures for cgrt_stats (the fields of issue 43) and cgrt_backend_figures. */
 struct bytime_figures {
   uint64_t timed_steps, probe_steps, eager_steps, exact_steps, eager_counts, exact_counts;
+  uint64_t implied_counts;    /* counts decided by a neighbour's measurement in their bucket */
+  uint64_t rare_refused;      /* counts refused an exact-size bucket as rare (once per count) */
+  uint64_t graph_probe_steps; /* steps run at their bucket to measure its replay, eager serving */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */

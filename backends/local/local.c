@@ -400,6 +400,10 @@ static int local_stats(void *state, cgrt_stats *out) {
   out->time_exact_steps = b.exact_steps;
   out->time_eager_counts = b.eager_counts;
   out->time_exact_counts = b.exact_counts;
+  if (out->struct_size < offsetof(cgrt_stats, time_rare_refused) + sizeof(out->time_rare_refused))
+    return 0;
+  out->time_implied_counts = b.implied_counts;
+  out->time_rare_refused = b.rare_refused;
   return 0;
 }
 
@@ -410,6 +414,11 @@ static int local_figures(void *state, void (*emit)(void *user, const char *name,
   emit(user, "infer_steps_above_buckets", s->above_buckets);
   emit(user, "bucket_sets_followed", s->sets_followed);
   emit(user, "graphs_retired_with_their_bucket", s->graphs_retired);
+  if (s->bt) { /* steps run at their bucket to measure its replay while its counts ran eagerly */
+    struct bytime_figures b;
+    bytime_figures(s->bt, &b);
+    emit(user, "by_time_graph_probe_steps", b.graph_probe_steps);
+  }
   return 0;
 }
 

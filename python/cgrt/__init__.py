@@ -608,6 +608,10 @@ class Stats:
     time_exact_steps: int
     time_eager_counts: int
     time_exact_counts: int
+    # [local] by_time: token counts decided by another count's measurement in their bucket (no
+    # probes of their own), and counts served eagerly refused an exact-size bucket as rare
+    time_implied_counts: int
+    time_rare_refused: int
 
     @property
     def padded_tokens(self) -> int:
@@ -1170,6 +1174,8 @@ class Runtime:
             time_exact_steps=s.time_exact_steps,
             time_eager_counts=s.time_eager_counts,
             time_exact_counts=s.time_exact_counts,
+            time_implied_counts=s.time_implied_counts,
+            time_rare_refused=s.time_rare_refused,
         )
 
     def clear_findings(self) -> None:

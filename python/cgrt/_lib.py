@@ -182,6 +182,9 @@ class CStats(Structure):
         ("time_exact_steps", c_uint64),
         ("time_eager_counts", c_uint64),
         ("time_exact_counts", c_uint64),
+        # since 0.4: fewer probes ([local] by_time)
+        ("time_implied_counts", c_uint64),
+        ("time_rare_refused", c_uint64),
     ]
 
 

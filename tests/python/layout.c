@@ -132,6 +132,8 @@ int main(void) {
   FIELD(cgrt_stats, time_exact_steps);
   FIELD(cgrt_stats, time_eager_counts);
   FIELD(cgrt_stats, time_exact_counts);
+  FIELD(cgrt_stats, time_implied_counts);
+  FIELD(cgrt_stats, time_rare_refused);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);

@@ -65,6 +65,22 @@ static uint64_t cost_ns(void *user, void (*fn)(void *), void *arg) {
   return 200 + 10 * (uint64_t)((struct params *)arg)->padded;
 }
 
+/*
+ * A cost with a threshold (the tests of session 38): a module's kernel costs 0.2 us below
+ * THRESHOLD tokens and 3 us from it on (non-decreasing in tokens, as bytime.h assumes). In bucket
+ * 128 (3 us a kernel, padded) eager at T < THRESHOLD (4 launches of 1 us, 3 kernels of 0.2 us)
+ * is far faster than the replay (about 9.3 us), and at T >= THRESHOLD far slower (about 13 us):
+ * every count's answer is plain, none within the margin.
+ */
+#define THRESHOLD 96
+
+static uint64_t step_cost_ns(void *user, void (*fn)(void *), void *arg) {
+  (void)user;
+  if (fn != work)
+    return 0;
+  return ((struct params *)arg)->padded < THRESHOLD ? 200 : 3000;
+}
+
 static int module_fwd(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
   struct fixture *f = user;
   if (f->num_params >= MAX_PARAMS)
@@ -103,7 +119,8 @@ static void log_sink(void *user, cgrt_log_level level, const char *msg) {
       snprintf(f->said[f->switches_said], sizeof(f->said[0]), "%s", msg);
     f->switches_said++;
   }
-  if (getenv("BYTIME_VERBOSE") && level <= CGRT_LOG_INFO)
+  if (getenv("BYTIME_VERBOSE") &&
+      level <= (getenv("BYTIME_DEBUG") ? CGRT_LOG_DEBUG : CGRT_LOG_INFO))
     fprintf(stderr, "log: %s\n", msg);
   if (level == CGRT_LOG_INFO && strstr(msg, "adaptive buckets") && strstr(msg, "by time"))
     f->planned_by_time++;
@@ -116,14 +133,16 @@ static struct fixture *fixture_open(const char *extra, int with_cost) {
   snprintf(ini, sizeof(ini),
            "[cuda_graph]\nimpl = local\nwarmup_steps = 2\n"
            "[inference]\nmax_tokens = 128\nnum_graphs = 4\n%s"
-           "[runtime]\ndriver = host\nlog = info\n",
-           extra);
+           "[runtime]\ndriver = host\nlog = %s\n",
+           extra, getenv("BYTIME_DEBUG") ? "debug" : "info");
   if (cgrt_open_string(&f->rt, ini) != 0)
     fail_msg("open: %s", cgrt_last_error(NULL));
   assert_int_equal(cgrt_set_log(f->rt, log_sink, f), 0);
   if (with_cost) {
-    struct cgrt_host_cost c = {
-        .launch_ns = 1000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = cost_ns};
+    struct cgrt_host_cost c = {.launch_ns = 1000,
+                               .graph_launch_ns = 100,
+                               .graph_node_ns = 50,
+                               .node_ns = with_cost == 2 ? step_cost_ns : cost_ns};
     assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
   }
   for (int i = 0; i < MODS; i++) {
@@ -176,7 +195,9 @@ static void test_slower_counts_served_exact_then_eager(void **state) {
   (void)state;
   struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 1\n", 1);
   cgrt_step_report last[3];
-  run(f, 300, last);
+  /* 600 steps (300 before session 38): a count gets an exact-size bucket only once seen
+     BYTIME_EXACT_SEEN (64) times, so 65 runs eagerly from its decision (seen 26 or so) to then */
+  run(f, 600, last);
   cgrt_stats s = {.struct_size = sizeof(s)};
   assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
   assert_int_equal(s.time_exact_counts, 1);
@@ -184,6 +205,11 @@ static void test_slower_counts_served_exact_then_eager(void **state) {
   assert_true(s.timed_steps >= 3 * 16);
   assert_true(s.time_probe_steps >= 2 * 9 && s.time_probe_steps < 40);
   assert_true(s.time_eager_steps > 50 && s.time_exact_steps > 50);
+  /* both were decided at fewer than 64 steps, with room for an exact bucket: refused as rare
+     then (65 got it at its 64th step; 90 found no room left at its own) */
+  assert_int_equal(s.time_rare_refused, 2);
+  /* 65 and 90 share bucket 128, but eager winning at 65 says nothing of 90: both measured */
+  assert_int_equal(s.time_implied_counts, 0);
   /* one count replays at its own size, the other runs eagerly at it; 3 keeps bucket 4 */
   int exact = last[0].mode == CGRT_MODE_REPLAY ? 0 : 1, eager = 1 - exact;
   assert_int_equal(last[exact].mode, CGRT_MODE_REPLAY);
@@ -192,9 +218,11 @@ static void test_slower_counts_served_exact_then_eager(void **state) {
   assert_int_equal(last[eager].padded_tokens, counts[eager]);
   assert_int_equal(last[2].mode, CGRT_MODE_REPLAY);
   assert_int_equal(last[2].padded_tokens, 32);
-  /* said once per change, with the figures */
-  assert_int_equal(f->switches_said, 2);
-  for (int i = 0; i < 2; i++) {
+  /* said once per change, with the figures: both counts eagerly, then one at its exact-size
+     bucket (since session 38 a change of its own: it comes when the count is seen 64 times) */
+  assert_int_equal(f->switches_said, 3);
+  assert_non_null(strstr(f->said[2], "exact-size bucket"));
+  for (int i = 0; i < 3; i++) {
     assert_non_null(strstr(f->said[i], "us"));
     assert_non_null(strstr(f->said[i], "bucket 128"));
   }
@@ -255,13 +283,124 @@ static void test_equal_times_change_nothing(void **state) {
   assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
   assert_int_equal(s.time_eager_counts + s.time_exact_counts, 0);
   assert_int_equal(s.time_eager_steps + s.time_exact_steps, 0);
-  /* each padded count was measured once: 8 eager steps kept, the first run and not kept */
-  assert_int_equal(s.time_probe_steps, 3 * 9);
+  /* each bucket was measured once: 8 eager steps kept, the first run and not kept; since
+     session 38, 65 keeping bucket 128 implies 90 keeps it too (3 * 9 before) */
+  assert_int_equal(s.time_probe_steps, 2 * 9);
+  assert_int_equal(s.time_implied_counts, 1);
   for (int i = 0; i < 3; i++) {
     assert_int_equal(last[i].mode, CGRT_MODE_REPLAY);
     assert_int_equal(last[i].padded_tokens, counts[i] == 3 ? 32 : 128);
   }
   assert_int_equal(f->switches_said, 0);
+  fixture_close(f);
+}
+
+/* The many counts of bucket 128 in the tests below: 65 67 ... 127, in a scrambled cycle. */
+#define NCOUNTS 32
+static int64_t many_count(int i) {
+  return 65 + 2 * ((i * 13) % NCOUNTS); /* 13 is odd: every residue once per cycle */
+}
+
+/* How each count of bucket 128 ran at its last step: whether eagerly, and at what size. */
+struct last_way {
+  int seen, eager;
+  int64_t padded;
+};
+
+/*
+ * Many counts in one bucket, eager faster below THRESHOLD and slower from it on (session 38):
+ * each count ends served the way the threshold says, most of them decided by implication, with
+ * a number of eager probe steps bounded by the rounds of a bisection (not 9 per count); a count
+ * seen fewer than BYTIME_MIN_SEEN (16) times, alone in its bucket, is never probed.
+ */
+static void test_many_counts_one_bucket_bisected(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 2);
+  struct last_way w[128] = {{0}};
+  cgrt_step_report rep;
+  const int steps = NCOUNTS * 150;
+  int rare_steps = 0;
+  for (int i = 0; i < 3; i++) /* bucket 64 captured: 64 tokens, unpadded, not followed */
+    step(f, i, 64, &rep);
+  for (int i = 0; i < steps; i++) {
+    /* 40 tokens (bucket 64) every 500th step: 9 steps in all, below 16 */
+    int64_t t = i % 500 == 499 ? 40 : many_count(i);
+    step(f, i, t, &rep);
+    if (t == 40) {
+      rare_steps++;
+      assert_int_equal(rep.mode, CGRT_MODE_REPLAY); /* never run eagerly: never probed */
+      assert_int_equal(rep.padded_tokens, 64);
+      continue;
+    }
+    w[t].seen++;
+    w[t].eager = rep.mode == CGRT_MODE_EAGER;
+    w[t].padded = rep.padded_tokens;
+  }
+  assert_true(rare_steps > 0 && rare_steps < 16);
+  for (int64_t t = 65; t < 128; t += 2) {
+    assert_true(w[t].seen >= 100);
+    if (t < THRESHOLD) {
+      if (!w[t].eager || w[t].padded != t)
+        fail_msg("%lld tokens: eager is faster, but its last step ran %s at %lld", (long long)t,
+                 w[t].eager ? "eagerly" : "replayed", (long long)w[t].padded);
+    } else if (w[t].eager || w[t].padded != 128) {
+      fail_msg("%lld tokens: its bucket is faster, but its last step ran %s at %lld", (long long)t,
+               w[t].eager ? "eagerly" : "replayed", (long long)w[t].padded);
+    }
+  }
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  int below = (THRESHOLD - 65 + 1) / 2; /* 65 67 ... 95: 16 counts */
+  assert_int_equal(s.time_eager_counts, below);
+  assert_int_equal(s.time_exact_counts + s.time_exact_steps + s.time_rare_refused, 0);
+  /* a bisection of 32 counts: floor(log2 32) + 1 = 6 rounds of 9 eager steps, one more round for
+     the first count to reach 16 steps (it alone was eligible then); per count it was 32 x 9 */
+  if (s.time_probe_steps > 7 * 9 || s.time_probe_steps < 9)
+    fail_msg("%llu eager probe steps for %d counts", (unsigned long long)s.time_probe_steps,
+             NCOUNTS);
+  /* every count not probed was decided by implication: at least 32 - 7 of them */
+  assert_true(s.time_implied_counts >= NCOUNTS - 7);
+  assert_true(s.time_implied_counts + s.time_probe_steps / 9 >= NCOUNTS);
+  /* implied ranges said once per decision, not once per count: per round at most the measured
+     count's line and its implied range's */
+  assert_true(f->switches_said >= 2 && f->switches_said <= 2 * 7);
+  fixture_close(f);
+}
+
+/*
+ * Exact-size buckets only for counts seen often (session 38): in bucket 128, 80 tokens every
+ * other step and 70 72 ... 78 in turn the other steps (24 steps each), eager faster than the
+ * padded replay for all of them. 80 is probed first (the first seen 16 times); eager winning
+ * there implies the others, none probed. 80 gets an exact-size bucket at its 64th step; the
+ * others, seen fewer than 64 times, run eagerly and are counted as refused as rare, as is 80,
+ * decided before its 64th step.
+ */
+static void test_rare_counts_get_no_exact_bucket(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 4\n", 2);
+  cgrt_step_report rep;
+  int64_t at_own_size[128] = {0};
+  for (int i = 0; i < 240; i++) {
+    int64_t t = i % 2 ? 80 : 70 + 2 * ((i / 2) % 5);
+    step(f, i, t, &rep);
+    if (rep.mode == CGRT_MODE_REPLAY && rep.padded_tokens == t)
+      at_own_size[t]++;
+    if (i >= 200 && t != 80) { /* implied: eager at their own size */
+      assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+      assert_int_equal(rep.padded_tokens, t);
+    }
+  }
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  assert_int_equal(s.time_exact_counts, 1);
+  assert_true(at_own_size[80] > 8);
+  assert_int_equal(rep.padded_tokens, 80); /* the last step */
+  for (int64_t t = 70; t <= 78; t += 2)
+    assert_int_equal(at_own_size[t], 0);
+  assert_int_equal(s.time_eager_counts, 5);
+  assert_int_equal(s.time_rare_refused, 6);
+  assert_int_equal(s.time_implied_counts, 5);
+  assert_int_equal(s.time_probe_steps, 9);
   fixture_close(f);
 }
 
@@ -290,6 +429,8 @@ int main(void) {
       cmocka_unit_test(test_off_by_default),
       cmocka_unit_test(test_equal_times_change_nothing),
       cmocka_unit_test(test_adaptive_plans_by_time),
+      cmocka_unit_test(test_many_counts_one_bucket_bisected),
+      cmocka_unit_test(test_rare_counts_get_no_exact_bucket),
   };
   return cmocka_run_group_tests_name("bytime", tests, NULL, NULL);
 }

@@ -37,14 +37,15 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            "\"rebind_variant_keys\":%llu,\"rebind_eager_keys\":%llu,\"copy_bytes\":%llu,"
            "\"budget_eager\":%llu,\"timed_steps\":%llu,\"time_probe_steps\":%llu,"
            "\"time_eager_steps\":%llu,\"time_exact_steps\":%llu,\"time_eager_counts\":%llu,"
-           "\"time_exact_counts\":%llu",
+           "\"time_exact_counts\":%llu,\"time_implied_counts\":%llu,\"time_rare_refused\":%llu",
            (unsigned long long)s.fallbacks, (unsigned long long)s.rebinds,
            (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.rebind_variant_keys,
            (unsigned long long)s.rebind_eager_keys, (unsigned long long)s.copy_bytes,
            (unsigned long long)s.budget_eager, (unsigned long long)s.timed_steps,
            (unsigned long long)s.time_probe_steps, (unsigned long long)s.time_eager_steps,
            (unsigned long long)s.time_exact_steps, (unsigned long long)s.time_eager_counts,
-           (unsigned long long)s.time_exact_counts);
+           (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_implied_counts,
+           (unsigned long long)s.time_rare_refused);
     printf(",\"verifications\":%llu,\"verify_mismatches\":%llu,\"verify_skipped\":%llu,"
            "\"findings\":[",
            (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
@@ -92,12 +93,16 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            (unsigned long long)s.rebind_variant_keys, (unsigned long long)s.rebind_eager_keys,
            (unsigned long long)s.budget_eager);
   if (s.timed_steps || s.time_probe_steps)
-    printf("by_time: %llu steps timed on the device, %llu padded steps run eagerly to measure "
-           "eager; %llu token counts served eagerly (%llu steps) and %llu at an exact-size bucket "
-           "(%llu steps) because their padded replay was measured slower\n",
-           (unsigned long long)s.timed_steps, (unsigned long long)s.time_probe_steps,
-           (unsigned long long)s.time_eager_counts, (unsigned long long)s.time_eager_steps,
-           (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_exact_steps);
+    printf(
+        "by_time: %llu steps timed on the device, %llu padded steps run eagerly to measure "
+        "eager; %llu token counts served eagerly (%llu steps) and %llu at an exact-size bucket "
+        "(%llu steps) because their padded replay was measured slower; %llu token counts decided "
+        "by another count's measurement in their bucket (no probes of their own), %llu refused "
+        "an exact-size bucket as rare\n",
+        (unsigned long long)s.timed_steps, (unsigned long long)s.time_probe_steps,
+        (unsigned long long)s.time_eager_counts, (unsigned long long)s.time_eager_steps,
+        (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_exact_steps,
+        (unsigned long long)s.time_implied_counts, (unsigned long long)s.time_rare_refused);
   if (s.verifications || s.verify_skipped)
     printf("verify: %llu replays checked against eager, %llu differed, %llu not checked (no "
            "memory for the private copies)\n",

@@ -694,10 +694,12 @@ static int measure_row(struct host_model *backend, struct host_model *eager, str
                        cudaStream_t fs, struct row *r, const struct bench_opts *o) {
   cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
   cgrt_stats_get(backend->rt, &s0);
-  /* enough steps for a by_time round (8 replays, 9 eager steps, an exact bucket's warm-up,
-     capture and 8 replays) beyond the warm-up */
+  /* enough steps for a by_time round beyond the warm-up: a count is probed once seen 16 times
+     (8 replays, 9 eager steps), and gets an exact-size bucket once seen 64 times (its warm-up,
+     capture and 8 replays): 100 (40 before session 38, when probes and exact buckets came at
+     once) */
   struct bench_opts settle = *o;
-  settle.warmup = o->warmup + 40;
+  settle.warmup = o->warmup + 100;
   settle.steps = 1;
   struct measure probe;
   struct hm_stepper he, hs;

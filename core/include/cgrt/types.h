@@ -313,6 +313,14 @@ typedef struct cgrt_stats {
   uint64_t time_eager_counts; /* token counts (dynamic_cp: cp sizes) served eagerly now for that
                                  reason */
   uint64_t time_exact_counts; /* token counts given an exact-size bucket now (local only) */
+  /* -- since 0.4: fewer probes ([local] by_time shares measurements within a bucket) -- */
+  uint64_t time_implied_counts; /* token counts whose way was decided by another count's
+                                   measurement in their bucket, without probes of their own (a
+                                   count decided again after a recheck counts again; local
+                                   only) */
+  uint64_t time_rare_refused;   /* token counts served eagerly that were refused an exact-size
+                                   bucket because seen too rarely then (once per count; it may
+                                   get one later, when seen often enough; local only) */
 } cgrt_stats;
 
 /*

@@ -57,7 +57,9 @@ static const struct {
               F(time_eager_steps),
               F(time_exact_steps),
               F(time_eager_counts),
-              F(time_exact_counts)};
+              F(time_exact_counts),
+              F(time_implied_counts),
+              F(time_rare_refused)};
 #undef F
 
 /* snprintf into buf at *n, counting what did not fit, so the caller learns the length needed. */
