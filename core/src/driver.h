@@ -245,6 +245,14 @@ struct cgrt_driver {
    * Optional like the other communicator operations: NULL where the driver has none.
    */
   int (*comm_max)(struct cgrt_dev *dev, void *comm, double *values, int n, void *stream);
+
+  /* -- appended for issue 43: a step's host time (host API now_ns) -- */
+  /*
+   * The host's clock in nanoseconds as the driver models it. Optional: NULL where the host's is
+   * the real one (the core then reads its monotonic clock); the host driver gives its simulated
+   * host clock, so that a test's host and device times compare.
+   */
+  uint64_t (*host_clock_ns)(struct cgrt_dev *dev);
 };
 
 /* The built-in host driver (drivers/host/driver_host.c). */

@@ -74,7 +74,8 @@
  *   (the host clock then), and a host function takes node_ns(fn, arg), plus graph_node_ns when it
  *   runs as part of a launched graph. An event record takes its stream's clock when it runs, and
  *   event_elapsed gives the difference of two records' clocks (CGRT_E_NOTREADY until both ran).
- *   A sync moves the host clock up to the stream's (the host waited). So eager work of cheap
+ *   A sync moves the host clock up to the stream's (the host waited). The host API's now_ns
+ *   reads the simulated host clock (0 while no cost model is set). So eager work of cheap
  *   nodes is bound by its launches, graphs by their nodes, as on a GPU, and a test can make a
  *   padded graph slower than eager work of fewer tokens.
  * - Communicators: none of its own (no comm_split); the core stands in one per cp size for a world
@@ -1321,6 +1322,11 @@ int cgrt__host_set_peers(struct cgrt_dev *dev,
   return 0;
 }
 
+/* The simulated host clock: what the cost model's launches and waits have made pass. */
+static uint64_t host_host_clock_ns(struct cgrt_dev *dev) {
+  return ((struct host_dev *)dev->impl)->host_clock;
+}
+
 int cgrt__host_set_cost(struct cgrt_dev *dev, const struct cgrt_host_cost *cost) {
   if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
     return CGRT_E_INVAL;
@@ -1381,4 +1387,5 @@ HOST_EXPORT const struct cgrt_driver HOST_TABLE = {
     .event_create_timed = host_event_create_timed,
     .event_elapsed = host_event_elapsed,
     .comm_max = host_comm_max,
+    .host_clock_ns = host_host_clock_ns,
 };

@@ -421,6 +421,27 @@ static void test_adaptive_plans_by_time(void **state) {
   fixture_close(f);
 }
 
+static void nothing(void *arg) {
+  (void)arg;
+}
+
+/* now_ns (host API minor 10): on the host driver, its simulated host clock: launches advance it,
+   a wait for the stream moves it up to the device's. */
+static void test_now_ns_is_the_host_drivers_host_clock(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("", 1);
+  const struct cgrt_host_api *h = &f->rt->host;
+  assert_true(h->minor >= 10 && CGRT_HOST_HAS(h, now_ns));
+  uint64_t t0 = h->now_ns(h);
+  assert_int_equal(h->host_fn(h, h->stream(h), nothing, NULL), 0);
+  assert_int_equal(h->host_fn(h, h->stream(h), work, &f->params[0]), 0);
+  assert_true(h->now_ns(h) == t0 + 2000);                       /* two eager launches of 1 us */
+  f->params[0] = (struct params){&f->value, &f->out[0], 10000}; /* a kernel of 100.2 us */
+  assert_int_equal(h->stream_sync(h, h->stream(h)), 0);
+  assert_true(h->now_ns(h) >= t0 + 2000 + 100200); /* the host waited for the device */
+  fixture_close(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_slower_counts_served_exact_then_eager),
@@ -431,6 +452,7 @@ int main(void) {
       cmocka_unit_test(test_adaptive_plans_by_time),
       cmocka_unit_test(test_many_counts_one_bucket_bisected),
       cmocka_unit_test(test_rare_counts_get_no_exact_bucket),
+      cmocka_unit_test(test_now_ns_is_the_host_drivers_host_clock),
   };
   return cmocka_run_group_tests_name("bytime", tests, NULL, NULL);
 }

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    9
+#define CGRT_HOST_API_MINOR    10
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -609,6 +609,15 @@ struct cgrt_host_api {
    * communicators (built without NCCL).
    */
   int (*comm_max)(const struct cgrt_host_api *h, void *comm, double *values, int n);
+
+  /* -- since minor 10: a step's host time (by_time, issue 43) -- */
+  /*
+   * The host's monotonic clock, in nanoseconds: the one the core's statistics use
+   * (cgrt_step_report.host_ns), or, on the host driver, its simulated host clock (a test's cost
+   * model), which compares with its simulated device times. Cheap: read it around a step to time
+   * what the host spent issuing it. A backend on an older core reads CLOCK_MONOTONIC itself.
+   */
+  uint64_t (*now_ns)(const struct cgrt_host_api *h);
 };
 
 /* True if the host table `h` has field `f` (check before using a field newer than yours). */

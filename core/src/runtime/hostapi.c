@@ -320,6 +320,12 @@ static int h_comm_max(const struct cgrt_host_api *h, void *comm, double *values,
   return rc;
 }
 
+/* The host's clock (since minor 10): the driver's model of it where it has one. */
+static uint64_t h_now_ns(const struct cgrt_host_api *h) {
+  cgrt_runtime *rt = CGRT_RT(h);
+  return DRV(rt)->host_clock_ns ? DRV(rt)->host_clock_ns(DEV(rt)) : cgrt__now_ns();
+}
+
 static int h_graph_memory(const struct cgrt_host_api *h, uint64_t *bytes, uint64_t *budget) {
   cgrt_runtime *rt = CGRT_RT(h);
   const struct cgrt__graph_mem *m = &rt->graphs.mem;
@@ -555,4 +561,6 @@ void cgrt__host_api_init(cgrt_runtime *rt) {
   h->buckets_cost = cgrt__buckets_cost;
   /* minor 9 */
   h->comm_max = h_comm_max;
+  /* minor 10 */
+  h->now_ns = h_now_ns;
 }
