@@ -6,13 +6,16 @@
  * of a round, recorded on the runtime's stream before prepare and after the body, as local's
  * bytime does: the device time between them is what the step cost the stream in the host's own
  * pipeline. No pass waits for them; the round's decision waits once for its last event, then
- * reads them all (host->event_elapsed).
+ * reads them all (host->event_elapsed). Beside it, the host's time to issue the pass (host->now_ns
+ * after the start event is recorded and before the end event is): a sample's cost is the larger
+ * of the two (backends/common/step_cost.h), as in local's bytime.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cp_time.h"
 #include "noise_rule.h"
+#include "step_cost.h"
 
 #define TIMED (CP_TIME_ROUND - 1) /* timed passes of a round: all but the first eager one */
 
@@ -25,6 +28,8 @@ struct cp_time {
   void *events[2 * TIMED]; /* created at the first timed pass */
   int have_events;
   int kept[TIMED]; /* the pass of that pair is a sample (a graph pass kept when it replayed) */
+  uint64_t host_start[TIMED]; /* the host's clock when the pass's start event was recorded */
+  double host_us[TIMED];      /* the host's time to issue the pass */
 };
 
 static const char *const way_names[] = {"by its graphs", "eagerly"};
@@ -105,29 +110,32 @@ int cp_time_begin(struct cp_time *t, int64_t pass, struct cp_time_step *st) {
   if (rc != 0)
     return rc;
   t->kept[st->slot] = 0;
-  return t->h->event_record(t->h, t->events[2 * st->slot], t->h->stream(t->h));
+  if ((rc = t->h->event_record(t->h, t->events[2 * st->slot], t->h->stream(t->h))) != 0)
+    return rc;
+  t->host_start[st->slot] = step_cost_now_ns(t->h); /* prepare and body are issued from here */
+  return 0;
 }
 
-/* The medians of the round's kept samples of each way (-1 for a way without any). */
-static void round_medians(struct cp_time *t, double med[2]) {
+/* The figures of the round's kept samples of each way (us -1 for a way without any). */
+static void round_medians(struct cp_time *t, struct step_cost med[2]) {
   const struct cgrt_host_api *h = t->h;
-  double us[2][CP_TIME_EAGER];
+  struct step_sample v[2][CP_TIME_EAGER];
   int n[2] = {0, 0};
   for (int slot = 0; slot < TIMED; slot++) {
     if (!t->kept[slot])
       continue;
     enum cp_way w = slot < CP_TIME_GRAPHS ? CP_GRAPHS : CP_EAGER;
-    double v = 0;
-    if (h->event_elapsed(h, t->events[2 * slot], t->events[2 * slot + 1], &v) != 0) {
+    double us = 0;
+    if (h->event_elapsed(h, t->events[2 * slot], t->events[2 * slot + 1], &us) != 0) {
       h->log(h, CGRT_LOG_DEBUG, "dynamic_cp by_time: a step's timing at cp %d is lost (%s)", t->cp,
              h->last_error(h));
       continue;
     }
     t->fig->timed_steps++;
-    us[w][n[w]++] = v;
+    v[w][n[w]++] = (struct step_sample){t->host_us[slot], us};
   }
   for (int w = 0; w < 2; w++)
-    med[w] = n[w] > 0 ? noise_median(us[w], n[w]) : -1;
+    med[w] = n[w] > 0 ? step_cost_medians(v[w], n[w]) : (struct step_cost){-1, -1, -1};
 }
 
 /* The end of a round: this rank's medians, the group's maxima, the rule, said once. */
@@ -136,10 +144,11 @@ static int decide(struct cp_time *t, void *comm) {
   int rc = h->event_sync(h, t->events[2 * TIMED - 1]); /* once per round */
   if (rc != 0)
     return rc;
-  double own[2], group[2];
+  struct step_cost own[2];
+  double group[2];
   round_medians(t, own);
-  group[0] = own[0];
-  group[1] = own[1];
+  group[0] = own[0].us;
+  group[1] = own[1].us;
   if ((rc = h->comm_max(h, comm, group, 2)) != 0)
     return rc;
   t->fig->rounds++;
@@ -162,18 +171,21 @@ static int decide(struct cp_time *t, void *comm) {
   else if (was == CP_EAGER && t->fig->eager_sizes > 0)
     t->fig->eager_sizes--;
   t->inc = to;
-  char what[96];
+  char what[96], figures[192] = "";
+  int len = 0;
+  step_cost_say(figures, sizeof(figures), &len, "graphs", own[CP_GRAPHS]);
+  step_cost_say(figures, sizeof(figures), &len, "eager", own[CP_EAGER]);
   if (to != was)
     snprintf(what, sizeof(what), "served %s from now on, not %s", way_names[to], way_names[was]);
   else
     snprintf(what, sizeof(what), "still served %s", way_names[to]);
   h->log(h, CGRT_LOG_INFO,
-         "dynamic_cp by_time: cp %d %s (device time per step, medians of %d: graphs %.1f us, "
-         "eager %.1f us on this rank; the group's slowest rank: graphs %.1f us, eager %.1f us; the "
-         "other way must be faster by more than %.0f%%; measured again in %d steps; [dynamic_cp] "
-         "by_time = off keeps graphs)",
-         t->cp, what, CP_TIME_GRAPHS, own[CP_GRAPHS], own[CP_EAGER], group[CP_GRAPHS],
-         group[CP_EAGER], NOISE_MARGIN * 100, NOISE_RECHECK);
+         "dynamic_cp by_time: cp %d %s (time per step, the larger of host issue and device time, "
+         "medians of %d: %s on this rank; the group's slowest rank: graphs %.1f us, eager %.1f us; "
+         "the other way must be faster by more than %.0f%%; measured again in %d steps; "
+         "[dynamic_cp] by_time = off keeps graphs)",
+         t->cp, what, CP_TIME_GRAPHS, figures, group[CP_GRAPHS], group[CP_EAGER],
+         NOISE_MARGIN * 100, NOISE_RECHECK);
   return 0;
 }
 
@@ -181,6 +193,7 @@ int cp_time_end(struct cp_time *t, const struct cp_time_step *st, cgrt_mode mode
   if (st->slot < 0)
     return 0;
   const struct cgrt_host_api *h = t->h;
+  t->host_us[st->slot] = step_cost_host_us(h, t->host_start[st->slot]);
   int rc = h->event_record(h, t->events[2 * st->slot + 1], h->stream(h));
   if (rc != 0)
     return rc;

@@ -6,13 +6,17 @@
  * both records have run (never a wait: a timing whose events are not done stays pending, and at
  * most BYTIME_PENDING are). The device time between them is what the step cost the stream in the
  * host's own pipeline: for a step bound by its launches, the launches; for one bound by its work,
- * the work. Eager steps are timed the same way, back to back with the host's other steps.
+ * the work. Eager steps are timed the same way, back to back with the host's other steps. Beside
+ * it, the host's time to issue the step (host->now_ns after the start event is recorded and before
+ * the end event is): a sample's cost is the larger of the two (backends/common/step_cost.h), so a
+ * step whose launches the device hides, being behind, still costs them.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bytime.h"
+#include "step_cost.h"
 
 /* Samples of one way of serving, taken in one round; restarted by bumping `round`. */
 struct series {
@@ -21,8 +25,8 @@ struct series {
   int skip;       /* an eager series' first step is run but not kept */
   int taken;      /* timed steps queued this round */
   int n;          /* samples read this round */
-  double us[BYTIME_SAMPLES];
-  double median; /* of the last complete round (0: none) */
+  struct step_sample v[BYTIME_SAMPLES];
+  struct step_cost median; /* of the last complete round (us 0: none) */
 };
 
 enum decided { UNDECIDED = 0, MEASURED = 1, IMPLIED = 2 };
@@ -58,6 +62,7 @@ struct pending {
   struct bucket_rec *b;
   struct count_rec *r;
   uint32_t round;
+  double host_us; /* the host's time to issue the step */
 };
 
 struct bytime {
@@ -266,16 +271,16 @@ static void switch_to(struct bytime *bt, struct count_rec *r, enum bytime_way to
   r->inc = to;
   if (!said)
     return;
-  double m[3] = {r->b->replay.median, r->eager.median, r->exact.median};
-  char figures[256];
+  struct step_cost m[3] = {r->b->replay.median, r->eager.median, r->exact.median};
+  char figures[384] = "";
   int n = 0;
   for (int w = 0; w < 3; w++)
-    if (m[w] > 0)
-      n += snprintf(figures + n, sizeof(figures) - (size_t)n, "%s%s %.1f us", n ? ", " : "",
-                    way_names[w], m[w]);
+    if (m[w].us > 0)
+      step_cost_say(figures, sizeof(figures), &n, way_names[w], m[w]);
   h->log(h, CGRT_LOG_INFO,
-         "local by_time: %lld tokens (bucket %lld) served %s from now on, not %s (device time per "
-         "step, medians of %d: %s; [local] by_time = off keeps the padded bucket)",
+         "local by_time: %lld tokens (bucket %lld) served %s from now on, not %s (time per step, "
+         "the larger of host issue and device time, medians of %d: %s; [local] by_time = off "
+         "keeps the padded bucket)",
          (long long)r->tokens, (long long)r->b->bucket, way_names[to], way_names[from],
          BYTIME_SAMPLES, figures);
 }
@@ -307,8 +312,9 @@ static int imply(struct bytime *bt, struct count_rec *r) {
 /* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
 static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
   const struct cgrt_host_api *h = bt->h;
-  double e = r->eager.median = noise_median(r->eager.us, r->eager.n);
-  double p = b->replay.median = noise_median(b->replay.us, b->replay.n);
+  struct step_cost ec = r->eager.median = step_cost_medians(r->eager.v, r->eager.n);
+  struct step_cost pc = b->replay.median = step_cost_medians(b->replay.v, b->replay.n);
+  double e = ec.us, p = pc.us;
   report_cost(bt, r->tokens, b->bucket, p);
   report_cost(bt, r->tokens, 0, e);
   b->probing = NULL;
@@ -325,6 +331,7 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
     b->eager_upto = r->tokens;
   else
     b->bucket_from = r->tokens;
+  enum bytime_way was = r->inc;
   switch_to(bt, r, eager_wins ? BYTIME_EAGER : BYTIME_BUCKET, 1);
   int64_t lo = 0, hi = 0;
   size_t n = 0, changed = 0, at;
@@ -339,26 +346,35 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
     changed += (size_t)c;
   }
   /* said once for the bucket, at info when a way changed */
+  char figures[256] = "";
+  int len = 0;
+  step_cost_say(figures, sizeof(figures), &len, "eager", ec);
+  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  if (was == r->inc) /* switch_to said nothing */
+    h->log(h, CGRT_LOG_DEBUG,
+           "local by_time: %lld tokens (bucket %lld) still served %s (time per step, the larger "
+           "of host issue and device time, medians of %d: %s)",
+           (long long)r->tokens, (long long)b->bucket, way_names[r->inc], BYTIME_SAMPLES, figures);
   if (n > 0)
     h->log(h, changed ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
            "local by_time: counts %lld-%lld of bucket %lld (%zu seen, %zu changed) served %s from "
-           "now on, implied by %lld tokens (eager %.1f us, replayed at its bucket %.1f us; eager "
-           "cost taken as non-decreasing in tokens; none of them probed)",
+           "now on, implied by %lld tokens (time per step, the larger of host issue and device "
+           "time: %s; eager cost taken as non-decreasing in tokens; none of them probed)",
            (long long)lo, (long long)hi, (long long)b->bucket, n, changed,
-           way_names[eager_wins ? BYTIME_EAGER : BYTIME_BUCKET], (long long)r->tokens, e, p);
+           way_names[eager_wins ? BYTIME_EAGER : BYTIME_BUCKET], (long long)r->tokens, figures);
   if (eager_wins)
     consider_exact(bt, r);
 }
 
 /* An exact-size bucket's round is complete: it stays only when faster than eager. */
 static int decide_exact(struct bytime *bt, struct count_rec *r) {
-  r->eager.median = noise_median(r->eager.us, r->eager.n);
-  r->exact.median = noise_median(r->exact.us, r->exact.n);
-  report_cost(bt, r->tokens, 0, r->eager.median);
-  report_cost(bt, r->tokens, r->tokens, r->exact.median);
+  r->eager.median = step_cost_medians(r->eager.v, r->eager.n);
+  r->exact.median = step_cost_medians(r->exact.v, r->exact.n);
+  report_cost(bt, r->tokens, 0, r->eager.median.us);
+  report_cost(bt, r->tokens, r->tokens, r->exact.median.us);
   r->exact_round = 0;
   r->exact.active = 0;
-  if (noise_challenger_wins(r->exact.median, r->eager.median)) {
+  if (noise_challenger_wins(r->exact.median.us, r->eager.median.us)) {
     switch_to(bt, r, BYTIME_EXACT, 1);
     return 0;
   }
@@ -437,7 +453,7 @@ static int poll(struct bytime *bt) {
     struct series *s = p->s;
     if (!s->active || p->round != s->round || s->n >= BYTIME_SAMPLES)
       continue; /* a round that ended or was restarted since */
-    s->us[s->n++] = us;
+    s->v[s->n++] = (struct step_sample){p->host_us, us};
     if ((rc = settle(bt, p->b, p->r)) != 0)
       return rc;
   }
@@ -550,6 +566,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
     size_t slot = (bt->head + bt->npending) % BYTIME_PENDING;
     if ((rc = bt->h->event_record(bt->h, bt->events[2 * slot], bt->h->stream(bt->h))) != 0)
       return rc;
+    st->host_start_ns = step_cost_now_ns(bt->h); /* the host issues prepare and body from here */
   }
   if (st->probe)
     bt->fig.probe_steps++;
@@ -567,12 +584,13 @@ int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode) {
   /* A replay is kept only when the step's calls replayed (not a warm-up or a capture). */
   if (st->way != BYTIME_EAGER && mode != CGRT_MODE_REPLAY)
     return 0;
+  double host_us = step_cost_host_us(bt->h, st->host_start_ns);
   size_t slot = (bt->head + bt->npending) % BYTIME_PENDING;
   int rc = bt->h->event_record(bt->h, bt->events[2 * slot + 1], bt->h->stream(bt->h));
   if (rc != 0)
     return rc;
-  bt->ring[slot] =
-      (struct pending){bt->events[2 * slot], bt->events[2 * slot + 1], s, st->b, st->rec, s->round};
+  bt->ring[slot] = (struct pending){
+      bt->events[2 * slot], bt->events[2 * slot + 1], s, st->b, st->rec, s->round, host_us};
   bt->npending++;
   s->taken++;
   return 0;

@@ -77,10 +77,11 @@ struct bytime;
 struct bytime_step {
   enum bytime_way way;
   int64_t tokens, bucket;
-  int timed;     /* events recorded around it */
-  int probe;     /* run eagerly to measure eager, not because eager won */
-  void *series;  /* the measurement it feeds (internal) */
-  void *rec, *b; /* the count's and the bucket's records (internal) */
+  int timed;              /* events recorded around it */
+  int probe;              /* run eagerly to measure eager, not because eager won */
+  uint64_t host_start_ns; /* the host's clock when its start event was recorded */
+  void *series;           /* the measurement it feeds (internal) */
+  void *rec, *b;          /* the count's and the bucket's records (internal) */
 };
 
 /* Its figures for cgrt_stats (the fields of issue 43) and cgrt_backend_figures. */

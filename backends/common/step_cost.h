@@ -1,0 +1,86 @@
+/*
+ * step_cost.h - what a timed step costs the pipeline, for the backends that choose by time
+ * (issue 43): local's buckets by time (backends/local/bytime.h) and dynamic_cp's cp sizes by
+ * time (backends/dynamic_cp/cp_time.h), so that the two do not diverge.
+ *
+ * A step's cost is the larger of the host's time to issue it and its device span (two timed
+ * events around it on the runtime's stream): what the step takes from the pipeline, whichever
+ * side bounds it. The device span alone misleads when the host runs ahead of the device (a host
+ * that does not wait every step): an eager step's kernels are then all queued before the device
+ * reaches its start event, its span is its kernels' time only, and the launches it cost the host
+ * are hidden. The host time is read from host->now_ns (host API minor 10; CLOCK_MONOTONIC on an
+ * older core) just after the start event is recorded and just before the end event is: prepare
+ * and body as issued. Two clock reads per timed step, none for the others.
+ *
+ * It assumes the host does not wait inside the step: a prepare or body that synchronizes the
+ * device counts the wait as host time (the step then costs at least its device time anyway).
+ *
+ * Each timed sample keeps both parts and its cost, the larger; a round's figure is the median of
+ * the costs (the noise rule, noise_rule.h, compares those), and the medians of either part are
+ * said beside it.
+ */
+#ifndef CGRT_BACKENDS_STEP_COST_H
+#define CGRT_BACKENDS_STEP_COST_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "cgrt/backend.h"
+#include "noise_rule.h"
+
+/* The host's clock in ns: the core's (the host driver's simulated one), else CLOCK_MONOTONIC. */
+static inline uint64_t step_cost_now_ns(const struct cgrt_host_api *h) {
+  if (CGRT_HOST_HAS(h, now_ns))
+    return h->now_ns(h);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The host's time in us from `start_ns` (a step_cost_now_ns reading) to now. */
+static inline double step_cost_host_us(const struct cgrt_host_api *h, uint64_t start_ns) {
+  uint64_t now = step_cost_now_ns(h);
+  return now > start_ns ? (double)(now - start_ns) / 1000.0 : 0.0;
+}
+
+/* One timed step: its host time, its device span, and its cost, the larger. */
+struct step_sample {
+  double host_us, device_us;
+};
+
+static inline double step_cost_of(struct step_sample s) {
+  return s.host_us > s.device_us ? s.host_us : s.device_us;
+}
+
+/* A round's figures: the median of the samples' costs, and the medians of either part. */
+struct step_cost {
+  double us, host_us, device_us;
+};
+
+/* The figures of v[0..n), 0 < n <= NOISE_SAMPLES. */
+static inline struct step_cost step_cost_medians(const struct step_sample *v, int n) {
+  double cost[NOISE_SAMPLES], host[NOISE_SAMPLES], device[NOISE_SAMPLES];
+  for (int i = 0; i < n; i++) {
+    cost[i] = step_cost_of(v[i]);
+    host[i] = v[i].host_us;
+    device[i] = v[i].device_us;
+  }
+  return (struct step_cost){noise_median(cost, n), noise_median(host, n), noise_median(device, n)};
+}
+
+/*
+ * Appends "NAME 954.0 us (host 960.1, device 901.3)" to buf, after ", " unless it is the first
+ * (*len: what buf holds, 0 at first; kept below size).
+ */
+static inline void step_cost_say(char *buf, size_t size, int *len, const char *name,
+                                 struct step_cost c) {
+  if (*len < 0 || (size_t)*len >= size)
+    return;
+  int n = snprintf(buf + *len, size - (size_t)*len, "%s%s %.1f us (host %.1f, device %.1f)",
+                   *len ? ", " : "", name, c.us, c.host_us, c.device_us);
+  if (n > 0)
+    *len = (size_t)(*len + n) < size ? *len + n : (int)size - 1;
+}
+
+#endif
