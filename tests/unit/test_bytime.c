@@ -7,8 +7,10 @@
  * What the tests check: the slower counts are served the faster way (an exact-size bucket while
  * exact_buckets allows, else eagerly), the others keep their bucket, every step's output is right,
  * each change is said once at info, cgrt_stats counts it; `by_time = off`, the default, keeps
- * every padded bucket; with no cost model (every time equal) nothing changes (the margin); and
- * adaptive buckets plan by time from the figures by_time reports.
+ * every padded bucket; with no cost model (every time equal) nothing changes (the margin);
+ * adaptive buckets plan by time from the figures by_time reports; and a step's cost is the larger
+ * of its host and device times (a backlogged stream keeps a bucket whose eager steps cost the host
+ * more, a device-bound eager count is served by its device time).
  *
  * Three modules in a chain, each "kernel" a host function out = 2 in + 1: row-independent, so a
  * step served eagerly or at another bucket gives the same output, 8 in + 7.
@@ -46,7 +48,10 @@ struct fixture {
   int switches_said; /* info lines of by_time */
   char said[4][512];
   int planned_by_time; /* info lines of the adaptive planner that planned by time */
+  char kept[512];      /* the last debug line of a measured count that kept its way */
 };
+
+static int log_debug; /* the next fixture logs at debug (a test that reads debug lines) */
 
 static void work(void *arg) {
   struct params *p = arg;
@@ -119,6 +124,8 @@ static void log_sink(void *user, cgrt_log_level level, const char *msg) {
       snprintf(f->said[f->switches_said], sizeof(f->said[0]), "%s", msg);
     f->switches_said++;
   }
+  if (level == CGRT_LOG_DEBUG && strstr(msg, "by_time") && strstr(msg, "still served"))
+    snprintf(f->kept, sizeof(f->kept), "%s", msg);
   if (getenv("BYTIME_VERBOSE") &&
       level <= (getenv("BYTIME_DEBUG") ? CGRT_LOG_DEBUG : CGRT_LOG_INFO))
     fprintf(stderr, "log: %s\n", msg);
@@ -134,7 +141,7 @@ static struct fixture *fixture_open(const char *extra, int with_cost) {
            "[cuda_graph]\nimpl = local\nwarmup_steps = 2\n"
            "[inference]\nmax_tokens = 128\nnum_graphs = 4\n%s"
            "[runtime]\ndriver = host\nlog = %s\n",
-           extra, getenv("BYTIME_DEBUG") ? "debug" : "info");
+           extra, getenv("BYTIME_DEBUG") || log_debug ? "debug" : "info");
   if (cgrt_open_string(&f->rt, ini) != 0)
     fail_msg("open: %s", cgrt_last_error(NULL));
   assert_int_equal(cgrt_set_log(f->rt, log_sink, f), 0);
@@ -425,6 +432,129 @@ static void nothing(void *arg) {
   (void)arg;
 }
 
+/* The figures of `way` in a by_time line: "WAY 20.0 us (host 20.0, device 0.6)", or fails. */
+static void figures_of(const char *line, const char *way, double *us, double *host,
+                       double *device) {
+  char what[64];
+  snprintf(what, sizeof(what), "%s ", way);
+  for (const char *p = strstr(line, what); p; p = strstr(p + 1, what))
+    if (sscanf(p + strlen(what), "%lf us (host %lf, device %lf)", us, host, device) == 3)
+      return;
+  fail_msg("no figures of '%s' in: %s", way, line);
+}
+
+/* Device work of `arg` ns (a uint64_t) that the host queues and never waits for. */
+static void hold(void *arg) {
+  (void)arg;
+}
+
+static uint64_t backlog_cost_ns(void *user, void (*fn)(void *), void *arg) {
+  if (fn == hold)
+    return *(const uint64_t *)arg;
+  return step_cost_ns(user, fn, arg);
+}
+
+/*
+ * A backlogged stream (issue 43, session 38): the host never waits for the device within a batch
+ * of steps, and 10 ms of device work queued before each batch keeps the device behind, so every
+ * step's kernels are queued before the device reaches its start event. 80 tokens in bucket 128,
+ * eager launches costing the host 5 us each: eager issues 4 launches (prepare's and 3 modules'),
+ * 20 us of host time, while its device span is its kernels' alone (3 x 0.2 us); the padded replay
+ * takes about 9.2 us of device time and about 5.3 us of host time. By device time alone (the rule
+ * before) eager looked 15 times faster and served the count; a step's cost is the larger of its
+ * host and device times, so the replay (9.2 us) beats eager (20 us) and the bucket stays.
+ */
+static void test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more(void **state) {
+  (void)state;
+  log_debug = 1;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  log_debug = 0;
+  uint64_t hold_ns = 10 * 1000 * 1000;
+  struct cgrt_host_cost c = {
+      .launch_ns = 5000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = backlog_cost_ns};
+  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  const struct cgrt_host_api *h = &f->rt->host;
+  cgrt_step_report rep;
+  int eager_after = 0;
+  for (int batch = 0; batch < 40; batch++) {
+    assert_int_equal(h->host_fn(h, h->stream(h), hold, &hold_ns), 0);
+    uint64_t t0 = h->now_ns(h);
+    for (int i = 0; i < 6; i++) {
+      f->value = (double)(batch % 100);
+      cgrt_step_desc d = {.struct_size = sizeof(d),
+                          .phase = CGRT_PHASE_INFER,
+                          .tokens = 80,
+                          .prepare = prepare,
+                          .body = body,
+                          .user = f};
+      rep = (cgrt_step_report){.struct_size = sizeof(rep)};
+      if (cgrt_step(f->rt, &d, &rep) != 0)
+        fail_msg("batch %d, step %d: %s", batch, i, cgrt_last_error(f->rt));
+      eager_after += batch >= 20 && rep.mode == CGRT_MODE_EAGER;
+    }
+    /* the host ran far ahead of the device: the batch was backlogged throughout */
+    assert_true(h->now_ns(h) - t0 < hold_ns / 10);
+    assert_int_equal(cgrt_synchronize(f->rt), 0);
+    assert_true(f->out[MODS - 1] == 8 * f->value + 7);
+  }
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  assert_true(s.time_probe_steps >= 9); /* eager was measured */
+  assert_int_equal(s.time_eager_counts, 0);
+  assert_int_equal(eager_after, 0);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  assert_int_equal(rep.padded_tokens, 128);
+  assert_int_equal(f->switches_said, 0);
+  /* the decision, with its figures: eager's device span alone is far below the replay's */
+  assert_non_null(strstr(f->kept, "80 tokens (bucket 128) still served replayed at its bucket"));
+  double us, host, device, rus, rhost, rdevice;
+  figures_of(f->kept, "eager", &us, &host, &device);
+  figures_of(f->kept, "replayed at its bucket", &rus, &rhost, &rdevice);
+  assert_true(host == 20.0 && device < 1.0 && us == host);
+  assert_true(rdevice > 9.0 && rdevice < 9.5 && rhost < rdevice && rus == rdevice);
+  assert_true(device < rdevice && rus < us);
+  fixture_close(f);
+}
+
+static uint64_t device_bound_cost_ns(void *user, void (*fn)(void *), void *arg) {
+  (void)user;
+  if (fn != work)
+    return 0;
+  return 250 * (uint64_t)((struct params *)arg)->padded;
+}
+
+/*
+ * The opposite: a host that waits every step, eager bound by the device. 80 tokens' kernels take
+ * 20 us each eagerly and 32 us padded to 128: eager's device time (about 62 us) is above its host
+ * time (4 us) and is its cost, the replay's (about 97 us) too; eager is faster and serves.
+ */
+static void test_device_bound_eager_served_by_its_device_time(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  struct cgrt_host_cost c = {.launch_ns = 1000,
+                             .graph_launch_ns = 100,
+                             .graph_node_ns = 50,
+                             .node_ns = device_bound_cost_ns};
+  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  cgrt_step_report rep;
+  for (int i = 0; i < 60; i++)
+    step(f, i, 80, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+  assert_int_equal(rep.padded_tokens, 80);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  assert_int_equal(s.time_eager_counts, 1);
+  assert_int_equal(f->switches_said, 1);
+  assert_non_null(strstr(f->said[0], "80 tokens (bucket 128) served eagerly from now on"));
+  assert_non_null(strstr(f->said[0], "the larger of host issue and device time"));
+  double us, host, device, rus, rhost, rdevice;
+  figures_of(f->said[0], "eagerly", &us, &host, &device);
+  figures_of(f->said[0], "replayed at its bucket", &rus, &rhost, &rdevice);
+  assert_true(host == 4.0 && device > 60 && device < 63 && us == device);
+  assert_true(rdevice > 96 && rdevice < 98 && rhost < 2 && rus == rdevice);
+  fixture_close(f);
+}
+
 /* now_ns (host API minor 10): on the host driver, its simulated host clock: launches advance it,
    a wait for the stream moves it up to the device's. */
 static void test_now_ns_is_the_host_drivers_host_clock(void **state) {
@@ -453,6 +583,8 @@ int main(void) {
       cmocka_unit_test(test_many_counts_one_bucket_bisected),
       cmocka_unit_test(test_rare_counts_get_no_exact_bucket),
       cmocka_unit_test(test_now_ns_is_the_host_drivers_host_clock),
+      cmocka_unit_test(test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more),
+      cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),
   };
   return cmocka_run_group_tests_name("bytime", tests, NULL, NULL);
 }

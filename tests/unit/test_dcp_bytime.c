@@ -295,21 +295,37 @@ static void slower_cp_size_served_eagerly_faster_keeps_graphs(void **state) {
 }
 
 /*
- * No step is synchronized until the end of each bank's run: the timings are read at the round's
- * decision alone. One bank at a time: steps of cp 2, bound by the device, never waited for, would
- * leave the stream so far behind that cp 1's eager launches no longer cost it anything (what the
- * device time of a step in the host's own pipeline means: cp_time.c).
+ * No step is synchronized until the end: the timings are read at the round's decision alone, and
+ * the banks run in turn, so cp 2's steps, bound by the device and never waited for, leave the
+ * stream far behind the host. cp 1's steps are then backlogged: their kernels are all queued
+ * before the device reaches their start event, and eager's device span is its kernels' alone
+ * (3 x 0.1 us), below the graphs' (3 x 0.15 us), while the host spent 4 us issuing it. By device
+ * time alone (before session 38) cp 1 went eager here; a step's cost being the larger of its host
+ * and device times, its graphs stay (about 1.3 us of host time against eager's 4 us), and cp 2,
+ * bound by the device either way, still goes eager.
  */
 static void decided_without_the_host_waiting(void **state) {
   (void)state;
   struct fixture *f = fixture_open("by_time = on\n", 1);
-  for (int i = 0; i < 30; i++)
-    step(f, 1, i, i == 29);
-  for (int i = 0; i < 30; i++)
-    step(f, 2, i, i == 29);
+  run(f, 0, 30, 0);
+  step(f, 2, 30, 1); /* the host reads an output: the first wait */
+  modes_are(f, 1, FIRST_ROUND + 8, DECISION + 1, CGRT_MODE_EAGER); /* eager was measured */
   modes_are(f, 1, DECISION + 1, 30, CGRT_MODE_REPLAY);
-  modes_are(f, 2, DECISION + 1, 30, CGRT_MODE_EAGER);
+  modes_are(f, 2, DECISION + 1, 31, CGRT_MODE_EAGER);
   assert_int_equal(stats(f).time_eager_counts, 1);
+  const char *one = said_of(f, 1);
+  assert_non_null(strstr(one, "still served by its graphs"));
+  /* the figures: eager's device span below the graphs', its host time above both */
+  double g, gh, gd, e, eh, ed;
+  const char *p = strstr(one, ": graphs ");
+  assert_non_null(p);
+  p += 2;
+  assert_int_equal(sscanf(p,
+                          "graphs %lf us (host %lf, device %lf), eager %lf us (host %lf, "
+                          "device %lf)",
+                          &g, &gh, &gd, &e, &eh, &ed),
+                   6);
+  assert_true(ed < gd && eh == 4.0 && e == eh && gh > gd && g == gh && g < e);
   fixture_close(f);
 }
 
