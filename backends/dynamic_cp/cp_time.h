@@ -14,7 +14,10 @@
  *   8         an eager step, run and not kept (a first eager step after graphs pays what the
  *             graphs leave: with NCCL's graph mixing off, the wait for them);
  *   9 .. 16   eager steps, timed.
- * Each step is timed by two timed events on the runtime's stream around prepare and body, read
+ * Each step is timed by two timed events on the runtime's stream around prepare and body, and by
+ * the host's clock (host->now_ns) around the same span; its cost is the larger of its device span
+ * and its host time (backends/common/step_cost.h: in a backlogged stream an eager step's span
+ * hides its launches; a host that waits inside the step counts the wait as host time). Read
  * at the end of pass 16, the round's decision: the bank waits for the round's last event (once
  * per round), takes the medians of graphs and eager, and the group agrees on them with comm_max
  * (host API minor 9): each rank then applies the noise rule (backends/common/noise_rule.h) to the
