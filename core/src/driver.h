@@ -309,6 +309,15 @@ struct cgrt_host_cost {
 int cgrt__host_set_cost(struct cgrt_dev *dev, const struct cgrt_host_cost *cost);
 
 /*
+ * Tests only: the host driver's device keeps up with its host, as a GPU runs beside a host that
+ * does not wait: on every stream, the queued work that starts by the simulated host clock runs now
+ * (its events complete, their times as the cost model says), and the host clock stays where it is.
+ * Without it queued work runs only when something waits for it. CGRT_E_INVAL for another driver,
+ * CGRT_E_STATE from inside a host function.
+ */
+int cgrt__host_run_device(struct cgrt_dev *dev);
+
+/*
  * Tests only: the other ranks of the host driver's one-rank groups. From now on its comm_max
  * folds in what `peers` gives (NULL: none, the default): called with the communicator and n, it
  * writes what the other ranks of that group would contribute into values[0..n), and the result is

@@ -75,7 +75,10 @@
  *   runs as part of a launched graph. An event record takes its stream's clock when it runs, and
  *   event_elapsed gives the difference of two records' clocks (CGRT_E_NOTREADY until both ran).
  *   A sync moves the host clock up to the stream's (the host waited). The host API's now_ns
- *   reads the simulated host clock (0 while no cost model is set). So eager work of cheap
+ *   reads the simulated host clock (0 while no cost model is set). Queued work runs only when
+ *   something waits for it, unless a test lets the device keep up with the host
+ *   (cgrt__host_run_device: what starts by the host clock runs, the host waiting for nothing), as
+ *   a GPU runs beside a host that never waits. So eager work of cheap
  *   nodes is bound by its launches, graphs by their nodes, as on a GPU, and a test can make a
  *   padded graph slower than eager work of fewer tokens.
  * - Communicators: none of its own (no comm_split); the core stands in one per cp size for a world
@@ -1335,6 +1338,34 @@ int cgrt__host_set_cost(struct cgrt_dev *dev, const struct cgrt_host_cost *cost)
     hd->cost = *cost;
   else
     memset(&hd->cost, 0, sizeof(hd->cost));
+  return 0;
+}
+
+/* Runs s's queued nodes while the next one starts by `until` (its stream free, issued by then). */
+static void stream_run_until(struct host_stream *s, uint64_t until) {
+  int was_running = s->hd->running;
+  s->hd->running = 1;
+  while (s->head < s->queue.n) {
+    const struct node *next = &s->queue.v[s->head];
+    if ((s->clock > next->issued ? s->clock : next->issued) > until)
+      break;
+    struct node n = s->queue.v[s->head++];
+    node_run(s, &n);
+    node_release(&n);
+  }
+  s->hd->running = was_running;
+  if (s->head == s->queue.n)
+    s->head = s->queue.n = 0;
+}
+
+int cgrt__host_run_device(struct cgrt_dev *dev) {
+  if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
+    return CGRT_E_INVAL;
+  struct host_dev *hd = dev->impl;
+  if (hd->running)
+    return CGRT_E_STATE;
+  for (struct host_stream *s = hd->streams; s; s = s->next)
+    stream_run_until(s, hd->host_clock);
   return 0;
 }
 
