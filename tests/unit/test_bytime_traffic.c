@@ -1,0 +1,339 @@
+/*
+ * test_bytime_traffic.c - `[local] by_time` (issue 43) on the shipped traffic files, simulated on
+ * the host driver under a cost model fitted to issue 43's H200 figures, against the padded-token
+ * plan (by_time off) and eager (impl = none): what the next GPU run should show, if the model
+ * holds.
+ *
+ * The run: each traffic file's steps in order through `local`, layer scope, 12 layers of attn and
+ * mlp (24 module calls a step, one "kernel" each, keyed by the padded size) and a prepare that
+ * enqueues one more. Two host modes:
+ *  - free: the host never waits for the device, as `cgrt bench --traffic` replays a file; the
+ *    device keeps up with it beside it (cgrt__host_run_device after each step), so by_time's
+ *    events complete as they would on a GPU; one sync at the end. The host runs at most
+ *    QUEUE_STEPS (16) steps ahead of the device: a GPU's launch queue is bounded (about a
+ *    thousand pending launches: 16 steps of 25 eager launches, 40 of 25 graph and kernel
+ *    launches), and a host that fills it blocks in its next launch;
+ *  - synced: the host waits for the device after every step, as a decode server reading its
+ *    logits does.
+ * The simulated total is the host's clock after the final sync (the later of host and device),
+ * plus CAPTURE_US per graph captured (the host driver charges captures nothing; a GPU does).
+ *
+ * The cost model (struct cgrt_host_cost), and where its constants come from:
+ *  - device, a replay at bucket B: replay_us(B), the H200 table of issue 43 (layer scope decode,
+ *    docs/decisions.md "Issue 43: the GPU run" and README's `cgrt plan` defaults): 500 us at B = 1,
+ *    601 at 8, 630 at 32, 757 at 64, 1017 at 128, 1551 at 256, 2949 at 512; linear between
+ *    the points, and beyond 512 along the last segment (5.46 us a token: not measured there). It
+ *    is spread evenly over the 24 module kernels (graph_node_ns 0);
+ *  - device, eager at T: replay_us(T) + EAGER_EXTRA_US (48 us, spread over the same 24 kernels):
+ *    the device spans of eager steps the GPU run's info lines gave, 901-954 us at 90-99 tokens,
+ *    against replay_us(95) = 883 us; it also gives the decode bench's eager 635 us at 20 tokens
+ *    (model 663) and 2367 us at 400 (model 2385) within 5%;
+ *  - host: an eager launch LAUNCH_US = 24 us (25 launches a step: 600 us, issue 43's "launch-bound
+ *    at small T" host time of a step, 640-900 us per process at 1 token), a graph launch
+ *    GRAPH_LAUNCH_US = 3 us (cudaGraphLaunch: 2.4-5.5 us on an H200, README);
+ *  - CAPTURE_US = 250 us a graph, captured and instantiated: a guess (no GPU figure separates it).
+ * Under it the eager step is about balanced between host (600 us) and device (615-680 us) at
+ * 1-40 tokens, device-bound above; the padded replay of 90-115 tokens at bucket 128 (1017 us) is
+ * slower than eager (about 910-1020 us), that of 33-40 at bucket 64 (757) too (about 680-700),
+ * 20-32 at bucket 32 (630) faster. What it is not: noise (every step of a size costs the same:
+ * the GPU's per-process spread of eager, 640-900 us at 1 token, is absent), the bench's decoder
+ * beyond 512 tokens, capture costs measured, block scope.
+ *
+ * Asserts, per traffic file and host mode: by_time on no worse than off by more than 1%, and on
+ * bimodal.txt better. On decode_small_buckets.txt under conf/local_block_budget.ini's list,
+ * where padding dominates (the rare steps of 1500-3978 tokens pad to 4096; eager's total is 16%
+ * below the padded plan's), the target "better than off" is NOT met and not asserted: see
+ * test_decode_small_buckets. BYTIME_TRAFFIC_STEPS (environment) replays a prefix instead of the
+ * whole files (4000 steps each).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cgrt/cgrt.h"
+#include "driver.h"
+#include "runtime.h"
+#include "traffic.h"
+
+#define LAYERS          12
+#define MODS            (2 * LAYERS) /* attn and mlp per layer: conf/local.ini's modules */
+#define MAX_SIZE        4096
+#define LAUNCH_US       24.0
+#define GRAPH_LAUNCH_US 3.0
+#define EAGER_EXTRA_US  48.0
+#define CAPTURE_US      250.0
+#define QUEUE_STEPS     16
+
+/* issue 43's H200 table: a padded replay's device time (us) at bucket B, layer scope decode */
+static const double table_b[] = {1, 8, 32, 64, 128, 256, 512};
+static const double table_us[] = {500, 601, 630, 757, 1017, 1551, 2949};
+#define TABLE_N (sizeof(table_b) / sizeof(table_b[0]))
+
+static double replay_us(double b) {
+  size_t i = 1;
+  while (i < TABLE_N - 1 && b > table_b[i])
+    i++;
+  double slope = (table_us[i] - table_us[i - 1]) / (table_b[i] - table_b[i - 1]);
+  double us = table_us[i - 1] + slope * (b - table_b[i - 1]);
+  return us < table_us[0] ? table_us[0] : us;
+}
+
+/* A kernel's cost is all it is: one per (size, captured), shared by every call of that shape. */
+struct kernel {
+  int64_t size;
+  int captured;
+};
+static struct kernel kernels[2][MAX_SIZE + 1];
+
+static void kernel_fn(void *arg) {
+  (void)arg;
+}
+
+static void stage(void *arg) {
+  (void)arg;
+}
+
+static uint64_t cost_ns(void *user, void (*fn)(void *), void *arg) {
+  (void)user;
+  if (fn != kernel_fn)
+    return 0;
+  const struct kernel *k = arg;
+  double us = replay_us((double)k->size) + (k->captured ? 0 : EAGER_EXTRA_US);
+  return (uint64_t)(us * 1000.0 / MODS);
+}
+
+struct sim {
+  cgrt_runtime *rt;
+  cgrt_module *m[MODS];
+  double in, out[MODS];
+};
+
+static int module_fwd(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
+  (void)args;
+  (void)user;
+  int64_t p = ctx->padded_tokens;
+  if (p < 1 || p > MAX_SIZE)
+    return -1;
+  struct kernel *k = &kernels[ctx->mode == CGRT_MODE_CAPTURE][p];
+  k->size = p;
+  k->captured = ctx->mode == CGRT_MODE_CAPTURE;
+  return cgrt_enqueue_host(ctx, kernel_fn, k);
+}
+
+static int prepare(const cgrt_ctx *ctx, void *user) {
+  return cgrt_enqueue_host(ctx, stage, user);
+}
+
+static int body(const cgrt_ctx *ctx, void *user) {
+  struct sim *s = user;
+  for (int i = 0; i < MODS; i++) {
+    cgrt_buffer b[2] = {{i ? &s->out[i - 1] : &s->in, sizeof(double), CGRT_IN, "in"},
+                        {&s->out[i], sizeof(double), CGRT_OUT, "out"}};
+    cgrt_args a = {.struct_size = sizeof(a),
+                   .key = (uint64_t)ctx->padded_tokens,
+                   .buffers = b,
+                   .num_buffers = 2};
+    int rc = cgrt_forward(s->rt, s->m[i], ctx, &a);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+static void log_sink(void *user, cgrt_log_level level, const char *msg) {
+  (void)user;
+  if (getenv("BYTIME_VERBOSE") && level <= CGRT_LOG_INFO)
+    fprintf(stderr, "log: %s\n", msg);
+}
+
+/* What a run gives. */
+struct result {
+  double total_ms; /* simulated, captures charged */
+  double clock_ms; /* the clocks' alone */
+  cgrt_stats s;
+};
+
+/*
+ * The [cuda_graph] and [inference] sections of the shipped files, with the host driver:
+ * conf/local.ini (and local_bytime.ini's [local]) and conf/local_block_budget.ini's list, in
+ * layer scope (the scope of the H200 table).
+ */
+static const char *const conf_local = "[cuda_graph]\nimpl = local\nmodules = attn mlp\n"
+                                      "warmup_steps = 3\ninference_scope = layer\n"
+                                      "max_graphs = 512\n"
+                                      "[inference]\nbuckets = exponential\nmax_tokens = 512\n"
+                                      "num_graphs = 8\ntp_size = 1\ncapture = lazy\n";
+static const char *const conf_budget_list = "[cuda_graph]\nimpl = local\nmodules = attn mlp\n"
+                                            "warmup_steps = 2\ninference_scope = layer\n"
+                                            "max_graphs = 512\n"
+                                            "[inference]\nbuckets = list\n"
+                                            "list = 1 2 4 8 16 64 1024 4096\ntp_size = 1\n"
+                                            "max_tokens = 4096\ncapture = lazy\n";
+
+enum way { WAY_ON, WAY_OFF, WAY_EAGER };
+
+static void simulate(const char *conf, enum way way, int synced, const struct traffic *t,
+                     uint64_t max_steps, struct result *r) {
+  char ini[2048];
+  if (way == WAY_EAGER)
+    snprintf(ini, sizeof(ini), "[cuda_graph]\nimpl = none\n[runtime]\ndriver = host\nlog = info\n");
+  else
+    snprintf(ini, sizeof(ini), "%s[runtime]\ndriver = host\nlog = info\n[local]\nby_time = %s\n%s",
+             conf, way == WAY_ON ? "on" : "off", way == WAY_ON ? "exact_buckets = 4\n" : "");
+  struct sim *s = calloc(1, sizeof(*s));
+  assert_non_null(s);
+  if (cgrt_open_string(&s->rt, ini) != 0)
+    fail_msg("open: %s", cgrt_last_error(NULL));
+  assert_int_equal(cgrt_set_log(s->rt, log_sink, s), 0);
+  struct cgrt_host_cost c = {.launch_ns = (uint64_t)(LAUNCH_US * 1000),
+                             .graph_launch_ns = (uint64_t)(GRAPH_LAUNCH_US * 1000),
+                             .graph_node_ns = 0,
+                             .node_ns = cost_ns};
+  assert_int_equal(cgrt__host_set_cost(&s->rt->dev, &c), 0);
+  for (int i = 0; i < MODS; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "layer%d.%s", i / 2, i % 2 ? "mlp" : "attn");
+    cgrt_module_desc d = {.struct_size = sizeof(d),
+                          .name = name,
+                          .kind = i % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
+                          .layer = i / 2,
+                          .forward = module_fwd,
+                          .user = s};
+    assert_int_equal(cgrt_module_register(s->rt, &d, &s->m[i]), 0);
+  }
+  const struct cgrt_host_api *h = &s->rt->host;
+  void *queued[QUEUE_STEPS];
+  for (int i = 0; i < QUEUE_STEPS; i++)
+    assert_int_equal(h->event_create(h, &queued[i]), 0);
+  uint64_t t0 = h->now_ns(h), n = 0;
+  for (size_t e = 0; e < t->n && n < max_steps; e++)
+    for (int64_t k = 0; k < t->steps[e] && n < max_steps; k++, n++) {
+      cgrt_step_desc d = {.struct_size = sizeof(d),
+                          .phase = CGRT_PHASE_INFER,
+                          .tokens = t->tokens[e],
+                          .prepare = prepare,
+                          .body = body,
+                          .user = s};
+      cgrt_step_report rep = {.struct_size = sizeof(rep)};
+      /* a full launch queue: the host waits for the step QUEUE_STEPS before this one */
+      if (!synced && n >= QUEUE_STEPS)
+        assert_int_equal(h->event_sync(h, queued[n % QUEUE_STEPS]), 0);
+      if (cgrt_step(s->rt, &d, &rep) != 0)
+        fail_msg("step %llu (%lld tokens): %s", (unsigned long long)n, (long long)t->tokens[e],
+                 cgrt_last_error(s->rt));
+      if (synced)
+        assert_int_equal(cgrt_synchronize(s->rt), 0);
+      else
+        assert_int_equal(h->event_record(h, queued[n % QUEUE_STEPS], h->stream(h)), 0);
+      if (!synced)
+        assert_int_equal(cgrt__host_run_device(&s->rt->dev), 0);
+    }
+  assert_int_equal(cgrt_synchronize(s->rt), 0);
+  r->clock_ms = (double)(h->now_ns(h) - t0) / 1e6;
+  r->s = (cgrt_stats){.struct_size = sizeof(r->s)};
+  assert_int_equal(cgrt_stats_get(s->rt, &r->s), 0);
+  for (int i = 0; i < QUEUE_STEPS; i++)
+    h->event_destroy(h, queued[i]);
+  r->total_ms = r->clock_ms + (double)r->s.captures * CAPTURE_US / 1e3;
+  cgrt_close(s->rt);
+  free(s);
+}
+
+static uint64_t steps_wanted(void) {
+  const char *e = getenv("BYTIME_TRAFFIC_STEPS");
+  return e && atoll(e) > 0 ? (uint64_t)atoll(e) : UINT64_MAX;
+}
+
+static void load(const char *name, struct traffic *t) {
+  const char *src = getenv("CGRT_SOURCE_DIR");
+  char path[1024], err[512];
+  snprintf(path, sizeof(path), "%s/traffic/%s", src ? src : ".", name);
+  if (traffic_load(path, 0, t, err, sizeof(err)) != 0)
+    fail_msg("%s", err);
+}
+
+static void print_row(const char *file, const char *mode, const char *way, const struct result *r) {
+  const cgrt_stats *s = &r->s;
+  printf("%-26s %-6s %-6s %9.1f ms (clocks %9.1f, %3llu captures)  probe %4llu eager %5llu "
+         "exact %5llu  counts eager %3llu exact %llu implied %3llu rare %3llu\n",
+         file, mode, way, r->total_ms, r->clock_ms, (unsigned long long)s->captures,
+         (unsigned long long)s->time_probe_steps, (unsigned long long)s->time_eager_steps,
+         (unsigned long long)s->time_exact_steps, (unsigned long long)s->time_eager_counts,
+         (unsigned long long)s->time_exact_counts, (unsigned long long)s->time_implied_counts,
+         (unsigned long long)s->time_rare_refused);
+}
+
+/* Runs one file both modes, three ways; gives on/off and eager/off per mode. */
+static void compare(const char *file, const char *conf, double ratio[2], double eager_ratio[2]) {
+  struct traffic t;
+  load(file, &t);
+  uint64_t steps = steps_wanted();
+  for (int synced = 0; synced < 2; synced++) {
+    struct result on, off, eager;
+    simulate(conf, WAY_ON, synced, &t, steps, &on);
+    simulate(conf, WAY_OFF, synced, &t, steps, &off);
+    simulate(conf, WAY_EAGER, synced, &t, steps, &eager);
+    const char *mode = synced ? "synced" : "free";
+    print_row(file, mode, "on", &on);
+    print_row(file, mode, "off", &off);
+    print_row(file, mode, "eager", &eager);
+    ratio[synced] = on.total_ms / off.total_ms;
+    eager_ratio[synced] = eager.total_ms / off.total_ms;
+    printf("%-26s %-6s on/off %.3f, on/eager %.3f, off/eager %.3f\n", file, mode, ratio[synced],
+           on.total_ms / eager.total_ms, off.total_ms / eager.total_ms);
+  }
+  fflush(stdout);
+  traffic_free(&t);
+}
+
+static const char *const modes[2] = {"free", "synced"};
+
+/* 70% of the steps at 20-40 tokens, 30% at 90-120: the padded replays of 33-40 (bucket 64) and
+   90-115 (bucket 128) are slower than eager under the model, the rest faster. */
+static void test_bimodal(void **state) {
+  (void)state;
+  double ratio[2], eager_ratio[2];
+  compare("bimodal.txt", conf_local, ratio, eager_ratio);
+  for (int m = 0; m < 2; m++) {
+    if (ratio[m] > 1.01)
+      fail_msg("bimodal.txt, host %s: by_time on takes %.3f x off", modes[m], ratio[m]);
+    if (ratio[m] >= 1.0) /* the model's padding costs more than by_time's probes: it should gain */
+      fail_msg("bimodal.txt, host %s: by_time on gains nothing (%.3f x off)", modes[m], ratio[m]);
+  }
+}
+
+/*
+ * 97% of the steps at 1-8 tokens, 3% at 1500-3978 padded to 4096. Padding dominates under the
+ * model (eager's total is below the padded plan's), but by_time gains nothing there: the large
+ * counts are thousands of distinct ones seen once or twice each, none reaches BYTIME_MIN_SEEN
+ * (16), so none is probed and none implied (docs/decisions.md, "by_time on the shipped traffic,
+ * simulated"). What holds is asserted: no worse than off by more than 1%.
+ */
+static void test_decode_small_buckets(void **state) {
+  (void)state;
+  double ratio[2], eager_ratio[2];
+  compare("decode_small_buckets.txt", conf_budget_list, ratio, eager_ratio);
+  for (int m = 0; m < 2; m++) {
+    if (eager_ratio[m] >= 1.0)
+      fail_msg("decode_small_buckets.txt, host %s: padding no longer dominates under the model "
+               "(eager %.3f x the padded plan)",
+               modes[m], eager_ratio[m]);
+    if (ratio[m] > 1.01)
+      fail_msg("decode_small_buckets.txt, host %s: by_time on takes %.3f x off", modes[m],
+               ratio[m]);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bimodal),
+      cmocka_unit_test(test_decode_small_buckets),
+  };
+  return cmocka_run_group_tests_name("bytime_traffic", tests, NULL, NULL);
+}
