@@ -521,7 +521,7 @@ static void choose_way(struct bytime *bt, struct bucket_rec *b, struct count_rec
   } else if (b->probing && !series_wants(&b->probing->eager)) {
     /* the probe waits for the replay and this count runs eagerly: a graph probe */
     measure(st, BYTIME_BUCKET, &b->replay);
-    bt->fig.graph_probe_steps++;
+    st->graph_probe = 1;
   }
 }
 
@@ -558,8 +558,17 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
   if (r->inc == BYTIME_EAGER && !r->exact_checked && r->seen == BYTIME_EXACT_SEEN)
     consider_exact(bt, r);
   choose_way(bt, b, r, st);
-  if (st->timed && bt->npending == BYTIME_PENDING)
-    st->timed = 0; /* every pair still in flight: this step goes untimed */
+  if (st->timed && bt->npending == BYTIME_PENDING) {
+    /* Every pair still in flight (the device far behind a host that does not wait): a measuring
+       step that cannot be timed would measure nothing, so it is served the count's own way, not
+       run eagerly (or at its bucket) for a sample it cannot give. */
+    st->timed = 0;
+    st->series = NULL;
+    st->probe = st->graph_probe = 0;
+    st->way = r->inc;
+  }
+  if (st->graph_probe)
+    bt->fig.graph_probe_steps++;
   if (st->timed) {
     if ((rc = ensure_events(bt)) != 0)
       return rc;

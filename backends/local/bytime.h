@@ -83,6 +83,7 @@ struct bytime_step {
   int64_t tokens, bucket;
   int timed;              /* events recorded around it */
   int probe;              /* run eagerly to measure eager, not because eager won */
+  int graph_probe;        /* replayed at its bucket to measure the replay, not because it won */
   uint64_t host_start_ns; /* the host's clock when its start event was recorded */
   void *series;           /* the measurement it feeds (internal) */
   void *rec, *b;          /* the count's and the bucket's records (internal) */
