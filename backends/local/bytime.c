@@ -31,6 +31,9 @@ struct series {
 
 enum decided { UNDECIDED = 0, MEASURED = 1, IMPLIED = 2 };
 
+/* The side of a pooled probe: its samples from counts >= P (eager wins at P?) or <= P (loses?). */
+enum pool_side { POOL_WINS = 1, POOL_LOSES = 2 };
+
 /* One bucket of the set: its replay, measured once for every count it serves. */
 struct bucket_rec {
   int64_t bucket;
@@ -41,6 +44,18 @@ struct bucket_rec {
   uint64_t since_target;     /* steps of the bucket since its target's last step */
   uint64_t since;            /* steps of the bucket since it was created or last rechecked */
   uint64_t rounds;           /* probe rounds completed since then */
+  /* pooled probes (bytime.h) */
+  struct series pool;                 /* eager samples of several counts on one side of the pivot */
+  int64_t pivot;                      /* P of the pooled round running (0: none) */
+  enum pool_side side;                /* the side the round samples */
+  int tried;                          /* sides tested at this pivot (pool_side bits) */
+  enum pool_side first;               /* the side a new pivot tests first: the last one shown */
+  int pool_stopped;                   /* a pivot showed neither side: no pooling until a recheck */
+  uint64_t pool_rounds;               /* pooled rounds since the recheck */
+  uint64_t undecided_steps;           /* steps of undecided counts since the recheck */
+  uint64_t since_sample;              /* steps of the bucket since the pooled round's last sample */
+  int64_t recent[BYTIME_POOL_RECENT]; /* the counts of its last steps of undecided counts */
+  size_t nrecent, recent_at;
 };
 
 /* One token count followed. Allocated once, never moved: pending timings point at it. */
@@ -169,6 +184,7 @@ static struct bucket_rec *bucket_of(struct bytime *bt, int64_t bucket) {
   v[bt->nbks++] = b;
   b->bucket = bucket;
   b->bucket_from = INT64_MAX;
+  b->first = POOL_WINS;
   series_start(&b->replay, 0);
   return b;
 }
@@ -309,6 +325,30 @@ static int imply(struct bytime *bt, struct count_rec *r) {
   return changed;
 }
 
+/* The counts imply_range decided: lo-hi, n of them, `changed` of them changing way. */
+struct implied {
+  int64_t lo, hi;
+  size_t n, changed;
+};
+
+/* The undecided counts of b in [from, to] take the way b's bounds now say. */
+static struct implied imply_range(struct bytime *bt, struct bucket_rec *b, int64_t from,
+                                  int64_t to) {
+  struct implied d = {0, 0, 0, 0};
+  size_t at;
+  find(bt, from, &at);
+  for (; at < bt->nrecs && bt->recs[at]->tokens <= to; at++) {
+    struct count_rec *o = bt->recs[at];
+    int c = o->b == b ? imply(bt, o) : -1;
+    if (c < 0)
+      continue;
+    d.lo = d.n++ ? d.lo : o->tokens;
+    d.hi = o->tokens;
+    d.changed += (size_t)c;
+  }
+  return d;
+}
+
 /* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
 static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
   const struct cgrt_host_api *h = bt->h;
@@ -333,18 +373,7 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
     b->bucket_from = r->tokens;
   enum bytime_way was = r->inc;
   switch_to(bt, r, eager_wins ? BYTIME_EAGER : BYTIME_BUCKET, 1);
-  int64_t lo = 0, hi = 0;
-  size_t n = 0, changed = 0, at;
-  find(bt, from, &at);
-  for (; at < bt->nrecs && bt->recs[at]->tokens <= to; at++) {
-    struct count_rec *o = bt->recs[at];
-    int c = o->b == b ? imply(bt, o) : -1;
-    if (c < 0)
-      continue;
-    lo = n++ ? lo : o->tokens;
-    hi = o->tokens;
-    changed += (size_t)c;
-  }
+  struct implied d = imply_range(bt, b, from, to);
   /* said once for the bucket, at info when a way changed */
   char figures[256] = "";
   int len = 0;
@@ -355,12 +384,12 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
            "local by_time: %lld tokens (bucket %lld) still served %s (time per step, the larger "
            "of host issue and device time, medians of %d: %s)",
            (long long)r->tokens, (long long)b->bucket, way_names[r->inc], BYTIME_SAMPLES, figures);
-  if (n > 0)
-    h->log(h, changed ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
+  if (d.n > 0)
+    h->log(h, d.changed ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
            "local by_time: counts %lld-%lld of bucket %lld (%zu seen, %zu changed) served %s from "
            "now on, implied by %lld tokens (time per step, the larger of host issue and device "
            "time: %s; eager cost taken as non-decreasing in tokens; none of them probed)",
-           (long long)lo, (long long)hi, (long long)b->bucket, n, changed,
+           (long long)d.lo, (long long)d.hi, (long long)b->bucket, d.n, d.changed,
            way_names[eager_wins ? BYTIME_EAGER : BYTIME_BUCKET], (long long)r->tokens, figures);
   if (eager_wins)
     consider_exact(bt, r);
@@ -381,10 +410,87 @@ static int decide_exact(struct bytime *bt, struct count_rec *r) {
   return retire_exact(bt, r); /* eager, which beat the padded bucket, goes on serving it */
 }
 
+static void pool_round(struct bucket_rec *b, int64_t pivot, enum pool_side side) {
+  b->pivot = pivot;
+  b->side = side;
+  b->since_sample = 0;
+  series_start(&b->pool, 1); /* its first step run, not kept, as a probe's */
+}
+
+static const char *side_says(enum pool_side side) {
+  return side == POOL_WINS ? ">=" : "<=";
+}
+
+/*
+ * A pooled round's samples (counts on one side of the pivot) and the bucket's replay are in: a
+ * side shown moves the bucket's bounds; one not shown has the other side tested at the same pivot,
+ * or, both tested, ends pooling until a recheck (bytime.h).
+ */
+static void decide_pool(struct bytime *bt, struct bucket_rec *b) {
+  const struct cgrt_host_api *h = bt->h;
+  struct step_cost ec = b->pool.median = step_cost_medians(b->pool.v, b->pool.n);
+  struct step_cost pc = b->replay.median = step_cost_medians(b->replay.v, b->replay.n);
+  int64_t p = b->pivot;
+  enum pool_side side = b->side;
+  b->pool.active = 0;
+  b->pivot = 0;
+  b->rounds++;
+  b->pool_rounds++;
+  bt->fig.pooled_rounds++;
+  b->tried |= (int)side;
+  /* the replay is the way a bucket's undecided counts start with: each side needs the margin */
+  int shown =
+      side == POOL_WINS ? noise_challenger_wins(ec.us, pc.us) : noise_challenger_wins(pc.us, ec.us);
+  report_cost(bt, p, b->bucket, pc.us); /* eager's median is a bound at p, not a cost: not said */
+  char figures[256] = "";
+  int len = 0;
+  step_cost_say(figures, sizeof(figures), &len, "eager", ec);
+  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  if (!shown) {
+    enum pool_side other = side == POOL_WINS ? POOL_LOSES : POOL_WINS;
+    int again = !(b->tried & (int)other) && b->pool_rounds < BYTIME_POOL_ROUNDS;
+    h->log(h, CGRT_LOG_DEBUG,
+           "local by_time: a pooled probe of bucket %lld at %lld tokens (eager samples of its "
+           "counts %s %lld) shows nothing (time per step, the larger of host issue and device "
+           "time, medians of %d: %s)%s",
+           (long long)b->bucket, (long long)p, side_says(side), (long long)p, BYTIME_SAMPLES,
+           figures, again ? "; the other side is sampled" : "; no more pooling until a recheck");
+    if (again)
+      pool_round(b, p, other);
+    else
+      b->pool_stopped = 1;
+    return;
+  }
+  int64_t from, to;
+  if (side == POOL_WINS) {
+    from = b->eager_upto + 1;
+    to = p;
+    b->eager_upto = p;
+  } else {
+    from = p;
+    to = b->bucket_from < b->bucket ? b->bucket_from - 1 : b->bucket;
+    b->bucket_from = p;
+  }
+  b->first = side;
+  b->tried = 0;
+  enum bytime_way way = side == POOL_WINS ? BYTIME_EAGER : BYTIME_BUCKET;
+  struct implied d = imply_range(bt, b, from, to);
+  h->log(h, d.changed ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
+         "local by_time: counts %s %lld of bucket %lld served %s from now on (%zu seen, %lld-%lld, "
+         "%zu changed), implied by a pooled probe: eager at counts %s %lld %s the replay (time "
+         "per step, the larger of host issue and device time, medians of %d: %s; eager cost "
+         "taken as non-decreasing in tokens)",
+         side == POOL_WINS ? "<=" : ">=", (long long)p, (long long)b->bucket, way_names[way], d.n,
+         (long long)d.lo, (long long)d.hi, d.changed, side_says(side), (long long)p,
+         side == POOL_WINS ? "beats" : "loses to", BYTIME_SAMPLES, figures);
+}
+
 /* What a new sample of b or r completes. */
 static int settle(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
   if (b->probing && series_done(&b->replay) && series_done(&b->probing->eager))
     decide_probe(bt, b, b->probing);
+  if (b->pivot && series_done(&b->replay) && series_done(&b->pool))
+    decide_pool(bt, b);
   if (r && r->exact_round && series_done(&r->eager) && series_done(&r->exact))
     return decide_exact(bt, r);
   return 0;
@@ -414,11 +520,63 @@ static struct count_rec *target(struct bytime *bt, struct bucket_rec *b) {
   return NULL;
 }
 
+static int cmp_tokens(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Whether r's steps feed b's pooled samples: an undecided count on the round's side of P. */
+static int pool_side_has(const struct bucket_rec *b, const struct count_rec *r) {
+  if (!b->pivot || r->decided != UNDECIDED || r->inc == BYTIME_EXACT || r->exact_round ||
+      r->tokens <= b->eager_upto || r->tokens >= b->bucket_from)
+    return 0;
+  return b->side == POOL_WINS ? r->tokens >= b->pivot : r->tokens <= b->pivot;
+}
+
+/*
+ * A pooled round starts in b if its counts are too sparse to probe one by one (bytime.h): enough
+ * recent steps still undecided, most of them of counts seen once among them, and no count due a
+ * probe of its own. Its pivot is their median (the lower of two).
+ */
+static void pool_start(struct bytime *bt, struct bucket_rec *b) {
+  if (b->pivot || b->probing || b->pool_stopped || b->pool_rounds >= BYTIME_POOL_ROUNDS ||
+      b->undecided_steps < BYTIME_POOL_SEEN)
+    return;
+  int64_t v[BYTIME_POOL_RECENT];
+  size_t n = 0, once = 0;
+  for (size_t i = 0; i < b->nrecent; i++)
+    if (b->recent[i] > b->eager_upto && b->recent[i] < b->bucket_from)
+      v[n++] = b->recent[i];
+  if (n < BYTIME_POOL_MIN)
+    return;
+  qsort(v, n, sizeof(*v), cmp_tokens);
+  for (size_t i = 0; i < n; i++)
+    once += (i == 0 || v[i] != v[i - 1]) && (i + 1 == n || v[i + 1] != v[i]);
+  if (2 * once <= n || target(bt, b))
+    return;
+  b->tried = 0;
+  pool_round(b, v[(n - 1) / 2], b->first);
+}
+
+/* A step of b's undecided count `tokens`: followed for pooling. */
+static void pool_follow(struct bucket_rec *b, int64_t tokens) {
+  b->undecided_steps++;
+  b->recent[b->recent_at] = tokens;
+  b->recent_at = (b->recent_at + 1) % BYTIME_POOL_RECENT;
+  if (b->nrecent < BYTIME_POOL_RECENT)
+    b->nrecent++;
+}
+
 /* Time for b's counts to be measured again (bytime.h: at most one probe round per BYTIME_RECHECK
    steps of the bucket, as when each count was measured on its own). */
 static void recheck(struct bytime *bt, struct bucket_rec *b) {
   b->since = b->rounds = 0;
   b->probing = NULL;
+  b->pivot = 0;
+  b->pool.active = 0;
+  b->pool_stopped = 0;
+  b->pool_rounds = b->undecided_steps = 0;
+  b->first = POOL_WINS;
   b->eager_upto = 0;
   b->bucket_from = INT64_MAX;
   series_start(&b->replay, 0);
@@ -496,7 +654,7 @@ static void choose_way(struct bytime *bt, struct bucket_rec *b, struct count_rec
       st->way = BYTIME_EXACT; /* served so while its last samples are read */
     return;
   }
-  if (!b->probing && r->decided == UNDECIDED && r->inc != BYTIME_EXACT &&
+  if (!b->probing && !b->pivot && r->decided == UNDECIDED && r->inc != BYTIME_EXACT &&
       r->seen >= BYTIME_MIN_SEEN && target(bt, b) == r) {
     b->probing = r;
     series_start(&r->eager, 1);
@@ -514,11 +672,28 @@ static void choose_way(struct bytime *bt, struct bucket_rec *b, struct count_rec
     b->probing->eager.active = 0;
     b->probing = NULL;
   }
+  if (!b->probing && r->decided == UNDECIDED)
+    pool_start(bt, b);
+  if (b->pivot && series_wants(&b->pool)) {
+    if (pool_side_has(b, r)) { /* eager at r bounds eager at the pivot: a pooled sample */
+      b->since_sample = 0;
+      measure(st, BYTIME_EAGER, &b->pool);
+      st->probe = r->inc != BYTIME_EAGER;
+      st->pooled = 1;
+      return;
+    }
+    if (++b->since_sample > BYTIME_STALL) { /* its side stopped coming: dropped, followed anew */
+      b->pool.active = 0;
+      b->pivot = 0;
+      b->undecided_steps = 0;
+    }
+  }
   if (!series_wants(&b->replay) || r->inc == BYTIME_EXACT)
     return;
   if (r->inc == BYTIME_BUCKET) {
     measure(st, BYTIME_BUCKET, &b->replay);
-  } else if (b->probing && !series_wants(&b->probing->eager)) {
+  } else if ((b->probing && !series_wants(&b->probing->eager)) ||
+             (b->pivot && !series_wants(&b->pool))) {
     /* the probe waits for the replay and this count runs eagerly: a graph probe */
     measure(st, BYTIME_BUCKET, &b->replay);
     st->graph_probe = 1;
@@ -552,9 +727,11 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
   st->rec = r;
   st->b = b;
   r->seen++;
-  if (++b->since >= BYTIME_RECHECK * (b->rounds ? b->rounds : 1) && !b->probing)
+  if (++b->since >= BYTIME_RECHECK * (b->rounds ? b->rounds : 1) && !b->probing && !b->pivot)
     recheck(bt, b);
   (void)imply(bt, r);
+  if (r->decided == UNDECIDED && r->inc != BYTIME_EXACT && !r->exact_round)
+    pool_follow(b, tokens);
   if (r->inc == BYTIME_EAGER && !r->exact_checked && r->seen == BYTIME_EXACT_SEEN)
     consider_exact(bt, r);
   choose_way(bt, b, r, st);
@@ -564,7 +741,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
        run eagerly (or at its bucket) for a sample it cannot give. */
     st->timed = 0;
     st->series = NULL;
-    st->probe = st->graph_probe = 0;
+    st->probe = st->graph_probe = st->pooled = 0;
     st->way = r->inc;
   }
   if (st->graph_probe)
@@ -577,6 +754,8 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
       return rc;
     st->host_start_ns = step_cost_now_ns(bt->h); /* the host issues prepare and body from here */
   }
+  if (st->probe && st->pooled)
+    bt->fig.pooled_probe_steps++;
   if (st->probe)
     bt->fig.probe_steps++;
   else if (st->way == BYTIME_EAGER)

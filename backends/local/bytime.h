@@ -39,6 +39,31 @@
  * bucket's replays, and keeps the exact bucket only when faster by more than the margin; tried
  * once per count until a recheck.
  *
+ * Pooled probes (issue 43, session 38: counts too sparse to probe one by one). A bucket whose
+ * counts rarely repeat (decode traffic whose long prompts are thousands of distinct counts) has
+ * none seen BYTIME_MIN_SEEN times, so nothing above would decide it. By the same assumption, eager
+ * samples at counts >= P are upper bounds of eager at P, and samples at counts <= P lower bounds:
+ *  - "eager wins at P": the median of BYTIME_SAMPLES eager samples taken from steps of the bucket's
+ *    undecided counts >= P (after one run and not kept) beats the replay's median by more than the
+ *    margin: every count <= P of the bucket is served eagerly (implied), counts seen later too;
+ *  - "eager loses at P": the median of samples from its undecided counts <= P is slower than the
+ *    replay's by more than the margin: every count >= P keeps the bucket.
+ * When: no single-count probe runs or is due (no undecided count seen BYTIME_MIN_SEEN times), the
+ * bucket has had BYTIME_POOL_SEEN steps of undecided counts since it was last measured, and of its
+ * last BYTIME_POOL_RECENT such steps (those still undecided), at least BYTIME_POOL_MIN, more than
+ * half are of counts seen once among them (at that rate a count needs about 16 x 64 of the bucket's
+ * steps to be probed on its own). P: the median (the lower of two) of those recent steps' counts,
+ * so either side holds about half of the traffic. The side tested first is the one last shown in
+ * the bucket, "wins" at first (sparse counts mean a wide bucket, where padding is largest); if it
+ * is not shown, the other side at the same P. A shown side moves the bucket's bounds and the next
+ * pivot is taken at once from the recent steps still undecided (a bisection toward the count where
+ * eager stops winning); a pivot where neither side is shown (within the margin, or the threshold
+ * near P so that each side's samples straddle it) ends pooling until the bucket's next recheck.
+ * Bounds: one pooled round (at most 1 + BYTIME_SAMPLES eager probe steps) at a time per bucket,
+ * never beside a single-count probe, at most BYTIME_POOL_ROUNDS rounds per recheck; a round that
+ * gets no sample for BYTIME_STALL steps of its bucket is dropped. Each pooled round counts as a
+ * probe round for the recheck below.
+ *
  * After BYTIME_RECHECK x r steps of a bucket, r its probe rounds since it was last measured (at
  * least 1), its measurements are forgotten (each count keeps its way until measured or implied
  * again; exact-size buckets stay) and the bucket is measured again: at most one probe round per
@@ -67,6 +92,15 @@
 #define BYTIME_EXACT_SEEN 64
 /* Steps of a bucket without a step of its probe target before the target is dropped. */
 #define BYTIME_STALL 256
+/* Pooled probes (above): steps of a bucket's undecided counts since it was last measured before
+   it may pool; its recent such steps followed (the pivot's median, the sparseness test); recent
+   steps still undecided needed to pool (the side sampled holds about half: about 2 x a round);
+   pooled rounds per bucket between rechecks (a bisection of the recent steps' counts, each pivot
+   tested on at most two sides). */
+#define BYTIME_POOL_SEEN   64
+#define BYTIME_POOL_RECENT 64
+#define BYTIME_POOL_MIN    (2 * BYTIME_SAMPLES)
+#define BYTIME_POOL_ROUNDS 8
 
 /* How a padded step is served. */
 enum bytime_way {
@@ -81,9 +115,10 @@ struct bytime;
 struct bytime_step {
   enum bytime_way way;
   int64_t tokens, bucket;
-  int timed;              /* events recorded around it */
-  int probe;              /* run eagerly to measure eager, not because eager won */
-  int graph_probe;        /* replayed at its bucket to measure the replay, not because it won */
+  int timed;       /* events recorded around it */
+  int probe;       /* run eagerly to measure eager, not because eager won */
+  int graph_probe; /* replayed at its bucket to measure the replay, not because it won */
+  int pooled;      /* run eagerly for a pooled probe (its sample pooled with other counts') */
   uint64_t host_start_ns; /* the host's clock when its start event was recorded */
   void *series;           /* the measurement it feeds (internal) */
   void *rec, *b;          /* the count's and the bucket's records (internal) */
@@ -92,9 +127,11 @@ struct bytime_step {
 /* Its figures for cgrt_stats (the fields of issue 43) and cgrt_backend_figures. */
 struct bytime_figures {
   uint64_t timed_steps, probe_steps, eager_steps, exact_steps, eager_counts, exact_counts;
-  uint64_t implied_counts;    /* counts decided by a neighbour's measurement in their bucket */
-  uint64_t rare_refused;      /* counts refused an exact-size bucket as rare (once per count) */
-  uint64_t graph_probe_steps; /* steps run at their bucket to measure its replay, eager serving */
+  uint64_t implied_counts;     /* counts decided by a neighbour's measurement in their bucket */
+  uint64_t rare_refused;       /* counts refused an exact-size bucket as rare (once per count) */
+  uint64_t graph_probe_steps;  /* steps run at their bucket to measure its replay, eager serving */
+  uint64_t pooled_rounds;      /* pooled probe rounds completed (decided or not) */
+  uint64_t pooled_probe_steps; /* eager probe steps of pooled rounds (counted in probe_steps too) */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */

@@ -418,6 +418,8 @@ static int local_figures(void *state, void (*emit)(void *user, const char *name,
     struct bytime_figures b;
     bytime_figures(s->bt, &b);
     emit(user, "by_time_graph_probe_steps", b.graph_probe_steps);
+    emit(user, "by_time_pooled_rounds", b.pooled_rounds);
+    emit(user, "by_time_pooled_probe_steps", b.pooled_probe_steps);
   }
   return 0;
 }

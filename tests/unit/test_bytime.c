@@ -51,7 +51,8 @@ struct fixture {
   char kept[512];      /* the last debug line of a measured count that kept its way */
 };
 
-static int log_debug; /* the next fixture logs at debug (a test that reads debug lines) */
+static int log_debug;         /* the next fixture logs at debug (a test that reads debug lines) */
+static const char *inference; /* the next fixture's [inference] lines, when not the usual ones */
 
 static void work(void *arg) {
   struct params *p = arg;
@@ -139,9 +140,10 @@ static struct fixture *fixture_open(const char *extra, int with_cost) {
   char ini[1024];
   snprintf(ini, sizeof(ini),
            "[cuda_graph]\nimpl = local\nwarmup_steps = 2\n"
-           "[inference]\nmax_tokens = 128\nnum_graphs = 4\n%s"
+           "[inference]\n%s%s"
            "[runtime]\ndriver = host\nlog = %s\n",
-           extra, getenv("BYTIME_DEBUG") || log_debug ? "debug" : "info");
+           inference ? inference : "max_tokens = 128\nnum_graphs = 4\n", extra,
+           getenv("BYTIME_DEBUG") || log_debug ? "debug" : "info");
   if (cgrt_open_string(&f->rt, ini) != 0)
     fail_msg("open: %s", cgrt_last_error(NULL));
   assert_int_equal(cgrt_set_log(f->rt, log_sink, f), 0);
@@ -411,6 +413,99 @@ static void test_rare_counts_get_no_exact_bucket(void **state) {
   fixture_close(f);
 }
 
+/* The cost of test_sparse_counts_pooled: a kernel of 0.2 us below POOL_THRESHOLD tokens, 3 us from
+   it on (test_many_counts_one_bucket_bisected's threshold, higher). */
+#define POOL_THRESHOLD 3900
+
+static uint64_t pool_cost_ns(void *user, void (*fn)(void *), void *arg) {
+  (void)user;
+  if (fn != work)
+    return 0;
+  return ((struct params *)arg)->padded < POOL_THRESHOLD ? 200 : 3000;
+}
+
+/* by_time's own figures (cgrt_backend_figures): its pooled rounds and their probe steps. */
+struct pooled {
+  uint64_t rounds, probe_steps;
+};
+
+static void pooled_figure(void *user, const char *name, uint64_t value) {
+  struct pooled *p = user;
+  if (strcmp(name, "by_time_pooled_rounds") == 0)
+    p->rounds = value;
+  else if (strcmp(name, "by_time_pooled_probe_steps") == 0)
+    p->probe_steps = value;
+}
+
+/*
+ * Counts too sparse to probe one by one (session 38, pooled probes): buckets 1 32 1024 4096, and
+ * 4000 steps alternating between bucket 1024 (33-1023) and bucket 4096 (1025-4095), each count in a
+ * scrambled order seen once or twice in all, so none reaches BYTIME_MIN_SEEN (16) and no count is
+ * ever probed on its own. Bucket 4096 (a kernel of 3 us padded): eager is far faster below
+ * POOL_THRESHOLD (about 4.6 us against the replay's 9.5) and far slower from it on (about 13 us);
+ * bucket 1024 (kernels of 0.2 us): the replay (about 1 us) beats eager (4.6 us) everywhere. Pooled
+ * probes decide both: counts of bucket 4096 up to a pivot well below the threshold end eager
+ * (eager samples of counts >= P beat the replay), no count at or above the threshold is served
+ * eagerly but to sample it, bucket 1024 keeps its replay (eager samples of counts <= P lose to it),
+ * and the probe steps stay within BYTIME_POOL_ROUNDS (8) rounds of 9 per bucket. Without pooling
+ * nothing of this is decided: every count keeps its bucket (the rule before).
+ */
+static void test_sparse_counts_pooled(void **state) {
+  (void)state;
+  inference = "buckets = list\nlist = 1 32 1024 4096\nmax_tokens = 4096\n";
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  inference = NULL;
+  struct cgrt_host_cost c = {
+      .launch_ns = 1000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = pool_cost_ns};
+  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  static unsigned char seen[4096];
+  int64_t eager_big_below = 0, big_below = 0; /* bucket 4096, counts < 3000, the last 1000 steps */
+  int eager_above = 0, eager_small = 0;       /* eager at >= the threshold; in bucket 1024 */
+  cgrt_step_report rep;
+  const int steps = 4000;
+  for (int i = 0; i < steps; i++) {
+    int k = i / 2;
+    int64_t t = i % 2 ? 1025 + (k * 1237) % 3071 : 33 + (k * 577) % 991;
+    step(f, i, t, &rep);
+    seen[t]++;
+    int eager = rep.mode == CGRT_MODE_EAGER;
+    if (eager)
+      assert_int_equal(rep.padded_tokens, t);
+    else
+      assert_int_equal(rep.padded_tokens, t > 1024 ? 4096 : 1024);
+    eager_above += eager && t >= POOL_THRESHOLD;
+    eager_small += eager && t <= 1024;
+    if (i >= steps - 1000 && t > 1024 && t < 3000) {
+      big_below++;
+      eager_big_below += eager;
+    }
+  }
+  for (int t = 0; t < 4096; t++)
+    assert_true(seen[t] <= 3);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  struct pooled p = {0, 0};
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  /* every eager probe step was a pooled one (no count was probed on its own), within the bound */
+  assert_int_equal(p.probe_steps, s.time_probe_steps);
+  /* at most 8 rounds of 9 eager steps per bucket; each completed round, and one running at the
+     end in either bucket, 9 at most */
+  assert_true(p.rounds >= 3 && p.rounds <= 2 * 8);
+  if (s.time_probe_steps > 2 * 8 * 9 || s.time_probe_steps > (p.rounds + 2) * 9 ||
+      s.time_probe_steps < 9)
+    fail_msg("%llu probe steps for %llu pooled rounds", (unsigned long long)s.time_probe_steps,
+             (unsigned long long)p.rounds);
+  /* below the threshold, bucket 4096's counts end eager (decided, then implied as they come) */
+  if (eager_big_below != big_below)
+    fail_msg("%lld of %lld late steps of bucket 4096 below 3000 tokens ran eagerly",
+             (long long)eager_big_below, (long long)big_below);
+  assert_true(s.time_eager_counts > 500 && s.time_implied_counts > s.time_eager_counts);
+  assert_true(s.time_eager_steps > 500);
+  /* at or above it, eager only to sample it; in bucket 1024, likewise */
+  assert_true((uint64_t)(eager_above + eager_small) <= s.time_probe_steps);
+  fixture_close(f);
+}
+
 /* Adaptive buckets by time: by_time's figures reach the planner, which plans by time. */
 static void test_adaptive_plans_by_time(void **state) {
   (void)state;
@@ -584,6 +679,7 @@ int main(void) {
       cmocka_unit_test(test_adaptive_plans_by_time),
       cmocka_unit_test(test_many_counts_one_bucket_bisected),
       cmocka_unit_test(test_rare_counts_get_no_exact_bucket),
+      cmocka_unit_test(test_sparse_counts_pooled),
       cmocka_unit_test(test_now_ns_is_the_host_drivers_host_clock),
       cmocka_unit_test(test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more),
       cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),
