@@ -39,12 +39,12 @@
  * the GPU's per-process spread of eager, 640-900 us at 1 token, is absent), the bench's decoder
  * beyond 512 tokens, capture costs measured, block scope.
  *
- * Asserts, per traffic file and host mode: by_time on no worse than off by more than 1%, and on
- * bimodal.txt better. On decode_small_buckets.txt under conf/local_block_budget.ini's list,
- * where padding dominates (the rare steps of 1500-3978 tokens pad to 4096; eager's total is 16%
- * below the padded plan's), the target "better than off" is NOT met and not asserted: see
- * test_decode_small_buckets. BYTIME_TRAFFIC_STEPS (environment) replays a prefix instead of the
- * whole files (4000 steps each).
+ * Asserts, per traffic file and host mode: on bimodal.txt, by_time on no worse than off by more
+ * than 1%, and better; on decode_small_buckets.txt under conf/local_block_budget.ini's list, where
+ * padding dominates (the rare steps of 1500-3978 tokens pad to 4096; eager's total is 16% below
+ * the padded plan's), on better than off by more than 3% (the model gives 5.5%): its large counts
+ * are decided by pooled probes (see test_decode_small_buckets). BYTIME_TRAFFIC_STEPS (environment)
+ * replays a prefix instead of the whole files (4000 steps each).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -157,7 +157,13 @@ struct result {
   double total_ms; /* simulated, captures charged */
   double clock_ms; /* the clocks' alone */
   cgrt_stats s;
+  uint64_t pooled_rounds; /* by_time's pooled probe rounds (cgrt_backend_figures) */
 };
+
+static void figure(void *user, const char *name, uint64_t value) {
+  if (strcmp(name, "by_time_pooled_rounds") == 0)
+    ((struct result *)user)->pooled_rounds = value;
+}
 
 /*
  * The [cuda_graph] and [inference] sections of the shipped files, with the host driver:
@@ -238,6 +244,8 @@ static void simulate(const char *conf, enum way way, int synced, const struct tr
   r->clock_ms = (double)(h->now_ns(h) - t0) / 1e6;
   r->s = (cgrt_stats){.struct_size = sizeof(r->s)};
   assert_int_equal(cgrt_stats_get(s->rt, &r->s), 0);
+  r->pooled_rounds = 0;
+  assert_int_equal(cgrt_backend_figures(s->rt, figure, r), 0);
   for (int i = 0; i < QUEUE_STEPS; i++)
     h->event_destroy(h, queued[i]);
   r->total_ms = r->clock_ms + (double)r->s.captures * CAPTURE_US / 1e3;
@@ -260,13 +268,14 @@ static void load(const char *name, struct traffic *t) {
 
 static void print_row(const char *file, const char *mode, const char *way, const struct result *r) {
   const cgrt_stats *s = &r->s;
-  printf("%-26s %-6s %-6s %9.1f ms (clocks %9.1f, %3llu captures)  probe %4llu eager %5llu "
-         "exact %5llu  counts eager %3llu exact %llu implied %3llu rare %3llu\n",
-         file, mode, way, r->total_ms, r->clock_ms, (unsigned long long)s->captures,
-         (unsigned long long)s->time_probe_steps, (unsigned long long)s->time_eager_steps,
-         (unsigned long long)s->time_exact_steps, (unsigned long long)s->time_eager_counts,
-         (unsigned long long)s->time_exact_counts, (unsigned long long)s->time_implied_counts,
-         (unsigned long long)s->time_rare_refused);
+  printf(
+      "%-26s %-6s %-6s %9.1f ms (clocks %9.1f, %3llu captures)  probe %4llu eager %5llu "
+      "exact %5llu  counts eager %3llu exact %llu implied %3llu rare %3llu  pooled rounds %llu\n",
+      file, mode, way, r->total_ms, r->clock_ms, (unsigned long long)s->captures,
+      (unsigned long long)s->time_probe_steps, (unsigned long long)s->time_eager_steps,
+      (unsigned long long)s->time_exact_steps, (unsigned long long)s->time_eager_counts,
+      (unsigned long long)s->time_exact_counts, (unsigned long long)s->time_implied_counts,
+      (unsigned long long)s->time_rare_refused, (unsigned long long)r->pooled_rounds);
 }
 
 /* Runs one file both modes, three ways; gives on/off and eager/off per mode. */
@@ -310,10 +319,11 @@ static void test_bimodal(void **state) {
 
 /*
  * 97% of the steps at 1-8 tokens, 3% at 1500-3978 padded to 4096. Padding dominates under the
- * model (eager's total is below the padded plan's), but by_time gains nothing there: the large
- * counts are thousands of distinct ones seen once or twice each, none reaches BYTIME_MIN_SEEN
- * (16), so none is probed and none implied (docs/decisions.md, "by_time on the shipped traffic,
- * simulated"). What holds is asserted: no worse than off by more than 1%.
+ * model (eager's total is below the padded plan's). The large counts are distinct ones seen once
+ * or twice each, none reaches BYTIME_MIN_SEEN (16): by the rule before pooled probes none was
+ * probed or implied and on/off was 1.000 (docs/decisions.md, "by_time on the shipped traffic,
+ * simulated"). Pooled probes (bucket 4096's sparse counts sampled on one side of a pivot) decide
+ * them: on/off 0.945 free, 0.946 synced under the model; asserted below 0.97 in both modes.
  */
 static void test_decode_small_buckets(void **state) {
   (void)state;
@@ -324,9 +334,10 @@ static void test_decode_small_buckets(void **state) {
       fail_msg("decode_small_buckets.txt, host %s: padding no longer dominates under the model "
                "(eager %.3f x the padded plan)",
                modes[m], eager_ratio[m]);
-    if (ratio[m] > 1.01)
-      fail_msg("decode_small_buckets.txt, host %s: by_time on takes %.3f x off", modes[m],
-               ratio[m]);
+    if (ratio[m] >= 0.97)
+      fail_msg("decode_small_buckets.txt, host %s: by_time on takes %.3f x off (pooled probes "
+               "should gain more than 3%% where padding dominates)",
+               modes[m], ratio[m]);
   }
 }
 
