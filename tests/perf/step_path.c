@@ -8,7 +8,11 @@
  *
  * The host: LAYERS modules (kind mlp), each "kernel" a host function; prepare one more; 8 tokens
  * a step (a bucket of its own: no padding). Scope `block` (conf/local_block.ini's backend
- * options, one graph a step) or `layer` (one graph per module call).
+ * options, one graph a step) or `layer` (one graph per module call). `bytime`: block scope with
+ * `[local] by_time = on` and 5 tokens a step (padded to bucket 8, so followed): 200 steps of
+ * warm-up let its first probe round end (the host driver's times are all 0 without a cost model,
+ * so the bucket stays), and the steady steps are by_time's untimed path (its next round is 2048
+ * steps away).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +35,7 @@
 struct host {
   cgrt_runtime *rt;
   cgrt_module *m[LAYERS];
+  int64_t tokens;
   volatile long sink;
 };
 
@@ -61,7 +66,7 @@ static int body(const cgrt_ctx *ctx, void *user) {
 static int step(struct host *h, cgrt_step_report *rep) {
   cgrt_step_desc d = {.struct_size = sizeof(d),
                       .phase = CGRT_PHASE_INFER,
-                      .tokens = 8,
+                      .tokens = h->tokens,
                       .prepare = prepare,
                       .body = body,
                       .user = h};
@@ -71,17 +76,18 @@ static int step(struct host *h, cgrt_step_report *rep) {
 
 int main(int argc, char **argv) {
   const char *scope = argc > 1 ? argv[1] : "block";
-  if (strcmp(scope, "block") != 0 && strcmp(scope, "layer") != 0) {
-    fprintf(stderr, "usage: cgrt-step-path [block|layer]\n");
+  int bytime = strcmp(scope, "bytime") == 0;
+  if (strcmp(scope, "block") != 0 && strcmp(scope, "layer") != 0 && !bytime) {
+    fprintf(stderr, "usage: cgrt-step-path [block|layer|bytime]\n");
     return 2;
   }
   char ini[512];
   snprintf(ini, sizeof(ini),
            "[cuda_graph]\nimpl = local\nwarmup_steps = 2\ninference_scope = %s\nmax_graphs = 64\n"
-           "[inference]\nbuckets = list\nlist = 1 2 4 8 16 32 64 128\nmax_tokens = 128\n"
+           "[inference]\nbuckets = list\nlist = 1 2 4 8 16 32 64 128\nmax_tokens = 128\n%s"
            "[runtime]\ndriver = host\nlog = warn\n",
-           scope);
-  struct host h = {0};
+           bytime ? "block" : scope, bytime ? "[local]\nby_time = on\n" : "");
+  struct host h = {.tokens = bytime ? 5 : 8};
   if (cgrt_open_string(&h.rt, ini) != 0) {
     fprintf(stderr, "cgrt-step-path: open: %s\n", cgrt_last_error(NULL));
     return 1;
@@ -102,7 +108,7 @@ int main(int argc, char **argv) {
   }
   cgrt_step_report rep;
   int rc = 0;
-  for (int i = 0; rc == 0 && i < 10; i++) /* warm-up and capture */
+  for (int i = 0; rc == 0 && i < (bytime ? 200 : 10); i++) /* warm-up, capture (a probe round) */
     rc = step(&h, &rep);
   int replays = 0;
   CALLGRIND_TOGGLE_COLLECT;
