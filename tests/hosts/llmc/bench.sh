@@ -9,8 +9,9 @@
 # over the steps after SKIP (default 8: cuBLAS's first calls, cgrt's warm-up and capture), pooled
 # over ROUNDS rounds (default 2) that interleave the runs. SHAPES defaults to the issue's four, RUNS
 # to llmc (unpatched) and the four backends; LLMC_PIN (run.sh) pins every run to the same CPUs.
-# Targets (issue 29): full_iteration >= 2x llm.c at d6 B1 T64 and >= 1.5x at d12 B4 T64; no backend
-# slower than llm.c at any shape. Exit 0 when they are met, 1 when a run failed, 3 when one is missed.
+# Targets: full_iteration within 5% of the floor (unpatched llm.c's GPU busy time a step) at every
+# shape, and no backend slower than llm.c at any shape (issue 41 withdrew issue 29's 2x and 1.5x,
+# which were below the floor). Exit 0 when they are met, 1 when a run failed, 3 when one is missed.
 # LLMC_GPUS=2 (or more): llm.c's NCCL data parallelism, a process per GPU (run.sh llmc2, port2), at
 # SHAPES default "d6,1,64 d12,4,64", ZeRO stage ZERO (default 0). The step time is rank 0's (the
 # ranks wait for each other in every step's collectives); the floor is each rank's own GPU busy
@@ -181,26 +182,18 @@ EOF
       ratio=$(awk -v a="$base" -v b="$ms" 'BEGIN { if (b + 0 > 0) print a / b; else print 0 }')
       awk -v x="$ratio" 'BEGIN { exit !(x < 1.0) }' && missed="$missed; $name slower than llm.c at $label"
       [ "$same" = equal ] || missed="$missed; $name's losses differ from llm.c's at $label"
-      if [ "$name" = full_iteration ] && [ -n "$two" ]; then
+      if [ "$name" = full_iteration ]; then
         checked="$checked $tag"
         over=$(awk -v m="$ms" -v f="$floor_max" 'BEGIN { if (f > 0) printf "%.1f", 100 * (m / f - 1); else print "nan" }')
         printf '%-14s %-20s %10s %s\n' "$label" "" "" "full_iteration $over% above the floor (target: 5% at most)"
+        awk -v o="$over" 'BEGIN { exit !(o == "nan" || o + 0 > 5) }' &&
+          missed="$missed; full_iteration ${over}% above the floor at $label"
+      fi
+      if [ "$name" = full_iteration ] && [ -n "$two" ]; then
         # beside it, against llm.c's busy time with its NCCL kernels, per rank (the issue's "GPU busy
         # time" read literally; their waits included, so no floor on a rank that waits)
         vs_busy=$(echo "$llmc_busy" | tr '/' '\n' | awk -v m="$ms" '$1 + 0 > 0 { printf "%s%+.1f%%", (n++ ? " / " : ""), 100 * (m / $1 - 1) }')
         printf '%-14s %-20s %10s %s\n' "$label" "" "" "full_iteration against llm.c's busy time with NCCL: ${vs_busy:--} (r0 / r1)"
-        awk -v o="$over" 'BEGIN { exit !(o == "nan" || o + 0 > 5) }' &&
-          missed="$missed; full_iteration ${over}% above the floor at $label"
-      elif [ "$name" = full_iteration ]; then
-        need=""
-        [ "$tag" = d6-b1-t64 ] && need=2.0
-        [ "$tag" = d12-b4-t64 ] && need=1.5
-        if [ -n "$need" ]; then
-          checked="$checked $tag"
-          if awk -v x="$ratio" -v n="$need" 'BEGIN { exit !(x < n) }'; then
-            missed="$missed; full_iteration ${speedup} < ${need}x at $label"
-          fi
-        fi
       fi
     fi
   done
@@ -212,17 +205,7 @@ if [ -n "$missed" ]; then
   echo "targets MISSED${missed}"
   exit 3
 fi
-if [ -n "$two" ]; then
-  case "$checked" in
-  "") echo "targets met in part: no run of RUNS ($runs) slower than llm.c; full_iteration was not run, so its floor target was not checked" ;;
-  *) echo "targets met: full_iteration within 5% of the GPU-busy floor at$checked; no backend slower than llm.c" ;;
-  esac
-  exit 0
-fi
 case "$checked" in
-*d6-b1-t64*d12-b4-t64* | *d12-b4-t64*d6-b1-t64*)
-  echo "targets met: full_iteration >= 2x at d6 B1 T64 and >= 1.5x at d12 B4 T64; no backend slower than llm.c" ;;
-*)
-  where=${checked:+"only at$checked"}
-  echo "targets met in part: no run of RUNS ($runs) slower than llm.c at SHAPES ($shapes); full_iteration's targets checked ${where:-nowhere} (they need it in RUNS, d6,1,64 and d12,4,64 in SHAPES)" ;;
+"") echo "targets met in part: no run of RUNS ($runs) slower than llm.c; full_iteration was not run, so its floor target was not checked" ;;
+*) echo "targets met: full_iteration within 5% of the GPU-busy floor at$checked; no backend slower than llm.c" ;;
 esac
