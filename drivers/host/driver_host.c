@@ -450,11 +450,19 @@ static void node_run(struct host_stream *s, const struct node *n) {
   }
 }
 
-/* Runs the queue in order until it is empty or, if ev is given, its record `seq` has run. */
-static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t seq) {
+/*
+ * Runs the queue in order until it is empty, or, if ev is given, its record `seq` has run, or the
+ * next node would start after `until` (its stream free and the node issued by then; UINT64_MAX:
+ * no such bound).
+ */
+static void stream_run_to(struct host_stream *s, struct host_event *ev, uint64_t seq,
+                          uint64_t until) {
   int was_running = s->hd->running; /* a wait node runs another stream from inside a run */
   s->hd->running = 1;
   while (s->head < s->queue.n && !(ev && ev->done >= seq)) {
+    const struct node *next = &s->queue.v[s->head];
+    if (until != UINT64_MAX && (s->clock > next->issued ? s->clock : next->issued) > until)
+      break;
     /* A copy: a host function may (wrongly) enqueue, moving the queue. */
     struct node n = s->queue.v[s->head++];
     node_run(s, &n);
@@ -463,6 +471,11 @@ static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t se
   s->hd->running = was_running;
   if (s->head == s->queue.n)
     s->head = s->queue.n = 0;
+}
+
+/* Runs the queue in order until it is empty or, if ev is given, its record `seq` has run. */
+static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t seq) {
+  stream_run_to(s, ev, seq, UINT64_MAX);
 }
 
 static struct host_stream *stream_by_id(struct host_dev *hd, uint64_t id) {
@@ -1341,23 +1354,6 @@ int cgrt__host_set_cost(struct cgrt_dev *dev, const struct cgrt_host_cost *cost)
   return 0;
 }
 
-/* Runs s's queued nodes while the next one starts by `until` (its stream free, issued by then). */
-static void stream_run_until(struct host_stream *s, uint64_t until) {
-  int was_running = s->hd->running;
-  s->hd->running = 1;
-  while (s->head < s->queue.n) {
-    const struct node *next = &s->queue.v[s->head];
-    if ((s->clock > next->issued ? s->clock : next->issued) > until)
-      break;
-    struct node n = s->queue.v[s->head++];
-    node_run(s, &n);
-    node_release(&n);
-  }
-  s->hd->running = was_running;
-  if (s->head == s->queue.n)
-    s->head = s->queue.n = 0;
-}
-
 int cgrt__host_run_device(struct cgrt_dev *dev) {
   if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
     return CGRT_E_INVAL;
@@ -1365,7 +1361,7 @@ int cgrt__host_run_device(struct cgrt_dev *dev) {
   if (hd->running)
     return CGRT_E_STATE;
   for (struct host_stream *s = hd->streams; s; s = s->next)
-    stream_run_until(s, hd->host_clock);
+    stream_run_to(s, NULL, 0, hd->host_clock);
   return 0;
 }
 
