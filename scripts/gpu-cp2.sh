@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.." || exit 1
 build=${1:-build}
 logs=${2:-$build/gpu-cp2}
 rounds=${ROUNDS:-2}
-cands=${CANDS:-default mix0 fold pdl_ag}
+cands=${CANDS:-default mix1 fold pdl_ag}
 trace=${TRACE:-}
 cgrt=$build/bin/cgrt
 tracer=$build/lib/libcgrt-trace.so
@@ -47,11 +47,12 @@ if [ "${CTEST:-1}" = 1 ]; then
 fi
 
 # Candidates: a name, then the environment it runs under. "default" sets nothing (X_UNUSED=1 keeps
-# env's argument list non-empty).
-# - mix0: NCCL_GRAPH_MIXING_SUPPORT=0: NCCL's kernels in a graph no longer get event nodes that
-#   order them against work outside the graph (docs/decisions.md, issue 15, sixth session).
-# - fold: CGRT_FOLD_EVENT_LEAVES=1: the cuda driver folds the leaf event-record nodes NCCL adds into
-#   one join (drivers/cuda/driver_cuda.c).
+# env's argument list non-empty): the bench runs NCCL's graph mixing off unless the environment
+# sets NCCL_GRAPH_MIXING_SUPPORT (issue 42, session 39: mixing off was the former candidate mix0).
+# - mix1: NCCL_GRAPH_MIXING_SUPPORT=1: NCCL's kernels in a graph get event nodes that order them
+#   against work outside the graph (docs/decisions.md, issue 15, sixth session).
+# - fold: mixing on, and CGRT_FOLD_EVENT_LEAVES=1: the cuda driver folds the leaf event-record nodes
+#   NCCL adds into one join (drivers/cuda/driver_cuda.c).
 # - pdl_ag: CGRTK_CP_PDL_AFTER_AG=1: the kernel after each all-gather is a programmatic dependent
 #   (kernels/cp.cu).
 # The former candidate split (CGRT_BIND_SPLIT=1: each GPU's rank bound to its own share of the
@@ -60,20 +61,21 @@ fi
 # gone. CANDS naming it is told so.
 for name in $cands; do
   case $name in
-  default | mix0 | fold | pdl_ag) ;;
+  default | mix1 | fold | pdl_ag) ;;
+  mix0) echo "gpu-cp2: candidate mix0 (graph mixing off) is now the bench's default; not run again" ;;
   split) echo "gpu-cp2: candidate split is now the default (bind_cpu = auto); not run again" ;;
-  *) echo "gpu-cp2: unknown candidate $name (default mix0 fold pdl_ag); not run" ;;
+  *) echo "gpu-cp2: unknown candidate $name (default mix1 fold pdl_ag); not run" ;;
   esac
 done
 echo "== cgrt bench --workload cp --ranks 2, $rounds rounds (logs: $logs/bench_*.log)"
-printf '%-8s %5s %8s %10s %10s %8s %8s %10s %10s %9s\n' candidate round scope eager_us cgrt_us \
-  speedup bitwise eager_host cgrt_host launch_us
+printf '%-8s %5s %8s %10s %10s %8s %8s %10s %10s %9s %7s\n' candidate round scope eager_us cgrt_us \
+  speedup bitwise eager_host cgrt_host launch_us served
 summary=$logs/summary.txt
 : >"$summary"
 round=1
 while [ "$round" -le "$rounds" ]; do
-  for cand in "default X_UNUSED=1" "mix0 NCCL_GRAPH_MIXING_SUPPORT=0" \
-      "fold CGRT_FOLD_EVENT_LEAVES=1" "pdl_ag CGRTK_CP_PDL_AFTER_AG=1"; do
+  for cand in "default X_UNUSED=1" "mix1 NCCL_GRAPH_MIXING_SUPPORT=1" \
+      "fold NCCL_GRAPH_MIXING_SUPPORT=1 CGRT_FOLD_EVENT_LEAVES=1" "pdl_ag CGRTK_CP_PDL_AFTER_AG=1"; do
     name=${cand%% *}
     case " $cands " in *" $name "*) ;; *) continue ;; esac
     setting=${cand#* }
@@ -84,21 +86,23 @@ while [ "$round" -le "$rounds" ]; do
       [ "$trace" = graphs ] && graphs=1
       # The launcher forks its ranks before any CUDA call: the tracer starts in each child
       # (CGRT_TRACE_FORKED=1), since CUDA set up in the launcher does not survive the fork.
-      timeout 300 env "$setting" LD_PRELOAD="$tracer" CGRT_TRACE_FORKED=1 \
+      # shellcheck disable=SC2086 # setting: one or more NAME=VALUE words
+      timeout 300 env $setting LD_PRELOAD="$tracer" CGRT_TRACE_FORKED=1 \
         CGRT_TRACE_GRAPHS=$graphs CGRT_TRACE_OUT="$logs/trace_${round}_${name}_%p.csv" \
         "$cgrt" bench --workload cp --ranks 2 ${CP_ARGS:-} >"$log" 2>&1 || rc=$?
     else
-      env "$setting" timeout 300 "$cgrt" bench --workload cp --ranks 2 ${CP_ARGS:-} >"$log" 2>&1 || rc=$?
+      # shellcheck disable=SC2086
+      env $setting timeout 300 "$cgrt" bench --workload cp --ranks 2 ${CP_ARGS:-} >"$log" 2>&1 || rc=$?
     fi
     if [ "$rc" -ne 0 ]; then
       status=1
       echo "$name, round $round: exit $rc ($setting); last lines of $log:"
       tail -5 "$log"
     fi
-    # Table rows: cp scope rows/rank eager_us eager_host cgrt_us cgrt_host speedup ... bitwise.
+    # Table rows: cp scope rows/rank eager_us eager_host cgrt_us cgrt_host speedup ... bitwise served.
     awk -v n="$name" -v r="$round" '$1 == 2 && ($2 == "step" || $2 == "modules") {
-        printf "%-8s %5s %8s %10s %10s %8s %8s %10s %10s %9s\n", n, r, $2, $4, $6, $8, $NF, $5, $7,
-          $9 }' "$log" |
+        printf "%-8s %5s %8s %10s %10s %8s %8s %10s %10s %9s %7s\n", n, r, $2, $4, $6, $8, $(NF - 1),
+          $5, $7, $9, $NF }' "$log" |
       tee -a "$summary"
   done
   round=$((round + 1))

@@ -24,6 +24,10 @@
  * timed steps are served the way the round chose; a row says how they were served (served:
  * graphs, eager, or mixed) and a line gives by_time's counters per cp size, so a cp size served
  * the wrong way, or a row slower than eager, shows as a number.
+ *
+ * The ranks run with NCCL's graph mixing off unless NCCL_GRAPH_MIXING_SUPPORT is set: the setting
+ * a dynamic_cp host should run (README, on NCCL_GRAPH_MIXING_SUPPORT); the header says
+ * which ran.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -663,6 +667,14 @@ int bench_cp(const struct bench_opts *o) {
     fprintf(stderr, "cgrt bench: mmap of the results failed\n");
     goto out;
   }
+  /* NCCL's graph mixing off unless the environment names it (before the ranks start NCCL, which
+     reads it once). With it on, every collective captured into a graph gets an event wait and an
+     event record: module scope at cp 2 replayed 353-391 us a step against 332-335 with it off, in
+     6 rounds each on two H200s (docs/decisions.md, issue 42, session 39). Off is safe for what the
+     bench runs: cgrt waits for its queued graphs before it runs work outside a graph on its split
+     communicators (core/src/comm/comm.c), and the bench's world communicator is never captured.
+     NCCL_GRAPH_MIXING_SUPPORT=1 measures it on; the header says which ran. */
+  setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 0);
   char err[1024];
   int rc = cgrt_run_ranks(b.nranks, cp_rank_main, &b, o->timeout_s > 0 ? o->timeout_s : 600, err,
                           sizeof(err));
