@@ -35,6 +35,10 @@ static int probe(struct host_model *hm, int64_t tokens, struct fresh_row *r) {
   r->variant_keys = s1.rebind_variant_keys;
   r->eager_keys = s1.rebind_eager_keys;
   r->fallbacks = s1.fallbacks;
+  r->timed_steps = s1.timed_steps;
+  r->probe_steps = s1.time_probe_steps;
+  r->eager_counts = s1.time_eager_counts;
+  r->exact_counts = s1.time_exact_counts;
   r->mode = st.rep.mode;
   return 0;
 }
@@ -98,12 +102,16 @@ void bench_fresh_print(const struct fresh_row *rows, int n, int json) {
       printf("%s{\"tokens\":%lld,\"bucket\":%lld,\"eager_us\":%.2f,\"backend_us\":%.2f,"
              "\"static_us\":%.2f,\"vs_static\":%.4f,\"vs_eager\":%.4f,\"bitwise\":%s,"
              "\"recordings_per_step\":%.3f,\"copy_bytes_per_step\":%.0f,\"copy_keys\":%llu,"
-             "\"variant_keys\":%llu,\"eager_keys\":%llu,\"fallbacks\":%llu,\"mode\":\"%s\"}",
+             "\"variant_keys\":%llu,\"eager_keys\":%llu,\"fallbacks\":%llu,\"timed_steps\":%llu,"
+             "\"time_probe_steps\":%llu,\"time_eager_counts\":%llu,\"time_exact_counts\":%llu,"
+             "\"mode\":\"%s\"}",
              i ? "," : "", (long long)r->tokens, (long long)r->bucket, r->eager_us, r->cgrt_us,
              r->static_us, r->cgrt_us / r->static_us, r->cgrt_us / r->eager_us,
              r->bitwise ? "true" : "false", r->recordings_per_step, r->copy_bytes_per_step,
              (unsigned long long)r->copy_keys, (unsigned long long)r->variant_keys,
              (unsigned long long)r->eager_keys, (unsigned long long)r->fallbacks,
+             (unsigned long long)r->timed_steps, (unsigned long long)r->probe_steps,
+             (unsigned long long)r->eager_counts, (unsigned long long)r->exact_counts,
              cgrt_mode_name(r->mode));
     }
     printf("]");
@@ -114,19 +122,23 @@ void bench_fresh_print(const struct fresh_row *rows, int n, int json) {
          "static_us (the same backend, buffer in place; eager, static and fresh timed in turn); "
          "rec/step and copy_B/step "
          "over %d steady steps; keys on private copies, with a graph per address set (var_keys) "
-         "and sent eager, since the runtime opened\n",
+         "and sent eager, since the runtime opened; with [local] by_time, its timed steps, probe "
+         "steps and counts served eagerly or at exact-size buckets, since the runtime opened\n",
          PROBE_STEPS);
-  printf("%6s %6s %10s %10s %10s %10s %9s %8s %9s %11s %10s %9s %10s %9s\n", "tokens", "bucket",
-         "eager_us", "cgrt_us", "static_us", "vs_static", "vs_eager", "bitwise", "rec/step",
-         "copy_B/step", "copy_keys", "var_keys", "eager_keys", "fallback");
+  printf("%6s %6s %10s %10s %10s %10s %9s %8s %9s %11s %10s %9s %10s %9s %6s %6s %7s %7s\n",
+         "tokens", "bucket", "eager_us", "cgrt_us", "static_us", "vs_static", "vs_eager", "bitwise",
+         "rec/step", "copy_B/step", "copy_keys", "var_keys", "eager_keys", "fallback", "timed",
+         "probes", "eager_n", "exact_n");
   for (int i = 0; i < n; i++) {
     const struct fresh_row *r = &rows[i];
     printf("%6lld %6lld %10.1f %10.1f %10.1f %9.3fx %8.3fx %8s %9.2f %11.0f %10llu %9llu %10llu "
-           "%9llu\n",
+           "%9llu %6llu %6llu %7llu %7llu\n",
            (long long)r->tokens, (long long)r->bucket, r->eager_us, r->cgrt_us, r->static_us,
            r->cgrt_us / r->static_us, r->cgrt_us / r->eager_us, r->bitwise ? "equal" : "DIFFER",
            r->recordings_per_step, r->copy_bytes_per_step, (unsigned long long)r->copy_keys,
            (unsigned long long)r->variant_keys, (unsigned long long)r->eager_keys,
-           (unsigned long long)r->fallbacks);
+           (unsigned long long)r->fallbacks, (unsigned long long)r->timed_steps,
+           (unsigned long long)r->probe_steps, (unsigned long long)r->eager_counts,
+           (unsigned long long)r->exact_counts);
   }
 }

@@ -17,7 +17,10 @@ struct fresh_row {
   double recordings_per_step; /* captures and re-recordings per step, once steady */
   double copy_bytes_per_step; /* bytes copied into and out of private copies per step */
   uint64_t copy_keys, variant_keys, eager_keys, fallbacks; /* cgrt_stats of the fresh runtime */
-  cgrt_mode mode;                                          /* the mode of its last step */
+  /* [local] by_time in the fresh runtime, since it opened: steps timed, eager steps run to
+     measure, counts served eagerly and at exact-size buckets (all 0 with by_time off) */
+  uint64_t timed_steps, probe_steps, eager_counts, exact_counts;
+  cgrt_mode mode; /* the mode of its last step */
 };
 
 /*
