@@ -66,6 +66,7 @@ struct count_rec {
   enum decided decided;
   uint64_t seen;     /* steps of the count (reset when dropped as a stalled target) */
   int exact_checked; /* an exact-size bucket was considered (until a recheck) */
+  int contested;     /* its probe kept the bucket, whose replay did not beat eager by the margin */
   int exact_round;   /* an exact-size bucket is measured against eager */
   int rare_counted;  /* counted once in rare_refused */
   struct series eager, exact;
@@ -248,9 +249,12 @@ static int exact_allowed(struct bytime *bt) {
   return bytes + one <= budget;
 }
 
-/* A count served eagerly: an exact-size bucket is measured against eager if it may have one. */
+/* A count served eagerly, or a contested one at its bucket: an exact-size bucket is measured
+   against the way it is served if it may have one. */
 static void consider_exact(struct bytime *bt, struct count_rec *r) {
-  if (r->exact_checked || r->inc != BYTIME_EAGER || r->decided == UNDECIDED || !exact_allowed(bt))
+  const int contested = r->inc == BYTIME_BUCKET && r->contested;
+  if (r->exact_checked || (r->inc != BYTIME_EAGER && !contested) || r->decided == UNDECIDED ||
+      !exact_allowed(bt))
     return;
   if (r->seen < BYTIME_EXACT_SEEN) { /* rare: considered again when seen often enough */
     if (!r->rare_counted)
@@ -391,7 +395,9 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
            "time: %s; eager cost taken as non-decreasing in tokens; none of them probed)",
            (long long)d.lo, (long long)d.hi, (long long)b->bucket, d.n, d.changed,
            way_names[eager_wins ? BYTIME_EAGER : BYTIME_BUCKET], (long long)r->tokens, figures);
-  if (eager_wins)
+  /* neither way is faster by the margin: an exact-size bucket may beat both */
+  r->contested = !eager_wins && !noise_challenger_wins(p, e);
+  if (eager_wins || r->contested)
     consider_exact(bt, r);
 }
 
@@ -403,11 +409,16 @@ static int decide_exact(struct bytime *bt, struct count_rec *r) {
   report_cost(bt, r->tokens, r->tokens, r->exact.median.us);
   r->exact_round = 0;
   r->exact.active = 0;
-  if (noise_challenger_wins(r->exact.median.us, r->eager.median.us)) {
+  /* a contested count at its bucket: the exact-size bucket must beat the faster of the two */
+  double base = r->eager.median.us, replay = r->b->replay.median.us;
+  if (r->inc == BYTIME_BUCKET && replay > 0 && replay < base)
+    base = replay;
+  if (noise_challenger_wins(r->exact.median.us, base)) {
     switch_to(bt, r, BYTIME_EXACT, 1);
     return 0;
   }
-  return retire_exact(bt, r); /* eager, which beat the padded bucket, goes on serving it */
+  /* the way that served it (eager, which beat the padded bucket, or the bucket) goes on */
+  return retire_exact(bt, r);
 }
 
 static void pool_round(struct bucket_rec *b, int64_t pivot, enum pool_side side) {
@@ -586,6 +597,7 @@ static void recheck(struct bytime *bt, struct bucket_rec *b) {
       continue;
     o->decided = UNDECIDED;
     o->exact_checked = 0;
+    o->contested = 0;
     o->eager.active = 0;
   }
 }
@@ -721,7 +733,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
     switch_to(bt, r, BYTIME_BUCKET, 0);
     r->b = b;
     r->decided = UNDECIDED;
-    r->exact_checked = r->exact_round = 0;
+    r->exact_checked = r->exact_round = r->contested = 0;
     r->eager.active = r->exact.active = 0;
   }
   st->rec = r;
@@ -732,7 +744,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
   (void)imply(bt, r);
   if (r->decided == UNDECIDED && r->inc != BYTIME_EXACT && !r->exact_round)
     pool_follow(b, tokens);
-  if (r->inc == BYTIME_EAGER && !r->exact_checked && r->seen == BYTIME_EXACT_SEEN)
+  if ((r->inc == BYTIME_EAGER || r->contested) && !r->exact_checked && r->seen == BYTIME_EXACT_SEEN)
     consider_exact(bt, r);
   choose_way(bt, b, r, st);
   if (st->timed && bt->npending == BYTIME_PENDING) {

@@ -37,7 +37,11 @@
  * pay it back), while exact_buckets and the budget allow one more. Its round times its own eager
  * steps (the probe's samples, or steps it is served eagerly anyway: no probes) against the exact
  * bucket's replays, and keeps the exact bucket only when faster by more than the margin; tried
- * once per count until a recheck.
+ * once per count until a recheck. A contested count (its probe kept the bucket, but the replay did
+ * not beat eager by the margin either: the crossover, where padding costs about what the launches
+ * save) is treated alike, seen as often, and keeps the exact bucket only when it beats the faster
+ * of the replay and eager by the margin; else it stays at its bucket (issue 43, session 39: 37
+ * tokens at bucket 64 ran 0.91x eager's time on an H200 with no exact bucket tried).
  *
  * Pooled probes (issue 43, session 38: counts too sparse to probe one by one). A bucket whose
  * counts rarely repeat (decode traffic whose long prompts are thousands of distinct counts) has
