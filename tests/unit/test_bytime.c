@@ -434,8 +434,11 @@ static void test_many_counts_one_bucket_bisected(void **state) {
   assert_int_equal(s.time_eager_counts, below);
   assert_int_equal(s.time_exact_counts + s.time_exact_steps + s.time_rare_refused, 0);
   /* a bisection of 32 counts: floor(log2 32) + 1 = 6 rounds of 9 eager steps, one more round for
-     the first count to reach 16 steps (it alone was eligible then); per count it was 32 x 9 */
-  if (s.time_probe_steps > 7 * 9 || s.time_probe_steps < 9)
+     the first count to reach 16 steps (it alone was eligible then); per count it was 32 x 9.
+     Since session 39 a bucket may pool after 16 steps of undecided counts, before any count is
+     seen 16 times: here one pivot (91, beside the threshold 96), both sides shown nothing, 2
+     rounds, then no pooling until a recheck */
+  if (s.time_probe_steps > (7 + 2) * 9 || s.time_probe_steps < 9)
     fail_msg("%llu eager probe steps for %d counts", (unsigned long long)s.time_probe_steps,
              NCOUNTS);
   /* every count not probed was decided by implication: at least 32 - 7 of them */
