@@ -39,8 +39,11 @@ if [ "${gpus:-0}" -lt 2 ]; then
   exit 77
 fi
 mkdir -p "$work"
-if ! sh "$here/run.sh" "$build" build2 >"$work/build2.txt" 2>&1; then
-  rc=$?
+# (rc taken from run.sh itself: inside `if ! ...`, $? is the negation's, 0, and a build that
+# exited 77 for want of the llm.c tree made this test pass; seen on two H200s, session 39)
+rc=0
+sh "$here/run.sh" "$build" build2 >"$work/build2.txt" 2>&1 || rc=$?
+if [ "$rc" -ne 0 ]; then
   cat "$work/build2.txt"
   if grep -q "did not find NCCL" "$work/build2.txt"; then
     echo "SKIPPED: llm.c's Makefile found no NCCL, so it cannot build its multi-GPU trainer"
