@@ -5,9 +5,14 @@
 # gpu). Skipped with its reason (exit 77) without the llm.c tree, nvcc or a CUDA device.
 # host_llmc_2gpu (label multigpu): the same on two GPUs (test2.sh).
 if(CGRT_HAVE_CUDA)
-  # LLMC_DIR in the environment at configure time, else the tree beside the checkout.
+  # LLMC_DIR in the environment at configure time, else the tree beside the checkout, else one in
+  # the checkout's shared/ (as run.sh looks: a GPU machine gets shared/ with the checkout, not
+  # ../shared; without either tree both tests skip, saying so).
   if(DEFINED ENV{LLMC_DIR})
     set(llmc_default "$ENV{LLMC_DIR}")
+  elseif(NOT IS_DIRECTORY "${CMAKE_SOURCE_DIR}/../shared/hosts/llm.c"
+         AND IS_DIRECTORY "${CMAKE_SOURCE_DIR}/shared/hosts/llm.c")
+    set(llmc_default "${CMAKE_SOURCE_DIR}/shared/hosts/llm.c")
   else()
     set(llmc_default "${CMAKE_SOURCE_DIR}/../shared/hosts/llm.c")
   endif()
