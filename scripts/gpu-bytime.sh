@@ -1,0 +1,91 @@
+#!/bin/sh
+# Issue 43's GPU runs in one command (buckets chosen by time, `[local] by_time`):
+#   1. decode benches, one process per GPU at a time, every GPU running each configuration of
+#      CONFS (default "local local_bytime", conf/NAME.ini) PROCS times (default 2), in turns whose
+#      order alternates between GPUs (`cgrt bench conf/NAME.ini --workload decode --json`): launch-
+#      bound eager draws a speed per process, so the targets are judged over several;
+#   2. the shipped traffic replays (TRAFFIC=1, the default): traffic/bimodal.txt under
+#      conf/local_bytime.ini, traffic/decode_small_buckets.txt under conf/local_block_budget.ini with
+#      `[local] by_time = on`, each against its padded-token plan and eager (the bench's own rows),
+#      on the last two GPUs beside nothing else (after the decode benches);
+#   3. the step path (DISPATCH=3 runs, 0 for none): `cgrt bench conf/local_block.ini --tokens 1`
+#      and the same with by_time on, alternating, their "replay dispatch" lines.
+# Then scripts/bytime_summary.py prints the figures beside the targets (no row more than 2%
+# slower than eager, static and fresh; traffic totals no worse than the padded-token plan; the
+# step path at most 0.5 us above cudaGraphLaunch).
+#   usage: scripts/gpu-bytime.sh [BUILD_DIR [LOG_DIR]]   (BUILD_DIR default: build, built with CUDA;
+#   LOG_DIR default: BUILD_DIR/gpu-bytime). Exit: bytime_summary.py's (0: every run and log fine,
+#   every row bitwise; 1: otherwise), 77 without a GPU.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+build=${1:-build}
+logs=${2:-$build/gpu-bytime}
+cgrt=$build/bin/cgrt
+confs=${CONFS:-"local local_bytime"}
+procs=${PROCS:-2}
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "${gpus:-0}" -lt 1 ]; then
+  echo "SKIPPED: no GPU (nvidia-smi -L)"
+  exit 77
+fi
+[ -x "$cgrt" ] || { echo "gpu-bytime: $cgrt not found: build first (cmake --build $build)"; exit 1; }
+rm -rf "$logs"
+mkdir -p "$logs"
+status=0
+
+# 1. decode: on GPU g, PROCS rounds of CONFS, in reverse order on odd GPUs
+echo "== decode benches: $gpus GPU(s), each running $confs $procs time(s) (logs: $logs/dec_*)"
+g=0
+while [ "$g" -lt "$gpus" ]; do
+  (
+    order=$confs
+    [ $((g % 2)) -eq 1 ] && order=$(echo "$confs" | tr ' ' '\n' | sed '1!G;h;$!d' | tr '\n' ' ')
+    i=0 r=0
+    while [ "$r" -lt "$procs" ]; do
+      for c in $order; do
+        i=$((i + 1))
+        CUDA_VISIBLE_DEVICES=$g "$cgrt" bench "conf/$c.ini" --workload decode --json \
+          >"$logs/dec_g${g}_${i}_$c.json" 2>"$logs/dec_g${g}_${i}_$c.err" ||
+          echo "gpu-bytime: GPU $g, conf/$c.ini: exit $? (see $logs/dec_g${g}_${i}_$c.err)"
+      done
+      r=$((r + 1))
+    done
+  ) &
+  g=$((g + 1))
+done
+wait
+
+# 2. traffic
+if [ "${TRAFFIC:-1}" = 1 ]; then
+  echo "== traffic replays (logs: $logs/traffic_*)"
+  sed 's/^\[host\]/[local]\nby_time = on\nexact_buckets = 4\n[host]/' conf/local_block_budget.ini \
+    >"$logs/local_block_budget_bytime.ini"
+  g1=$((gpus - 1))
+  g2=$((gpus > 1 ? gpus - 2 : 0))
+  CUDA_VISIBLE_DEVICES=$g1 "$cgrt" bench conf/local_bytime.ini --traffic traffic/bimodal.txt \
+    >"$logs/traffic_bimodal.txt" 2>&1 &
+  p1=$!
+  [ "$g1" = "$g2" ] && wait "$p1"
+  CUDA_VISIBLE_DEVICES=$g2 "$cgrt" bench "$logs/local_block_budget_bytime.ini" \
+    --traffic traffic/decode_small_buckets.txt >"$logs/traffic_decode_small_buckets.txt" 2>&1 ||
+    status=1
+  wait "$p1" || status=1
+fi
+
+# 3. the step path
+n=${DISPATCH:-3}
+if [ "$n" -gt 0 ]; then
+  echo "== step path: $n run(s) each (log: $logs/dispatch.txt)"
+  sed 's/^\[host\]/[local]\nby_time = on\nexact_buckets = 4\n[host]/' conf/local_block.ini \
+    >"$logs/local_block_bytime.ini"
+  i=1
+  while [ "$i" -le "$n" ]; do
+    for c in conf/local_block.ini "$logs/local_block_bytime.ini"; do
+      echo "$i $c: $(CUDA_VISIBLE_DEVICES=0 "$cgrt" bench "$c" --tokens 1 2>&1 | grep 'replay dispatch')"
+    done
+    i=$((i + 1))
+  done >"$logs/dispatch.txt"
+fi
+
+python3 scripts/bytime_summary.py "$logs" || status=1
+exit "$status"
