@@ -32,6 +32,8 @@ fi
 rm -rf "$logs"
 mkdir -p "$logs"
 status=0
+# bytime_conf SRC DST: a copy of SRC with `[local] by_time = on` (and 4 exact-size buckets)
+bytime_conf() { sed 's/^\[host\]/[local]\nby_time = on\nexact_buckets = 4\n[host]/' "$1" >"$2"; }
 
 # 1. decode: on GPU g, PROCS rounds of CONFS, in reverse order on odd GPUs
 echo "== decode benches: $gpus GPU(s), each running $confs $procs time(s) (logs: $logs/dec_*)"
@@ -58,8 +60,7 @@ wait
 # 2. traffic
 if [ "${TRAFFIC:-1}" = 1 ]; then
   echo "== traffic replays (logs: $logs/traffic_*)"
-  sed 's/^\[host\]/[local]\nby_time = on\nexact_buckets = 4\n[host]/' conf/local_block_budget.ini \
-    >"$logs/local_block_budget_bytime.ini"
+  bytime_conf conf/local_block_budget.ini "$logs/local_block_budget_bytime.ini"
   g1=$((gpus - 1))
   g2=$((gpus > 1 ? gpus - 2 : 0))
   CUDA_VISIBLE_DEVICES=$g1 "$cgrt" bench conf/local_bytime.ini --traffic traffic/bimodal.txt \
@@ -76,8 +77,7 @@ fi
 n=${DISPATCH:-3}
 if [ "$n" -gt 0 ]; then
   echo "== step path: $n run(s) each (log: $logs/dispatch.txt)"
-  sed 's/^\[host\]/[local]\nby_time = on\nexact_buckets = 4\n[host]/' conf/local_block.ini \
-    >"$logs/local_block_bytime.ini"
+  bytime_conf conf/local_block.ini "$logs/local_block_bytime.ini"
   i=1
   while [ "$i" -le "$n" ]; do
     for c in conf/local_block.ini "$logs/local_block_bytime.ini"; do

@@ -62,9 +62,14 @@ static void work(void *arg) {
   p->out[0] = p->in[0] * 2 + 1;
 }
 
+/* The step's input: in place, or (fresh > 0) this step's slot. */
+static double *input_of(struct fixture *f) {
+  return f->fresh ? &f->fresh_in[f->fresh_at] : &f->in;
+}
+
 static void stage(void *arg) {
   struct fixture *f = arg;
-  *(f->fresh ? &f->fresh_in[f->fresh_at] : &f->in) = f->value;
+  *input_of(f) = f->value;
 }
 
 static uint64_t cost_ns(void *user, void (*fn)(void *), void *arg) {
@@ -108,8 +113,7 @@ static int prepare(const cgrt_ctx *ctx, void *user) {
 static int body(const cgrt_ctx *ctx, void *user) {
   struct fixture *f = user;
   for (int i = 0; i < MODS; i++) {
-    double *in0 = f->fresh ? &f->fresh_in[f->fresh_at] : &f->in;
-    cgrt_buffer b[2] = {{i ? &f->out[i - 1] : in0, sizeof(double), CGRT_IN, "in"},
+    cgrt_buffer b[2] = {{i ? &f->out[i - 1] : input_of(f), sizeof(double), CGRT_IN, "in"},
                         {&f->out[i], sizeof(double), CGRT_OUT, "out"}};
     cgrt_args a = {.struct_size = sizeof(a),
                    .key = (uint64_t)ctx->padded_tokens,

@@ -669,11 +669,11 @@ int bench_cp(const struct bench_opts *o) {
   }
   /* NCCL's graph mixing off unless the environment names it (before the ranks start NCCL, which
      reads it once). With it on, every collective captured into a graph gets an event wait and an
-     event record: module scope at cp 2 replayed 353-391 us a step against 332-335 with it off, in
-     6 rounds each on two H200s (docs/decisions.md, issue 42, session 39). Off is safe for what the
-     bench runs: cgrt waits for its queued graphs before it runs work outside a graph on its split
-     communicators (core/src/comm/comm.c), and the bench's world communicator is never captured.
-     NCCL_GRAPH_MIXING_SUPPORT=1 measures it on; the header says which ran. */
+     event record: module scope at cp 2 replayed 352-391 us a step against 332-338 with it off, 12
+     runs each on two and four H200s (docs/decisions.md, issue 42, session 39). Off is safe for what
+     the bench runs: cgrt waits for its queued graphs before it runs work outside a graph on its
+     split communicators (core/src/comm/comm.c), and the bench's world communicator is never
+     captured. NCCL_GRAPH_MIXING_SUPPORT=1 measures it on; the header says which ran. */
   setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", 0);
   char err[1024];
   int rc = cgrt_run_ranks(b.nranks, cp_rank_main, &b, o->timeout_s > 0 ? o->timeout_s : 600, err,

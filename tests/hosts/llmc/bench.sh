@@ -122,6 +122,8 @@ fi_busy_ms() { # TAG D B T FIELD [traced]
   fi
   per_rank "$1.fi" "$5"
 }
+# ms against each rank's figure in "r0 / r1": "+2.8% / -29.4%" (ms: the run's step time)
+vs() { echo "$1" | tr '/' '\n' | awk -v m="$ms" '$1 + 0 > 0 { printf "%s%+.1f%%", (n++ ? " / " : ""), 100 * (m / $1 - 1) }'; }
 per_rank() { # TAG FIELD: FIELD of each traced rank, in the order the ranks started (pids rise)
   for pid in $(for f in "$out/$1".trace.*.csv; do [ -f "$f" ] && f=${f%.csv} && echo "${f##*.}"; done | sort -n); do
     python3 "$root/tools/trace/trace_summary.py" "$out/$1.trace.$pid.csv" --step encoder_forward \
@@ -199,7 +201,6 @@ EOF
         # per rank against the floor (llm.c's busy time with its NCCL kernels); beside it, against
         # the busy time without them and against full_iteration's own busy time
         checked="$checked $tag"
-        vs() { echo "$1" | tr '/' '\n' | awk -v m="$ms" '$1 + 0 > 0 { printf "%s%+.1f%%", (n++ ? " / " : ""), 100 * (m / $1 - 1) }'; }
         over=$(vs "$floor")
         printf '%-14s %-20s %10s %s\n' "$label" "" "" "full_iteration against the floor: ${over:--} (r0 / r1; target: +5.0% at most on each)"
         printf '%-14s %-20s %10s %s\n' "$label" "" "" "full_iteration against the busy time without NCCL: $(vs "$wo_nccl"), against its own busy time: $(vs "${fi_busy:--}")"
