@@ -303,6 +303,10 @@ struct cgrt_host_cost {
   uint64_t graph_node_ns;   /* device time a host function node adds inside a launched graph */
   uint64_t (*node_ns)(void *user, void (*fn)(void *), void *arg);
   void *user;
+  /* launches a stream queues before the host waits (0: no limit): as CUDA's queue of about a
+     thousand, a launch (an eager host function or copy, or a graph launch) onto a stream holding
+     this many that have not finished waits until the oldest has */
+  uint64_t queue_depth;
 };
 
 /* Sets (NULL: clears) the host driver's cost model from now on. CGRT_E_INVAL for another driver. */

@@ -80,7 +80,10 @@
  *   (cgrt__host_run_device: what starts by the host clock runs, the host waiting for nothing), as
  *   a GPU runs beside a host that never waits. So eager work of cheap
  *   nodes is bound by its launches, graphs by their nodes, as on a GPU, and a test can make a
- *   padded graph slower than eager work of fewer tokens.
+ *   padded graph slower than eager work of fewer tokens. With queue_depth set, a launch (an eager
+ *   host function or copy, or a graph launch: one whatever its nodes) onto a stream already
+ *   holding that many unfinished launches waits until the oldest has finished: its work runs then
+ *   and the host clock moves up to its end, as a host far ahead of a GPU waits in its launches.
  * - Communicators: none of its own (no comm_split); the core stands in one per cp size for a world
  *   of one rank, so comm_max, the maximum over a group, is this rank's values, unless a test
  *   stands in the other ranks' (cgrt__host_set_peers).
@@ -156,6 +159,7 @@ struct node {
   struct host_block *block; /* NODE_ALLOC, NODE_FREE: holding a reference */
   uint64_t issued;          /* on a queue: the simulated host clock when it was enqueued */
   int in_graph;             /* on a queue: part of a launched graph (cost model) */
+  int entry;                /* on a queue: ends a launch (an eager one, or a graph's last node) */
 };
 
 struct host_alloc {
@@ -205,6 +209,7 @@ struct host_stream {
   cgrt_capture_mode capture_mode;
   char invalid[256]; /* why the capture was invalidated; "" while it is valid */
   uint64_t clock;    /* simulated device time, ns, at which the work run so far has finished */
+  uint64_t entries;  /* launches queued that have not finished (cost.queue_depth) */
 };
 
 struct host_event {
@@ -466,6 +471,8 @@ static void stream_run_to(struct host_stream *s, struct host_event *ev, uint64_t
     /* A copy: a host function may (wrongly) enqueue, moving the queue. */
     struct node n = s->queue.v[s->head++];
     node_run(s, &n);
+    if (n.entry && s->entries > 0)
+      s->entries--;
     node_release(&n);
   }
   s->hd->running = was_running;
@@ -476,6 +483,31 @@ static void stream_run_to(struct host_stream *s, struct host_event *ev, uint64_t
 /* Runs the queue in order until it is empty or, if ev is given, its record `seq` has run. */
 static void stream_run(struct host_stream *s, struct host_event *ev, uint64_t seq) {
   stream_run_to(s, ev, seq, UINT64_MAX);
+}
+
+/*
+ * Before a launch onto s: with cost.queue_depth launches queued and unfinished, the host waits
+ * until the oldest has finished (its work runs now), as CUDA's launch queue makes a host far ahead
+ * of the device wait; the host clock moves up to then.
+ */
+static void launch_slot(struct host_stream *s) {
+  struct host_dev *hd = s->hd;
+  uint64_t depth = hd->cost.queue_depth;
+  if (!depth || hd->running || s->entries < depth)
+    return;
+  hd->running = 1;
+  while (s->entries >= depth && s->head < s->queue.n) {
+    struct node n = s->queue.v[s->head++];
+    node_run(s, &n);
+    if (n.entry)
+      s->entries--;
+    node_release(&n);
+  }
+  hd->running = 0;
+  if (s->head == s->queue.n)
+    s->head = s->queue.n = 0;
+  if (hd->host_clock < s->clock)
+    hd->host_clock = s->clock; /* the host waited for a place in the queue */
 }
 
 static struct host_stream *stream_by_id(struct host_dev *hd, uint64_t id) {
@@ -632,8 +664,12 @@ static int submit(struct cgrt_dev *dev, struct host_stream *s, struct node *n, c
     node_release(n);
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "%s: out of host memory queueing work", op);
   }
-  if (n->type == NODE_HOST || n->type == NODE_MEMCPY)
+  if (n->type == NODE_HOST || n->type == NODE_MEMCPY) {
+    launch_slot(s);
     hd->host_clock += hd->cost.launch_ns; /* the host's cost of one eager launch */
+    n->entry = 1;
+    s->entries++;
+  }
   n->issued = hd->host_clock;
   queue_put(s, n);
   return 0;
@@ -942,8 +978,14 @@ static int host_exec_launch(struct cgrt_dev *dev, void *exec, void *stream) {
   if (queue_reserve(s, 2 * x->nodes.n))
     return cgrt__dev_fail(dev, CGRT_E_NOMEM, "exec_launch: out of host memory queueing work");
   exec_map(x);
+  launch_slot(s);
   x->hd->host_clock += x->hd->cost.graph_launch_ns;
+  size_t before = s->queue.n;
   queue_launch(s, &x->nodes);
+  if (s->queue.n > before) { /* the launch ends with its last node */
+    s->queue.v[s->queue.n - 1].entry = 1;
+    s->entries++;
+  }
   return 0;
 }
 

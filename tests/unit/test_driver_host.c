@@ -1077,6 +1077,60 @@ static void test_cost_model_times_eager_and_graphs(void **state) {
   f->d->event_destroy(&f->dev, b);
 }
 
+/* Appends c eagerly; the host clock after the launch, in us from t0. */
+static double eager_at(struct fx *f, char c, uint64_t t0) {
+  assert_int_equal(f->d->host_fn(&f->dev, f->stream, append, L(f, c)), 0);
+  return (double)(f->d->host_clock_ns(&f->dev) - t0) / 1000.0;
+}
+
+/*
+ * queue_depth: a launch onto a stream holding that many unfinished launches waits until the
+ * oldest has finished (its work runs then, the host clock moves up to its end), as a host far
+ * ahead of a GPU waits in its launches; a graph launch is one launch whatever its nodes.
+ */
+static void test_cost_model_launch_queue_depth(void **state) {
+  struct fx *f = *state;
+  for (int i = 0; i < 26; i++)
+    *L(f, (char)('a' + i)) = (struct letter){&f->log, (char)('a' + i)};
+  struct cgrt_host_cost cost = {.launch_ns = 1000,
+                                .graph_launch_ns = 2000,
+                                .graph_node_ns = 500,
+                                .node_ns = letter_ns,
+                                .queue_depth = 3};
+  assert_int_equal(cgrt__host_set_cost(&f->dev, &cost), 0);
+  launched = exec_of_four(f, 'a'); /* four nodes of 1.5 us in a graph */
+  const uint64_t t0 = f->d->host_clock_ns(&f->dev);
+  /* three launches of 'j' (10 us each) queue at 1, 2 and 3 us; nothing has run */
+  for (int i = 0; i < 3; i++)
+    assert_true(eager_at(f, 'j', t0) == i + 1.0);
+  assert_string_equal(f->log.text, "");
+  /* the fourth waits for the first (1 to 11 us), the fifth for the second (11 to 21 us) */
+  assert_true(eager_at(f, 'j', t0) == 12.0);
+  assert_string_equal(f->log.text, "j");
+  assert_true(eager_at(f, 'j', t0) == 21.0 + 1.0);
+  /* the graph waits for the third 'j' (21 to 31 us) and takes one place in the queue */
+  assert_int_equal(f->d->exec_launch(&f->dev, launched, f->stream), 0);
+  assert_true(f->d->host_clock_ns(&f->dev) - t0 == 33000);
+  assert_string_equal(f->log.text, "jjj");
+  /* two more wait for the fourth and fifth 'j' (to 41 and 51 us); the next for the whole graph,
+     four nodes from 51 to 57 us */
+  assert_true(eager_at(f, 'a', t0) == 42.0);
+  assert_true(eager_at(f, 'a', t0) == 52.0);
+  assert_true(eager_at(f, 'a', t0) == 58.0);
+  assert_string_equal(f->log.text, "jjjjjaaaa");
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), 0);
+  assert_string_equal(f->log.text, "jjjjjaaaaaaa");
+  /* without a depth, launches never wait */
+  cost.queue_depth = 0;
+  assert_int_equal(cgrt__host_set_cost(&f->dev, &cost), 0);
+  const uint64_t t1 = f->d->host_clock_ns(&f->dev);
+  for (int i = 0; i < 8; i++)
+    assert_true(eager_at(f, 'j', t1) == i + 1.0);
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), 0);
+  f->d->exec_destroy(&f->dev, launched);
+  assert_int_equal(cgrt__host_set_cost(&f->dev, NULL), 0);
+}
+
 /* A peer of the test's one-rank group: contributes 5 to values[0] and -1 to the others. */
 static void peer_max(void *user, const void *comm, double *values, int n) {
   *(const void **)user = comm;
@@ -1174,6 +1228,7 @@ int main(void) {
       T(test_capture_free_of_outside_memory_refused),
       T(test_update_refused_with_memory_nodes),
       T(test_cost_model_times_eager_and_graphs),
+      T(test_cost_model_launch_queue_depth),
   };
   return cmocka_run_group_tests_name("driver_host", tests, NULL, NULL);
 }
