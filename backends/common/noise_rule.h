@@ -23,9 +23,8 @@
 #define NOISE_MARGIN  0.02 /* a challenger must be faster than the incumbent by more than this */
 #define NOISE_RECHECK 2048 /* steps served one way before both are measured again */
 
-/* The median of v[0..n), 0 < n <= NOISE_SAMPLES; v is left as it is. */
-static inline double noise_median(const double *v, int n) {
-  double s[NOISE_SAMPLES];
+/* v[0..n) sorted into s, 0 < n <= NOISE_SAMPLES; v is left as it is. */
+static inline void noise_sorted(const double *v, int n, double *s) {
   memcpy(s, v, (size_t)n * sizeof(*s));
   for (int i = 1; i < n; i++) /* insertion sort: n is small */
     for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
@@ -33,7 +32,21 @@ static inline double noise_median(const double *v, int n) {
       s[j] = s[j - 1];
       s[j - 1] = t;
     }
+}
+
+/* The median of v[0..n), 0 < n <= NOISE_SAMPLES; v is left as it is. */
+static inline double noise_median(const double *v, int n) {
+  double s[NOISE_SAMPLES];
+  noise_sorted(v, n, s);
   return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* The q quantile of v[0..n), 0 <= q <= 1, the sample at rank floor(q (n - 1)) (of 8: q 0.25 is the
+   second lowest); v is left as it is. */
+static inline double noise_quantile(const double *v, int n, double q) {
+  double s[NOISE_SAMPLES];
+  noise_sorted(v, n, s);
+  return s[(int)(q * (n - 1))];
 }
 
 /* Whether a challenger of median `challenger` replaces an incumbent of median `incumbent`. */

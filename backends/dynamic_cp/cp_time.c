@@ -7,8 +7,9 @@
  * bytime does: the device time between them is what the step cost the stream in the host's own
  * pipeline. No pass waits for them; the round's decision waits once for its last event, then
  * reads them all (host->event_elapsed). Beside it, the host's time to issue the pass (host->now_ns
- * after the start event is recorded and before the end event is): a sample's cost is the larger
- * of the two (backends/common/step_cost.h), as in local's bytime.
+ * after the start event is recorded and before the end event is): a round's cost is the larger of
+ * the two (backends/common/step_cost.h: the host's lower quartile, the device's median), as in
+ * local's bytime.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,8 +181,8 @@ static int decide(struct cp_time *t, void *comm) {
   else
     snprintf(what, sizeof(what), "still served %s", way_names[to]);
   h->log(h, CGRT_LOG_INFO,
-         "dynamic_cp by_time: cp %d %s (time per step, the larger of host issue and device time, "
-         "medians of %d: %s on this rank; the group's slowest rank: graphs %.1f us, eager %.1f us; "
+         "dynamic_cp by_time: cp %d %s (time per step, " STEP_COST_SAYS
+         ", of %d steps: %s on this rank; the group's slowest rank: graphs %.1f us, eager %.1f us; "
          "the other way must be faster by more than %.0f%%; measured again in %d steps; "
          "[dynamic_cp] by_time = off keeps graphs)",
          t->cp, what, CP_TIME_GRAPHS, figures, group[CP_GRAPHS], group[CP_EAGER],

@@ -8,8 +8,10 @@
  * host's own pipeline: for a step bound by its launches, the launches; for one bound by its work,
  * the work. Eager steps are timed the same way, back to back with the host's other steps. Beside
  * it, the host's time to issue the step (host->now_ns after the start event is recorded and before
- * the end event is): a sample's cost is the larger of the two (backends/common/step_cost.h), so a
- * step whose launches the device hides, being behind, still costs them.
+ * the end event is): a round's cost is the larger of the two (backends/common/step_cost.h: the
+ * host's lower quartile, the device's median), so a step whose launches the device hides, being
+ * behind, still costs them. Whether the device had begun the step when the host had issued it is
+ * said in each sample's debug line (a host far ahead waits in its launches: step_cost.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +81,7 @@ struct pending {
   struct count_rec *r;
   uint32_t round;
   double host_us; /* the host's time to issue the step */
+  int behind;     /* its start event was still pending when the host had issued it */
 };
 
 struct bytime {
@@ -298,9 +301,9 @@ static void switch_to(struct bytime *bt, struct count_rec *r, enum bytime_way to
     if (m[w].us > 0)
       step_cost_say(figures, sizeof(figures), &n, way_names[w], m[w]);
   h->log(h, CGRT_LOG_INFO,
-         "local by_time: %lld tokens (bucket %lld) served %s from now on, not %s (time per step, "
-         "the larger of host issue and device time, medians of %d: %s; [local] by_time = off "
-         "keeps the padded bucket)",
+         "local by_time: %lld tokens (bucket %lld) served %s from now on, not %s (time per "
+         "step, " STEP_COST_SAYS
+         ", of %d steps: %s; [local] by_time = off keeps the padded bucket)",
          (long long)r->tokens, (long long)r->b->bucket, way_names[to], way_names[from],
          BYTIME_SAMPLES, figures);
 }
@@ -384,15 +387,16 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
   step_cost_say(figures, sizeof(figures), &len, "eager", ec);
   step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
   if (was == r->inc) /* switch_to said nothing */
-    h->log(h, CGRT_LOG_DEBUG,
-           "local by_time: %lld tokens (bucket %lld) still served %s (time per step, the larger "
-           "of host issue and device time, medians of %d: %s)",
-           (long long)r->tokens, (long long)b->bucket, way_names[r->inc], BYTIME_SAMPLES, figures);
+    h->log(
+        h, CGRT_LOG_DEBUG,
+        "local by_time: %lld tokens (bucket %lld) still served %s (time per step, " STEP_COST_SAYS
+        ", of %d steps: %s)",
+        (long long)r->tokens, (long long)b->bucket, way_names[r->inc], BYTIME_SAMPLES, figures);
   if (d.n > 0)
     h->log(h, d.changed ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
            "local by_time: counts %lld-%lld of bucket %lld (%zu seen, %zu changed) served %s from "
-           "now on, implied by %lld tokens (time per step, the larger of host issue and device "
-           "time: %s; eager cost taken as non-decreasing in tokens; none of them probed)",
+           "now on, implied by %lld tokens (time per step, " STEP_COST_SAYS
+           ": %s; eager cost taken as non-decreasing in tokens; none of them probed)",
            (long long)d.lo, (long long)d.hi, (long long)b->bucket, d.n, d.changed,
            way_names[eager_wins ? BYTIME_EAGER : BYTIME_BUCKET], (long long)r->tokens, figures);
   /* neither way is faster by the margin: an exact-size bucket may beat both */
@@ -462,8 +466,7 @@ static void decide_pool(struct bytime *bt, struct bucket_rec *b) {
     int again = !(b->tried & (int)other) && b->pool_rounds < BYTIME_POOL_ROUNDS;
     h->log(h, CGRT_LOG_DEBUG,
            "local by_time: a pooled probe of bucket %lld at %lld tokens (eager samples of its "
-           "counts %s %lld) shows nothing (time per step, the larger of host issue and device "
-           "time, medians of %d: %s)%s",
+           "counts %s %lld) shows nothing (time per step, " STEP_COST_SAYS ", of %d steps: %s)%s",
            (long long)b->bucket, (long long)p, side_says(side), (long long)p, BYTIME_SAMPLES,
            figures, again ? "; the other side is sampled" : "; no more pooling until a recheck");
     if (again)
@@ -489,7 +492,7 @@ static void decide_pool(struct bytime *bt, struct bucket_rec *b) {
   h->log(h, d.changed ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
          "local by_time: counts %s %lld of bucket %lld served %s from now on (%zu seen, %lld-%lld, "
          "%zu changed), implied by a pooled probe: eager at counts %s %lld %s the replay (time "
-         "per step, the larger of host issue and device time, medians of %d: %s; eager cost "
+         "per step, " STEP_COST_SAYS ", of %d steps: %s; eager cost "
          "taken as non-decreasing in tokens)",
          side == POOL_WINS ? "<=" : ">=", (long long)p, (long long)b->bucket, way_names[way], d.n,
          (long long)d.lo, (long long)d.hi, d.changed, side_says(side), (long long)p,
@@ -604,6 +607,15 @@ static void recheck(struct bytime *bt, struct bucket_rec *b) {
 
 /* ---------------------------------------------------------------- timing */
 
+/* Which way a pending timing measures, for the debug line of its sample. */
+static const char *sample_way(const struct pending *p) {
+  if (p->s == &p->b->replay)
+    return "replayed at its bucket";
+  if (p->s == &p->b->pool)
+    return "eagerly (pooled)";
+  return p->s == &p->r->exact ? "at an exact-size bucket" : "eagerly";
+}
+
 /* Reads the pending timings whose events have run, oldest first; never waits. */
 static int poll(struct bytime *bt) {
   const struct cgrt_host_api *h = bt->h;
@@ -624,6 +636,11 @@ static int poll(struct bytime *bt) {
     if (!s->active || p->round != s->round || s->n >= BYTIME_SAMPLES)
       continue; /* a round that ended or was restarted since */
     s->v[s->n++] = (struct step_sample){p->host_us, us};
+    h->log(h, CGRT_LOG_DEBUG,
+           "local by_time: %lld tokens (bucket %lld), a sample %s: host %.1f us, "
+           "device %.1f us%s",
+           (long long)p->r->tokens, (long long)p->b->bucket, sample_way(p), p->host_us, us,
+           p->behind ? ", the device behind" : "");
     if ((rc = settle(bt, p->b, p->r)) != 0)
       return rc;
   }
@@ -786,11 +803,15 @@ int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode) {
     return 0;
   double host_us = step_cost_host_us(bt->h, st->host_start_ns);
   size_t slot = (bt->head + bt->npending) % BYTIME_PENDING;
+  /* has the device begun the step? (a host paced by the device: step_cost.h) */
+  double unused;
+  void *start = bt->events[2 * slot];
+  int behind = bt->h->event_elapsed(bt->h, start, start, &unused) == CGRT_E_NOTREADY;
   int rc = bt->h->event_record(bt->h, bt->events[2 * slot + 1], bt->h->stream(bt->h));
   if (rc != 0)
     return rc;
   bt->ring[slot] = (struct pending){
-      bt->events[2 * slot], bt->events[2 * slot + 1], s, st->b, st->rec, s->round, host_us};
+      start, bt->events[2 * slot + 1], s, st->b, st->rec, s->round, host_us, behind};
   bt->npending++;
   s->taken++;
   return 0;

@@ -3,11 +3,12 @@
  *
  * A step of T real tokens padded to bucket B > T is timed on the device (two timed events around
  * the step on the runtime's stream, read without waiting at a later step), and so are steps run
- * eagerly at T, as the host sends them. A timed step's cost is the larger of that device span and
- * the host's time to issue it (host->now_ns around prepare and body; backends/common/step_cost.h):
- * in a backlogged stream an eager step's span is its kernels' alone, its launches hidden, and
- * eager would look cheaper than it is. Replays cost the host little, so their cost is their span
- * in practice. A host that waits inside the step counts the wait as host time. A token count whose
+ * eagerly at T, as the host sends them. A round's cost is the larger of the device spans' median
+ * and the lower quartile of the host's times to issue the steps (host->now_ns around prepare and
+ * body; backends/common/step_cost.h): in a backlogged stream an eager step's span is its kernels'
+ * alone, its launches hidden, and eager would look cheaper than it is; the quartile, since a host
+ * far ahead waits in its launches for whatever is queued before it. Replays cost the host little,
+ * so their cost is their span in practice. A token count whose
  * padded replay is measurably slower than eager at its own size is then served the faster way: by
  * an exact-size bucket (graphs at T) while exact_buckets and the memory budget allow one more and
  * the count is not rare, else eagerly.
