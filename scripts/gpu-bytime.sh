@@ -1,6 +1,7 @@
 #!/bin/sh
 # Issue 43's GPU runs in one command (buckets chosen by time, `[local] by_time`):
-#   1. decode benches, one process per GPU at a time, every GPU running each configuration of
+#   1. decode benches, one process per GPU at a time (the GPUs CUDA_VISIBLE_DEVICES names, else
+#      all), every GPU running each configuration of
 #      CONFS (default "local local_bytime", conf/NAME.ini) PROCS times (default 2), in turns whose
 #      order alternates between GPUs (`cgrt bench conf/NAME.ini --workload decode --json`): launch-
 #      bound eager draws a speed per process, so the targets are judged over several;
@@ -35,13 +36,25 @@ status=0
 # bytime_conf SRC DST: a copy of SRC with `[local] by_time = on` (and 4 exact-size buckets)
 bytime_conf() { sed 's/^\[host\]/[local]\nby_time = on\nexact_buckets = 4\n[host]/' "$1" >"$2"; }
 
-# 1. decode: on GPU g, PROCS rounds of CONFS, in reverse order on odd GPUs
-echo "== decode benches: $gpus GPU(s), each running $confs $procs time(s) (logs: $logs/dec_*)"
-g=0
-while [ "$g" -lt "$gpus" ]; do
+# The GPUs it uses: those CUDA_VISIBLE_DEVICES names (so that another job can have the others:
+# session 40 ran this beside a bench on GPUs it then shared), else every GPU nvidia-smi lists.
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  ids=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' ' ')
+else
+  ids=$(seq 0 $((gpus - 1)) | tr '\n' ' ')
+fi
+ids=$(echo "$ids" | tr -s ' ' | sed 's/^ //; s/ $//')
+gpus=$(echo "$ids" | wc -w)
+first=$(echo "$ids" | cut -d' ' -f1)
+
+# 1. decode: on GPU g, PROCS rounds of CONFS, in reverse order on every other GPU
+echo "== decode benches: $gpus GPU(s) ($ids), each running $confs $procs time(s) (logs: $logs/dec_*)"
+k=0
+for g in $ids; do
+  k=$((k + 1))
   (
     order=$confs
-    [ $((g % 2)) -eq 1 ] && order=$(echo "$confs" | tr ' ' '\n' | sed '1!G;h;$!d' | tr '\n' ' ')
+    [ $((k % 2)) -eq 0 ] && order=$(echo "$confs" | tr ' ' '\n' | sed '1!G;h;$!d' | tr '\n' ' ')
     i=0 r=0
     while [ "$r" -lt "$procs" ]; do
       for c in $order; do
@@ -53,7 +66,6 @@ while [ "$g" -lt "$gpus" ]; do
       r=$((r + 1))
     done
   ) &
-  g=$((g + 1))
 done
 wait
 
@@ -61,8 +73,8 @@ wait
 if [ "${TRAFFIC:-1}" = 1 ]; then
   echo "== traffic replays (logs: $logs/traffic_*)"
   bytime_conf conf/local_block_budget.ini "$logs/local_block_budget_bytime.ini"
-  g1=$((gpus - 1))
-  g2=$((gpus > 1 ? gpus - 2 : 0))
+  g1=$(echo "$ids" | tr ' ' '\n' | tail -1)
+  g2=$(echo "$ids" | tr ' ' '\n' | tail -2 | head -1)
   CUDA_VISIBLE_DEVICES=$g1 "$cgrt" bench conf/local_bytime.ini --traffic traffic/bimodal.txt \
     >"$logs/traffic_bimodal.txt" 2>&1 &
   p1=$!
@@ -81,7 +93,7 @@ if [ "$n" -gt 0 ]; then
   i=1
   while [ "$i" -le "$n" ]; do
     for c in conf/local_block.ini "$logs/local_block_bytime.ini"; do
-      echo "$i $c: $(CUDA_VISIBLE_DEVICES=0 "$cgrt" bench "$c" --tokens 1 2>&1 | grep 'replay dispatch')"
+      echo "$i $c: $(CUDA_VISIBLE_DEVICES=$first "$cgrt" bench "$c" --tokens 1 2>&1 | grep 'replay dispatch')"
     done
     i=$((i + 1))
   done >"$logs/dispatch.txt"
