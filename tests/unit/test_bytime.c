@@ -195,11 +195,10 @@ static void fixture_close(struct fixture *f) {
   free(f);
 }
 
-/* One inference step of `tokens`; checks its output; gives its report. */
-static void step(struct fixture *f, int i, int64_t tokens, cgrt_step_report *rep) {
-  f->value = (double)(i % 100);
-  if (f->fresh)
-    f->fresh_at = (int)((unsigned)(i * 7 + i / 3) % (unsigned)f->fresh);
+/* Step i of `tokens` with input `value`, the host not waiting for the device (no check). */
+static void step_nowait(struct fixture *f, int i, int value, int64_t tokens,
+                        cgrt_step_report *rep) {
+  f->value = (double)value;
   cgrt_step_desc d = {.struct_size = sizeof(d),
                       .phase = CGRT_PHASE_INFER,
                       .tokens = tokens,
@@ -209,6 +208,13 @@ static void step(struct fixture *f, int i, int64_t tokens, cgrt_step_report *rep
   *rep = (cgrt_step_report){.struct_size = sizeof(*rep)};
   if (cgrt_step(f->rt, &d, rep) != 0)
     fail_msg("step %d (%lld tokens): %s", i, (long long)tokens, cgrt_last_error(f->rt));
+}
+
+/* One inference step of `tokens`; checks its output; gives its report. */
+static void step(struct fixture *f, int i, int64_t tokens, cgrt_step_report *rep) {
+  if (f->fresh)
+    f->fresh_at = (int)((unsigned)(i * 7 + i / 3) % (unsigned)f->fresh);
+  step_nowait(f, i, i % 100, tokens, rep);
   /* the host reads its output: the stream runs, and the step's events with it */
   assert_int_equal(cgrt_synchronize(f->rt), 0);
   if (f->out[MODS - 1] != 8 * f->value + 7)
@@ -667,16 +673,7 @@ static void test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more(v
     assert_int_equal(h->host_fn(h, h->stream(h), hold, &hold_ns), 0);
     uint64_t t0 = h->now_ns(h);
     for (int i = 0; i < 6; i++) {
-      f->value = (double)(batch % 100);
-      cgrt_step_desc d = {.struct_size = sizeof(d),
-                          .phase = CGRT_PHASE_INFER,
-                          .tokens = 80,
-                          .prepare = prepare,
-                          .body = body,
-                          .user = f};
-      rep = (cgrt_step_report){.struct_size = sizeof(rep)};
-      if (cgrt_step(f->rt, &d, &rep) != 0)
-        fail_msg("batch %d, step %d: %s", batch, i, cgrt_last_error(f->rt));
+      step_nowait(f, batch * 6 + i, batch % 100, 80, &rep);
       eager_after += batch >= 20 && rep.mode == CGRT_MODE_EAGER;
     }
     /* the host ran far ahead of the device: the batch was backlogged throughout */
@@ -783,17 +780,8 @@ static void test_host_waiting_in_a_full_launch_queue_serves_by_its_own_time(void
   cgrt_step_report rep;
   uint64_t waited = 0; /* the largest host time of one step */
   for (int i = 0; i < 300; i++) {
-    f->value = (double)(i % 100);
-    cgrt_step_desc d = {.struct_size = sizeof(d),
-                        .phase = CGRT_PHASE_INFER,
-                        .tokens = 80,
-                        .prepare = prepare,
-                        .body = body,
-                        .user = f};
-    rep = (cgrt_step_report){.struct_size = sizeof(rep)};
     uint64_t t0 = h->now_ns(h);
-    if (cgrt_step(f->rt, &d, &rep) != 0)
-      fail_msg("step %d: %s", i, cgrt_last_error(f->rt));
+    step_nowait(f, i, i % 100, 80, &rep);
     if (h->now_ns(h) - t0 > waited)
       waited = h->now_ns(h) - t0;
     if (i % 50 == 49) { /* the host reads an output now and then */
