@@ -29,6 +29,7 @@ struct series {
   int n;          /* samples read this round */
   struct step_sample v[BYTIME_SAMPLES];
   struct step_cost median; /* of the last complete round (us 0: none) */
+  int counted;             /* this round's waits are in fig.waited_samples */
 };
 
 enum decided { UNDECIDED = 0, MEASURED = 1, IMPLIED = 2 };
@@ -150,6 +151,22 @@ static void series_start(struct series *s, int skip) {
   s->round++;
   s->skip = skip;
   s->taken = s->n = 0;
+  s->counted = 0;
+}
+
+/*
+ * The round's figures (step_cost.h); its samples whose host time is at least twice the host's
+ * lower quartile are counted once as waits (fig.waited_samples): a host far ahead waiting in its
+ * launches, or a prepare or body that synchronizes.
+ */
+static struct step_cost series_cost(struct bytime *bt, struct series *s) {
+  s->median = step_cost_medians(s->v, s->n);
+  if (!s->counted) {
+    s->counted = 1;
+    for (int i = 0; i < s->n; i++)
+      bt->fig.waited_samples += s->v[i].host_us >= 2 * s->median.host_us;
+  }
+  return s->median;
 }
 
 static int series_done(const struct series *s) {
@@ -359,8 +376,8 @@ static struct implied imply_range(struct bytime *bt, struct bucket_rec *b, int64
 /* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
 static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
   const struct cgrt_host_api *h = bt->h;
-  struct step_cost ec = r->eager.median = step_cost_medians(r->eager.v, r->eager.n);
-  struct step_cost pc = b->replay.median = step_cost_medians(b->replay.v, b->replay.n);
+  struct step_cost ec = series_cost(bt, &r->eager);
+  struct step_cost pc = series_cost(bt, &b->replay);
   double e = ec.us, p = pc.us;
   report_cost(bt, r->tokens, b->bucket, p);
   report_cost(bt, r->tokens, 0, e);
@@ -407,8 +424,8 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
 
 /* An exact-size bucket's round is complete: it stays only when faster than eager. */
 static int decide_exact(struct bytime *bt, struct count_rec *r) {
-  r->eager.median = step_cost_medians(r->eager.v, r->eager.n);
-  r->exact.median = step_cost_medians(r->exact.v, r->exact.n);
+  series_cost(bt, &r->eager);
+  series_cost(bt, &r->exact);
   report_cost(bt, r->tokens, 0, r->eager.median.us);
   report_cost(bt, r->tokens, r->tokens, r->exact.median.us);
   r->exact_round = 0;
@@ -443,8 +460,8 @@ static const char *side_says(enum pool_side side) {
  */
 static void decide_pool(struct bytime *bt, struct bucket_rec *b) {
   const struct cgrt_host_api *h = bt->h;
-  struct step_cost ec = b->pool.median = step_cost_medians(b->pool.v, b->pool.n);
-  struct step_cost pc = b->replay.median = step_cost_medians(b->replay.v, b->replay.n);
+  struct step_cost ec = series_cost(bt, &b->pool);
+  struct step_cost pc = series_cost(bt, &b->replay);
   int64_t p = b->pivot;
   enum pool_side side = b->side;
   b->pool.active = 0;

@@ -139,6 +139,7 @@ struct bytime_figures {
   uint64_t graph_probe_steps;  /* steps run at their bucket to measure its replay, eager serving */
   uint64_t pooled_rounds;      /* pooled probe rounds completed (decided or not) */
   uint64_t pooled_probe_steps; /* eager probe steps of pooled rounds (counted in probe_steps too) */
+  uint64_t waited_samples;     /* samples whose host time was >= 2x their round's lower quartile */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */

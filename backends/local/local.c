@@ -420,6 +420,7 @@ static int local_figures(void *state, void (*emit)(void *user, const char *name,
     emit(user, "by_time_graph_probe_steps", b.graph_probe_steps);
     emit(user, "by_time_pooled_rounds", b.pooled_rounds);
     emit(user, "by_time_pooled_probe_steps", b.pooled_probe_steps);
+    emit(user, "by_time_waited_samples", b.waited_samples);
   }
   return 0;
 }

@@ -522,9 +522,10 @@ static uint64_t pool_cost_ns(void *user, void (*fn)(void *), void *arg) {
   return ((struct params *)arg)->padded < POOL_THRESHOLD ? 200 : 3000;
 }
 
-/* by_time's own figures (cgrt_backend_figures): its pooled rounds and their probe steps. */
+/* by_time's own figures (cgrt_backend_figures): its pooled rounds and their probe steps, and
+   the samples whose host waited. */
 struct pooled {
-  uint64_t rounds, probe_steps;
+  uint64_t rounds, probe_steps, waited;
 };
 
 static void pooled_figure(void *user, const char *name, uint64_t value) {
@@ -533,6 +534,8 @@ static void pooled_figure(void *user, const char *name, uint64_t value) {
     p->rounds = value;
   else if (strcmp(name, "by_time_pooled_probe_steps") == 0)
     p->probe_steps = value;
+  else if (strcmp(name, "by_time_waited_samples") == 0)
+    p->waited = value;
 }
 
 /*
@@ -582,7 +585,7 @@ static void test_sparse_counts_pooled(void **state) {
     assert_true(seen[t] <= 3);
   cgrt_stats s = {.struct_size = sizeof(s)};
   assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
-  struct pooled p = {0, 0};
+  struct pooled p = {0};
   assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
   /* every eager probe step was a pooled one (no count was probed on its own), within the bound */
   assert_int_equal(p.probe_steps, s.time_probe_steps);
@@ -734,6 +737,9 @@ static void test_device_bound_eager_served_by_its_device_time(void **state) {
   assert_non_null(strstr(f->said[0], "80 tokens (bucket 128) served eagerly from now on"));
   assert_non_null(
       strstr(f->said[0], "the larger of host issue (lower quartile) and device time (median)"));
+  struct pooled p = {0}; /* a host that waits between steps, never in them: no sample waited */
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(p.waited, 0);
   double us, host, device, rus, rhost, rdevice;
   figures_of(f->said[0], "eagerly", &us, &host, &device);
   figures_of(f->said[0], "replayed at its bucket", &rus, &rhost, &rdevice);
@@ -789,8 +795,12 @@ static void test_host_waiting_in_a_full_launch_queue_serves_by_its_own_time(void
       assert_true(f->out[MODS - 1] == 8 * f->value + 7);
     }
   }
-  /* the host did wait in its launches, for more than a replay's time in one step */
+  /* the host did wait in its launches, for more than a replay's time in one step, and by_time
+     counted the samples that waited (four of eager's at least) */
   assert_true(waited > 200 * 1000);
+  struct pooled p = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_true(p.waited >= 4);
   cgrt_stats s = {.struct_size = sizeof(s)};
   assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
   assert_int_equal(s.time_eager_counts, 1);
