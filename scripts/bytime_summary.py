@@ -4,7 +4,8 @@
 - decode benches, `dec_g<GPU>_<N>_<CONF>.json` (`cgrt bench conf/CONF.ini --workload decode --json`):
   per configuration, over its processes, the rows more than 2% slower than eager with static and
   with fresh inputs (the bench's own counts and which token counts), the 1-token cgrt time, whether
-  every row was bitwise equal, and how by_time served each count;
+  every row was bitwise equal, how by_time served each count, and how many of its samples waited
+  (by_time_waited_samples, when the bench gives it);
 - traffic replays, `traffic_<NAME>.txt` (`cgrt bench CONF --traffic FILE`): the configuration's total
   against its padded-token plan and eager;
 - `dispatch.txt`: lines "<run> <CONF>: replay dispatch: X us ... (raw launch Y us) ..." per run.
@@ -78,6 +79,7 @@ def decode(logdir):
                     "fresh_served": " ".join(
                         "%d:%d" % (r["tokens"], r.get("bucket", 0)) for r in fresh
                     ),
+                    "waited": d.get("backend_figures", {}).get("by_time_waited_samples"),
                 },
             )
         )
@@ -142,7 +144,11 @@ def main(argv):
                     "equal" if s["bitwise"] else "DIFFER",
                 )
             )
-            print("  %-34s served: %s; fresh at: %s" % ("", s["served"], s["fresh_served"]))
+            waited = "" if s["waited"] is None else "; samples that waited: %d" % s["waited"]
+            print(
+                "  %-34s served: %s; fresh at: %s%s"
+                % ("", s["served"], s["fresh_served"], waited)
+            )
         ones = [s["one"] for _, s in runs if s.get("one") is not None]
         if ones:
             print("  %s: 1-token %.1f-%.1f us over %d processes" % (conf, min(ones), max(ones), len(ones)))
