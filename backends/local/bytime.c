@@ -820,7 +820,9 @@ int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode) {
     return 0;
   double host_us = step_cost_host_us(bt->h, st->host_start_ns);
   size_t slot = (bt->head + bt->npending) % BYTIME_PENDING;
-  /* has the device begun the step? (a host paced by the device: step_cost.h) */
+  /* Has the device begun the step? Said in the sample's debug line only (a host far ahead
+     waits in its launches: step_cost.h). A failed read is not NOTREADY: "not behind"; the read
+     of the pair in poll() meets the same failure and says the timing is lost. */
   double unused;
   void *start = bt->events[2 * slot];
   int behind = bt->h->event_elapsed(bt->h, start, start, &unused) == CGRT_E_NOTREADY;
