@@ -31,3 +31,7 @@ if(CGRT_HAVE_CUDA)
     RESOURCE_LOCK llmc_work
     ENVIRONMENT "LLMC_DIR=${CGRT_LLMC_DIR};LLMC_WORK=${CMAKE_CURRENT_BINARY_DIR}/llmc-host")
 endif()
+# bench.sh's verdict (no backend slower than llm.c, losses bitwise) on hand-made step times, with
+# a fake run.sh, cgrt and nvidia-smi: no GPU, no llm.c tree (label unit).
+add_test(NAME llmc_bench_verdict COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/test_bench_verdict.sh)
+set_tests_properties(llmc_bench_verdict PROPERTIES LABELS unit)
