@@ -8,7 +8,8 @@
  * pipeline. No pass waits for them; the round's decision waits once for its last event, then
  * reads them all (host->event_elapsed). Beside it, the host's time to issue the pass (host->now_ns
  * after the start event is recorded and before the end event is): a round's cost is the larger of
- * the two (backends/common/step_cost.h: the host's lower quartile, the device's median), as in
+ * the two (backends/common/step_cost.h: the host's median with waits left out, the device's
+ * median), as in
  * local's bytime.
  */
 #include <stdio.h>
@@ -136,7 +137,7 @@ static void round_medians(struct cp_time *t, struct step_cost med[2]) {
     v[w][n[w]++] = (struct step_sample){t->host_us[slot], us};
   }
   for (int w = 0; w < 2; w++)
-    med[w] = n[w] > 0 ? step_cost_medians(v[w], n[w]) : (struct step_cost){-1, -1, -1};
+    med[w] = n[w] > 0 ? step_cost_medians(v[w], n[w]) : (struct step_cost){-1, -1, -1, 0};
 }
 
 /* The end of a round: this rank's medians, the group's maxima, the rule, said once. */

@@ -9,9 +9,10 @@
  * the work. Eager steps are timed the same way, back to back with the host's other steps. Beside
  * it, the host's time to issue the step (host->now_ns after the start event is recorded and before
  * the end event is): a round's cost is the larger of the two (backends/common/step_cost.h: the
- * host's lower quartile, the device's median), so a step whose launches the device hides, being
- * behind, still costs them. Whether the device had begun the step when the host had issued it is
- * said in each sample's debug line (a host far ahead waits in its launches: step_cost.h).
+ * host's median with waits left out, the device's median), so a step whose launches the device
+ * hides, being behind, still costs them. Whether the device had begun the step when the host had
+ * issued it is said in each sample's debug line (a host far ahead waits in its launches:
+ * step_cost.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,16 +156,15 @@ static void series_start(struct series *s, int skip) {
 }
 
 /*
- * The round's figures (step_cost.h); its samples whose host time is at least twice the host's
- * lower quartile are counted once as waits (fig.waited_samples): a host far ahead waiting in its
- * launches, or a prepare or body that synchronizes.
+ * The round's figures (step_cost.h); the samples it left out of the host's figure as waits (more
+ * than twice the host's lower quartile: a host far ahead waiting in its launches, or a prepare or
+ * body that synchronizes) are counted once in fig.waited_samples.
  */
 static struct step_cost series_cost(struct bytime *bt, struct series *s) {
   s->median = step_cost_medians(s->v, s->n);
   if (!s->counted) {
     s->counted = 1;
-    for (int i = 0; i < s->n; i++)
-      bt->fig.waited_samples += s->v[i].host_us >= 2 * s->median.host_us;
+    bt->fig.waited_samples += (uint64_t)s->median.waits;
   }
   return s->median;
 }

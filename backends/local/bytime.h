@@ -4,11 +4,12 @@
  * A step of T real tokens padded to bucket B > T is timed on the device (two timed events around
  * the step on the runtime's stream, read without waiting at a later step), and so are steps run
  * eagerly at T, as the host sends them. A round's cost is the larger of the device spans' median
- * and the lower quartile of the host's times to issue the steps (host->now_ns around prepare and
- * body; backends/common/step_cost.h): in a backlogged stream an eager step's span is its kernels'
- * alone, its launches hidden, and eager would look cheaper than it is; the quartile, since a host
- * far ahead waits in its launches for whatever is queued before it. Replays cost the host little,
- * so their cost is their span in practice. A token count whose
+ * and the median of the host's times to issue the steps (host->now_ns around prepare and body;
+ * backends/common/step_cost.h), waits left out: in a backlogged stream an eager step's span is its
+ * kernels' alone, its launches hidden, and eager would look cheaper than it is; waits (more than
+ * twice the host times' lower quartile) left out, since a host far ahead waits in its launches for
+ * whatever is queued before it. Replays cost the host little, so their cost is their span in
+ * practice. A token count whose
  * padded replay is measurably slower than eager at its own size is then served the faster way: by
  * an exact-size bucket (graphs at T) while exact_buckets and the memory budget allow one more and
  * the count is not rare, else eagerly.
@@ -139,7 +140,7 @@ struct bytime_figures {
   uint64_t graph_probe_steps;  /* steps run at their bucket to measure its replay, eager serving */
   uint64_t pooled_rounds;      /* pooled probe rounds completed (decided or not) */
   uint64_t pooled_probe_steps; /* eager probe steps of pooled rounds (counted in probe_steps too) */
-  uint64_t waited_samples;     /* samples whose host time was >= 2x their round's lower quartile */
+  uint64_t waited_samples;     /* samples left out as waits (> 2x their round's lower quartile) */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */

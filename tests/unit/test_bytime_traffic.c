@@ -15,7 +15,7 @@
  *    waits in its next launch, inside the step, where by_time's host clock sees it (session 40;
  *    the model had bounded the host to 16 steps ahead by waiting between steps, which by_time
  *    never saw: under the in-launch wait, the rule of session 38, each sample's larger part,
- *    gave bimodal.txt free on/off 0.997 instead of 0.972, the lower quartile 0.971);
+ *    gave bimodal.txt free on/off 0.997 instead of 0.972, the rule of session 40 0.973);
  *  - synced: the host waits for the device after every step, as a decode server reading its
  *    logits does.
  * The simulated total is the host's clock after the final sync (the later of host and device),
