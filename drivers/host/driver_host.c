@@ -455,6 +455,22 @@ static void node_run(struct host_stream *s, const struct node *n) {
   }
 }
 
+/* Runs the queue's next node (the dev's `running` set by the caller). */
+static void run_next(struct host_stream *s) {
+  /* A copy: a host function may (wrongly) enqueue, moving the queue. */
+  struct node n = s->queue.v[s->head++];
+  node_run(s, &n);
+  if (n.entry && s->entries > 0)
+    s->entries--;
+  node_release(&n);
+}
+
+/* After a run: an emptied queue starts over at its beginning. */
+static void queue_rewind(struct host_stream *s) {
+  if (s->head == s->queue.n)
+    s->head = s->queue.n = 0;
+}
+
 /*
  * Runs the queue in order until it is empty, or, if ev is given, its record `seq` has run, or the
  * next node would start after `until` (its stream free and the node issued by then; UINT64_MAX:
@@ -468,16 +484,10 @@ static void stream_run_to(struct host_stream *s, struct host_event *ev, uint64_t
     const struct node *next = &s->queue.v[s->head];
     if (until != UINT64_MAX && (s->clock > next->issued ? s->clock : next->issued) > until)
       break;
-    /* A copy: a host function may (wrongly) enqueue, moving the queue. */
-    struct node n = s->queue.v[s->head++];
-    node_run(s, &n);
-    if (n.entry && s->entries > 0)
-      s->entries--;
-    node_release(&n);
+    run_next(s);
   }
   s->hd->running = was_running;
-  if (s->head == s->queue.n)
-    s->head = s->queue.n = 0;
+  queue_rewind(s);
 }
 
 /* Runs the queue in order until it is empty or, if ev is given, its record `seq` has run. */
@@ -496,16 +506,10 @@ static void launch_slot(struct host_stream *s) {
   if (!depth || hd->running || s->entries < depth)
     return;
   hd->running = 1;
-  while (s->entries >= depth && s->head < s->queue.n) {
-    struct node n = s->queue.v[s->head++];
-    node_run(s, &n);
-    if (n.entry)
-      s->entries--;
-    node_release(&n);
-  }
+  while (s->entries >= depth && s->head < s->queue.n)
+    run_next(s);
   hd->running = 0;
-  if (s->head == s->queue.n)
-    s->head = s->queue.n = 0;
+  queue_rewind(s);
   if (hd->host_clock < s->clock)
     hd->host_clock = s->clock; /* the host waited for a place in the queue */
 }
