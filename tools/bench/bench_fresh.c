@@ -62,14 +62,10 @@ int bench_fresh_rows(const struct bench_workload *w, void *ws, int64_t max_rows,
     struct fresh_row *r = &rows[i];
     memset(r, 0, sizeof(*r));
     r->tokens = o->tokens[i];
-    /* The fresh runtime settles first, as measure_row's static one does: by_time's rounds for
-       this count (a probe once seen 16 times, an exact-size bucket once seen 64) end before the
-       timed blocks, which then see the way it settled on, not a mix of before and after. */
-    struct bench_opts settle = *o;
-    settle.warmup = o->warmup + 100;
-    settle.steps = 1;
-    struct measure unsettled;
-    if ((rc = hm_measure(&fresh, r->tokens, r->tokens, &settle, &unsettled)) != 0)
+    /* The fresh runtime settles first, as measure_row's static one does, so the timed blocks
+       see the way by_time settled on for this count, not a mix of before and after. */
+    struct measure settled;
+    if ((rc = hm_settle(&fresh, r->tokens, o, &settled)) != 0)
       break;
     /* Eager, the static host under the backend and the fresh one in turn (measure_row). */
     struct measure me, mf, ms;

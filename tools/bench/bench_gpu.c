@@ -192,6 +192,14 @@ int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
   return 0;
 }
 
+int hm_settle(struct host_model *hm, int64_t tokens, const struct bench_opts *o,
+              struct measure *m) {
+  struct bench_opts settle = *o;
+  settle.warmup = o->warmup + 100;
+  settle.steps = 1;
+  return hm_measure(hm, tokens, tokens, &settle, m);
+}
+
 int bench_hm_step(struct host_model *hm, int64_t tokens, cgrt_step_report *rep) {
   struct hm_stepper st;
   hm_stepper_init(&st, hm, tokens, tokens);
@@ -694,18 +702,11 @@ static int measure_row(struct host_model *backend, struct host_model *eager, str
                        cudaStream_t fs, struct row *r, const struct bench_opts *o) {
   cgrt_stats s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
   cgrt_stats_get(backend->rt, &s0);
-  /* enough steps for a by_time round beyond the warm-up: a count is probed once seen 16 times
-     (8 replays, 9 eager steps), and gets an exact-size bucket once seen 64 times (its warm-up,
-     capture and 8 replays): 100 (40 before session 38, when probes and exact buckets came at
-     once) */
-  struct bench_opts settle = *o;
-  settle.warmup = o->warmup + 100;
-  settle.steps = 1;
   struct measure probe;
   struct hm_stepper he, hs;
   double us[4] = {0};
   for (int attempt = 0; attempt < 3; attempt++) {
-    if (hm_measure(backend, r->tokens, r->tokens, &settle, &probe) != 0)
+    if (hm_settle(backend, r->tokens, o, &probe) != 0)
       return -1;
     r->bucket = probe.padded;
     floor_free(fl);

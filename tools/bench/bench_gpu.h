@@ -91,6 +91,14 @@ int bench_bitwise_equal(struct host_model *backend, struct host_model *eager, in
 int hm_measure(struct host_model *hm, int64_t tokens, int64_t step_tokens,
                const struct bench_opts *o, struct measure *m);
 
+/*
+ * Steps of `tokens` until the backend has settled, before a row is timed: the warm-up plus 100
+ * steps, enough for a by_time round beyond it (a count is probed once seen 16 times: 8 replays, 9
+ * eager steps; it gets an exact-size bucket once seen 64 times: its warm-up, capture and 8
+ * replays; 40 before session 38, when probes and exact buckets came at once). m: the last step's.
+ */
+int hm_settle(struct host_model *hm, int64_t tokens, const struct bench_opts *o, struct measure *m);
+
 /* The same work captured by hand: every module in one graph, and one graph per module. */
 struct floor {
   cudaGraphExec_t whole;                   /* every module in one graph */
