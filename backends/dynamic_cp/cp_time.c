@@ -9,8 +9,7 @@
  * reads them all (host->event_elapsed). Beside it, the host's time to issue the pass (host->now_ns
  * after the start event is recorded and before the end event is): a round's cost is the larger of
  * the two (backends/common/step_cost.h: the host's median with waits left out, the device's
- * median), as in
- * local's bytime.
+ * median), as in local's bytime.
  */
 #include <stdio.h>
 #include <stdlib.h>

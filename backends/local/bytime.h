@@ -9,10 +9,9 @@
  * kernels' alone, its launches hidden, and eager would look cheaper than it is; waits (more than
  * twice the host times' lower quartile) left out, since a host far ahead waits in its launches for
  * whatever is queued before it. Replays cost the host little, so their cost is their span in
- * practice. A token count whose
- * padded replay is measurably slower than eager at its own size is then served the faster way: by
- * an exact-size bucket (graphs at T) while exact_buckets and the memory budget allow one more and
- * the count is not rare, else eagerly.
+ * practice. A token count whose padded replay is measurably slower than eager at its own size is
+ * then served the faster way: by an exact-size bucket (graphs at T) while exact_buckets and the
+ * memory budget allow one more and the count is not rare, else eagerly.
  *
  * Measurements are shared within a bucket (issue 43, session 38: probing every count cost more
  * than it saved on real traffic). Two assumptions:

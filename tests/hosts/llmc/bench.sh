@@ -13,8 +13,9 @@
 # shape, and no backend slower than llm.c at any shape (issue 41 withdrew issue 29's 2x and 1.5x,
 # which were below the floor). Slower means both: the median over all rounds above llm.c's, and
 # the best round's median above llm.c's best round. A launch-bound eager process draws a speed of
-# its own (d6 on two H200s, session 40: llm.c's rounds 2.28-3.13 ms, none's 2.22-2.84), so the
-# pooled median of two eager runs can differ on the draws alone; a real cost shows in both. Exit 0 when they are met, 1 when a run failed, 3 when one is missed.
+# its own (d6 on two H200s, session 40, 11 rounds in three runs: llm.c's 2.22-3.13 ms, none's
+# 2.18-2.84), so the pooled median of two eager runs can differ on the draws alone; a real cost
+# shows in both. Exit 0 when they are met, 1 when a run failed, 3 when one is missed.
 # LLMC_GPUS=2 (or more): llm.c's NCCL data parallelism, a process per GPU (run.sh llmc2, port2), at
 # SHAPES default "d6,1,64 d12,4,64", ZeRO stage ZERO (default 0). The step time is rank 0's (the
 # ranks wait for each other in every step's collectives); the floor is the issue's: each rank's GPU
