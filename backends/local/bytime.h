@@ -39,10 +39,11 @@
  * steps (the probe's samples, or steps it is served eagerly anyway: no probes) against the exact
  * bucket's replays, and keeps the exact bucket only when faster by more than the margin; tried
  * once per count until a recheck. A contested count (its probe kept the bucket, but the replay did
- * not beat eager by the margin either: the crossover, where padding costs about what the launches
- * save) is treated alike, seen as often, and keeps the exact bucket only when it beats the faster
- * of the replay and eager by the margin; else it stays at its bucket (issue 43, session 39: 37
- * tokens at bucket 64 ran 0.91x eager's time on an H200 with no exact bucket tried).
+ * not beat eager by more than BYTIME_NEAR: the crossover, where padding costs about what the
+ * launches save, and a later, faster eager draw of the process could turn the answer) is treated
+ * alike, seen as often, and keeps the exact bucket only when it beats the faster of the replay and
+ * eager by the margin; else it stays at its bucket (issue 43, session 39: 37 tokens at bucket 64
+ * ran 0.91x eager's time on an H200 with no exact bucket tried).
  *
  * Pooled probes (issue 43, session 38: counts too sparse to probe one by one). A bucket whose
  * counts rarely repeat (decode traffic whose long prompts are thousands of distinct counts) has
@@ -95,6 +96,12 @@
 /* Steps of a count before it may get an exact-size bucket (its warm-up and capture cost several
    eager steps and milliseconds of host time; 64 steps of a launch-bound count pay that back). */
 #define BYTIME_EXACT_SEEN 64
+/* A probe that keeps the bucket by less than this (the replay's median at most 1 + BYTIME_NEAR
+   times faster than eager's) leaves the count contested: near the crossover, where a faster eager
+   draw later in the process can overturn a narrow win (issue 43, session 41: 3 tokens at bucket 8
+   kept at its bucket, then 0.976x of an eager row that drew 590.6 us; the exact-size bucket of a
+   count pads nothing, so on the device it is never slower than the padded replay). */
+#define BYTIME_NEAR 0.10
 /* Steps of a bucket without a step of its probe target before the target is dropped. */
 #define BYTIME_STALL 256
 /* Pooled probes (above): steps of a bucket's undecided counts since it was last measured before

@@ -61,7 +61,7 @@ struct count_rec {
   enum decided decided;
   uint64_t seen;     /* steps of the count (reset when dropped as a stalled target) */
   int exact_checked; /* an exact-size bucket was considered (until a recheck) */
-  int contested;     /* its probe kept the bucket, whose replay did not beat eager by the margin */
+  int contested;     /* its probe kept the bucket, whose replay beat eager by BYTIME_NEAR at most */
   int exact_round;   /* an exact-size bucket is measured against eager */
   int rare_counted;  /* counted once in rare_refused */
   struct series eager, exact;

@@ -195,8 +195,8 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
            (long long)d.lo, (long long)d.hi, (long long)b->bucket, d.n, d.changed,
            bytime_way_names[eager_wins ? BYTIME_EAGER : BYTIME_BUCKET], (long long)r->tokens,
            figures);
-  /* neither way is faster by the margin: an exact-size bucket may beat both */
-  r->contested = !eager_wins && !noise_challenger_wins(p, e);
+  /* the replay kept the bucket narrowly, if at all: an exact-size bucket may beat both */
+  r->contested = !eager_wins && p * (1 + BYTIME_NEAR) >= e;
   if (eager_wins || r->contested)
     bytime_consider_exact(bt, r);
 }

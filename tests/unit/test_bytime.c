@@ -327,6 +327,38 @@ static void test_contested_count_gets_an_exact_bucket(void **state) {
   fixture_close(f);
 }
 
+/*
+ * A count whose padded replay beats eager, but by less than BYTIME_NEAR (session 41: 3 tokens at
+ * bucket 8 on an H200, kept at its bucket, then 0.976x of an eager row that drew faster): contested
+ * too, so an exact-size bucket is tried. Under cost_ns at bucket 128: NARROW tokens, eager 6.0 us a
+ * step against the replay's 5.7 (5% slower: beyond the 2% margin, within BYTIME_NEAR), the exact
+ * size 5.2; WIDE tokens, eager 6.4 (12% slower): the bucket stays, no exact-size bucket.
+ */
+#define NARROW 112
+#define WIDE   127
+
+static void narrow_or_wide(int64_t tokens, int exact) {
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 1\n", 1);
+  cgrt_step_report rep;
+  for (int i = 0; i < 300; i++)
+    step(f, i, tokens, &rep);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  if (rep.mode != CGRT_MODE_REPLAY || rep.padded_tokens != (exact ? tokens : 128) ||
+      s.time_exact_counts != (uint64_t)exact || s.time_eager_counts != 0)
+    fail_msg("%lld tokens: the last step mode %d at %lld; %llu exact, %llu eager counts; said: %s",
+             (long long)tokens, rep.mode, (long long)rep.padded_tokens,
+             (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_eager_counts,
+             f->switches_said ? f->said[0] : "nothing");
+  fixture_close(f);
+}
+
+static void test_narrow_win_gets_an_exact_bucket(void **state) {
+  (void)state;
+  narrow_or_wide(NARROW, 1);
+  narrow_or_wide(WIDE, 0);
+}
+
 static void test_no_exact_bucket_allowed_serves_eagerly(void **state) {
   (void)state;
   struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 1);
@@ -837,6 +869,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fresh_inputs_decide_alike),
       cmocka_unit_test(test_contested_count_gets_an_exact_bucket),
+      cmocka_unit_test(test_narrow_win_gets_an_exact_bucket),
       cmocka_unit_test(test_slower_counts_served_exact_then_eager),
       cmocka_unit_test(test_no_exact_bucket_allowed_serves_eagerly),
       cmocka_unit_test(test_off_keeps_every_padded_bucket),
