@@ -33,9 +33,9 @@ if [ -n "$trace" ] && [ ! -f "$tracer" ]; then
   exit 1
 fi
 [ -x "$cgrt" ] || { echo "gpu-cp2: $cgrt not found: build first (cmake --build $build)"; exit 1; }
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+gpus=$(sh scripts/visible-gpus.sh)
 if [ "$gpus" -lt 2 ]; then
-  echo "gpu-cp2: needs 2 GPUs, $gpus visible (nvidia-smi -L); nothing run"
+  echo "gpu-cp2: needs 2 GPUs, $gpus visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES); nothing run"
   exit 2
 fi
 mkdir -p "$logs"

@@ -33,9 +33,10 @@ drills=${DRILLS:-1} # 0: skip the two drills; die: only the second (and no backe
 # LLMC_RANK_TIMEOUT s in all
 export LLMC_GPUS=2 LLMC_RANK_TIMEOUT="${LLMC_RANK_TIMEOUT:-240}" LLMC_NCCL_TIMEOUT="${LLMC_NCCL_TIMEOUT:-60}"
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+# the GPUs CUDA will show the ranks (CUDA_VISIBLE_DEVICES honoured; nvidia-smi -L ignores it)
+gpus=$(sh "$here/../../../scripts/visible-gpus.sh")
 if [ "${gpus:-0}" -lt 2 ]; then
-  echo "SKIPPED: needs two GPUs, ${gpus:-0} visible (nvidia-smi -L)"
+  echo "SKIPPED: needs two GPUs, ${gpus:-0} visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES)"
   exit 77
 fi
 mkdir -p "$work"
