@@ -484,8 +484,8 @@ static int local_describe(void *state, void (*emit)(void *user, const char *line
 
 /*
  * local's options: its default of a core key, [cuda_graph] inference_scope = layer (one graph per
- * module call and bucket), where other backends' is none; and its own [local] by_time (off by
- * default until the GPU measurements of issue 43 justify it) and exact_buckets.
+ * module call and bucket), where other backends' is none; and its own [local] by_time (on by
+ * default since session 41: docs/decisions.md, issue 43, "Default on") and exact_buckets.
  */
 static const struct cgrt_option local_options[] = {
     {.name = "cuda_graph.inference_scope",
@@ -495,7 +495,7 @@ static const struct cgrt_option local_options[] = {
      .meaning = "what one inference graph holds: local's default is one module call"},
     {.name = "by_time",
      .type = CGRT_OPTION_BOOL,
-     .def = "off",
+     .def = "on",
      .meaning = "a token count whose padded replay is measured slower than eager is served "
                 "eagerly or by an exact-size bucket"},
     {.name = "exact_buckets",

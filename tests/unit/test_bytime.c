@@ -376,9 +376,10 @@ static void test_no_exact_bucket_allowed_serves_eagerly(void **state) {
   fixture_close(f);
 }
 
-/* Padded steps keep their bucket under `extra`: by_time off, or left at its default. */
-static void check_every_padded_bucket_kept(const char *extra) {
-  struct fixture *f = fixture_open(extra, 1);
+/* With by_time off, padded steps keep their bucket. */
+static void test_off_keeps_every_padded_bucket(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = off\n", 1);
   cgrt_step_report last[3];
   for (int i = 0; i < 200; i++) {
     step(f, i, counts[i % 3], &last[i % 3]);
@@ -392,15 +393,22 @@ static void check_every_padded_bucket_kept(const char *extra) {
   fixture_close(f);
 }
 
-static void test_off_keeps_every_padded_bucket(void **state) {
+/* On by default since session 41 (docs/decisions.md, issue 43: "Default on"): with no [local]
+   section the counts of test_slower_counts_served_exact_then_eager are timed and moved. */
+static void test_on_by_default(void **state) {
   (void)state;
-  check_every_padded_bucket_kept("[local]\nby_time = off\n");
-}
-
-/* Off until the GPU measurements of issue 43 justify on (docs/decisions.md). */
-static void test_off_by_default(void **state) {
-  (void)state;
-  check_every_padded_bucket_kept("");
+  struct fixture *f = fixture_open("", 1);
+  cgrt_step_report last[3];
+  run(f, 600, last);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  assert_true(s.timed_steps > 0);
+  if (s.time_eager_counts + s.time_exact_counts < 2)
+    fail_msg("by_time's default: %llu timed steps, %llu counts eager, %llu exact (2 expected)",
+             (unsigned long long)s.timed_steps, (unsigned long long)s.time_eager_counts,
+             (unsigned long long)s.time_exact_counts);
+  assert_int_equal(last[2].padded_tokens, 32); /* 3 tokens: the replay is far faster */
+  fixture_close(f);
 }
 
 /* Every step the same device time (no cost model): within the margin, nothing moves. */
@@ -873,7 +881,7 @@ int main(void) {
       cmocka_unit_test(test_slower_counts_served_exact_then_eager),
       cmocka_unit_test(test_no_exact_bucket_allowed_serves_eagerly),
       cmocka_unit_test(test_off_keeps_every_padded_bucket),
-      cmocka_unit_test(test_off_by_default),
+      cmocka_unit_test(test_on_by_default),
       cmocka_unit_test(test_equal_times_change_nothing),
       cmocka_unit_test(test_adaptive_plans_by_time),
       cmocka_unit_test(test_many_counts_one_bucket_bisected),

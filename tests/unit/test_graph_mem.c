@@ -116,7 +116,8 @@ static void log_sink(void *user, cgrt_log_level level, const char *msg) {
   snprintf(f->log + n, sizeof(f->log) - n, "%s\n", msg);
 }
 
-/* A runtime of `mods` modules, local layer scope, buckets `list`, and `budget` (or "off"). */
+/* A runtime of `mods` modules, local layer scope, buckets `list`, and `budget` (or "off"); by_time
+   off: these tests assert each step's mode and bucket, which by_time's probe steps would change. */
 static struct fixture *fixture_open_list(int mods, int keep, const char *budget, const char *list) {
   struct fixture *f = calloc(1, sizeof(*f));
   assert_non_null(f);
@@ -125,7 +126,7 @@ static struct fixture *fixture_open_list(int mods, int keep, const char *budget,
   char ini[512];
   snprintf(ini, sizeof(ini),
            "[cuda_graph]\nimpl = local\nwarmup_steps = 1\ninference_scope = layer\n"
-           "memory_budget = %s\n[inference]\nbuckets = list\nlist = %s\n"
+           "memory_budget = %s\n[inference]\nbuckets = list\nlist = %s\n[local]\nby_time = off\n"
            "[runtime]\ndriver = host\nlog = info\n",
            budget, list);
   cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .log = log_sink, .log_user = f};
