@@ -2,7 +2,9 @@
 # Issue 43's GPU runs in one command (buckets chosen by time, `[local] by_time`):
 #   1. decode benches, one process per GPU at a time (the GPUs CUDA_VISIBLE_DEVICES names, else
 #      all), every GPU running each configuration of
-#      CONFS (default "local local_bytime", conf/NAME.ini) PROCS times (default 2), in turns whose
+#      CONFS (default "local_padded local": conf/NAME.ini, and NAME_padded a copy of conf/NAME.ini
+#      with `[local] by_time = off`, the padded buckets by_time is judged against since it became
+#      the default in session 41) PROCS times (default 2), in turns whose
 #      order alternates between GPUs (`cgrt bench conf/NAME.ini --workload decode --json`): launch-
 #      bound eager draws a speed per process, so the targets are judged over several;
 #   2. the shipped traffic replays (TRAFFIC=1, the default): traffic/bimodal.txt under
@@ -10,7 +12,8 @@
 #      `[local] by_time = on`, each against its padded-token plan and eager (the bench's own rows),
 #      on the last two GPUs beside nothing else (after the decode benches);
 #   3. the step path (DISPATCH=3 runs, 0 for none): `cgrt bench conf/local_block.ini --tokens 1`
-#      and the same with by_time on, alternating, their "replay dispatch" lines.
+#      (by_time on, the default) and the same with by_time off, alternating, their "replay
+#      dispatch" lines.
 # Then scripts/bytime_summary.py prints the figures beside the targets (no row more than 2%
 # slower than eager, static and fresh; traffic totals no worse than the padded-token plan; the
 # step path at most 0.5 us above cudaGraphLaunch).
@@ -22,7 +25,7 @@ cd "$(dirname "$0")/.." || exit 1
 build=${1:-build}
 logs=${2:-$build/gpu-bytime}
 cgrt=$build/bin/cgrt
-confs=${CONFS:-"local local_bytime"}
+confs=${CONFS:-"local_padded local"}
 procs=${PROCS:-2}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "${gpus:-0}" -lt 1 ]; then
@@ -35,6 +38,22 @@ mkdir -p "$logs"
 status=0
 # bytime_conf SRC DST: a copy of SRC with `[local] by_time = on` (and 4 exact-size buckets)
 bytime_conf() { sed 's/^\[host\]/[local]\nby_time = on\nexact_buckets = 4\n[host]/' "$1" >"$2"; }
+# conf_of NAME: the file of a CONFS entry: conf/NAME.ini, or for NAME_padded a copy of
+# conf/NAME.ini with `[local] by_time = off` (its own by_time line changed, else a section added)
+conf_of() {
+  case $1 in
+  *_padded)
+    src=conf/${1%_padded}.ini dst=$logs/$1.ini
+    if grep -q '^by_time *=' "$src"; then
+      sed 's/^by_time *=[^;]*/by_time = off /' "$src" >"$dst"
+    else
+      { cat "$src"; printf '\n[local]\nby_time = off\n'; } >"$dst"
+    fi
+    echo "$dst"
+    ;;
+  *) echo "conf/$1.ini" ;;
+  esac
+}
 
 # The GPUs it uses: those CUDA_VISIBLE_DEVICES names (so that another job can have the others:
 # session 40 ran this beside a bench on GPUs it then shared), else every GPU nvidia-smi lists.
@@ -59,9 +78,10 @@ for g in $ids; do
     while [ "$r" -lt "$procs" ]; do
       for c in $order; do
         i=$((i + 1))
-        CUDA_VISIBLE_DEVICES=$g "$cgrt" bench "conf/$c.ini" --workload decode --json \
+        f=$(conf_of "$c")
+        CUDA_VISIBLE_DEVICES=$g "$cgrt" bench "$f" --workload decode --json \
           >"$logs/dec_g${g}_${i}_$c.json" 2>"$logs/dec_g${g}_${i}_$c.err" ||
-          echo "gpu-bytime: GPU $g, conf/$c.ini: exit $? (see $logs/dec_g${g}_${i}_$c.err)"
+          echo "gpu-bytime: GPU $g, $f: exit $? (see $logs/dec_g${g}_${i}_$c.err)"
       done
       r=$((r + 1))
     done
@@ -89,10 +109,10 @@ fi
 n=${DISPATCH:-3}
 if [ "$n" -gt 0 ]; then
   echo "== step path: $n run(s) each (log: $logs/dispatch.txt)"
-  bytime_conf conf/local_block.ini "$logs/local_block_bytime.ini"
+  padded=$(conf_of local_block_padded)
   i=1
   while [ "$i" -le "$n" ]; do
-    for c in conf/local_block.ini "$logs/local_block_bytime.ini"; do
+    for c in "$padded" conf/local_block.ini; do
       echo "$i $c: $(CUDA_VISIBLE_DEVICES=$first "$cgrt" bench "$c" --tokens 1 2>&1 | grep 'replay dispatch')"
     done
     i=$((i + 1))
