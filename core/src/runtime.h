@@ -89,9 +89,11 @@ struct cgrt_runtime {
 
 /*
  * Opens a runtime from an already parsed configuration, taking ownership of *cfg (left zeroed).
- * For the cgrt command: `check --dry-run` switches the driver to host before opening.
+ * For the cgrt command: `check --dry-run` switches the driver to host before opening. stream: the
+ * host's (cgrt_open_options.stream), or NULL.
  */
-int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log, void *log_user);
+int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log, void *log_user,
+                      void *stream);
 
 /*
  * buckets = adaptive: checks that the loaded backend follows adaptive buckets and sets up the

@@ -191,10 +191,30 @@ static void config_read_change_open(void **state) {
   cgrt_close(rt);
 }
 
+/* cgrt_tool_open_on hands the stream to the runtime as cgrt_open_options.stream does: the host
+   driver refuses a host stream, naming the field (so it arrived); NULL opens on cgrt's own. */
+static void open_on_a_host_stream(void **state) {
+  (void)state;
+  static const char ini[] = "[cuda_graph]\nimpl = none\n[runtime]\ndriver = host\nlog = off\n";
+  int fake = 0;
+  cgrt_tool_config *cfg = NULL;
+  cgrt_runtime *rt = (cgrt_runtime *)1;
+  assert_int_equal(cgrt_tool_config_read(&cfg, NULL, ini, "<s>", NULL, NULL), 0);
+  assert_int_equal(cgrt_tool_open_on(&rt, cfg, NULL, NULL, &fake), CGRT_E_INVAL);
+  assert_null(rt);
+  assert_non_null(strstr(cgrt_last_error(NULL), "cgrt_open_options.stream"));
+  assert_int_equal(cgrt_tool_config_read(&cfg, NULL, ini, "<s>", NULL, NULL), 0);
+  assert_int_equal(cgrt_tool_open_on(&rt, cfg, NULL, NULL, NULL), 0);
+  assert_ptr_not_equal(cgrt_stream(rt), &fake);
+  cgrt_close(rt);
+  assert_int_equal(cgrt_tool_open_on(&rt, NULL, NULL, NULL, NULL), CGRT_E_INVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(watcher_sees_every_graph),
       cmocka_unit_test(config_read_change_open),
+      cmocka_unit_test(open_on_a_host_stream),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

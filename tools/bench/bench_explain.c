@@ -542,9 +542,9 @@ int bench_explain(const struct bench_workload *w, const struct bench_opts *o) {
     return EXIT_UNUSABLE;
   }
   w->describe(ws, what, sizeof(what));
-  int orc = hm_open(&eager, w, ws, max_rows, eager_cfg);
+  int orc = hm_open(&eager, w, ws, max_rows, eager_cfg, NULL);
   if (orc == 0)
-    orc = hm_open(&backend, w, ws, max_rows, cfg);
+    orc = hm_open(&backend, w, ws, max_rows, cfg, NULL);
   else
     cgrt_tool_config_free(cfg);
   cfg = eager_cfg = NULL; /* consumed */

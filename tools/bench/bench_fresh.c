@@ -50,11 +50,11 @@ int bench_fresh_rows(const struct bench_workload *w, void *ws, int64_t max_rows,
   struct host_model fresh = {0}, eager = {0};
   int rc = bench_gpu_configs(o, &cfg, &eager_cfg) == EXIT_VALID ? 0 : -1;
   if (rc == 0) {
-    rc = hm_open(&eager, w, ws, max_rows, eager_cfg);
+    rc = hm_open(&eager, w, ws, max_rows, eager_cfg, backend->stream);
     eager_cfg = NULL;
   }
   if (rc == 0) {
-    rc = hm_open(&fresh, w, ws, max_rows, cfg);
+    rc = hm_open(&fresh, w, ws, max_rows, cfg, backend->stream);
     cfg = NULL;
   }
   eager.fresh = fresh.fresh = 1;

@@ -65,13 +65,14 @@ static int hm_body(const cgrt_ctx *ctx, void *user) {
 }
 
 int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws, int64_t max_rows,
-            cgrt_tool_config *cfg) {
+            cgrt_tool_config *cfg, void *stream) {
   memset(hm, 0, sizeof(*hm));
   hm->w = w;
   hm->ws = ws;
   hm->max_rows = max_rows;
+  hm->stream = stream;
   hm->buf = w->buffer(ws, &hm->row_bytes);
-  int rc = cgrt_tool_open(&hm->rt, cfg, NULL, NULL);
+  int rc = cgrt_tool_open_on(&hm->rt, cfg, NULL, NULL, stream);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
     return rc;
@@ -485,7 +486,8 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
     /* impl may be a path and device is the driver's: both escaped */
     printf("{\"workload\":\"%s\",\"backend\":", o->workload);
     tool_json_string(v->impl);
-    printf(",\"scope\":\"%s\",\"device\":", scope_of(v));
+    printf(",\"scope\":\"%s\",\"host_stream\":%s,\"device\":", scope_of(v),
+           o->host_stream ? "true" : "false");
     tool_json_string(device);
     printf(",\"dispatch_us_per_call\":%.3f,\"dispatch_vs_floor_us\":%.3f,\"raw_launch_us\":%.3f,"
            "\"graph_mem_all_mib\":%.1f,"
@@ -528,6 +530,10 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
          "in turn in %d blocks (same host and GPU conditions); floor = same work as raw graphs "
          "(block: one per step, layer: one per module)\n",
          o->steps, o->warmup, o->warmup_ms, o->blocks);
+  if (o->host_stream)
+    printf("--host-stream: eager and cgrt run on one stream of the bench's, handed at open "
+           "(cgrt_open_options.stream): no ordering with the legacy stream, as for a host that "
+           "hands its stream\n");
   const int limit = n > 0 && rows[0].limit_us > 0;
   if (limit)
     printf("limit = the bytes a step must read (read_MiB) at the copy bandwidth measured at start "
@@ -794,7 +800,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   struct row rows[BENCH_MAX_TOKENS];
   struct fresh_row fresh[BENCH_MAX_TOKENS];
   struct floor fl = {0};
-  cudaStream_t fs = NULL;
+  cudaStream_t fs = NULL, hs = NULL;
   char what[256] = "";
   /* The view goes with the configuration when the runtime opens: what the table shows, kept. */
   struct cgrt_config_view shown = *v;
@@ -811,10 +817,18 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   w->describe(ws, what, sizeof(what));
   cgrt_tool_config *bcfg = cfg;
   cfg = NULL; /* consumed below, opened or not */
-  int orc = hm_open(&eager, w, ws, max_rows, eager_cfg);
+  /* --host-stream: every runtime of the table on this one stream, handed at open */
+  if (o->host_stream && cudaStreamCreateWithFlags(&hs, cudaStreamNonBlocking) != cudaSuccess) {
+    fprintf(stderr, "cgrt bench: --host-stream: cudaStreamCreateWithFlags failed\n");
+    cgrt_tool_config_free(bcfg);
+    cgrt_tool_config_free(eager_cfg);
+    eager_cfg = NULL;
+    goto out;
+  }
+  int orc = hm_open(&eager, w, ws, max_rows, eager_cfg, hs);
   eager_cfg = NULL;
   if (orc == 0)
-    orc = hm_open(&backend, w, ws, max_rows, bcfg);
+    orc = hm_open(&backend, w, ws, max_rows, bcfg, hs);
   else
     cgrt_tool_config_free(bcfg);
   if (orc != 0)
@@ -875,6 +889,10 @@ out:
     cudaStreamDestroy(fs);
   hm_close(&backend);
   hm_close(&eager);
+  if (hs) { /* the host's: the runtimes on it are closed */
+    cudaStreamSynchronize(hs);
+    cudaStreamDestroy(hs);
+  }
   if (ws)
     w->destroy(ws);
   cgrt_tool_free(buckets);
@@ -927,7 +945,7 @@ int plan_decode(const char *conf, plan_report_fn report, void *user) {
     goto out;
   }
   bench_decode.describe(ws, what, sizeof(what));
-  int orc = hm_open(&hm, &bench_decode, ws, max_rows, cfg);
+  int orc = hm_open(&hm, &bench_decode, ws, max_rows, cfg, NULL);
   cfg = NULL; /* consumed */
   if (orc != 0)
     goto out;

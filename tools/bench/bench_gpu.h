@@ -35,6 +35,7 @@ struct host_model {
    */
   int fresh;
   void *cur, *prev;
+  void *stream; /* the stream handed at open (--host-stream), or NULL: cgrt's own */
 };
 
 struct measure {
@@ -46,9 +47,10 @@ struct measure {
   uint32_t calls;    /* module calls of the last step */
 };
 
-/* Opens a runtime from cfg (consumed) and registers the workload's modules with it. */
+/* Opens a runtime from cfg (consumed), on `stream` if not NULL (cgrt_tool_open_on), and registers
+   the workload's modules with it. */
 int hm_open(struct host_model *hm, const struct bench_workload *w, void *ws, int64_t max_rows,
-            cgrt_tool_config *cfg);
+            cgrt_tool_config *cfg, void *stream);
 /* Closes it (NULL runtime accepted) and frees a fresh host's last buffer. */
 void hm_close(struct host_model *hm);
 

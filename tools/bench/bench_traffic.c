@@ -271,7 +271,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   /* the eager reference of the checks keeps a configuration of its own */
   if (tool_eager_config(v, &check_cfg) != EXIT_VALID)
     goto out;
-  int orc = hm_open(&check_eager, w, ws, max_rows, check_cfg);
+  int orc = hm_open(&check_eager, w, ws, max_rows, check_cfg, NULL);
   check_cfg = NULL; /* consumed */
   if (orc != 0)
     goto out;
@@ -286,7 +286,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   int n = local ? 4 : have_alt ? 3 : 2;
   v = NULL; /* the view goes with its configuration */
   for (int i = 0; i < n; i++) {
-    orc = hm_open(&hm[i], w, ws, max_rows, *cfgs[i]);
+    orc = hm_open(&hm[i], w, ws, max_rows, *cfgs[i], NULL);
     *cfgs[i] = NULL; /* consumed */
     if (orc != 0 || replay_timed(&hm[i], &t, &runs[i]) != 0)
       goto out;

@@ -137,7 +137,7 @@ static void usage(FILE *out) {
           "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
           "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
           "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n"
-          "                  [--memory-budget SIZE|off]\n"
+          "                  [--memory-budget SIZE|off] [--host-stream]\n"
           "  whole numbers: --tokens 1 to %d each (at most %d of them), --steps 1 to %d,\n"
           "  --warmup 0 to %d, --warmup-ms 0 to %d, --blocks 1 to %d, --kernels 1 to %d,\n"
           "  --calls 1 to %d, --ranks 0 to %d (0: the largest cp size), --timeout 0 to %d\n"
@@ -280,6 +280,8 @@ int cmd_bench(int argc, char **argv) {
       o.json = 1;
     else if (strcmp(a, "--explain") == 0)
       o.explain = 1;
+    else if (strcmp(a, "--host-stream") == 0)
+      o.host_stream = 1;
     else if (strcmp(a, "--workload") == 0)
       o.workload = argv[++i];
     else if (strcmp(a, "--tokens") == 0)
@@ -325,6 +327,13 @@ int cmd_bench(int argc, char **argv) {
   int gpu_rows = strcmp(o.workload, "decode") == 0 || strcmp(o.workload, "chain") == 0;
   if ((o.explain || o.plot) && !gpu_rows) {
     fprintf(stderr, "cgrt bench: --explain and --plot are for --workload decode or chain\n");
+    return EXIT_UNUSABLE;
+  }
+  /* --host-stream: the runtimes of the table run on one stream the bench creates and hands at
+     open, as a host does that passes cgrt_open_options.stream (no ordering with stream 0) */
+  if (o.host_stream && (!gpu_rows || o.explain || o.traffic)) {
+    fprintf(stderr, "cgrt bench: --host-stream is for the table of --workload decode or chain "
+                    "(not --explain or --traffic)\n");
     return EXIT_UNUSABLE;
   }
   if (!gpu_rows)

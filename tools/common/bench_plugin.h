@@ -42,6 +42,7 @@ struct bench_opts {
   const char *traffic;    /* decode: replay this token-count file (bench_traffic.c) */
   int set_budget;         /* --memory-budget given: memory_budget replaces the configuration's */
   uint64_t memory_budget; /* bytes, 0: off */
+  int host_stream;        /* decode, chain: runtimes opened on a stream of the bench's (below) */
 };
 
 /*

@@ -89,6 +89,14 @@ CGRT_API const char *cgrt_tool_default_config(void);
 CGRT_API int cgrt_tool_open(cgrt_runtime **rt, cgrt_tool_config *cfg, cgrt_log_fn log,
                             void *log_user);
 
+/*
+ * As cgrt_tool_open, on the host's stream `stream` (as cgrt_open_options.stream: cgrt enqueues
+ * there and adds no ordering with the legacy stream; NULL: a stream of cgrt's own). For `cgrt
+ * bench --host-stream`, which measures the step path of a host that hands its stream.
+ */
+CGRT_API int cgrt_tool_open_on(cgrt_runtime **rt, cgrt_tool_config *cfg, cgrt_log_fn log,
+                               void *log_user, void *stream);
+
 /* ---------------------------------------------------------------- an open runtime */
 
 /* The configuration rt runs with. Valid until rt is closed. */

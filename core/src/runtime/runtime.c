@@ -304,8 +304,8 @@ CGRT_API int cgrt_open_ex(cgrt_runtime **out, const cgrt_open_options *opts) {
   return open_finish(out, rt, rc);
 }
 
-int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log,
-                      void *log_user) {
+int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn log, void *log_user,
+                      void *stream) {
   open_error[0] = '\0';
   *out = NULL;
   cgrt_runtime *rt = runtime_alloc(log, log_user);
@@ -316,6 +316,7 @@ int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn l
   }
   rt->cfg = *cfg;
   memset(cfg, 0, sizeof(*cfg));
+  rt->host_stream = stream;
   return open_finish(out, rt, open_runtime(rt));
 }
 

@@ -88,15 +88,21 @@ CGRT_API const char *cgrt_tool_default_config(void) {
   return cgrt__default_config;
 }
 
-CGRT_API int cgrt_tool_open(cgrt_runtime **rt, cgrt_tool_config *cfg, cgrt_log_fn log,
-                            void *log_user) {
+CGRT_API int cgrt_tool_open_on(cgrt_runtime **rt, cgrt_tool_config *cfg, cgrt_log_fn log,
+                               void *log_user, void *stream) {
   if (!rt || !cfg) {
     cgrt_tool_config_free(cfg);
     return CGRT_E_INVAL;
   }
-  int rc = cgrt__open_config(rt, &cfg->cfg, log, log_user); /* takes cfg->cfg, leaves it zeroed */
+  /* takes cfg->cfg, leaves it zeroed */
+  int rc = cgrt__open_config(rt, &cfg->cfg, log, log_user, stream);
   free(cfg);
   return rc;
+}
+
+CGRT_API int cgrt_tool_open(cgrt_runtime **rt, cgrt_tool_config *cfg, cgrt_log_fn log,
+                            void *log_user) {
+  return cgrt_tool_open_on(rt, cfg, log, log_user, NULL);
 }
 
 CGRT_API const struct cgrt_config_view *cgrt_tool_view(const cgrt_runtime *rt) {
