@@ -12,8 +12,9 @@
 #      `[local] by_time = on`, each against its padded-token plan and eager (the bench's own rows),
 #      on the last two GPUs beside nothing else (after the decode benches);
 #   3. the step path (DISPATCH=3 runs, 0 for none): `cgrt bench conf/local_block.ini --tokens 1`
-#      (by_time on, the default) and the same with by_time off, alternating, their "replay
-#      dispatch" lines.
+#      (by_time on, the default), the same with by_time off, and the default with --host-stream
+#      (runtimes on a stream handed at open: no ordering with the legacy stream), in turn, their
+#      "replay dispatch" lines.
 # Then scripts/bytime_summary.py prints the figures beside the targets (no row more than 2%
 # slower than eager, static and fresh; traffic totals no worse than the padded-token plan; the
 # step path at most 0.5 us above cudaGraphLaunch).
@@ -115,6 +116,9 @@ if [ "$n" -gt 0 ]; then
     for c in "$padded" conf/local_block.ini; do
       echo "$i $c: $(CUDA_VISIBLE_DEVICES=$first "$cgrt" bench "$c" --tokens 1 2>&1 | grep 'replay dispatch')"
     done
+    # the same on a stream handed at open: no ordering with the legacy stream (its share)
+    echo "$i conf/local_block.ini+host-stream: $(CUDA_VISIBLE_DEVICES=$first "$cgrt" bench \
+      conf/local_block.ini --tokens 1 --host-stream 2>&1 | grep 'replay dispatch')"
     i=$((i + 1))
   done >"$logs/dispatch.txt"
 fi
