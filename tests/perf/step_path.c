@@ -12,7 +12,8 @@
  * `[local] by_time = on` and 5 tokens a step (padded to bucket 8, so followed): 200 steps of
  * warm-up let its first probe round end (the host driver's times are all 0 without a cost model,
  * so the bucket stays), and the steady steps are by_time's untimed path (its next round is 2048
- * steps away).
+ * steps away). `block` and `layer` set by_time off (on by default since session 41), so that they
+ * stay the baseline by_time is compared with.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +87,7 @@ int main(int argc, char **argv) {
            "[cuda_graph]\nimpl = local\nwarmup_steps = 2\ninference_scope = %s\nmax_graphs = 64\n"
            "[inference]\nbuckets = list\nlist = 1 2 4 8 16 32 64 128\nmax_tokens = 128\n%s"
            "[runtime]\ndriver = host\nlog = warn\n",
-           bytime ? "block" : scope, bytime ? "[local]\nby_time = on\n" : "");
+           bytime ? "block" : scope, bytime ? "[local]\nby_time = on\n" : "[local]\nby_time = off\n");
   struct host h = {.tokens = bytime ? 5 : 8};
   if (cgrt_open_string(&h.rt, ini) != 0) {
     fprintf(stderr, "cgrt-step-path: open: %s\n", cgrt_last_error(NULL));
