@@ -87,7 +87,8 @@ int main(int argc, char **argv) {
            "[cuda_graph]\nimpl = local\nwarmup_steps = 2\ninference_scope = %s\nmax_graphs = 64\n"
            "[inference]\nbuckets = list\nlist = 1 2 4 8 16 32 64 128\nmax_tokens = 128\n%s"
            "[runtime]\ndriver = host\nlog = warn\n",
-           bytime ? "block" : scope, bytime ? "[local]\nby_time = on\n" : "[local]\nby_time = off\n");
+           bytime ? "block" : scope,
+           bytime ? "[local]\nby_time = on\n" : "[local]\nby_time = off\n");
   struct host h = {.tokens = bytime ? 5 : 8};
   if (cgrt_open_string(&h.rt, ini) != 0) {
     fprintf(stderr, "cgrt-step-path: open: %s\n", cgrt_last_error(NULL));
