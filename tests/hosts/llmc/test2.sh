@@ -34,7 +34,7 @@ drills=${DRILLS:-1} # 0: skip the two drills; die: only the second (and no backe
 export LLMC_GPUS=2 LLMC_RANK_TIMEOUT="${LLMC_RANK_TIMEOUT:-240}" LLMC_NCCL_TIMEOUT="${LLMC_NCCL_TIMEOUT:-60}"
 
 # the GPUs CUDA will show the ranks (CUDA_VISIBLE_DEVICES honoured; nvidia-smi -L ignores it)
-gpus=$(sh "$here/../../../scripts/visible-gpus.sh")
+gpus=$(sh "$root/scripts/visible-gpus.sh")
 if [ "${gpus:-0}" -lt 2 ]; then
   echo "SKIPPED: needs two GPUs, ${gpus:-0} visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES)"
   exit 77
