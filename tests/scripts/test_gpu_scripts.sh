@@ -16,6 +16,7 @@ cgrt=${1:-}
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/bin" "$t/build/bin"
+# shellcheck disable=SC2016 # the fakes' own $i and $* expand when they run
 printf '#!/bin/sh\nfor i in 0 1 2 3; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; done\n' >"$t/bin/nvidia-smi"
 printf '#!/bin/sh\necho "$*" >>"%s/calls"\necho "{}"\n' "$t" >"$t/build/bin/cgrt"
 chmod +x "$t/bin/nvidia-smi" "$t/build/bin/cgrt"
@@ -70,8 +71,9 @@ tail -2 "$logs/local_padded.ini" | tr '\n' ' ' | grep -q "^\[local\] by_time = o
 (cd "$root" && CONFS=local_bytime_padded CUDA_VISIBLE_DEVICES=1 PROCS=1 TRAFFIC=0 DISPATCH=0 \
   PATH="$t/bin:$PATH" sh scripts/gpu-bytime.sh "$t/build" "$t/logs2" >"$t/out" 2>&1)
 f=$t/logs2/local_bytime_padded.ini
-[ "$(grep -c '^by_time' "$f")" = 1 ] && grep -q '^by_time = off' "$f" ||
+if [ "$(grep -c '^by_time' "$f")" != 1 ] || ! grep -q '^by_time = off' "$f"; then
   fail "local_bytime_padded.ini: $(grep -n by_time "$f")"
+fi
 diff "$root/conf/local_bytime.ini" "$f" | grep -c '^[<>]' | grep -qx 2 ||
   fail "local_bytime_padded.ini differs from conf/local_bytime.ini in more than its by_time line"
 # both copies are valid configurations (the cgrt command, when given: ctest passes it)
