@@ -8,7 +8,9 @@
   (by_time_waited_samples, when the bench gives it);
 - traffic replays, `traffic_<NAME>.txt` (`cgrt bench CONF --traffic FILE`): the configuration's total
   against its padded-token plan and eager;
-- `dispatch.txt`: lines "<run> <CONF>: replay dispatch: X us ... (raw launch Y us) ..." per run.
+- `dispatch.txt`: lines "<run> <CONF>: replay dispatch: X us ... (raw launch Y us) ..." per run;
+- `ordering.txt`: lines "<run> <CONF>: ordering with the legacy stream ...: F us for the four calls
+  ..., T us for two legacy-stream records ..." per run (the ordering calls alone).
 
 usage: bytime_summary.py LOG_DIR. Exit 0 when every log parsed and every row was bitwise equal, 1
 otherwise (a missing or broken log, a differing row). The targets (issue 43) are printed beside the
@@ -27,6 +29,11 @@ ROW = re.compile(r"^(?P<run>\S.*?)\s{2,}(?P<total>\d+(?:\.\d+)?)\s+(?P<us>\d+(?:
 DISPATCH = re.compile(
     r"^(?P<run>\S+) (?P<conf>\S+): replay dispatch: (?P<us>-?\d+(?:\.\d+)?) us .*?"
     r"\(raw launch (?P<raw>\d+(?:\.\d+)?) us\)"
+)
+
+ORDERING = re.compile(
+    r"^(?P<run>\S+) (?P<conf>\S+): ordering with the legacy stream.*?: (?P<four>-?\d+(?:\.\d+)?) us "
+    r"for the four calls.*?, (?P<two>-?\d+(?:\.\d+)?) us for two legacy-stream records"
 )
 
 
@@ -115,6 +122,17 @@ def dispatch(path):
     return out
 
 
+def ordering(path):
+    """The (four calls us, two records us) of each run, in order, over every configuration."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            m = ORDERING.match(line.strip())
+            if m:
+                out.append((float(m.group("four")), float(m.group("two"))))
+    return out
+
+
 def main(argv):
     if len(argv) != 2 or not os.path.isdir(argv[1]):
         print("usage: bytime_summary.py LOG_DIR", file=sys.stderr)
@@ -176,6 +194,14 @@ def main(argv):
                     ", ".join("%.3f" % r for _, r in v),
                 )
             )
+    opath = os.path.join(logdir, "ordering.txt")
+    v = ordering(opath) if os.path.exists(opath) else []
+    if v:
+        print(
+            "ordering calls alone (per step, each run): four as on cgrt's stream %s us; two "
+            "legacy-stream records beside a blocking stream %s us"
+            % (", ".join("%.3f" % f for f, _ in v), ", ".join("%.3f" % t for _, t in v))
+        )
     if not confs:
         print("no decode logs (dec_g*_*_*.json) in %s" % logdir)
         ok = False

@@ -14,7 +14,8 @@
 #   3. the step path (DISPATCH=3 runs, 0 for none): `cgrt bench conf/local_block.ini --tokens 1`
 #      (by_time on, the default), the same with by_time off, and the default with --host-stream
 #      (runtimes on a stream handed at open: no ordering with the legacy stream), in turn, their
-#      "replay dispatch" lines.
+#      "replay dispatch" lines, and the bench's own timing of the ordering calls alone (four, as
+#      on cgrt's stream; two legacy-stream records beside a blocking stream) in ordering.txt.
 # Then scripts/bytime_summary.py prints the figures beside the targets (no row more than 2%
 # slower than eager, static and fresh; traffic totals no worse than the padded-token plan; the
 # step path at most 0.5 us above cudaGraphLaunch).
@@ -112,15 +113,26 @@ if [ "$n" -gt 0 ]; then
   echo "== step path: $n run(s) each (log: $logs/dispatch.txt)"
   padded=$(conf_of local_block_padded)
   i=1
+  # each run's whole output in dispatch_RUN_K.txt; its replay dispatch line in dispatch.txt, its
+  # line on the ordering calls alone (four, or two beside a blocking stream) in ordering.txt
+  : >"$logs/ordering.txt"
   while [ "$i" -le "$n" ]; do
-    for c in "$padded" conf/local_block.ini; do
-      echo "$i $c: $(CUDA_VISIBLE_DEVICES=$first "$cgrt" bench "$c" --tokens 1 2>&1 | grep 'replay dispatch')"
+    k=0
+    # the last: on a stream handed at open, so no ordering with the legacy stream (its share)
+    for c in "$padded" conf/local_block.ini conf/local_block.ini+host-stream; do
+      k=$((k + 1))
+      out=$logs/dispatch_${i}_$k.txt
+      case $c in
+      *+host-stream) CUDA_VISIBLE_DEVICES=$first "$cgrt" bench "${c%+host-stream}" --tokens 1 \
+        --host-stream >"$out" 2>&1 ;;
+      *) CUDA_VISIBLE_DEVICES=$first "$cgrt" bench "$c" --tokens 1 >"$out" 2>&1 ;;
+      esac
+      echo "$i $c: $(grep 'replay dispatch' "$out")"
+      echo "$i $c: $(grep 'ordering with the legacy stream' "$out")" >>"$logs/ordering.txt"
     done
-    # the same on a stream handed at open: no ordering with the legacy stream (its share)
-    echo "$i conf/local_block.ini+host-stream: $(CUDA_VISIBLE_DEVICES=$first "$cgrt" bench \
-      conf/local_block.ini --tokens 1 --host-stream 2>&1 | grep 'replay dispatch')"
     i=$((i + 1))
   done >"$logs/dispatch.txt"
+  cat "$logs/ordering.txt"
 fi
 
 python3 scripts/bytime_summary.py "$logs" || status=1

@@ -62,6 +62,12 @@ class Summary(unittest.TestCase):
                  "launch 5.107 us), 2.508 us above the floor's graphs by hand\n"
                  "2 conf/local_block.ini: replay dispatch: 1.665 us of host time (raw launch "
                  "3.902 us), more\n")
+        self.put("ordering.txt",
+                 "1 conf/local_block.ini: ordering with the legacy stream, per step (the floor's "
+                 "one graph at 1 tokens launched by hand, medians of 400 triples): 0.812 us for "
+                 "the four calls made on cgrt's own stream, 0.406 us for two legacy-stream records "
+                 "beside a blocking stream (docs/decisions.md, issue 43, item 5)\n"
+                 "1 conf/local_block.ini+host-stream: \n")
         rc, out = run(self.dir)
         self.assertEqual(rc, 0, out)
         self.assertIn("dec_g0_1_local_bytime.json         1 / 1  [37: 0.91x] [200: 0.88x]", out)
@@ -74,6 +80,8 @@ class Summary(unittest.TestCase):
         self.assertIn("eager 3000.0 (1.03x)", out)
         self.assertIn("dispatch local_block.ini: 2.674, 1.665 us a step", out)
         self.assertIn("raw launch 5.107, 3.902 us", out)
+        self.assertIn("four as on cgrt's stream 0.812 us; two legacy-stream records beside a "
+                      "blocking stream 0.406 us", out)
 
     def test_differing_row_fails(self):
         self.put("dec_g0_1_local.json", decode([(1, "exact", 1.6, 505.0)], [], bitwise=False))

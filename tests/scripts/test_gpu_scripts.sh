@@ -64,6 +64,9 @@ grep -q "^bench conf/local_block.ini --tokens 1 --host-stream$" "$t/calls" ||
   fail "gpu-bytime.sh's step path has no --host-stream run: $(cat "$t/calls")"
 grep -q "^bench $logs/local_block_padded.ini --tokens 1$" "$t/calls" ||
   fail "gpu-bytime.sh's step path has no by_time-off run: $(cat "$t/calls")"
+if [ "$(wc -l <"$logs/ordering.txt")" != 3 ] || [ "$(wc -l <"$logs/dispatch.txt")" != 3 ]; then
+  fail "gpu-bytime.sh's step path: $(cat "$logs/dispatch.txt" "$logs/ordering.txt")"
+fi
 tail -2 "$logs/local_padded.ini" | tr '\n' ' ' | grep -q "^\[local\] by_time = off $" ||
   fail "local_padded.ini does not end with [local] by_time = off: $(tail -3 "$logs/local_padded.ini")"
 # a configuration with a by_time line of its own gets that line turned off

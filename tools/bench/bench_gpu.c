@@ -364,6 +364,83 @@ static int dispatch_paired(struct host_model *hm, struct floor *f, int per_modul
   return rc;
 }
 
+/* ordering_paired's figures (n: 1 once measured, at `tokens`). */
+struct order_cost {
+  double four_us, two_us;
+  int n;
+  int64_t tokens;
+};
+
+/*
+ * What ordering a step with the legacy stream costs the host (issue 43, item 5), with the floor's
+ * whole graph launched by hand, in triples as dispatch_paired: (0) the launch on a non-blocking
+ * stream with the four calls cgrt makes on its own stream (an event recorded on the legacy stream
+ * and waited for, one recorded after the launch and waited for on the legacy stream), (1) the
+ * launch on a blocking stream between two event records on the legacy stream, the ordering a
+ * blocking step stream would need (docs/decisions.md, item 5: work on a blocking stream waits for
+ * the legacy stream, and the legacy stream for it, with no call), (2) the bare launch on the
+ * non-blocking stream. *four_us, *two_us: medians of (0) - (2) and (1) - (2), per step.
+ */
+static int ordering_paired(struct host_model *hm, struct floor *f, int64_t tokens, int n,
+                           double *four_us, double *two_us) {
+  cudaStream_t ns = NULL, bs = NULL;
+  cudaEvent_t in = NULL, out = NULL;
+  double *d4 = calloc((size_t)n, sizeof(double)), *d2 = calloc((size_t)n, sizeof(double));
+  int rc = d4 && d2 ? 0 : CGRT_E_NOMEM;
+  if (rc == 0 && (cudaStreamCreateWithFlags(&ns, cudaStreamNonBlocking) != cudaSuccess ||
+                  cudaStreamCreateWithFlags(&bs, cudaStreamDefault) != cudaSuccess ||
+                  cudaEventCreateWithFlags(&in, cudaEventDisableTiming) != cudaSuccess ||
+                  cudaEventCreateWithFlags(&out, cudaEventDisableTiming) != cudaSuccess))
+    rc = CGRT_E_DEVICE;
+  for (int i = 0; i < n && rc == 0; i++) {
+    double t[3] = {0};
+    for (int k = 0; k < 3 && rc == 0; k++) {
+      const int which = (i + k) % 3;
+      cudaStream_t s = which == 1 ? bs : ns;
+      cudaDeviceSynchronize();
+      rc = hm->w->stage(hm->ws, tokens, f->rows, s);
+      cudaError_t e = cudaSuccess;
+      const uint64_t t0 = cgrt_tool_now_ns();
+      if (which == 0) {
+        e = cudaEventRecord(in, cudaStreamLegacy);
+        e = e ? e : cudaStreamWaitEvent(ns, in, 0);
+        e = e ? e : cudaGraphLaunch(f->whole, ns);
+        e = e ? e : cudaEventRecord(out, ns);
+        e = e ? e : cudaStreamWaitEvent(cudaStreamLegacy, out, 0);
+      } else if (which == 1) {
+        e = cudaEventRecord(in, cudaStreamLegacy);
+        e = e ? e : cudaGraphLaunch(f->whole, bs);
+        e = e ? e : cudaEventRecord(out, cudaStreamLegacy);
+      } else {
+        e = cudaGraphLaunch(f->whole, ns);
+      }
+      t[which] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
+      if (rc == 0 && e != cudaSuccess)
+        rc = CGRT_E_DEVICE;
+    }
+    d4[i] = t[0] - t[2];
+    d2[i] = t[1] - t[2];
+  }
+  cudaDeviceSynchronize();
+  if (rc == 0) {
+    *four_us = bench_median(d4, n);
+    *two_us = bench_median(d2, n);
+  } else {
+    fprintf(stderr, "cgrt bench: timing the ordering calls failed\n");
+  }
+  if (in)
+    cudaEventDestroy(in);
+  if (out)
+    cudaEventDestroy(out);
+  if (ns)
+    cudaStreamDestroy(ns);
+  if (bs)
+    cudaStreamDestroy(bs);
+  free(d4);
+  free(d2);
+  return rc;
+}
+
 /* ---------------------------------------------------------------- bitwise check */
 
 /* Reads the first `rows` rows of output (after the runtime's stream is idle). */
@@ -479,8 +556,9 @@ static const char *served(const struct row *r) {
 static void print_table(const struct bench_opts *o, const struct cgrt_config_view *v,
                         const char *what, const char *device, struct row *rows,
                         const struct fresh_row *fresh, int n, double dispatch_us, double floor_us,
-                        double raw_launch_us, double mem_all, double mem_one, uint64_t graphs,
-                        double copy_bw, cgrt_runtime *rt) {
+                        double raw_launch_us, const struct order_cost *order, double mem_all,
+                        double mem_one, uint64_t graphs, double copy_bw, cgrt_runtime *rt) {
+  const double four = order->n ? order->four_us : 0, two = order->n ? order->two_us : 0;
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
     /* impl may be a path and device is the driver's: both escaped */
@@ -490,9 +568,10 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
            o->host_stream ? "true" : "false");
     tool_json_string(device);
     printf(",\"dispatch_us_per_call\":%.3f,\"dispatch_vs_floor_us\":%.3f,\"raw_launch_us\":%.3f,"
+           "\"order_four_calls_us\":%.3f,\"order_two_records_us\":%.3f,"
            "\"graph_mem_all_mib\":%.1f,"
            "\"graph_mem_largest_mib\":%.1f,\"graphs\":%llu,\"copy_gb_per_s\":%.1f,\"rows\":[",
-           dispatch_us, floor_us, raw_launch_us, mem_all / MIB, mem_one / MIB,
+           dispatch_us, floor_us, raw_launch_us, four, two, mem_all / MIB, mem_one / MIB,
            (unsigned long long)graphs, copy_bw / 1e9);
     for (int i = 0; i < n; i++) {
       struct row *r = &rows[i];
@@ -577,6 +656,12 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
          "the same executables by hand (raw launch %.3f us), %.3f us above the floor's graphs "
          "by hand; medians of 400 differences within triples of steps\n",
          dispatch_us, block ? "one per step" : "one per module call", raw_launch_us, floor_us);
+  if (order->n)
+    printf("ordering with the legacy stream, per step (the floor's one graph at %lld tokens "
+           "launched by hand, medians of 400 triples): %.3f us for the four calls made on cgrt's "
+           "own stream, %.3f us for two legacy-stream records beside a blocking stream "
+           "(docs/decisions.md, issue 43, item 5)\n",
+           (long long)order->tokens, four, two);
   if (mem_one > 0)
     printf("graph memory: every bucket captured (%llu graphs) %.1f MiB reserved, the largest "
            "bucket alone %.1f MiB (%.2fx)\n",
@@ -838,6 +923,7 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
 
   double dispatch_sum = 0, floor_sum = 0, launch_sum = 0;
   int dispatch_n = 0;
+  struct order_cost order = {0};
   for (int i = 0; i < o->num_tokens; i++) {
     struct row *r = &rows[i];
     memset(r, 0, sizeof(*r));
@@ -863,6 +949,13 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
       floor_sum += floor_us / graphs;
       launch_sum += raw_us / graphs;
       dispatch_n++;
+      /* once, at the first replayed row: the calls' host cost does not follow the graph's size */
+      if (order.n == 0) {
+        if (ordering_paired(&backend, &fl, r->tokens, 400, &order.four_us, &order.two_us) != 0)
+          goto out;
+        order.n = 1;
+        order.tokens = r->tokens;
+      }
     }
     floor_free(&fl);
   }
@@ -878,8 +971,8 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
   cgrt_stats_get(backend.rt, &st);
   print_table(o, &shown, what, prop.name, rows, fresh, o->num_tokens,
               dispatch_n ? dispatch_sum / dispatch_n : 0, dispatch_n ? floor_sum / dispatch_n : 0,
-              dispatch_n ? launch_sum / dispatch_n : 0, mem_all, mem_one, st.live_graphs, copy_bw,
-              backend.rt);
+              dispatch_n ? launch_sum / dispatch_n : 0, &order, mem_all, mem_one, st.live_graphs,
+              copy_bw, backend.rt);
   status = o->plot && plot_rows(o, &shown, what, prop.name, rows, o->num_tokens) != 0
                ? EXIT_UNUSABLE
                : 0;
