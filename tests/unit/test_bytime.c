@@ -309,19 +309,30 @@ static void test_fresh_inputs_decide_alike(void **state) {
  */
 #define CONTESTED 100
 
-static void test_contested_count_gets_an_exact_bucket(void **state) {
-  (void)state;
+/*
+ * 300 steps of `tokens` under cost_ns (bucket 128, one exact-size bucket allowed); the last is
+ * replayed at its exact size when `exact`, else at 128, and no count is served eagerly. Returns
+ * the fixture, for what a test checks besides.
+ */
+static struct fixture *settle_at(int64_t tokens, int exact) {
   struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 1\n", 1);
   cgrt_step_report rep;
   for (int i = 0; i < 300; i++)
-    step(f, i, CONTESTED, &rep);
+    step(f, i, tokens, &rep);
   cgrt_stats s = {.struct_size = sizeof(s)};
   assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
-  if (rep.mode != CGRT_MODE_REPLAY || rep.padded_tokens != CONTESTED || s.time_exact_counts != 1)
-    fail_msg("the last step: mode %d at %lld; %llu exact, %llu eager counts; said: %s", rep.mode,
-             (long long)rep.padded_tokens, (unsigned long long)s.time_exact_counts,
-             (unsigned long long)s.time_eager_counts, f->switches_said ? f->said[0] : "nothing");
-  assert_int_equal(s.time_eager_counts, 0);
+  if (rep.mode != CGRT_MODE_REPLAY || rep.padded_tokens != (exact ? tokens : 128) ||
+      s.time_exact_counts != (uint64_t)exact || s.time_eager_counts != 0)
+    fail_msg("%lld tokens: the last step mode %d at %lld; %llu exact, %llu eager counts; said: %s",
+             (long long)tokens, rep.mode, (long long)rep.padded_tokens,
+             (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_eager_counts,
+             f->switches_said ? f->said[0] : "nothing");
+  return f;
+}
+
+static void test_contested_count_gets_an_exact_bucket(void **state) {
+  (void)state;
+  struct fixture *f = settle_at(CONTESTED, 1);
   assert_int_equal(f->switches_said, 1);
   assert_non_null(strstr(f->said[0], "exact-size bucket from now on, not replayed at its bucket"));
   fixture_close(f);
@@ -337,26 +348,10 @@ static void test_contested_count_gets_an_exact_bucket(void **state) {
 #define NARROW 112
 #define WIDE   127
 
-static void narrow_or_wide(int64_t tokens, int exact) {
-  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 1\n", 1);
-  cgrt_step_report rep;
-  for (int i = 0; i < 300; i++)
-    step(f, i, tokens, &rep);
-  cgrt_stats s = {.struct_size = sizeof(s)};
-  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
-  if (rep.mode != CGRT_MODE_REPLAY || rep.padded_tokens != (exact ? tokens : 128) ||
-      s.time_exact_counts != (uint64_t)exact || s.time_eager_counts != 0)
-    fail_msg("%lld tokens: the last step mode %d at %lld; %llu exact, %llu eager counts; said: %s",
-             (long long)tokens, rep.mode, (long long)rep.padded_tokens,
-             (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_eager_counts,
-             f->switches_said ? f->said[0] : "nothing");
-  fixture_close(f);
-}
-
 static void test_narrow_win_gets_an_exact_bucket(void **state) {
   (void)state;
-  narrow_or_wide(NARROW, 1);
-  narrow_or_wide(WIDE, 0);
+  fixture_close(settle_at(NARROW, 1));
+  fixture_close(settle_at(WIDE, 0));
 }
 
 static void test_no_exact_bucket_allowed_serves_eagerly(void **state) {
