@@ -8,9 +8,9 @@
 #      order alternates between GPUs (`cgrt bench conf/NAME.ini --workload decode --json`): launch-
 #      bound eager draws a speed per process, so the targets are judged over several;
 #   2. the shipped traffic replays (TRAFFIC=1, the default): traffic/bimodal.txt under
-#      conf/local_bytime.ini, traffic/decode_small_buckets.txt under conf/local_block_budget.ini with
-#      `[local] by_time = on`, each against its padded-token plan and eager (the bench's own rows),
-#      on the last two GPUs beside nothing else (after the decode benches);
+#      conf/local_bytime.ini, traffic/decode_small_buckets.txt under conf/local_block_budget.ini
+#      (by_time on by default, 4 exact-size buckets), each against its padded-token plan and eager
+#      (the bench's own rows), on the last two GPUs beside nothing else (after the decode benches);
 #   3. the step path (DISPATCH=3 runs, 0 for none): `cgrt bench conf/local_block.ini --tokens 1`
 #      (by_time on, the default), the same with by_time off, and the default with --host-stream
 #      (runtimes on a stream handed at open: no ordering with the legacy stream), in turn, their
@@ -38,8 +38,6 @@ fi
 rm -rf "$logs"
 mkdir -p "$logs"
 status=0
-# bytime_conf SRC DST: a copy of SRC with `[local] by_time = on` (and 4 exact-size buckets)
-bytime_conf() { sed 's/^\[host\]/[local]\nby_time = on\nexact_buckets = 4\n[host]/' "$1" >"$2"; }
 # conf_of NAME: the file of a CONFS entry: conf/NAME.ini, or for NAME_padded a copy of
 # conf/NAME.ini with `[local] by_time = off` (its own by_time line changed, else a section added)
 conf_of() {
@@ -94,14 +92,13 @@ wait
 # 2. traffic
 if [ "${TRAFFIC:-1}" = 1 ]; then
   echo "== traffic replays (logs: $logs/traffic_*)"
-  bytime_conf conf/local_block_budget.ini "$logs/local_block_budget_bytime.ini"
   g1=$(echo "$ids" | tr ' ' '\n' | tail -1)
   g2=$(echo "$ids" | tr ' ' '\n' | tail -2 | head -1)
   CUDA_VISIBLE_DEVICES=$g1 "$cgrt" bench conf/local_bytime.ini --traffic traffic/bimodal.txt \
     >"$logs/traffic_bimodal.txt" 2>&1 &
   p1=$!
   [ "$g1" = "$g2" ] && wait "$p1"
-  CUDA_VISIBLE_DEVICES=$g2 "$cgrt" bench "$logs/local_block_budget_bytime.ini" \
+  CUDA_VISIBLE_DEVICES=$g2 "$cgrt" bench conf/local_block_budget.ini \
     --traffic traffic/decode_small_buckets.txt >"$logs/traffic_decode_small_buckets.txt" 2>&1 ||
     status=1
   wait "$p1" || status=1

@@ -17,7 +17,8 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/bin" "$t/build/bin"
 # shellcheck disable=SC2016 # the fakes' own $i and $* expand when they run
-printf '#!/bin/sh\nfor i in 0 1 2 3; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; done\n' >"$t/bin/nvidia-smi"
+printf '#!/bin/sh\nfor i in 0 1 2 3; do echo "GPU $i: NVIDIA H200 (UUID: GPU-$i)"; done\n' \
+  >"$t/bin/nvidia-smi"
 printf '#!/bin/sh\necho "$*" >>"%s/calls"\necho "{}"\n' "$t" >"$t/build/bin/cgrt"
 chmod +x "$t/bin/nvidia-smi" "$t/build/bin/cgrt"
 fail() {
@@ -47,7 +48,8 @@ got=$(PATH="$t/nosmi" CUDA_VISIBLE_DEVICES=0 /bin/sh "$root/scripts/visible-gpus
 [ "$got" = 0 ] || fail "visible-gpus.sh without nvidia-smi: $got, expected 0"
 
 # test2.sh with one GPU visible of four
-out=$(CUDA_VISIBLE_DEVICES=0 PATH="$t/bin:$PATH" LLMC_WORK="$t/w" sh "$root/tests/hosts/llmc/test2.sh" "$t/build" 2>&1)
+out=$(CUDA_VISIBLE_DEVICES=0 PATH="$t/bin:$PATH" LLMC_WORK="$t/w" \
+  sh "$root/tests/hosts/llmc/test2.sh" "$t/build" 2>&1)
 rc=$?
 [ "$rc" = 77 ] || fail "test2.sh with one visible GPU: exit $rc, expected 77 ($out)"
 echo "$out" | grep -q "SKIPPED: needs two GPUs, 1 visible" || fail "test2.sh said: $out"
@@ -68,7 +70,8 @@ if [ "$(wc -l <"$logs/ordering.txt")" != 3 ] || [ "$(wc -l <"$logs/dispatch.txt"
   fail "gpu-bytime.sh's step path: $(cat "$logs/dispatch.txt" "$logs/ordering.txt")"
 fi
 tail -2 "$logs/local_padded.ini" | tr '\n' ' ' | grep -q "^\[local\] by_time = off $" ||
-  fail "local_padded.ini does not end with [local] by_time = off: $(tail -3 "$logs/local_padded.ini")"
+  fail "local_padded.ini does not end with [local] by_time = off:" \
+    "$(tail -3 "$logs/local_padded.ini")"
 # a configuration with a by_time line of its own gets that line turned off
 : >"$t/calls"
 (cd "$root" && CONFS=local_bytime_padded CUDA_VISIBLE_DEVICES=1 PROCS=1 TRAFFIC=0 DISPATCH=0 \
