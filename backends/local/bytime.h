@@ -97,11 +97,16 @@
    eager steps and milliseconds of host time; 64 steps of a launch-bound count pay that back). */
 #define BYTIME_EXACT_SEEN 64
 /* A probe that keeps the bucket by less than this (the replay's median at most 1 + BYTIME_NEAR
-   times faster than eager's) leaves the count contested: near the crossover, where a faster eager
-   draw later in the process can overturn a narrow win (issue 43, session 41: 3 tokens at bucket 8
-   kept at its bucket, then 0.976x of an eager row that drew 590.6 us; the exact-size bucket of a
-   count pads nothing, so on the device it is never slower than the padded replay). */
-#define BYTIME_NEAR 0.10
+   times faster than eager's) leaves the count contested: where a faster eager draw later in the
+   process can overturn the win. 0.10 in session 41 (3 tokens at bucket 8 kept, then 0.976x of an
+   eager row that drew 590.6 us); 0.40 since session 42: launch-bound eager moves between a fast
+   and a slow speed within one process, not only between processes (decode on four H200s, 1-64
+   tokens, eager rows of one process 647-711 us and 847-925 us at the same counts, up to 1.37x
+   apart), and a probe of 8 steps sees one of them: 37 tokens kept at bucket 64 (its static row:
+   eager 866.7 us, the replay 761.7) ran 0.96x of the fresh row's eager, 711.5 us. The exact-size
+   bucket of a count pads nothing, so on the device it is never slower than the padded replay; a
+   wider band costs exact-size captures within exact_buckets, never an eager step. */
+#define BYTIME_NEAR 0.40
 /* Steps of a bucket without a step of its probe target before the target is dropped. */
 #define BYTIME_STALL 256
 /* Pooled probes (above): steps of a bucket's undecided counts since it was last measured before
