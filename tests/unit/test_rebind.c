@@ -41,6 +41,7 @@ struct fx {
   double *in;              /* this step's input */
   double out[MODS];        /* static outputs */
   int moved_warnings;      /* warn lines about moving buffers */
+  int uncopied_infos;      /* info lines of keys that left their copies for a graph per set */
   int eager_warnings;      /* warn lines about keys sent eager */
   char last[1024];
   char eager_msg[1024];           /* the last of those */
@@ -89,6 +90,8 @@ static int body(const cgrt_ctx *ctx, void *user) {
 
 static void log_sink(void *user, cgrt_log_level level, const char *msg) {
   struct fx *f = user;
+  if (level == CGRT_LOG_INFO && strstr(msg, "now cycle among a few address sets"))
+    f->uncopied_infos++;
   if (level != CGRT_LOG_WARN)
     return;
   if (strstr(msg, "moved on 3 of its last 4 calls (rebind = auto)"))
@@ -105,7 +108,7 @@ static struct fx *fx_open(const char *extra, int own) {
   struct fx *f = calloc(1, sizeof(*f));
   char ini[512];
   snprintf(ini, sizeof(ini),
-           "[cuda_graph]\nimpl = local\n%s\n[runtime]\ndriver = host\nlog = warn\n",
+           "[cuda_graph]\nimpl = local\n%s\n[runtime]\ndriver = host\nlog = info\n",
            extra ? extra : "");
   cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .log = log_sink, .log_user = f};
   if (cgrt_open_ex(&f->rt, &o) != 0)
@@ -264,6 +267,51 @@ static void long_cycles_fold_to_copies(void **state) {
   fx_close(f);
 }
 
+/*
+ * A host whose allocator hands new addresses while it warms up, then the same two (session 42: the
+ * bench's fresh rows, cudaMallocAsync per step, went on private copies at 1 token in every
+ * process, 100 us a step of copies on an H200, then alternated): the keys go on copies, then, once
+ * their last AUTO_SETTLE calls took sets they had, drop them for a graph per set, said once each;
+ * no copies after that, no recording in the steady state. Once per key: a longer cycle sends it
+ * back to copies for good, and a short cycle after that keeps them.
+ */
+static void copies_settle_into_a_graph_per_set(void **state) {
+  (void)state;
+  struct fx *f = fx_open("warmup_steps = 1", 0);
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  int s = 0;
+  for (; s < 8; s++)
+    step_with(f, &f->fresh[s], s, &rep); /* new addresses: copies */
+  assert_int_equal(stats(f).rebind_copy_keys, MODS);
+  assert_int_equal(f->uncopied_infos, 0);
+  for (; s < 30; s++)
+    step_with(f, &f->fresh[8 + s % 2], s, &rep); /* then two, alternating */
+  cgrt_stats st = stats(f);
+  assert_int_equal(st.rebind_variant_keys, MODS);
+  assert_int_equal(f->uncopied_infos, MODS);
+  assert_int_equal(rep.calls_replayed, MODS);
+  assert_int_equal(st.live_graphs, 2 * MODS);
+  for (; s < 50; s++)
+    step_with(f, &f->fresh[8 + s % 2], s, &rep);
+  cgrt_stats steady = stats(f);
+  assert_int_equal(steady.copy_bytes, st.copy_bytes);
+  assert_int_equal(steady.captures, st.captures);
+  assert_int_equal(steady.updates, st.updates);
+
+  for (; s < 80; s++)
+    step_with(f, &f->fresh[10 + s % 6], s, &rep); /* six sets: back to copies */
+  for (; s < 110; s++)
+    step_with(f, &f->fresh[8 + s % 2], s, &rep); /* two again: copies stay */
+  st = stats(f);
+  assert_int_equal(f->uncopied_infos, MODS);
+  assert_int_equal(st.rebind_variant_keys, MODS);
+  assert_int_equal(st.live_graphs, MODS);
+  assert_int_equal(rep.calls_replayed, MODS);
+  step_with(f, &f->fresh[8 + s % 2], s, &rep);
+  assert_true(stats(f).copy_bytes > st.copy_bytes);
+  fx_close(f);
+}
+
 /* No memory for the copies: the key runs eagerly, said once, outputs still right. */
 static void copies_that_cannot_be_made_send_the_key_eager(void **state) {
   (void)state;
@@ -374,6 +422,7 @@ int main(void) {
       cmocka_unit_test(rare_moves_update_in_place),
       cmocka_unit_test(alternating_addresses_get_a_graph_each),
       cmocka_unit_test(long_cycles_fold_to_copies),
+      cmocka_unit_test(copies_settle_into_a_graph_per_set),
       cmocka_unit_test(copies_that_cannot_be_made_send_the_key_eager),
       cmocka_unit_test(copies_over_the_budget_send_the_key_eager),
       cmocka_unit_test(stages_inputs_modules_get_no_private_copies),

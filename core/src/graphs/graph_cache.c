@@ -34,17 +34,18 @@ struct entry {
   int failures;      /* captures that failed in a row; at CAPTURE_ATTEMPTS the key stays eager */
   cgrt_buffer *bufs; /* the addresses the executable uses: the host's, or private ones */
   size_t num_bufs;   /* entries of bufs */
-  struct cgrt__stage st;      /* the host's buffers as followed, and the private copies (staged) */
-  int eager;                  /* auto: its buffers move on most calls and copies cannot serve it */
-  int variants;               /* auto: its buffers cycle among a few address sets, each of which has
-                                 an entry of the key (as under recapture), at most AUTO_VARIANTS */
-  int own;                    /* its module stages its own inputs (never handed private copies) */
-  struct cgrt__graph_rec rec; /* what its executable cost (the last one, after an eviction) */
-  int has_rec;                /* rec holds a measured build */
-  int charged;                /* rec is in the runtime's ledger (the executable is live) */
-  int budget_logged;          /* the budget's refusal of this key was logged */
-  uint64_t replays;           /* replays since the capture or update (counted only by verify) */
-  struct entry *chain;        /* next in the hash bucket */
+  struct cgrt__stage st; /* the host's buffers as followed, and the private copies (staged) */
+  int eager;             /* auto: its buffers move on most calls and copies cannot serve it */
+  int variants;          /* auto: its buffers cycle among a few address sets, each of which has
+                            an entry of the key (as under recapture), at most AUTO_VARIANTS */
+  int own;               /* its module stages its own inputs (never handed private copies) */
+  int uncopied; /* auto: it left private copies for a graph per address set (once per key) */
+  struct cgrt__graph_rec rec;  /* what its executable cost (the last one, after an eviction) */
+  int has_rec;                 /* rec holds a measured build */
+  int charged;                 /* rec is in the runtime's ledger (the executable is live) */
+  int budget_logged;           /* the budget's refusal of this key was logged */
+  uint64_t replays;            /* replays since the capture or update (counted only by verify) */
+  struct entry *chain;         /* next in the hash bucket */
   struct entry *newer, *older; /* recency list */
 };
 
@@ -798,6 +799,35 @@ static int fold_variants(struct cgrt_graph_cache *c, struct entry *keep,
   return rebind_update(c, keep, w, mode);
 }
 
+/*
+ * rebind = auto, a key on private copies whose buffers have settled into a cycle of a few address
+ * sets (AUTO_SETTLE calls in a row each took one of the sets before it: a host whose allocator
+ * hands new addresses while it warms up, then the same two or three, as cudaMallocAsync's pool does
+ * once its frees are reusable): its executable and private copies go, and it keeps a graph per set
+ * from now on, as a key that cycled from the start. Once per key: should it meet more sets than
+ * AUTO_VARIANTS again, it folds back to private copies for good (fold_variants), so a host
+ * alternating between the two patterns costs a bounded number of captures.
+ */
+static int copies_to_variants(struct cgrt_graph_cache *c, struct entry *e,
+                              const struct cgrt_graph_work *w, cgrt_mode *mode) {
+  char key[96];
+  key_text(&e->key, key, sizeof(key));
+  unsigned long long bytes = (unsigned long long)e->st.copy_bytes_per_call;
+  drop_exec(c, e); /* its executable works on the private copies: both go */
+  for (size_t i = 0; i < e->st.n; i++)
+    e->st.b[i].sticky = 0;
+  e->uncopied = 1;
+  e->variants = 1;
+  c->g->stats->rebind_variant_keys++;
+  cgrt__log(c->g->log, CGRT_LOG_INFO,
+            "%s (%s): its buffers now cycle among a few address sets (each of its last %d calls "
+            "took one of the %d sets before it; rebind = auto): its private copies (%llu bytes "
+            "copied a call) are dropped, and it keeps a graph per address set, at most %d, and "
+            "copies nothing",
+            w->what, key, AUTO_SETTLE, AUTO_WINDOW - 1, bytes, AUTO_VARIANTS);
+  return capture_new(c, e, w, mode);
+}
+
 /* Entries of a key (several: recapture, or auto's address sets of a cycling key). */
 static size_t count_entries(const struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
                             uint64_t hash) {
@@ -834,6 +864,7 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
     v->warm = e->warm;
     v->variants = 1;
     v->own = e->own;
+    v->uncopied = e->uncopied;
     return capture_new(c, v, w, mode);
   }
   if (cgrt__stage_thrashing(&e->st)) {
@@ -878,6 +909,7 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
       e->warm = other->warm;
       e->variants = other->variants;
       e->own = other->own;
+      e->uncopied = other->uncopied; /* the key's, whichever entry folds back to copies */
       c->g->stats->rebinds++;
     }
   }
@@ -903,7 +935,16 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
     return capture_new(c, e, w, mode);
   }
   if (buffers_match(e, w->buffers, w->num_buffers)) {
-    cgrt__stage_tick(&e->st);
+    if (e->st.staged && c->rebind == CGRT_REBIND_AUTO && !e->uncopied) {
+      /* on private copies: its addresses are followed, in case they settle into a cycle */
+      int rc = cgrt__stage_track(&e->st, w->buffers, w->num_buffers);
+      if (rc < 0)
+        return rc;
+      if (e->st.cycled >= AUTO_SETTLE)
+        return copies_to_variants(c, e, w, mode);
+    } else {
+      cgrt__stage_tick(&e->st);
+    }
     *mode = CGRT_MODE_REPLAY;
     return replay(c, e, w, mode);
   }

@@ -57,6 +57,7 @@ int cgrt__stage_track(struct cgrt__stage *s, const cgrt_buffer *b, size_t n) {
     memmove(&s->sets[1], &s->sets[0], (AUTO_WINDOW - 1) * sizeof(s->sets[0]));
     s->sets[0] = set_signature(b, n);
   }
+  s->cycled = !any || cgrt__stage_cycling(s) ? s->cycled + 1 : 0;
   return any;
 }
 

@@ -27,6 +27,10 @@ struct cgrt__graph_mem;
  */
 #define AUTO_WINDOW 4
 #define AUTO_MOVES  3
+/* rebind = auto: a unit on private copies whose last AUTO_SETTLE calls each took an address set
+   among the AUTO_WINDOW - 1 before it (so at most AUTO_WINDOW - 1 sets among them, none new) has
+   settled into a cycle: it may drop its copies for a graph per set (graph_cache.c). */
+#define AUTO_SETTLE (2 * AUTO_WINDOW)
 
 /* One declared buffer of a unit. */
 struct cgrt__stage_buf {
@@ -47,6 +51,8 @@ struct cgrt__stage {
   uint64_t moves[AUTO_MOVES];   /* the calls of the unit's last moves, the latest first */
   uint64_t sets[AUTO_WINDOW];   /* signatures of its last address sets, the latest first */
   uint64_t copy_bytes_per_call; /* what the staged buffers copy around one replay */
+  uint32_t cycled; /* calls in a row, the latest included, whose set was one of the AUTO_WINDOW - 1
+                      before it (or did not move) */
 };
 
 /*
