@@ -212,7 +212,9 @@ static void step_nowait(struct fixture *f, int i, int value, int64_t tokens,
 
 /* One inference step of `tokens`; checks its output; gives its report. */
 static void step(struct fixture *f, int i, int64_t tokens, cgrt_step_report *rep) {
-  if (f->fresh)
+  if (f->fresh < 0) /* -k: a new slot for each of the first k steps, then two alternating */
+    f->fresh_at = i < -f->fresh ? i % 62 : 62 + i % 2;
+  else if (f->fresh)
     f->fresh_at = (int)((unsigned)(i * 7 + i / 3) % (unsigned)f->fresh);
   step_nowait(f, i, i % 100, tokens, rep);
   /* the host reads its output: the stream runs, and the step's events with it */
@@ -272,7 +274,9 @@ static void test_slower_counts_served_exact_then_eager(void **state) {
  * A host that hands a fresh input every step (session 39: on an H200 the bench's fresh rows kept
  * 200 tokens at bucket 256, 1.14x eager's time, where the static rows served it eagerly): by_time
  * decides the same with the input in place, in a new slot every step (the key goes to private
- * copies) and in one of two or three slots (a graph per address set). 90 tokens, bucket 128:
+ * copies), in one of two or three slots (a graph per address set), and in a new slot for each of
+ * the first 12 or 40 steps, then two (an allocator that settles, session 42: the keys go on copies,
+ * then drop them for a graph per set, meanwhile by_time measures). 90 tokens, bucket 128:
  * eager beats the replay, so the count runs at its own size (eagerly, or at an exact-size bucket).
  */
 static void fresh_decides(int slots) {
@@ -298,6 +302,8 @@ static void test_fresh_inputs_decide_alike(void **state) {
   fresh_decides(64);
   fresh_decides(2);
   fresh_decides(3);
+  fresh_decides(-12);
+  fresh_decides(-40);
 }
 
 /*
