@@ -828,6 +828,16 @@ static int copies_to_variants(struct cgrt_graph_cache *c, struct entry *e,
   return capture_new(c, e, w, mode);
 }
 
+/* A new entry of a key takes what belongs to the key, not to one address set, from another entry
+   of it: its warm-up, its rebind state (uncopied too: whichever entry folds back to copies), its
+   module's staging. */
+static void key_state_from(struct entry *e, const struct entry *from) {
+  e->warm = from->warm;
+  e->variants = from->variants;
+  e->own = from->own;
+  e->uncopied = from->uncopied;
+}
+
 /* Entries of a key (several: recapture, or auto's address sets of a cycling key). */
 static size_t count_entries(const struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
                             uint64_t hash) {
@@ -861,10 +871,7 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
     if (!v)
       return c->host->set_error(c->host, CGRT_E_NOMEM, "out of memory in the graph cache (%s)",
                                 w->what);
-    v->warm = e->warm;
-    v->variants = 1;
-    v->own = e->own;
-    v->uncopied = e->uncopied;
+    key_state_from(v, e); /* variants included: to_variants set it */
     return capture_new(c, v, w, mode);
   }
   if (cgrt__stage_thrashing(&e->st)) {
@@ -906,10 +913,7 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
     if (!(e = insert(c, key, hash)))
       return h->set_error(h, CGRT_E_NOMEM, "out of memory in the graph cache (%s)", w->what);
     if (other) {
-      e->warm = other->warm;
-      e->variants = other->variants;
-      e->own = other->own;
-      e->uncopied = other->uncopied; /* the key's, whichever entry folds back to copies */
+      key_state_from(e, other);
       c->g->stats->rebinds++;
     }
   }
