@@ -551,6 +551,7 @@ class StepReport:
     graphs_built: int
     fallbacks: int
     host_ns: int
+    copy_bytes: int  # bytes its replays copied into and out of private copies (since 0.4)
 
 
 @dataclass(frozen=True)
@@ -1484,6 +1485,7 @@ class Runtime:
             rep.graphs_built,
             rep.fallbacks,
             rep.host_ns,
+            rep.copy_bytes,
         )
 
     def forward(self, module: Module, ctx: Ctx, args: Optional[Args] = None, **kw) -> None:

@@ -123,6 +123,8 @@ class CStepReport(Structure):
         ("graphs_built", c_uint32),
         ("fallbacks", c_uint32),
         ("host_ns", c_uint64),
+        # since 0.4
+        ("copy_bytes", c_uint64),
     ]
 
 

@@ -83,6 +83,7 @@ int main(void) {
   FIELD(cgrt_step_report, graphs_built);
   FIELD(cgrt_step_report, fallbacks);
   FIELD(cgrt_step_report, host_ns);
+  FIELD(cgrt_step_report, copy_bytes);
 
   SIZE(cgrt_stats);
   FIELD(cgrt_stats, struct_size);

@@ -173,6 +173,8 @@ static void fresh_inputs_are_staged_once_per_key(void **state) {
   assert_int_equal(st.rebind_eager_keys, 0);
   assert_int_equal(st.staged_bytes, MODS * sizeof(double));
   assert_true(st.copy_bytes >= (STEPS - 4) * MODS * sizeof(double));
+  /* the step's report says what it copied: each key's input in (its output is the host's) */
+  assert_int_equal(rep.copy_bytes, MODS * sizeof(double));
   assert_int_equal(f->moved_warnings, MODS);
   if (!strstr(f->last, "layer2 fwd (key 2, microbatch 0)") || !strstr(f->last, "buffer 'x' (#0)") ||
       !strstr(f->last, "keep it in place"))
@@ -221,6 +223,7 @@ static void alternating_addresses_get_a_graph_each(void **state) {
   assert_int_equal(st.live_graphs, 2 * MODS);
   assert_true(st.captures <= 3 * MODS);
   assert_int_equal(rep.calls_replayed, MODS);
+  assert_int_equal(rep.copy_bytes, 0);
   assert_int_equal(f->moved_warnings, 0); /* no cost to warn about */
   fx_close(f);
 

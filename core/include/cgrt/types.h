@@ -221,6 +221,13 @@ typedef struct cgrt_step_report {
   uint32_t graphs_built;   /* executables instantiated during the step */
   uint32_t fallbacks;      /* captures that failed and ran eagerly instead */
   uint64_t host_ns;        /* host time spent inside cgrt_step() */
+  /*
+   * -- since 0.4 --
+   * Bytes the step's replays copied into and out of private copies of moved buffers (rebind =
+   * copy, or auto on a key whose buffers move): part of what the step cost. 0 when every graph
+   * replayed on the host's own buffers.
+   */
+  uint64_t copy_bytes;
 } cgrt_step_report;
 
 /* Buckets listed in cgrt_stats.buckets; a longer set is counted in num_buckets. */

@@ -374,6 +374,24 @@ static int run_eager(const struct cgrt_graph_work *w, cgrt_mode m, cgrt_mode *mo
 static void drop_exec(struct cgrt_graph_cache *c, struct entry *e);
 
 /*
+ * The copies of e's staged buffers into them (inputs) or out of them around a replay; counted in
+ * cgrt_stats.copy_bytes and in the step's report (by_time leaves such steps out of its figures
+ * while the copies may still stop).
+ */
+static int copy_staged(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
+                       int inputs) {
+  if (!e->st.staged)
+    return 0;
+  struct cgrt_graphs *g = c->g;
+  uint64_t before = g->stats->copy_bytes;
+  int rc =
+      cgrt__stage_copy(c->host, &g->stats->copy_bytes, &e->st, w->buffers, w->num_buffers, inputs);
+  if (g->rep)
+    g->rep->copy_bytes += g->stats->copy_bytes - before;
+  return rc;
+}
+
+/*
  * Launches e's executable, with the copies the copy policy needs around it. If the launch itself
  * fails, the executable is dropped (it is captured again at the next call) and this call runs
  * eagerly instead.
@@ -386,12 +404,10 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
   const struct cgrt_host_api *h = c->host;
   if (__builtin_expect(c->verify != CGRT_VERIFY_OFF, 0))
     return replay_checked(c, e, w, mode);
-  int rc = 0;
   e->rec.last_use = c->g->step_index;
   if (*mode == CGRT_MODE_REPLAY)
     e->rec.replays++;
-  if (e->st.staged)
-    rc = cgrt__stage_copy(c->host, &c->g->stats->copy_bytes, &e->st, w->buffers, w->num_buffers, 1);
+  int rc = copy_staged(c, e, w, 1);
   if (rc != 0)
     return rc;
   rc = h->exec_launch(h, e->exec, h->stream(h));
@@ -400,9 +416,7 @@ static int replay(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt
     drop_exec(c, e);
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
-  return e->st.staged ? cgrt__stage_copy(c->host, &c->g->stats->copy_bytes, &e->st, w->buffers,
-                                         w->num_buffers, 0)
-                      : 0;
+  return copy_staged(c, e, w, 0);
 }
 
 /*
@@ -425,9 +439,7 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
     due =
         nth == 1 || (c->verify == CGRT_VERIFY_EVERY && (nth - 1) % (uint64_t)c->verify_every == 0);
   }
-  int rc = e->st.staged ? cgrt__stage_copy(g->host, &g->stats->copy_bytes, &e->st, w->buffers,
-                                           w->num_buffers, 1)
-                        : 0;
+  int rc = copy_staged(c, e, w, 1);
   if (rc != 0)
     return rc;
   struct cgrt_verify_shadow s = {0};
@@ -476,8 +488,8 @@ static int replay_checked(struct cgrt_graph_cache *c, struct entry *e,
     if (act != CGRT_VERIFY_WARN)
       rc = cgrt__verify_adopt(g->host, e->bufs, &s);
   }
-  if (rc == 0 && e->st.staged)
-    rc = cgrt__stage_copy(g->host, &g->stats->copy_bytes, &e->st, w->buffers, w->num_buffers, 0);
+  if (rc == 0)
+    rc = copy_staged(c, e, w, 0);
   cgrt__verify_free(g->host, &s);
   if (differ && act != CGRT_VERIFY_WARN) {
     drop_exec(c, e);
