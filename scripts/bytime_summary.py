@@ -4,8 +4,10 @@
 - decode benches, `dec_g<GPU>_<N>_<CONF>.json` (`cgrt bench conf/CONF.ini --workload decode --json`):
   per configuration, over its processes, the rows more than 2% slower than eager with static and
   with fresh inputs (the bench's own counts and which token counts), the 1-token cgrt time, whether
-  every row was bitwise equal, how by_time served each count, and how many of its samples waited
-  (by_time_waited_samples, when the bench gives it);
+  every row was bitwise equal, how by_time served each count, how many of its samples waited
+  (by_time_waited_samples, when the bench gives it), and how many were left out as replays on
+  private copies and how many buckets measured again for them (by_time_copied_samples and
+  by_time_copied_rechecks);
 - traffic replays, `traffic_<NAME>.txt` (`cgrt bench CONF --traffic FILE`): the configuration's total
   against its padded-token plan and eager;
 - `dispatch.txt`: lines "<run> <CONF>: replay dispatch: X us ... (raw launch Y us) ..." per run;
@@ -87,6 +89,8 @@ def decode(logdir):
                         "%d:%d" % (r["tokens"], r.get("bucket", 0)) for r in fresh
                     ),
                     "waited": d.get("backend_figures", {}).get("by_time_waited_samples"),
+                    "copied": d.get("backend_figures", {}).get("by_time_copied_samples"),
+                    "rechecked": d.get("backend_figures", {}).get("by_time_copied_rechecks"),
                 },
             )
         )
@@ -163,6 +167,9 @@ def main(argv):
                 )
             )
             waited = "" if s["waited"] is None else "; samples that waited: %d" % s["waited"]
+            if s["copied"] is not None:  # replays on private copies: left out, and early rechecks
+                waited += "; samples on copies left out: %d, buckets measured again: %d" % (
+                    s["copied"], s["rechecked"] or 0)
             print(
                 "  %-34s served: %s; fresh at: %s%s"
                 % ("", s["served"], s["fresh_served"], waited)

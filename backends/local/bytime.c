@@ -166,11 +166,12 @@ static int poll(struct bytime *bt) {
     if (!s->active || p->round != s->round || s->n >= BYTIME_SAMPLES)
       continue; /* a round that ended or was restarted since */
     s->v[s->n++] = (struct step_sample){p->host_us, us};
+    s->copied += p->copied;
     h->log(h, CGRT_LOG_DEBUG,
            "local by_time: %lld tokens (bucket %lld), a sample %s: host %.1f us, "
-           "device %.1f us%s",
+           "device %.1f us%s%s",
            (long long)p->r->tokens, (long long)p->b->bucket, sample_way(p), p->host_us, us,
-           p->behind ? ", the device behind" : "");
+           p->behind ? ", the device behind" : "", p->copied ? ", with private copies" : "");
     if ((rc = bytime_settle(bt, p->b, p->r)) != 0)
       return rc;
   }
@@ -288,6 +289,8 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
   r->seen++;
   if (++b->since >= BYTIME_RECHECK * (b->rounds ? b->rounds : 1) && !b->probing && !b->pivot)
     bytime_recheck(bt, b);
+  else if (b->copied == 1 && ++b->copied_since >= BYTIME_COPIED_RECHECK && !b->probing && !b->pivot)
+    bytime_recheck_copied(bt, b);
   (void)bytime_imply(bt, r);
   if (r->decided == UNDECIDED && r->inc != BYTIME_EXACT && !r->exact_round)
     bytime_pool_follow(b, tokens);
@@ -324,13 +327,19 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
   return 0;
 }
 
-int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode) {
+int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode, int copied) {
   if (!st->timed)
     return 0;
   struct series *s = st->series;
   /* A replay is kept only when the step's calls replayed (not a warm-up or a capture). */
   if (st->way != BYTIME_EAGER && mode != CGRT_MODE_REPLAY)
     return 0;
+  /* nor, for a while, when they replayed on private copies that may yet stop (bytime.h) */
+  if (copied && s->copied_out < BYTIME_COPIED_WAIT) {
+    s->copied_out++;
+    bt->fig.copied_samples++;
+    return 0;
+  }
   double host_us = step_cost_host_us(bt->h, st->host_start_ns);
   size_t slot = (bt->head + bt->npending) % BYTIME_PENDING;
   /* Has the device begun the step? Said in the sample's debug line only (a host far ahead
@@ -343,7 +352,7 @@ int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode) {
   if (rc != 0)
     return rc;
   bt->ring[slot] = (struct pending){
-      start, bt->events[2 * slot + 1], s, st->b, st->rec, s->round, host_us, behind};
+      start, bt->events[2 * slot + 1], s, st->b, st->rec, s->round, host_us, copied, behind};
   bt->npending++;
   s->taken++;
   return 0;

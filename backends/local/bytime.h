@@ -107,6 +107,17 @@
    bucket of a count pads nothing, so on the device it is never slower than the padded replay; a
    wider band costs exact-size captures within exact_buckets, never an eager step. */
 #define BYTIME_NEAR 0.40
+/* Replays on private copies (rebind = auto on keys whose buffers move: the copies in and out
+   are part of the step): a round leaves out up to BYTIME_COPIED_WAIT samples of steps that
+   copied, the time it takes the core to see whether the keys' addresses settle into a cycle
+   (then a graph per address set, no copies: 8 calls) with room to spare; after that it keeps them,
+   copies being the way those keys run. A bucket where a way measured on replays that copied lost
+   (its replay to eager, or an exact-size trial of one of its counts) is measured again after
+   BYTIME_COPIED_RECHECK of its steps, once until its next recheck (issue 43, session 43: a fresh
+   host's allocator handed new addresses for a while, then two in turn; an exact-size trial ran on
+   copies in 7 of its 8 samples, lost to eager by 7%, and would have won by 3% without them). */
+#define BYTIME_COPIED_WAIT    (2 * BYTIME_SAMPLES)
+#define BYTIME_COPIED_RECHECK 256
 /* Steps of a bucket without a step of its probe target before the target is dropped. */
 #define BYTIME_STALL 256
 /* Pooled probes (above): steps of a bucket's undecided counts since it was last measured before
@@ -152,6 +163,8 @@ struct bytime_figures {
   uint64_t pooled_rounds;      /* pooled probe rounds completed (decided or not) */
   uint64_t pooled_probe_steps; /* eager probe steps of pooled rounds (counted in probe_steps too) */
   uint64_t waited_samples;     /* samples left out as waits (> 2x their round's lower quartile) */
+  uint64_t copied_samples;     /* samples left out: their replays made private copies */
+  uint64_t copied_rechecks;    /* buckets measured again early: decided on replays with copies */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */
@@ -164,8 +177,11 @@ void bytime_destroy(struct bytime *bt);
  * ready, and says how to serve this step. Records the start event when the step is timed.
  */
 int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct bytime_step *st);
-/* After the step ran (mode: ctx->mode after it): records the end event of a timed step. */
-int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode);
+/*
+ * After the step ran (mode: ctx->mode after it; copied: its replays copied into or out of private
+ * copies, cgrt_step_report.copy_bytes > 0): records the end event of a timed step.
+ */
+int bytime_end(struct bytime *bt, struct bytime_step *st, cgrt_mode mode, int copied);
 /*
  * The bucket set changed (adaptive buckets): every count's decisions are forgotten and the
  * exact-size graphs retired (the counts are measured again against their new buckets).

@@ -22,6 +22,8 @@ struct series {
   struct step_sample v[BYTIME_SAMPLES];
   struct step_cost median; /* of the last complete round (us 0: none) */
   int counted;             /* this round's waits are in fig.waited_samples */
+  int copied_out;          /* samples left out this round: steps that copied (BYTIME_COPIED_WAIT) */
+  int copied;              /* samples kept this round from steps that copied */
 };
 
 enum decided { UNDECIDED = 0, MEASURED = 1, IMPLIED = 2 };
@@ -39,6 +41,10 @@ struct bucket_rec {
   uint64_t since_target;     /* steps of the bucket since its target's last step */
   uint64_t since;            /* steps of the bucket since it was created or last rechecked */
   uint64_t rounds;           /* probe rounds completed since then */
+  /* a way of the bucket measured on replays that copied lost: measured again after
+     BYTIME_COPIED_RECHECK steps (1), once until a regular recheck (2: done) */
+  int copied;
+  uint64_t copied_since; /* steps of the bucket since `copied` became 1 */
   /* pooled probes (bytime.h) */
   struct series pool;                 /* eager samples of several counts on one side of the pivot */
   int64_t pivot;                      /* P of the pooled round running (0: none) */
@@ -74,6 +80,7 @@ struct pending {
   struct count_rec *r;
   uint32_t round;
   double host_us; /* the host's time to issue the step */
+  int copied;     /* its replays copied into or out of private copies */
   int behind;     /* its start event was still pending when the host had issued it */
 };
 
@@ -101,6 +108,7 @@ static inline void series_start(struct series *s, int skip) {
   s->skip = skip;
   s->taken = s->n = 0;
   s->counted = 0;
+  s->copied_out = s->copied = 0;
 }
 
 static inline int series_done(const struct series *s) {
@@ -137,5 +145,7 @@ void bytime_pool_start(struct bytime *bt, struct bucket_rec *b);
 int bytime_pool_side_has(const struct bucket_rec *b, const struct count_rec *r);
 /* bytime_rules.c: b's measurements are forgotten and b is measured again. */
 void bytime_recheck(struct bytime *bt, struct bucket_rec *b);
+/* bytime_rules.c: bytime_recheck, early, of a bucket decided on replays that copied (bytime.h). */
+void bytime_recheck_copied(struct bytime *bt, struct bucket_rec *b);
 
 #endif

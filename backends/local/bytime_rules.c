@@ -69,6 +69,15 @@ void bytime_consider_exact(struct bytime *bt, struct count_rec *r) {
 
 /* ---------------------------------------------------------------- decisions */
 
+/* A way measured on replays that copied (s) lost: b is measured again once (bytime.h), since
+   without the copies it may have won. */
+static void lost_with_copies(struct bucket_rec *b, const struct series *s) {
+  if (s->copied && !b->copied) {
+    b->copied = 1;
+    b->copied_since = 0;
+  }
+}
+
 static void report_cost(struct bytime *bt, int64_t tokens, int64_t bucket, double us) {
   const struct cgrt_host_api *h = bt->h;
   if (CGRT_HOST_HAS(h, buckets_cost) && us > 0)
@@ -172,6 +181,8 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
     b->eager_upto = r->tokens;
   else
     b->bucket_from = r->tokens;
+  if (eager_wins)
+    lost_with_copies(b, &b->replay);
   enum bytime_way was = r->inc;
   bytime_switch_to(bt, r, eager_wins ? BYTIME_EAGER : BYTIME_BUCKET, 1);
   struct implied d = imply_range(bt, b, from, to);
@@ -218,6 +229,7 @@ static int decide_exact(struct bytime *bt, struct count_rec *r) {
     return 0;
   }
   /* the way that served it (eager, which beat the padded bucket, or the bucket) goes on */
+  lost_with_copies(r->b, &r->exact);
   return bytime_retire_exact(bt, r);
 }
 
@@ -252,6 +264,8 @@ static void decide_pool(struct bytime *bt, struct bucket_rec *b) {
   /* the replay is the way a bucket's undecided counts start with: each side needs the margin */
   int shown =
       side == POOL_WINS ? noise_challenger_wins(ec.us, pc.us) : noise_challenger_wins(pc.us, ec.us);
+  if (side == POOL_WINS ? shown : !shown) /* the replay did not win */
+    lost_with_copies(b, &b->replay);
   report_cost(bt, p, b->bucket, pc.us); /* eager's median is a bound at p, not a cost: not said */
   char figures[256] = "";
   int len = 0;
@@ -381,6 +395,7 @@ void bytime_pool_follow(struct bucket_rec *b, int64_t tokens) {
    steps of the bucket, as when each count was measured on its own). */
 void bytime_recheck(struct bytime *bt, struct bucket_rec *b) {
   b->since = b->rounds = 0;
+  b->copied = 0;
   b->probing = NULL;
   b->pivot = 0;
   b->pool.active = 0;
@@ -399,4 +414,18 @@ void bytime_recheck(struct bytime *bt, struct bucket_rec *b) {
     o->contested = 0;
     o->eager.active = 0;
   }
+}
+
+/* b was decided on replays that copied (its own, or an exact-size trial of one of its counts):
+   measured again now that the copies may have stopped, once until its regular recheck. */
+void bytime_recheck_copied(struct bytime *bt, struct bucket_rec *b) {
+  const struct cgrt_host_api *h = bt->h;
+  h->log(h, CGRT_LOG_INFO,
+         "local by_time: bucket %lld is measured again: its figures were taken from replays on "
+         "private copies of moved buffers (rebind = auto), which may have stopped since (a graph "
+         "per address set); once until its regular recheck",
+         (long long)b->bucket);
+  bytime_recheck(bt, b);
+  b->copied = 2;
+  bt->fig.copied_rechecks++;
 }

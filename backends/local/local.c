@@ -285,7 +285,12 @@ static int run_by_time(struct local_state *s, struct cgrt_step_frame *f) {
       f->ctx->padded_tokens = f->ctx->tokens;
     rc = run_pass(s, f);
   }
-  int erc = rc == 0 ? bytime_end(s->bt, &st, f->ctx->mode) : 0;
+  /* a core before the report's copy_bytes: no copies seen, every sample kept (as before) */
+  const cgrt_step_report *rep = f->report;
+  int copied =
+      rep->struct_size >= offsetof(cgrt_step_report, copy_bytes) + sizeof(rep->copy_bytes) &&
+      rep->copy_bytes > 0;
+  int erc = rc == 0 ? bytime_end(s->bt, &st, f->ctx->mode, copied) : 0;
   return rc != 0 ? rc : erc;
 }
 
@@ -421,6 +426,8 @@ static int local_figures(void *state, void (*emit)(void *user, const char *name,
     emit(user, "by_time_pooled_rounds", b.pooled_rounds);
     emit(user, "by_time_pooled_probe_steps", b.pooled_probe_steps);
     emit(user, "by_time_waited_samples", b.waited_samples);
+    emit(user, "by_time_copied_samples", b.copied_samples);
+    emit(user, "by_time_copied_rechecks", b.copied_rechecks);
   }
   return 0;
 }
