@@ -13,7 +13,8 @@
 # TRACE=kernels (or graphs) also records every run's device timestamps with libcgrt-trace.so
 # (tools/trace: CUPTI's activity API, one CSV per process, kernel by kernel or one record per graph
 # launch) and prints, per candidate, each traced run against its first: what the device did per
-# kernel or graph, so that a slow run can be told from a fast one (issue 32).
+# kernel or graph, so that a slow run can be told from a fast one (issue 32); with kernels, also
+# the gaps inside graphs and between them (trace_summary.py --boundaries).
 # CANDS="default fold" runs only those candidates; CTEST=0 skips the ctest part; CP_ARGS adds
 # arguments to every bench run (e.g. CP_ARGS="--steps 400").
 # Usage: scripts/gpu-cp2.sh [BUILD_DIR [LOG_DIR]]   (BUILD_DIR default: build; it must be built
@@ -117,6 +118,8 @@ if [ -n "$trace" ]; then
       if [ -z "$first" ]; then
         first=$f
         python3 tools/trace/trace_summary.py "$f" --top 8 | head -10
+        # what a graph boundary costs: gaps inside graphs and between them (issue 42)
+        [ "$trace" = kernels ] && python3 tools/trace/trace_summary.py "$f" --boundaries --top 4
       else
         python3 tools/trace/trace_summary.py "$first" --against "$f" --top 8 | sed -n '/ - /,$p'
       fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/trace/trace_summary.py on small hand-made traces whose figures are worked out here:
 the step mode (busy time as the union of overlapping records, idle, per-kernel times), the
-whole-trace mode, and --api (runtime calls a step). Standard library only (ctest label unit)."""
+whole-trace mode, --by-graph, --boundaries (gaps inside and between graphs) and --api (runtime
+calls a step). Standard library only (ctest label unit)."""
 import csv
 import os
 import subprocess
@@ -111,6 +112,32 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("eager:        2 records,          2.0 us in them,          0.5 us idle", out)
         self.assertIn("graph:        2 records,          2.2 us in them,          0.6 us idle", out)
         self.assertRegex(out, r"2\s+1\.00\s+1\s+1\.20\s+\+0\.20\s+gemm")
+
+    def test_boundaries(self):
+        fd, path = tempfile.mkstemp(suffix=".csv")
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(HEADER)
+            # stream 7: graph 5 gemm 0-2 us, norm 1.5-3, gemm 2.5-4 (inside: -0.5, -0.5); graph 6
+            # norm 6-7 (between graphs, gemm -> norm: +2.0); eager gemm 7.5-8 (graph and eager:
+            # +0.5); eager gemm 100-101 (92 us: idle, left out); stream 8: eager gemm 0-1, gemm
+            # 1.25-2 (eager: +0.25)
+            for name, s, e, stream, graph in (("gemm", 0, 2000, 7, 5), ("norm", 1500, 3000, 7, 5),
+                                              ("gemm", 2500, 4000, 7, 5),
+                                              ("norm", 6000, 7000, 7, 6),
+                                              ("gemm", 7500, 8000, 7, 0),
+                                              ("gemm", 100000, 101000, 7, 0),
+                                              ("gemm", 0, 1000, 8, 0), ("gemm", 1250, 2000, 8, 0)):
+                w.writerow(["kernel", name, s, e, stream, graph, 1, 0])
+        self.addCleanup(os.unlink, path)
+        rc, out = run(path, "--boundaries")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("1 over 50 us left out", out)
+        self.assertRegex(out, r"inside a graph\s+2 gaps, median\s+-0\.50")
+        self.assertRegex(out, r"between graphs\s+1 gaps, median\s+2\.00")
+        self.assertRegex(out, r"graph and eager\s+1 gaps, median\s+0\.50")
+        self.assertRegex(out, r"eager\s+1 gaps, median\s+0\.25")
+        self.assertRegex(out, r"1 x, median\s+2\.00; inside\s+1 x, median\s+-0\.50\s+gemm -> norm")
 
     def test_api(self):
         rc, out = run(self.a, "--step", "encoder_forward", "--api", "--against", self.b)

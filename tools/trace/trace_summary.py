@@ -4,6 +4,7 @@
     trace_summary.py RUN.csv --step encoder_forward [--skip 2] [--top 12] [--against OTHER.csv]
     trace_summary.py RUN.csv [--top 12] [--against OTHER.csv]
     trace_summary.py RUN.csv --by-graph [--top 12]
+    trace_summary.py RUN.csv --boundaries [--top 12]
 
 A step begins at each kernel whose name starts with --step (a step's first kernel). Per step:
 kernels and copies run, the sum of the kernels' durations, the time the device was busy (the
@@ -22,6 +23,15 @@ API function, its calls and host time over the whole trace divided by its number
 kernels named --step), e.g. to see which calls an eager loop spends its launch-bound time in.
 With --by-graph, the whole trace split into the work outside graphs and inside them: per side,
 the records, their time and the device's idle time before them; per name, each side's median.
+With --boundaries, the gap from each device record's end to the next record's start on the same
+stream (negative: the next began first, a programmatic dependent launch), in four classes: inside
+one graph launch's records (same graph id), between two graphs (another id), between a graph and
+work outside graphs, and outside graphs; per class the gaps, their median and 90th percentile; then
+the between-graphs gaps by the pair of names that meet there, beside the same pair's median inside
+graphs, which says what a graph boundary costs (issue 42: module scope's graphs against one graph
+a step). Gaps over 50 us (the host behind, or a pause between phases) are left out and counted. A
+graph's kernels are reported on the stream it was launched on, so parallel branches inside a graph
+show as overlaps.
 Standard library only.
 """
 import argparse
@@ -106,15 +116,20 @@ def number(path, line, row, key):
                  "a graph id); is it a trace of libcgrt-trace.so?")
 
 
-def load(path):
+def load(path, with_stream=False):
+    """The device records, sorted: (start, end, kind, name, graph), and the stream last when
+    with_stream."""
     recs = []
     for line, row in rows(path):
         if row["kind"] in DEVICE_KINDS:
             name = row["name"]
             if row["kind"] == "graph":
                 name = f"graph {row['graph']}"
-            recs.append((number(path, line, row, "start_ns"), number(path, line, row, "end_ns"),
-                         row["kind"], name, number(path, line, row, "graph")))
+            rec = (number(path, line, row, "start_ns"), number(path, line, row, "end_ns"),
+                   row["kind"], name, number(path, line, row, "graph"))
+            if with_stream:
+                rec += (number(path, line, row, "stream"),)
+            recs.append(rec)
     recs.sort()
     return recs
 
@@ -269,6 +284,71 @@ def main_by_graph(a):
         print(f"    {ne:8d} {fe} {ng:8d} {fg} {moved}  {key[:70]}")
 
 
+BOUNDARY_IDLE_US = 50  # a longer gap is the host behind or a pause, not a boundary's cost
+
+
+def quantile(v, q):
+    """The q-quantile of v (sorted copy, nearest rank below)."""
+    s = sorted(v)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def summarize_boundaries(path):
+    """Per class (those of the --boundaries doc), the gaps in us; per pair of names meeting
+    between two graphs and inside one, their gaps; and how many gaps were left out as idle."""
+    recs = load(path, with_stream=True)
+    if not recs:
+        sys.exit(f"{path}: no device records (was libcgrt-trace.so preloaded into a CUDA process?)")
+    streams = {}
+    for r in recs:
+        streams.setdefault(r[5], []).append(r)
+    classes = {k: [] for k in ("inside a graph", "between graphs", "graph and eager", "eager")}
+    between, inside = {}, {}
+    idle = 0
+    for rs in streams.values():
+        for a, b in zip(rs, rs[1:]):
+            gap = (b[0] - a[1]) / 1e3
+            if gap > BOUNDARY_IDLE_US:
+                idle += 1
+                continue
+            pair = (short(a[3]) if a[2] == "kernel" else a[2],
+                    short(b[3]) if b[2] == "kernel" else b[2])
+            if a[4] and b[4] and a[4] == b[4]:
+                classes["inside a graph"].append(gap)
+                inside.setdefault(pair, []).append(gap)
+            elif a[4] and b[4]:
+                classes["between graphs"].append(gap)
+                between.setdefault(pair, []).append(gap)
+            elif a[4] or b[4]:
+                classes["graph and eager"].append(gap)
+            else:
+                classes["eager"].append(gap)
+    return classes, between, inside, idle
+
+
+def last(name):
+    """The last part of a qualified name (gemm_tile of ns::(anonymous)::gemm_tile), 40 at most."""
+    return name.split("::")[-1][:40]
+
+
+def main_boundaries(a):
+    classes, between, inside, idle = summarize_boundaries(a.csv)
+    print(f"{a.csv}: gaps between consecutive records of a stream, us (negative: overlapped); "
+          f"{idle} over {BOUNDARY_IDLE_US} us left out")
+    for k, v in classes.items():
+        if v:
+            print(f"    {k:16} {len(v):9d} gaps, median {statistics.median(v):7.2f}, "
+                  f"p90 {quantile(v, 0.9):7.2f}")
+    if not between:
+        return
+    print(f"    between graphs, by the names that meet there (and the same pair inside a graph):")
+    for pair, v in sorted(between.items(), key=lambda x: -len(x[1]))[:a.top]:
+        w = inside.get(pair)
+        ins = f"inside {len(w):7d} x, median {statistics.median(w):7.2f}" if w else "not inside"
+        print(f"    {len(v):9d} x, median {statistics.median(v):7.2f}; {ins}  "
+              f"{last(pair[0])} -> {last(pair[1])}")
+
+
 def summarize_api(path, marker):
     """Per runtime API function: (calls, host us) a step, over the whole trace; and the steps."""
     steps, by = 0, {}
@@ -330,9 +410,14 @@ def main():
                     help="the runtime API calls a step (needs --step and CGRT_TRACE_API=1)")
     ap.add_argument("--by-graph", action="store_true",
                     help="the whole trace split into work outside and inside graphs")
+    ap.add_argument("--boundaries", action="store_true",
+                    help="the gaps between records of a stream: inside graphs, between them")
     a = ap.parse_args()
     if a.by_graph:
         main_by_graph(a)
+        return
+    if a.boundaries:
+        main_boundaries(a)
         return
     if a.api:
         if not a.step:
