@@ -382,12 +382,11 @@ static int copy_staged(struct cgrt_graph_cache *c, struct entry *e, const struct
                        int inputs) {
   if (!e->st.staged)
     return 0;
-  struct cgrt_graphs *g = c->g;
-  uint64_t before = g->stats->copy_bytes;
-  int rc =
-      cgrt__stage_copy(c->host, &g->stats->copy_bytes, &e->st, w->buffers, w->num_buffers, inputs);
-  if (g->rep)
-    g->rep->copy_bytes += g->stats->copy_bytes - before;
+  uint64_t bytes = 0;
+  int rc = cgrt__stage_copy(c->host, &bytes, &e->st, w->buffers, w->num_buffers, inputs);
+  c->g->stats->copy_bytes += bytes;
+  if (c->g->rep)
+    c->g->rep->copy_bytes += bytes;
   return rc;
 }
 
