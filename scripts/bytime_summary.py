@@ -28,6 +28,11 @@ import sys
 
 DEC = re.compile(r"dec_g(\d+)_(\d+)_(.+)\.json$")
 ROW = re.compile(r"^(?P<run>\S.*?)\s{2,}(?P<total>\d+(?:\.\d+)?)\s+(?P<us>\d+(?:\.\d+)?)\s")
+# the bench's two passes (A B C D D C B A), the configured run over its padded-token plan in each
+PASSES = re.compile(
+    r"^.* against its padded-token plan: \d+(?:\.\d+)? of its total \(passes "
+    r"(?P<p1>\d+(?:\.\d+)?), (?P<p2>\d+(?:\.\d+)?)\)$"
+)
 DISPATCH = re.compile(
     r"^(?P<run>\S+) (?P<conf>\S+): replay dispatch: (?P<us>-?\d+(?:\.\d+)?) us .*?"
     r"\(raw launch (?P<raw>\d+(?:\.\d+)?) us\)"
@@ -98,10 +103,16 @@ def decode(logdir):
 
 
 def traffic(path):
-    """(configuration row, its total, the padded plan's total, eager's total), or an error."""
+    """(configuration row, its total, the padded plan's total, eager's total, the (first, second)
+    passes' ratios to the plan or None for a log of one pass), or an error."""
     rows = {}
+    passes = None
     with open(path) as f:
         for line in f:
+            m = PASSES.match(line.strip())
+            if m:
+                passes = (float(m.group("p1")), float(m.group("p2")))
+                continue
             m = ROW.match(line)
             if m and m.group("run") != "run":
                 rows[m.group("run").strip()] = float(m.group("total"))
@@ -111,7 +122,7 @@ def traffic(path):
     conf = plan[0][: -len(", padded-token plan")]
     if conf not in rows:
         raise ValueError("no row %r beside its padded-token plan" % conf)
-    return conf, rows[conf], rows[plan[0]], rows["eager"]
+    return conf, rows[conf], rows[plan[0]], rows["eager"], passes
 
 
 def dispatch(path):
@@ -179,15 +190,16 @@ def main(argv):
             print("  %s: 1-token %.1f-%.1f us over %d processes" % (conf, min(ones), max(ones), len(ones)))
     for path in sorted(glob.glob(os.path.join(logdir, "traffic_*.txt"))):
         try:
-            conf, total, plan, eager = traffic(path)
+            conf, total, plan, eager, passes = traffic(path)
         except (OSError, ValueError) as e:
             print("traffic %s: BROKEN: %s" % (os.path.basename(path), e))
             ok = False
             continue
         print(
             "traffic %s: %s %.1f ms, its padded-token plan %.1f (%.3f of it; target: 1.000 at "
-            "most), eager %.1f (%.2fx)"
-            % (os.path.basename(path), conf, total, plan, total / plan, eager, eager / total)
+            "most), eager %.1f (%.2fx)%s"
+            % (os.path.basename(path), conf, total, plan, total / plan, eager, eager / total,
+               "; passes %.3f, %.3f" % passes if passes else "")
         )
     dpath = os.path.join(logdir, "dispatch.txt")
     if os.path.exists(dpath):

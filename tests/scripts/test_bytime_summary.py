@@ -20,6 +20,8 @@ cgrt: info: local by_time: 90 tokens (bucket 128) served eagerly from now on  10
 local exponential        2900.0     725.0      720.0    1.03x       23.67%        72
 local adaptive           2950.0     737.5      699.1    1.02x        7.70%       240
 local exponential, padded-token plan     3100.0     775.0      780.3    0.97x       24.18%        72
+passes, total_ms (first / second): eager 3010.0 / 2990.0; local exponential 2950.0 / 2850.0
+local exponential against its padded-token plan: 0.935 of its total (passes 0.952, 0.919)
 """
 
 
@@ -79,7 +81,7 @@ class Summary(unittest.TestCase):
                       "copies left out: 7, buckets measured again: 1", out)
         self.assertIn("fresh at: 37:37\n", out)  # no backend figures: nothing said
         self.assertIn("local exponential 2900.0 ms, its padded-token plan 3100.0 (0.935 of it", out)
-        self.assertIn("eager 3000.0 (1.03x)", out)
+        self.assertIn("eager 3000.0 (1.03x); passes 0.952, 0.919", out)
         self.assertIn("dispatch local_block.ini: 2.674, 1.665 us a step", out)
         self.assertIn("raw launch 5.107, 3.902 us", out)
         self.assertIn("four as on cgrt's stream 0.812 us; two legacy-stream records beside a "
