@@ -23,7 +23,8 @@
 struct cp_time {
   const struct cgrt_host_api *h;
   int cp;
-  int64_t first_round; /* the bank's pass where its first round starts */
+  int64_t start_round; /* the bank's pass where its first round starts */
+  int64_t first_round; /* where the rounds' schedule starts now (later after an early round) */
   enum cp_way inc;     /* the incumbent: how the bank is served between rounds */
   struct cp_time_figures *fig;
   void *events[2 * TIMED]; /* created at the first timed pass */
@@ -31,6 +32,9 @@ struct cp_time {
   int kept[TIMED]; /* the pass of that pair is a sample (a graph pass kept when it replayed) */
   uint64_t host_start[TIMED]; /* the host's clock when the pass's start event was recorded */
   double host_us[TIMED];      /* the host's time to issue the pass */
+  int copies_seen;            /* a graph step of this round replayed on private copies */
+  int left_out;               /* this round's graph steps left out for copies, on this rank */
+  int keep_copies;            /* the group saw copies last round: this round keeps them */
 };
 
 static const char *const way_names[] = {"by its graphs", "eagerly"};
@@ -50,7 +54,7 @@ int cp_time_create(const struct cgrt_host_api *h, int cp, int64_t first_round,
     return h->set_error(h, CGRT_E_NOMEM, "dynamic_cp: out of memory for by_time");
   t->h = h;
   t->cp = cp;
-  t->first_round = first_round;
+  t->start_round = t->first_round = first_round;
   t->inc = CP_GRAPHS;
   t->fig = fig;
   *out = t;
@@ -70,6 +74,8 @@ void cp_time_reset(struct cp_time *t) {
   if (t->inc == CP_EAGER && t->fig->eager_sizes > 0)
     t->fig->eager_sizes--;
   t->inc = CP_GRAPHS;
+  t->first_round = t->start_round;
+  t->copies_seen = t->left_out = t->keep_copies = 0;
 }
 
 /* The pass's index in its round, or -1 between rounds: a function of the pass count alone. */
@@ -93,6 +99,7 @@ static int ensure_events(struct cp_time *t) {
 int cp_time_begin(struct cp_time *t, int64_t pass, struct cp_time_step *st) {
   st->way = t->inc;
   st->slot = -1;
+  st->pass = pass;
   int64_t k = round_index(t, pass);
   if (k >= 0) {
     st->way = k < CP_TIME_GRAPHS ? CP_GRAPHS : CP_EAGER;
@@ -139,19 +146,44 @@ static void round_medians(struct cp_time *t, struct step_cost med[2]) {
     med[w] = n[w] > 0 ? step_cost_medians(v[w], n[w]) : (struct step_cost){-1, -1, -1, 0};
 }
 
+/*
+ * After the group agreed whether a rank saw graph steps on copies this round (seen): the next
+ * round comes early when steps were left out for them, and keeps them; the number of passes to
+ * it. The same on every rank: it depends on the group's values and the pass count only.
+ */
+static int copies_next(struct cp_time *t, int64_t pass, int seen) {
+  const int early = seen && !t->keep_copies; /* some rank left steps out: keep_copies agreed */
+  t->keep_copies = seen;
+  t->copies_seen = t->left_out = 0;
+  if (!early)
+    return NOISE_RECHECK;
+  t->first_round = pass + 1 + CP_TIME_EARLY;
+  t->fig->copied_rechecks++;
+  return CP_TIME_EARLY;
+}
+
 /* The end of a round: this rank's medians, the group's maxima, the rule, said once. */
-static int decide(struct cp_time *t, void *comm) {
+static int decide(struct cp_time *t, int64_t pass, void *comm) {
   const struct cgrt_host_api *h = t->h;
   int rc = h->event_sync(h, t->events[2 * TIMED - 1]); /* once per round */
   if (rc != 0)
     return rc;
   struct step_cost own[2];
-  double group[2];
+  double group[3];
   round_medians(t, own);
   group[0] = own[0].us;
   group[1] = own[1].us;
-  if ((rc = h->comm_max(h, comm, group, 2)) != 0)
+  group[2] = t->copies_seen ? 1 : 0;
+  const int left_out = t->left_out;
+  if ((rc = h->comm_max(h, comm, group, 3)) != 0)
     return rc;
+  const int next = copies_next(t, pass, group[2] > 0);
+  char copies[160] = "";
+  if (next != NOISE_RECHECK)
+    snprintf(copies, sizeof(copies),
+             "; %d graph steps of this rank left out, having replayed on private copies (moved "
+             "buffers) in the group",
+             left_out);
   t->fig->rounds++;
   enum cp_way was = t->inc, to = was;
   if (group[CP_GRAPHS] >= 0 && group[CP_EAGER] >= 0) {
@@ -162,9 +194,9 @@ static int decide(struct cp_time *t, void *comm) {
   } else {
     h->log(h, CGRT_LOG_INFO,
            "dynamic_cp by_time: cp %d still served %s: no rank of its group kept a device time "
-           "of its %s steps this round (a graph step counts only when it replayed); measured "
-           "again in %d steps",
-           t->cp, way_names[was], group[CP_GRAPHS] >= 0 ? "eager" : "graph", NOISE_RECHECK);
+           "of its %s steps this round (a graph step counts only when it replayed, and in place "
+           "unless copies were seen the round before)%s; measured again in %d steps",
+           t->cp, way_names[was], group[CP_GRAPHS] >= 0 ? "eager" : "graph", copies, next);
     return 0;
   }
   if (to == CP_EAGER)
@@ -183,14 +215,15 @@ static int decide(struct cp_time *t, void *comm) {
   h->log(h, CGRT_LOG_INFO,
          "dynamic_cp by_time: cp %d %s (time per step, " STEP_COST_SAYS
          ", of %d steps: %s on this rank; the group's slowest rank: graphs %.1f us, eager %.1f us; "
-         "the other way must be faster by more than %.0f%%; measured again in %d steps; "
+         "the other way must be faster by more than %.0f%%%s; measured again in %d steps; "
          "[dynamic_cp] by_time = off keeps graphs)",
          t->cp, what, CP_TIME_GRAPHS, figures, group[CP_GRAPHS], group[CP_EAGER],
-         NOISE_MARGIN * 100, NOISE_RECHECK);
+         NOISE_MARGIN * 100, copies, next);
   return 0;
 }
 
-int cp_time_end(struct cp_time *t, const struct cp_time_step *st, cgrt_mode mode, void *comm) {
+int cp_time_end(struct cp_time *t, const struct cp_time_step *st, cgrt_mode mode, int copied,
+                void *comm) {
   if (st->slot < 0)
     return 0;
   const struct cgrt_host_api *h = t->h;
@@ -198,7 +231,17 @@ int cp_time_end(struct cp_time *t, const struct cp_time_step *st, cgrt_mode mode
   int rc = h->event_record(h, t->events[2 * st->slot + 1], h->stream(h));
   if (rc != 0)
     return rc;
-  /* A graph pass is a sample only when it replayed (not a capture, a fallback or a rebind). */
-  t->kept[st->slot] = st->way == CP_EAGER || mode == CGRT_MODE_REPLAY;
-  return st->slot == TIMED - 1 ? decide(t, comm) : 0;
+  /* A graph pass is a sample only when it replayed (not a capture, a fallback or a rebind), and
+     in place, unless the group saw copies the round before (cp_time.h). */
+  int kept = st->way == CP_EAGER || mode == CGRT_MODE_REPLAY;
+  if (kept && st->way == CP_GRAPHS && copied) {
+    t->copies_seen = 1;
+    if (!t->keep_copies) {
+      kept = 0;
+      t->left_out++;
+      t->fig->copied_samples++;
+    }
+  }
+  t->kept[st->slot] = kept;
+  return st->slot == TIMED - 1 ? decide(t, st->pass, comm) : 0;
 }

@@ -25,6 +25,14 @@
  * incumbent; eager replaces them only when faster by more than NOISE_MARGIN, and graphs come back
  * on the same terms. After NOISE_RECHECK passes served one way, a new round. Graphs stay in the
  * cache while eager serves, for the next round.
+ *
+ * Replays on private copies (issue 43's mechanism, in dynamic_cp: a host whose buffers move while
+ * it warms up, its graphs replaying on copies until they settle): a graph step whose report says
+ * it copied (cgrt_step_report.copy_bytes) is left out of its round's samples, and the group agrees
+ * (a third value in comm_max) whether any rank saw one; if so, the next round comes CP_TIME_EARLY
+ * passes later, not NOISE_RECHECK, on every rank alike, and keeps such steps: copies still there
+ * then are the cost, and the round decides on them. A round whose graph steps were all left out,
+ * on every rank, keeps the way it had (graphs, at first) until that early round.
  */
 #ifndef CGRT_DCP_CP_TIME_H
 #define CGRT_DCP_CP_TIME_H
@@ -36,6 +44,7 @@
 #define CP_TIME_GRAPHS 8 /* timed graph steps of a round */
 #define CP_TIME_EAGER  9 /* eager steps of a round, the first not kept */
 #define CP_TIME_ROUND  (CP_TIME_GRAPHS + CP_TIME_EAGER) /* passes of a round */
+#define CP_TIME_EARLY  256 /* passes to the round after one whose graph steps made copies */
 
 enum cp_way { CP_GRAPHS = 0, CP_EAGER = 1 };
 
@@ -47,6 +56,8 @@ struct cp_time_figures {
   uint64_t eager_steps;       /* steps run eagerly because eager was measured faster */
   uint64_t eager_sizes;       /* cp sizes served eagerly now */
   uint64_t rounds;            /* rounds decided */
+  uint64_t copied_samples;    /* graph steps on private copies left out of a round's samples */
+  uint64_t copied_rechecks;   /* rounds brought forward (CP_TIME_EARLY) for such steps */
 };
 
 /* One bank's measurements. */
@@ -55,7 +66,8 @@ struct cp_time;
 /* How one pass is served; from cp_time_begin, handed back to cp_time_end. */
 struct cp_time_step {
   enum cp_way way;
-  int slot; /* its pair of events, or -1: not timed */
+  int slot;     /* its pair of events, or -1: not timed */
+  int64_t pass; /* the bank's pass it serves */
 };
 
 /*
@@ -71,11 +83,13 @@ void cp_time_destroy(struct cp_time *t);
    event of a timed pass on the runtime's stream. */
 int cp_time_begin(struct cp_time *t, int64_t pass, struct cp_time_step *st);
 /*
- * After the pass ran (mode: ctx->mode after it): records the end event of a timed pass; at the
- * round's decision, waits for the round's events and agrees with the group over `comm` (a
- * collective of every rank of the group, at the same pass on each).
+ * After the pass ran (mode: ctx->mode after it; copied: its replays worked on private copies, the
+ * step report's copy_bytes): records the end event of a timed pass; at the round's decision, waits
+ * for the round's events and agrees with the group over `comm` (a collective of every rank of the
+ * group, at the same pass on each).
  */
-int cp_time_end(struct cp_time *t, const struct cp_time_step *st, cgrt_mode mode, void *comm);
+int cp_time_end(struct cp_time *t, const struct cp_time_step *st, cgrt_mode mode, int copied,
+                void *comm);
 /* The graphs were released: the bank warms up again, its first round as on a fresh runtime. */
 void cp_time_reset(struct cp_time *t);
 

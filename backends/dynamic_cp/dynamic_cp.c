@@ -295,7 +295,7 @@ static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, 
     return rc;
   bind(s, f->ctx, b, &meta);
   s->cur_warmup = slot_warmup(s, b, meta.index);
-  struct cp_time_step timing = {CP_GRAPHS, -1};
+  struct cp_time_step timing = {CP_GRAPHS, -1, 0};
   if (b->time && (rc = cp_time_begin(b->time, b->passes, &timing)) != 0) {
     s->cur = NULL;
     (void)h->thd_release(h, b->ring, meta.index);
@@ -332,8 +332,14 @@ static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, 
   int rel = h->thd_release(h, b->ring, meta.index);
   s->cur = NULL;
   s->cur_eager = 0;
-  if (rc == 0 && rel == 0 && b->time)
-    rc = cp_time_end(b->time, &timing, f->ctx->mode, b->comm);
+  if (rc == 0 && rel == 0 && b->time) {
+    /* a core before the report's copy_bytes: no copies seen, every replay kept (as before) */
+    const cgrt_step_report *rep = f->report;
+    int copied =
+        rep->struct_size >= offsetof(cgrt_step_report, copy_bytes) + sizeof(rep->copy_bytes) &&
+        rep->copy_bytes > 0;
+    rc = cp_time_end(b->time, &timing, f->ctx->mode, copied, b->comm);
+  }
   return rc ? rc : rel;
 }
 
@@ -501,6 +507,8 @@ static int dcp_figures(void *state, void (*emit)(void *user, const char *name, u
   emit(user, "by_time_rounds", s->time_fig.rounds);
   emit(user, "by_time_graph_probe_steps", s->time_fig.graph_probe_steps);
   emit(user, "by_time_eager_cp_sizes", s->time_fig.eager_sizes);
+  emit(user, "by_time_copied_samples", s->time_fig.copied_samples);
+  emit(user, "by_time_copied_rechecks", s->time_fig.copied_rechecks);
   return 0;
 }
 

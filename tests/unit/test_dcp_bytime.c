@@ -13,7 +13,8 @@
  * the figures, and counted in cgrt_stats and the backend's figures; the group's slowest rank
  * deciding (the host driver's groups are of one rank: a test peer, cgrt__host_set_peers, stands in
  * the others); graphs coming back when a later round finds them faster; release starting over;
- * step scope; by_time off (the default) changing nothing; comm_max's refusals.
+ * step scope; graph steps on private copies left out and measured again early, or kept when the
+ * copies stay; by_time off (the default) changing nothing; comm_max's refusals.
  *
  * Three modules in a chain, each "kernel" a host function out = 2 in + 1 + (what the slot's
  * cu_seqlens_padded says beyond the captured size: 0 when the metadata is right), so a step gives
@@ -59,6 +60,10 @@ struct fixture {
   int num_params;
   double value;
   double in, out[MODS];
+  /* fresh < 0: the step's buffers in a new place for each of the first -fresh passes, then in
+     one of two; fresh > 0: in one of `fresh` places for good (copies_then_settle) */
+  int fresh, fresh_at;
+  double fresh_in[64], fresh_out[64][MODS];
   uint64_t penalty_ns; /* what a captured kernel at cp 2 costs more */
   uint64_t eager_ns;   /* what an eager kernel at cp 2 costs more */
   int decisions;       /* info lines of by_time's decisions */
@@ -73,9 +78,18 @@ static void work(void *arg) {
   p->out[0] = p->in[0] * 2 + 1 + (p->cu_padded[p->entries - 1] - CAP_TOKENS);
 }
 
+/* The step's input and module i's output: in place, or (fresh) in this step's place. */
+static double *input_of(struct fixture *f) {
+  return f->fresh ? &f->fresh_in[f->fresh_at] : &f->in;
+}
+
+static double *output_of(struct fixture *f, int i) {
+  return f->fresh ? &f->fresh_out[f->fresh_at][i] : &f->out[i];
+}
+
 static void stage(void *arg) {
   struct fixture *f = arg;
-  f->in = f->value;
+  *input_of(f) = f->value;
 }
 
 static uint64_t cost_ns(void *user, void (*fn)(void *), void *arg) {
@@ -110,8 +124,8 @@ static int prepare(const cgrt_ctx *ctx, void *user) {
 static int body(const cgrt_ctx *ctx, void *user) {
   struct fixture *f = user;
   for (int i = 0; i < MODS; i++) {
-    cgrt_buffer b[2] = {{i ? &f->out[i - 1] : &f->in, sizeof(double), CGRT_IN, "in"},
-                        {&f->out[i], sizeof(double), CGRT_OUT, "out"}};
+    cgrt_buffer b[2] = {{i ? output_of(f, i - 1) : input_of(f), sizeof(double), CGRT_IN, "in"},
+                        {output_of(f, i), sizeof(double), CGRT_OUT, "out"}};
     cgrt_args a = {.struct_size = sizeof(a), .key = 1, .buffers = b, .num_buffers = 2};
     int rc = cgrt_forward(f->rt, f->m[i], ctx, &a);
     if (rc)
@@ -183,6 +197,10 @@ static void fixture_close(struct fixture *f) {
 /* One training step at cp size `cp`, pass `pass` of its bank; checks its output when `read`. */
 static void step(struct fixture *f, int cp, int pass, int read) {
   f->value = (double)(pass % 100);
+  if (f->fresh < 0)
+    f->fresh_at = pass < -f->fresh ? pass % 62 : 62 + pass % 2;
+  else if (f->fresh)
+    f->fresh_at = (int)((unsigned)(pass * 7 + pass / 3) % (unsigned)f->fresh);
   const int32_t lens[] = {20, 9, 3};
   cgrt_step_desc d = {.struct_size = sizeof(d),
                       .phase = CGRT_PHASE_TRAIN,
@@ -202,9 +220,9 @@ static void step(struct fixture *f, int cp, int pass, int read) {
   if (!read)
     return;
   assert_int_equal(cgrt_synchronize(f->rt), 0);
-  if (f->out[MODS - 1] != 8 * f->value + 7)
+  if (*output_of(f, MODS - 1) != 8 * f->value + 7)
     fail_msg("cp %d, pass %d (%s): output %g, expected %g", cp, pass, cgrt_mode_name(rep.mode),
-             f->out[MODS - 1], 8 * f->value + 7);
+             *output_of(f, MODS - 1), 8 * f->value + 7);
 }
 
 /* Passes [from, to) of both banks, in turn; outputs read every step when `read`. */
@@ -222,7 +240,7 @@ static cgrt_stats stats(struct fixture *f) {
 }
 
 struct figure_seen {
-  uint64_t rounds, graph_probes, eager_sizes;
+  uint64_t rounds, graph_probes, eager_sizes, copied_samples, copied_rechecks;
 };
 
 static void figure(void *user, const char *name, uint64_t value) {
@@ -233,6 +251,10 @@ static void figure(void *user, const char *name, uint64_t value) {
     s->graph_probes = value;
   else if (strcmp(name, "by_time_eager_cp_sizes") == 0)
     s->eager_sizes = value;
+  else if (strcmp(name, "by_time_copied_samples") == 0)
+    s->copied_samples = value;
+  else if (strcmp(name, "by_time_copied_rechecks") == 0)
+    s->copied_rechecks = value;
 }
 
 static struct figure_seen figures(struct fixture *f) {
@@ -423,6 +445,49 @@ static void equal_times_keep_graphs(void **state) {
   fixture_close(f);
 }
 
+/*
+ * Graph steps on private copies (issue 43's mechanism, in dynamic_cp): every buffer of the step
+ * moves. Each moved buffer costs a replay a copy, 1 us of the host's time apiece, so cp 1's graph
+ * steps on copies (about 7 us) are slower than its eager steps (4 us), in place faster (1.3 us).
+ * Settling after 40 passes (two places in turn from then on, a graph for each): the first round's
+ * graph steps, all on copies, are left out, no decision is taken and both cp sizes keep their
+ * graphs; a round 256 passes later measures them in place: cp 1 keeps its graphs, cp 2 (bound by
+ * the device) goes eager. Moving for good: the early round keeps the copies as the graphs' cost,
+ * and cp 1 goes eager too. Decided on copies at the first round (before), cp 1 went eager for the
+ * 2048 passes to the next round.
+ */
+static void copies_then_settle(int fresh, int cp1_mode) {
+  struct fixture *f = fixture_open("by_time = on\n", 1);
+  f->fresh = fresh;
+  const int early = DECISION + 1 + 256; /* the early round's first pass */
+  run(f, 0, early + 30, 1);
+  const char *first = said_of(f, 1);
+  if (!strstr(first, "still served by its graphs: no rank of its group kept a device time of its "
+                     "graph steps") ||
+      !strstr(first, "graph steps of this rank left out") ||
+      !strstr(first, "measured again in 256 steps"))
+    fail_msg("fresh %d, the first round of cp 1 said: %s", fresh, first);
+  for (int cp = 1; cp <= 2; cp++) /* graphs kept (captures of the new address sets too) */
+    for (int i = DECISION + 1; i < early; i++)
+      if (f->modes[cp][i] == CGRT_MODE_EAGER)
+        fail_msg("fresh %d: cp %d, pass %d served eagerly before the early round", fresh, cp, i);
+  modes_are(f, 1, early + 17, early + 30, (cgrt_mode)cp1_mode);
+  modes_are(f, 2, early + 17, early + 30, CGRT_MODE_EAGER);
+  struct figure_seen fig = figures(f);
+  assert_true(fig.copied_samples >= 8); /* of the first round's graph steps, both banks */
+  assert_int_equal(fig.copied_rechecks, 2);
+  assert_int_equal(fig.rounds, 4); /* two per bank */
+  assert_int_equal(stats(f).time_eager_counts, cp1_mode == CGRT_MODE_EAGER ? 2 : 1);
+  assert_true(stats(f).copy_bytes > 0);
+  fixture_close(f);
+}
+
+static void copies_left_out_then_measured_again(void **state) {
+  (void)state;
+  copies_then_settle(-40, CGRT_MODE_REPLAY);
+  copies_then_settle(64, CGRT_MODE_EAGER);
+}
+
 /* Off, by default or said: every step after the captures replays, nothing is timed or said. */
 static void check_off(const char *extra) {
   struct fixture *f = fixture_open(extra, 1);
@@ -481,6 +546,7 @@ int main(void) {
       cmocka_unit_test(release_starts_over),
       cmocka_unit_test(step_scope_served_eagerly),
       cmocka_unit_test(equal_times_keep_graphs),
+      cmocka_unit_test(copies_left_out_then_measured_again),
       cmocka_unit_test(off_by_default),
       cmocka_unit_test(off_changes_nothing),
       cmocka_unit_test(comm_max_refusals),
