@@ -36,6 +36,8 @@ struct traffic_run {
   int graphed;
   double wall_ms, steady_us; /* the mean of the two passes */
   double pass_ms[2];         /* each pass's total, in the order A B C D D C B A */
+  double pass_steady_us[2];  /* each pass's steady figure */
+  cgrt_stats pass_st[2];     /* each pass's counters (per_pass_lines) */
   uint64_t steps;
   cgrt_stats st; /* counters of the timed replay */
   int checked, equal;
@@ -126,6 +128,34 @@ static double padded_share(const cgrt_stats *s) {
   return p + r > 0 ? p / (p + r) : 0;
 }
 
+/*
+ * What each pass of a graphed run did, first / second, so that a difference between its passes
+ * can be traced to where it went: the host's capture and instantiation time, the steps replayed,
+ * run eagerly (by_time's probes and counts served eagerly, or a budget's), at an exact-size
+ * bucket, the bytes copied around replays (buffers that moved), the steady device time.
+ */
+static void per_pass_lines(const struct traffic_run *runs, int n) {
+  for (int i = 1; i < n; i++) {
+    const struct traffic_run *r = &runs[i];
+    if (!r->graphed)
+      continue;
+    const cgrt_stats *a = &r->pass_st[0], *b = &r->pass_st[1];
+    printf("%s, per pass: capture+instantiate %.1f / %.1f ms, steps replayed %llu / %llu, eager "
+           "%llu / %llu (by_time probes %llu / %llu), exact-size %llu / %llu, copied %.1f / %.1f "
+           "MiB, steady %.1f / %.1f us\n",
+           r->label, (double)(a->capture_ns + a->instantiate_ns) / 1e6,
+           (double)(b->capture_ns + b->instantiate_ns) / 1e6,
+           (unsigned long long)a->steps_by_mode[CGRT_MODE_REPLAY],
+           (unsigned long long)b->steps_by_mode[CGRT_MODE_REPLAY],
+           (unsigned long long)a->steps_by_mode[CGRT_MODE_EAGER],
+           (unsigned long long)b->steps_by_mode[CGRT_MODE_EAGER],
+           (unsigned long long)a->time_probe_steps, (unsigned long long)b->time_probe_steps,
+           (unsigned long long)a->time_exact_steps, (unsigned long long)b->time_exact_steps,
+           (double)a->copy_bytes / (1024.0 * 1024.0), (double)b->copy_bytes / (1024.0 * 1024.0),
+           r->pass_steady_us[0], r->pass_steady_us[1]);
+  }
+}
+
 static void print_runs(const struct bench_opts *o, const struct traffic *t, const char *what,
                        const char *device, const struct traffic_run *runs, int n) {
   char set[512];
@@ -184,6 +214,7 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
            (unsigned long long)r->st.budget_eager, (unsigned long long)r->st.budget_evictions,
            (double)r->st.graph_bytes_peak / (1024.0 * 1024.0), check, r->graphed ? set : "");
   }
+  per_pass_lines(runs, n);
   printf("passes, total_ms (first / second):");
   for (int i = 0; i < n; i++)
     printf("%s %s %.1f / %.1f", i ? ";" : "", runs[i].label, runs[i].pass_ms[0],
@@ -328,10 +359,14 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
       goto out;
     if (second) {
       r->pass_ms[1] = again.wall_ms;
+      r->pass_steady_us[1] = again.steady_us;
+      r->pass_st[1] = again.st;
       r->wall_ms = (r->pass_ms[0] + again.wall_ms) / 2;
       r->steady_us = (r->steady_us + again.steady_us) / 2;
     } else {
       r->pass_ms[0] = r->wall_ms;
+      r->pass_steady_us[0] = r->steady_us;
+      r->pass_st[0] = r->st;
       if (r->graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, r) != 0)
         goto out;
     }
