@@ -181,8 +181,8 @@ static int decide(struct cp_time *t, int64_t pass, void *comm) {
   char copies[160] = "";
   if (next != NOISE_RECHECK)
     snprintf(copies, sizeof(copies),
-             "; %d graph steps of this rank left out, having replayed on private copies (moved "
-             "buffers) in the group",
+             "; graph steps that replayed on private copies (moved buffers) were left out in "
+             "the group, %d of them on this rank",
              left_out);
   t->fig->rounds++;
   enum cp_way was = t->inc, to = was;
