@@ -70,6 +70,7 @@ struct fixture {
   char said[8][640];
   int peer_calls;
   double peer_scale[2];          /* the peer's figures: this rank's times these (0: no peer) */
+  int peer_copies;               /* the peer's next comm_max calls that say it saw copies */
   cgrt_mode modes[3][MAX_STEPS]; /* per cp size, per pass of its bank */
 };
 
@@ -152,6 +153,10 @@ static void peer(void *user, const void *comm, double *values, int n) {
   f->peer_calls++;
   for (int i = 0; i < n && i < 2; i++)
     values[i] *= f->peer_scale[i];
+  if (n >= 3 && f->peer_copies > 0) {
+    values[2] = 1;
+    f->peer_copies--;
+  }
 }
 
 static struct fixture *fixture_open(const char *extra, int with_cost) {
@@ -489,6 +494,33 @@ static void copies_left_out_then_measured_again(void **state) {
   copies_then_settle(64, CGRT_MODE_EAGER);
 }
 
+/*
+ * Only the other rank of the group saw copies in the first round: this rank, whose buffers never
+ * moved, decides on the round as usual and still moves its next round to 256 passes later with
+ * the group (its collectives must meet the other rank's). cp 1: the early round's eager probe
+ * steps run here too.
+ */
+static void a_peers_copies_move_the_group(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("by_time = on\n", 1);
+  f->peer_scale[0] = f->peer_scale[1] = 1;
+  f->peer_copies = 2; /* the first round of each bank */
+  assert_int_equal(cgrt__host_set_peers(&f->rt->dev, peer, f), 0);
+  const int early = DECISION + 1 + 256;
+  run(f, 0, early + 20, 0);
+  modes_are(f, 1, DECISION + 1, early, CGRT_MODE_REPLAY);
+  modes_are(f, 1, early, early + 8, CGRT_MODE_REPLAY);
+  modes_are(f, 1, early + 8, early + 17, CGRT_MODE_EAGER); /* the early round's eager steps */
+  modes_are(f, 1, early + 17, early + 20, CGRT_MODE_REPLAY);
+  modes_are(f, 2, DECISION + 1, early, CGRT_MODE_EAGER); /* decided at the first round */
+  struct figure_seen fig = figures(f);
+  assert_int_equal(fig.copied_samples, 0); /* none of this rank's */
+  assert_int_equal(fig.copied_rechecks, 2);
+  assert_non_null(strstr(said_of(f, 1), "were left out in the group, 0 of them on this rank"));
+  assert_non_null(strstr(said_of(f, 1), "measured again in 256 steps"));
+  fixture_close(f);
+}
+
 /* Off, by default or said: every step after the captures replays, nothing is timed or said. */
 static void check_off(const char *extra) {
   struct fixture *f = fixture_open(extra, 1);
@@ -548,6 +580,7 @@ int main(void) {
       cmocka_unit_test(step_scope_served_eagerly),
       cmocka_unit_test(equal_times_keep_graphs),
       cmocka_unit_test(copies_left_out_then_measured_again),
+      cmocka_unit_test(a_peers_copies_move_the_group),
       cmocka_unit_test(off_by_default),
       cmocka_unit_test(off_changes_nothing),
       cmocka_unit_test(comm_max_refusals),
