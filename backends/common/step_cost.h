@@ -32,6 +32,7 @@
 #ifndef CGRT_BACKENDS_STEP_COST_H
 #define CGRT_BACKENDS_STEP_COST_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
@@ -52,6 +53,14 @@ static inline uint64_t step_cost_now_ns(const struct cgrt_host_api *h) {
 static inline double step_cost_host_us(const struct cgrt_host_api *h, uint64_t start_ns) {
   uint64_t now = step_cost_now_ns(h);
   return now > start_ns ? (double)(now - start_ns) / 1000.0 : 0.0;
+}
+
+/* Whether a step's replays worked on private copies (moved buffers: the step report's copy_bytes,
+   since 0.4), which both backends leave out of their samples for a while. A core before the field:
+   no copies seen, every sample kept, as before. */
+static inline int step_cost_copied(const cgrt_step_report *rep) {
+  return rep->struct_size >= offsetof(cgrt_step_report, copy_bytes) + sizeof(rep->copy_bytes) &&
+         rep->copy_bytes > 0;
 }
 
 /* How the figure is said in the backends' lines: "time per step, " STEP_COST_SAYS ... */

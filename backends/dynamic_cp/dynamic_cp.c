@@ -44,6 +44,7 @@
 #include "cp_time.h"
 #include "noise_rule.h"
 #include "rules.h"
+#include "step_cost.h"
 
 #define MAX_BANKS 16
 #define MAX_SLOTS 16
@@ -332,14 +333,8 @@ static int pass(struct dcp_state *s, struct cgrt_step_frame *f, struct bank *b, 
   int rel = h->thd_release(h, b->ring, meta.index);
   s->cur = NULL;
   s->cur_eager = 0;
-  if (rc == 0 && rel == 0 && b->time) {
-    /* a core before the report's copy_bytes: no copies seen, every replay kept (as before) */
-    const cgrt_step_report *rep = f->report;
-    int copied =
-        rep->struct_size >= offsetof(cgrt_step_report, copy_bytes) + sizeof(rep->copy_bytes) &&
-        rep->copy_bytes > 0;
-    rc = cp_time_end(b->time, &timing, f->ctx->mode, copied, b->comm);
-  }
+  if (rc == 0 && rel == 0 && b->time)
+    rc = cp_time_end(b->time, &timing, f->ctx->mode, step_cost_copied(f->report), b->comm);
   return rc ? rc : rel;
 }
 

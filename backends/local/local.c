@@ -29,6 +29,7 @@
 #include "bytime.h"
 #include "cgrt/backend.h"
 #include "rules.h"
+#include "step_cost.h"
 
 struct local_state {
   const struct cgrt_host_api *h;
@@ -285,12 +286,7 @@ static int run_by_time(struct local_state *s, struct cgrt_step_frame *f) {
       f->ctx->padded_tokens = f->ctx->tokens;
     rc = run_pass(s, f);
   }
-  /* a core before the report's copy_bytes: no copies seen, every sample kept (as before) */
-  const cgrt_step_report *rep = f->report;
-  int copied =
-      rep->struct_size >= offsetof(cgrt_step_report, copy_bytes) + sizeof(rep->copy_bytes) &&
-      rep->copy_bytes > 0;
-  int erc = rc == 0 ? bytime_end(s->bt, &st, f->ctx->mode, copied) : 0;
+  int erc = rc == 0 ? bytime_end(s->bt, &st, f->ctx->mode, step_cost_copied(f->report)) : 0;
   return rc != 0 ? rc : erc;
 }
 
