@@ -31,15 +31,18 @@
 
 #define SAMPLES 48
 
+/* One timed replay of the trace. */
+struct pass {
+  double wall_ms, steady_us;
+  cgrt_stats st; /* its runtime's counters after it */
+};
+
 struct traffic_run {
   char label[160];
   int graphed;
+  struct pass pass[2];       /* in the order A B C D D C B A; the first's counters are the run's */
   double wall_ms, steady_us; /* the mean of the two passes */
-  double pass_ms[2];         /* each pass's total, in the order A B C D D C B A */
-  double pass_steady_us[2];  /* each pass's steady figure */
-  cgrt_stats pass_st[2];     /* each pass's counters (per_pass_lines) */
   uint64_t steps;
-  cgrt_stats st; /* counters of the timed replay */
   int checked, equal;
 };
 
@@ -65,7 +68,7 @@ static struct cursor cursor_start(const struct traffic *t) {
 }
 
 /* One timed replay of the whole trace from a fresh runtime. */
-static int replay_timed(struct host_model *hm, const struct traffic *t, struct traffic_run *r) {
+static int replay_timed(struct host_model *hm, const struct traffic *t, struct pass *r) {
   cudaStream_t s = (cudaStream_t)cgrt_stream(hm->rt);
   cudaEvent_t mid = NULL, end = NULL;
   cudaEventCreate(&mid);
@@ -87,7 +90,6 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct t
   if (rc == 0)
     cudaEventElapsedTime(&ms, mid, end);
   r->steady_us = (double)ms * 1e3 / (double)(t->total_steps - half);
-  r->steps = t->total_steps;
   r->st.struct_size = sizeof(r->st);
   cgrt_stats_get(hm->rt, &r->st);
   cudaEventDestroy(mid);
@@ -139,7 +141,7 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     const struct traffic_run *r = &runs[i];
     if (!r->graphed)
       continue;
-    const cgrt_stats *a = &r->pass_st[0], *b = &r->pass_st[1];
+    const cgrt_stats *a = &r->pass[0].st, *b = &r->pass[1].st;
     printf("%s, per pass: capture+instantiate %.1f / %.1f ms, steps replayed %llu / %llu, eager "
            "%llu / %llu (by_time probes %llu / %llu), exact-size %llu / %llu, copied %.1f / %.1f "
            "MiB, steady %.1f / %.1f us\n",
@@ -152,7 +154,7 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
            (unsigned long long)a->time_probe_steps, (unsigned long long)b->time_probe_steps,
            (unsigned long long)a->time_exact_steps, (unsigned long long)b->time_exact_steps,
            (double)a->copy_bytes / (1024.0 * 1024.0), (double)b->copy_bytes / (1024.0 * 1024.0),
-           r->pass_steady_us[0], r->pass_steady_us[1]);
+           r->pass[0].steady_us, r->pass[1].steady_us);
   }
 }
 
@@ -169,7 +171,8 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
     printf(",\"runs\":[");
     for (int i = 0; i < n; i++) {
       const struct traffic_run *r = &runs[i];
-      set_text(&r->st, set, sizeof(set));
+      const cgrt_stats *st = &r->pass[0].st;
+      set_text(st, set, sizeof(set));
       printf("%s{\"run\":\"%s\",\"total_ms\":%.2f,\"step_us\":%.2f,\"steady_us\":%.2f,"
              "\"speedup\":%.3f,\"padded_tokens\":%llu,\"padded_share\":%.4f,\"captures\":%llu,"
              "\"bucket_changes\":%llu,\"budget_eager\":%llu,\"evictions\":%llu,"
@@ -177,12 +180,12 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
              "\"buckets\":\"%s\",\"checked\":%d,\"bitwise_equal\":%d,"
              "\"pass_ms\":[%.2f,%.2f]}",
              i ? "," : "", r->label, r->wall_ms, r->wall_ms * 1e3 / (double)r->steps, r->steady_us,
-             eager->wall_ms / r->wall_ms, (unsigned long long)r->st.padding_tokens,
-             padded_share(&r->st), (unsigned long long)r->st.captures,
-             (unsigned long long)r->st.bucket_changes, (unsigned long long)r->st.budget_eager,
-             (unsigned long long)r->st.evictions, (unsigned long long)r->st.budget_evictions,
-             (unsigned long long)r->st.graph_bytes_peak, (unsigned long long)r->st.memory_budget,
-             r->graphed ? set : "", r->checked, r->equal, r->pass_ms[0], r->pass_ms[1]);
+             eager->wall_ms / r->wall_ms, (unsigned long long)st->padding_tokens, padded_share(st),
+             (unsigned long long)st->captures, (unsigned long long)st->bucket_changes,
+             (unsigned long long)st->budget_eager, (unsigned long long)st->evictions,
+             (unsigned long long)st->budget_evictions, (unsigned long long)st->graph_bytes_peak,
+             (unsigned long long)st->memory_budget, r->graphed ? set : "", r->checked, r->equal,
+             r->pass[0].wall_ms, r->pass[1].wall_ms);
     }
     printf("]}\n");
     return;
@@ -196,8 +199,9 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
          "second half's device time per step; bitwise: sampled steps against eager at the same "
          "padded size; b_eager: calls run eagerly for [cuda_graph] memory_budget, b_evict: graphs "
          "evicted for it, peak_MiB: graph memory at its highest (live + idle)\n");
-  if (runs[1].st.memory_budget)
-    printf("memory_budget %.1f MiB\n", (double)runs[1].st.memory_budget / (1024.0 * 1024.0));
+  if (runs[1].pass[0].st.memory_budget)
+    printf("memory_budget %.1f MiB\n",
+           (double)runs[1].pass[0].st.memory_budget / (1024.0 * 1024.0));
   printf("%-20s %10s %9s %10s %8s %12s %9s %8s %9s %9s %9s %10s  %s\n", "run", "total_ms",
          "us/step", "steady_us", "speedup", "padded_share", "captures", "changes", "b_eager",
          "b_evict", "peak_MiB", "bitwise", "buckets at the end (largest first)");
@@ -206,24 +210,26 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
     char check[32] = "-";
     if (r->graphed)
       snprintf(check, sizeof(check), "%d/%d", r->equal, r->checked);
-    set_text(&r->st, set, sizeof(set));
+    const cgrt_stats *st = &r->pass[0].st;
+    set_text(st, set, sizeof(set));
     printf("%-20s %10.1f %9.1f %10.1f %7.2fx %11.2f%% %9llu %8llu %9llu %9llu %9.1f %10s  %s\n",
            r->label, r->wall_ms, r->wall_ms * 1e3 / (double)r->steps, r->steady_us,
-           eager->wall_ms / r->wall_ms, 100.0 * padded_share(&r->st),
-           (unsigned long long)r->st.captures, (unsigned long long)r->st.bucket_changes,
-           (unsigned long long)r->st.budget_eager, (unsigned long long)r->st.budget_evictions,
-           (double)r->st.graph_bytes_peak / (1024.0 * 1024.0), check, r->graphed ? set : "");
+           eager->wall_ms / r->wall_ms, 100.0 * padded_share(st), (unsigned long long)st->captures,
+           (unsigned long long)st->bucket_changes, (unsigned long long)st->budget_eager,
+           (unsigned long long)st->budget_evictions,
+           (double)st->graph_bytes_peak / (1024.0 * 1024.0), check, r->graphed ? set : "");
   }
   per_pass_lines(runs, n);
   printf("passes, total_ms (first / second):");
   for (int i = 0; i < n; i++)
-    printf("%s %s %.1f / %.1f", i ? ";" : "", runs[i].label, runs[i].pass_ms[0],
-           runs[i].pass_ms[1]);
+    printf("%s %s %.1f / %.1f", i ? ";" : "", runs[i].label, runs[i].pass[0].wall_ms,
+           runs[i].pass[1].wall_ms);
   printf("\n");
   if (n == 4)
     printf("%s against its padded-token plan: %.3f of its total (passes %.3f, %.3f)\n",
            runs[1].label, runs[1].wall_ms / runs[3].wall_ms,
-           runs[1].pass_ms[0] / runs[3].pass_ms[0], runs[1].pass_ms[1] / runs[3].pass_ms[1]);
+           runs[1].pass[0].wall_ms / runs[3].pass[0].wall_ms,
+           runs[1].pass[1].wall_ms / runs[3].pass[1].wall_ms);
   for (int i = 1; i < n; i++)
     if (runs[i].checked && runs[i].equal != runs[i].checked)
       printf("%s: output DIFFERS from eager on %d of %d sampled steps\n", runs[i].label,
@@ -231,7 +237,7 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
   for (int i = 1; i < n; i++)
     if (runs[i].graphed && strstr(runs[i].label, "adaptive"))
       printf("adaptive buckets: %llu changes over the trace\n",
-             (unsigned long long)runs[i].st.bucket_changes);
+             (unsigned long long)runs[i].pass[0].st.bucket_changes);
 }
 
 /*
@@ -339,7 +345,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   if (orc != 0)
     goto out;
   /* warm the device (kernels loaded, clocks up) before the first timed run */
-  struct traffic_run warm = {0};
+  struct pass warm = {0};
   struct traffic head = t;
   head.n = 1;
   head.total_steps = t.steps[0] < 64 ? (uint64_t)t.steps[0] : 64;
@@ -350,25 +356,19 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   v = NULL;                         /* the view goes with its configuration */
   for (int k = 0; k < 2 * n; k++) { /* A B C D D C B A */
     const int second = k >= n, i = second ? 2 * n - 1 - k : k;
-    struct traffic_run *r = &runs[i], again = {0};
+    struct traffic_run *r = &runs[i];
     if (second && reload(o, i, alt_dist, cfgs[i]) != EXIT_VALID)
       goto out;
     orc = hm_open(&hm[i], w, ws, max_rows, *cfgs[i], NULL);
     *cfgs[i] = NULL; /* consumed */
-    if (orc != 0 || replay_timed(&hm[i], &t, second ? &again : r) != 0)
+    if (orc != 0 || replay_timed(&hm[i], &t, &r->pass[second]) != 0)
       goto out;
+    r->steps = t.total_steps;
     if (second) {
-      r->pass_ms[1] = again.wall_ms;
-      r->pass_steady_us[1] = again.steady_us;
-      r->pass_st[1] = again.st;
-      r->wall_ms = (r->pass_ms[0] + again.wall_ms) / 2;
-      r->steady_us = (r->steady_us + again.steady_us) / 2;
-    } else {
-      r->pass_ms[0] = r->wall_ms;
-      r->pass_steady_us[0] = r->steady_us;
-      r->pass_st[0] = r->st;
-      if (r->graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, r) != 0)
-        goto out;
+      r->wall_ms = (r->pass[0].wall_ms + r->pass[1].wall_ms) / 2;
+      r->steady_us = (r->pass[0].steady_us + r->pass[1].steady_us) / 2;
+    } else if (r->graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, r) != 0) {
+      goto out;
     }
     /* one runtime at a time holds graphs and graph memory */
     cgrt_close(hm[i].rt);
