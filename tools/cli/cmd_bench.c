@@ -129,21 +129,24 @@ static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
 #define CALLS_MAX     1000000000 /* --calls: dispatch's calls per repetition */
 #define TIMEOUT_MAX   86400      /* --timeout: a day, in seconds */
 #define TOKENS_MAX    1000000    /* each --tokens count: rows of the workload's buffers */
+#define PASSES_MAX    2          /* --passes: each --traffic run's passes */
 
 /* The usage, on out: stdout for --help, stderr after a misuse. */
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
-          "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
-          "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
-          "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n"
-          "                  [--memory-budget SIZE|off] [--host-stream]\n"
-          "  whole numbers: --tokens 1 to %d each (at most %d of them), --steps 1 to %d,\n"
-          "  --warmup 0 to %d, --warmup-ms 0 to %d, --blocks 1 to %d, --kernels 1 to %d,\n"
-          "  --calls 1 to %d, --ranks 0 to %d (0: the largest cp size), --timeout 0 to %d\n"
-          "  (0: 600 s)\n",
-          TOKENS_MAX, BENCH_MAX_TOKENS, STEPS_MAX, WARMUP_MAX, WARMUP_MS_MAX, BLOCKS_MAX,
-          KERNELS_MAX, CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX);
+  fprintf(
+      out,
+      "usage: cgrt bench [CONF] [--workload decode|chain|train|cp|dispatch] [--tokens 'LIST']\n"
+      "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
+      "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
+      "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n"
+      "                  [--passes 1|2] [--memory-budget SIZE|off] [--host-stream]\n"
+      "  whole numbers: --tokens 1 to %d each (at most %d of them), --steps 1 to %d,\n"
+      "  --warmup 0 to %d, --warmup-ms 0 to %d, --blocks 1 to %d, --kernels 1 to %d,\n"
+      "  --calls 1 to %d, --ranks 0 to %d (0: the largest cp size), --timeout 0 to %d\n"
+      "  (0: 600 s), --passes 1 to %d (--traffic: each run twice in the order A B C D D C B A,\n"
+      "  the default, or once, A B C D: half the time, a drift over the bench not cancelled)\n",
+      TOKENS_MAX, BENCH_MAX_TOKENS, STEPS_MAX, WARMUP_MAX, WARMUP_MS_MAX, BLOCKS_MAX, KERNELS_MAX,
+      CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX, PASSES_MAX);
 }
 
 /* An int option from min to max (within int): 0, or -1 with the sentence printed. */
@@ -219,10 +222,10 @@ static int parse_budget(const char *text, struct bench_opts *o) {
 
 /* The options that take a value. */
 static int takes_value(const char *a) {
-  static const char *const names[] = {"--workload",  "--tokens",       "--steps",    "--warmup",
-                                      "--warmup-ms", "--blocks",       "--cp-shape", "--plot",
-                                      "--kernels",   "--calls",        "--ranks",    "--timeout",
-                                      "--traffic",   "--memory-budget"};
+  static const char *const names[] = {"--workload",  "--tokens",        "--steps",    "--warmup",
+                                      "--warmup-ms", "--blocks",        "--cp-shape", "--plot",
+                                      "--kernels",   "--calls",         "--ranks",    "--timeout",
+                                      "--traffic",   "--memory-budget", "--passes"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcmp(a, names[i]) == 0)
       return 1;
@@ -261,7 +264,9 @@ int cmd_bench(int argc, char **argv) {
                          .warmup = 20,
                          .warmup_ms = 100,
                          .blocks = 5,
-                         .chain_kernels = 64};
+                         .chain_kernels = 64,
+                         .traffic_passes = PASSES_MAX};
+  int passes_given = 0;
   int calls = 2000000;
   const char *tokens = NULL;
   for (int i = 1; i < argc; i++) {
@@ -308,7 +313,10 @@ int cmd_bench(int argc, char **argv) {
       rc = int_opt(a, argv[++i], 0, TIMEOUT_MAX, &o.timeout_s);
     else if (strcmp(a, "--traffic") == 0)
       o.traffic = argv[++i];
-    else if (strcmp(a, "--memory-budget") == 0) {
+    else if (strcmp(a, "--passes") == 0) {
+      passes_given = 1;
+      rc = int_opt(a, argv[++i], 1, PASSES_MAX, &o.traffic_passes);
+    } else if (strcmp(a, "--memory-budget") == 0) {
       if (parse_budget(argv[++i], &o) != 0)
         return EXIT_INVALID;
     } else if (a[0] != '-' && !o.conf) {
@@ -342,6 +350,10 @@ int cmd_bench(int argc, char **argv) {
   /* decode: inside every exponential bucket up to 512 as well as at some (issue 43) */
   if (parse_tokens(tokens ? tokens : is_chain ? "1" : "1 3 8 20 37 64 100 200 400", &o) != 0)
     return EXIT_UNUSABLE;
+  if (passes_given && !o.traffic) {
+    fprintf(stderr, "cgrt bench: --passes is for --traffic (each run's passes over the trace)\n");
+    return EXIT_UNUSABLE;
+  }
   if (o.traffic && strcmp(o.workload, "decode") != 0) {
     fprintf(stderr, "cgrt bench: --traffic replays token counts through the decode workload; "
                     "use --workload decode\n");
