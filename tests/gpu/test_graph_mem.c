@@ -5,7 +5,8 @@
  *   (cudaMemGetInfo) while every bucket's graphs are built;
  * - with memory_budget at half of the unconstrained total, 10,000 steps of random token counts
  *   never exceed it (cgrt's figure and the driver's reserved graph memory, read after every step),
- *   no step fails, no capture falls back, and the outputs stay right.
+ *   no step fails, no capture falls back, and the outputs stay right;
+ * - cgrt_close alone (no cgrt_release_graphs first) gives the pool back to where it was.
  *
  * Each module takes a temporary of (bucket x UNIT) bytes with cgrt_alloc_async (cudaMallocAsync:
  * graph memory once captured), fills it with cudaMemsetAsync with a value of its bucket and
@@ -262,6 +263,28 @@ static void per_graph_sums_match_driver_totals(void **state) {
            ATTEMPTS, ATTEMPTS);
 }
 
+/*
+ * cgrt_close gives its graphs' pool memory back to the device (it trims, as cgrt_release_graphs
+ * does): a host that closes cgrt and then allocates finds the memory free, and a runtime opened
+ * after it grows the pool again from where it was before the first.
+ */
+static void close_gives_the_pool_back(void **state) {
+  struct host *h = *state;
+  uint64_t r0 = reserved_now();
+  host_open(h, "off");
+  build_all(h);
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  uint64_t r1 = reserved_now();
+  assert_true(r1 >= r0 + (uint64_t)buckets[NB - 1] * UNIT);
+  host_close(h); /* no cgrt_release_graphs before it, and no trim of the test's own */
+  uint64_t r2 = reserved_now();
+  print_message("graph pool reserved: %llu before open, %llu with every graph, %llu after close\n",
+                (unsigned long long)r0, (unsigned long long)r1, (unsigned long long)r2);
+  if (r2 > r0)
+    fail_msg("cgrt_close left %llu bytes of graph pool reserved (before open: %llu)",
+             (unsigned long long)r2, (unsigned long long)r0);
+}
+
 static void half_budget_never_exceeded(void **state) {
   struct host *h = *state;
   host_open(h, "off");
@@ -319,6 +342,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(per_graph_sums_match_driver_totals, setup, teardown),
+      cmocka_unit_test_setup_teardown(close_gives_the_pool_back, setup, teardown),
       cmocka_unit_test_setup_teardown(half_budget_never_exceeded, setup, teardown),
   };
   return cmocka_run_group_tests_name("gpu_graph_mem", tests, NULL, NULL);
