@@ -143,6 +143,8 @@ static const char *sample_way(const struct pending *p) {
     return "replayed at its bucket";
   if (p->s == &p->b->pool)
     return "eagerly (pooled)";
+  if (p->s == &p->b->watch)
+    return "eagerly as served (watched)";
   return p->s == &p->r->exact ? "at an exact-size bucket" : "eagerly";
 }
 
@@ -201,6 +203,21 @@ static void measure(struct bytime_step *st, enum bytime_way way, struct series *
   }
 }
 
+/* A step of r served eagerly by a decision: one in BYTIME_WATCH_EVERY of the bucket's is timed
+   for its watch (bytime.h), while no probe of the bucket runs and its replay has a median. */
+static void watch_eager(struct bucket_rec *b, struct count_rec *r, struct bytime_step *st) {
+  if (r->inc != BYTIME_EAGER || r->decided == UNDECIDED || b->replay.median.us <= 0 || b->probing ||
+      b->pivot || ++b->watch_since < BYTIME_WATCH_EVERY)
+    return;
+  if (!b->watch.active)
+    series_start(&b->watch, 0);
+  if (!series_wants(&b->watch))
+    return; /* its last samples are still being read */
+  b->watch_since = 0;
+  measure(st, BYTIME_EAGER, &b->watch);
+  st->watched = 1;
+}
+
 /* How r's step is served, and what it measures. */
 static void choose_way(struct bytime *bt, struct bucket_rec *b, struct count_rec *r,
                        struct bytime_step *st) {
@@ -248,16 +265,20 @@ static void choose_way(struct bytime *bt, struct bucket_rec *b, struct count_rec
       b->undecided_steps = 0;
     }
   }
-  if (!series_wants(&b->replay) || r->inc == BYTIME_EXACT)
-    return;
-  if (r->inc == BYTIME_BUCKET) {
-    measure(st, BYTIME_BUCKET, &b->replay);
-  } else if ((b->probing && !series_wants(&b->probing->eager)) ||
-             (b->pivot && !series_wants(&b->pool))) {
-    /* the probe waits for the replay and this count runs eagerly: a graph probe */
-    measure(st, BYTIME_BUCKET, &b->replay);
-    st->graph_probe = 1;
+  if (series_wants(&b->replay) && r->inc != BYTIME_EXACT) {
+    if (r->inc == BYTIME_BUCKET) {
+      measure(st, BYTIME_BUCKET, &b->replay);
+      return;
+    }
+    if ((b->probing && !series_wants(&b->probing->eager)) ||
+        (b->pivot && !series_wants(&b->pool))) {
+      /* the probe waits for the replay and this count runs eagerly: a graph probe */
+      measure(st, BYTIME_BUCKET, &b->replay);
+      st->graph_probe = 1;
+      return;
+    }
   }
+  watch_eager(b, r, st);
 }
 
 int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct bytime_step *st) {
@@ -303,7 +324,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
        run eagerly (or at its bucket) for a sample it cannot give. */
     st->timed = 0;
     st->series = NULL;
-    st->probe = st->graph_probe = st->pooled = 0;
+    st->probe = st->graph_probe = st->pooled = st->watched = 0;
     st->way = r->inc;
   }
   if (st->graph_probe)
@@ -318,6 +339,8 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
   }
   if (st->probe && st->pooled)
     bt->fig.pooled_probe_steps++;
+  if (st->watched)
+    bt->fig.watched_steps++;
   if (st->probe)
     bt->fig.probe_steps++;
   else if (st->way == BYTIME_EAGER)

@@ -70,6 +70,18 @@
  * gets no sample for BYTIME_STALL steps of its bucket is dropped. Each pooled round counts as a
  * probe round for the recheck below.
  *
+ * Counts served eagerly are watched (issue 43, session 45: a launch-bound eager step's host time
+ * moves between speeds within a process, 0.9 ms and 3 ms a step on a busy host, and a probe of 8
+ * steps sees one of them; a bucket's regular recheck comes after 2048 of its steps, later than a
+ * whole trace): one in BYTIME_WATCH_EVERY of a bucket's steps served eagerly by a decision (not a
+ * probe) is timed, and once BYTIME_SAMPLES of them are in, their cost (the same figures as a
+ * probe's) is held against the bucket's last replay median by the noise rule. When the replay
+ * beats them by more than the margin, every count of the bucket served eagerly goes back to the
+ * bucket (the first way) and the bucket is measured again, said at info. The samples come from
+ * whichever eager counts the host sends, at or below the bucket's eager bound, so they are lower
+ * bounds of eager at that bound: losing with them, eager loses there. A watch costs two event
+ * records a timed step, and no step is served another way for it.
+ *
  * After BYTIME_RECHECK x r steps of a bucket, r its probe rounds since it was last measured (at
  * least 1), its measurements are forgotten (each count keeps its way until measured or implied
  * again; exact-size buckets stay) and the bucket is measured again: at most one probe round per
@@ -118,6 +130,9 @@
    copies in 7 of its 8 samples, lost to eager by 7%, and would have won by 3% without them). */
 #define BYTIME_COPIED_WAIT    (2 * BYTIME_SAMPLES)
 #define BYTIME_COPIED_RECHECK 256
+/* Steps of a bucket served eagerly by a decision per watched (timed) one (above): 8 samples span
+   128 such steps, and the timing costs 1 step in 16 two event records. */
+#define BYTIME_WATCH_EVERY 16
 /* Steps of a bucket without a step of its probe target before the target is dropped. */
 #define BYTIME_STALL 256
 /* Pooled probes (above): steps of a bucket's undecided counts since it was last measured before
@@ -149,6 +164,7 @@ struct bytime_step {
   int probe;       /* run eagerly to measure eager, not because eager won */
   int graph_probe; /* replayed at its bucket to measure the replay, not because it won */
   int pooled;      /* run eagerly for a pooled probe (its sample pooled with other counts') */
+  int watched;     /* served eagerly by a decision, and timed to watch that decision */
   uint64_t host_start_ns; /* the host's clock when its start event was recorded */
   void *series;           /* the measurement it feeds (internal) */
   void *rec, *b;          /* the count's and the bucket's records (internal) */
@@ -165,6 +181,8 @@ struct bytime_figures {
   uint64_t waited_samples;     /* samples left out as waits (> 2x their round's lower quartile) */
   uint64_t copied_samples;     /* samples left out: their replays made private copies */
   uint64_t copied_rechecks;    /* buckets measured again early: decided on replays with copies */
+  uint64_t watched_steps;      /* steps served eagerly by a decision and timed to watch it */
+  uint64_t eager_overturned;   /* watches that sent a bucket's eager counts back to the bucket */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */

@@ -57,6 +57,9 @@ struct bucket_rec {
   uint64_t since_sample;              /* steps of the bucket since the pooled round's last sample */
   int64_t recent[BYTIME_POOL_RECENT]; /* the counts of its last steps of undecided counts */
   size_t nrecent, recent_at;
+  /* the watch of its counts served eagerly (bytime.h) */
+  struct series watch;  /* samples of steps served eagerly by a decision */
+  uint64_t watch_since; /* such steps since the last one timed */
 };
 
 /* One token count followed. Allocated once, never moved: pending timings point at it. */

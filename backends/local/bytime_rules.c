@@ -309,8 +309,49 @@ static void decide_pool(struct bytime *bt, struct bucket_rec *b) {
          side == POOL_WINS ? "beats" : "loses to", BYTIME_SAMPLES, figures);
 }
 
+/*
+ * b's watch of its counts served eagerly is complete (bytime.h): if its replay beats them by more
+ * than the margin, they go back to the bucket and b is measured again.
+ */
+static void decide_watch(struct bytime *bt, struct bucket_rec *b) {
+  const struct cgrt_host_api *h = bt->h;
+  struct step_cost ec = bytime_series_cost(bt, &b->watch), pc = b->replay.median;
+  b->watch.active = 0;
+  char figures[256] = "";
+  int len = 0;
+  step_cost_say(figures, sizeof(figures), &len, "eagerly as served", ec);
+  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  if (!noise_challenger_wins(pc.us, ec.us)) {
+    h->log(h, CGRT_LOG_DEBUG,
+           "local by_time: bucket %lld's counts served eagerly still hold against its replay "
+           "(time per step, " STEP_COST_SAYS ", of %d steps: %s)",
+           (long long)b->bucket, BYTIME_SAMPLES, figures);
+    return;
+  }
+  size_t back = 0;
+  int64_t lo = 0, hi = 0;
+  for (size_t i = 0; i < bt->nrecs; i++) {
+    struct count_rec *o = bt->recs[i];
+    if (o->b != b || o->inc != BYTIME_EAGER || o->exact_round)
+      continue;
+    bytime_switch_to(bt, o, BYTIME_BUCKET, 0);
+    lo = back++ ? lo : o->tokens;
+    hi = o->tokens;
+  }
+  h->log(h, CGRT_LOG_INFO,
+         "local by_time: counts %lld-%lld of bucket %lld (%zu of them) served replayed at their "
+         "bucket again, no longer eagerly: their eager steps, timed as served, now lose to the "
+         "replay (time per step, " STEP_COST_SAYS ", of %d steps: %s); the bucket is measured "
+         "again",
+         (long long)lo, (long long)hi, (long long)b->bucket, back, BYTIME_SAMPLES, figures);
+  bt->fig.eager_overturned++;
+  bytime_recheck(bt, b);
+}
+
 /* What a new sample of b or r completes. */
 int bytime_settle(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
+  if (series_done(&b->watch))
+    decide_watch(bt, b);
   if (b->probing && series_done(&b->replay) && series_done(&b->probing->eager))
     decide_probe(bt, b, b->probing);
   if (b->pivot && series_done(&b->replay) && series_done(&b->pool))
@@ -404,6 +445,8 @@ void bytime_recheck(struct bytime *bt, struct bucket_rec *b) {
   b->first = POOL_WINS;
   b->eager_upto = 0;
   b->bucket_from = INT64_MAX;
+  b->watch.active = 0;
+  b->watch_since = 0;
   series_start(&b->replay, 0);
   for (size_t i = 0; i < bt->nrecs; i++) {
     struct count_rec *o = bt->recs[i];

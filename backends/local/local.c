@@ -424,6 +424,8 @@ static int local_figures(void *state, void (*emit)(void *user, const char *name,
     emit(user, "by_time_waited_samples", b.waited_samples);
     emit(user, "by_time_copied_samples", b.copied_samples);
     emit(user, "by_time_copied_rechecks", b.copied_rechecks);
+    emit(user, "by_time_watched_steps", b.watched_steps);
+    emit(user, "by_time_eager_overturned", b.eager_overturned);
   }
   return 0;
 }

@@ -434,6 +434,70 @@ static void test_no_exact_bucket_allowed_serves_eagerly(void **state) {
   fixture_close(f);
 }
 
+/* What eager_gets_slower reads of cgrt_backend_figures. */
+struct watch_figures {
+  uint64_t watched, overturned;
+};
+
+static void watch_figure(void *user, const char *name, uint64_t value) {
+  struct watch_figures *w = user;
+  if (strcmp(name, "by_time_watched_steps") == 0)
+    w->watched = value;
+  else if (strcmp(name, "by_time_eager_overturned") == 0)
+    w->overturned = value;
+}
+
+/*
+ * A count served eagerly whose eager steps get slower later (session 45, bimodal traffic on an
+ * H200 beside a busy host: counts 90-99 served eagerly on a probe where eager's host time was
+ * 0.9 ms a step, later about 3 ms, for the rest of the trace: 1.045x the padded plan's total).
+ * 90 tokens at bucket 128 under cost_ns, no exact-size bucket: served eagerly within 300 steps.
+ * `slower`: then the host's launches cost 6 us in place of 1 (an eager step now costs the host
+ * about 24 us, the replay 5.7 on the device): the watch sends the count back to its bucket within
+ * 300 more steps, said once at info, and the bucket's new probe keeps it there. Else the watch
+ * times the eager steps and keeps them (the figures still hold).
+ */
+static void eager_gets_slower(int slower) {
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 1);
+  cgrt_step_report rep;
+  for (int i = 0; i < 300; i++)
+    step(f, i, 90, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+  assert_int_equal(rep.padded_tokens, 90);
+  int said = f->switches_said;
+  if (slower) {
+    struct cgrt_host_cost c = {
+        .launch_ns = 6000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = cost_ns};
+    assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  }
+  for (int i = 300; i < 600; i++)
+    step(f, i, 90, &rep);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  struct watch_figures w = {0, 0};
+  assert_int_equal(cgrt_backend_figures(f->rt, watch_figure, &w), 0);
+  int ok = slower ? rep.mode == CGRT_MODE_REPLAY && rep.padded_tokens == 128 && w.overturned == 1 &&
+                        s.time_eager_counts == 0 && f->switches_said == said + 1 &&
+                        strstr(f->said[said < 4 ? said : 3], "no longer eagerly") != NULL
+                  : rep.mode == CGRT_MODE_EAGER && w.overturned == 0 && w.watched >= 8 &&
+                        f->switches_said == said;
+  if (!ok)
+    fail_msg("eager %s: the last step mode %d at %lld; watched %llu steps, overturned %llu "
+             "times, %llu counts eager; %d lines said after the first 300 steps (last: %s)",
+             slower ? "slower after 300 steps" : "as fast throughout", rep.mode,
+             (long long)rep.padded_tokens, (unsigned long long)w.watched,
+             (unsigned long long)w.overturned, (unsigned long long)s.time_eager_counts,
+             f->switches_said - said,
+             f->switches_said ? f->said[f->switches_said < 4 ? f->switches_said - 1 : 3] : "-");
+  fixture_close(f);
+}
+
+static void test_eager_that_gets_slower_goes_back_to_its_bucket(void **state) {
+  (void)state;
+  eager_gets_slower(1);
+  eager_gets_slower(0);
+}
+
 /* With by_time off, padded steps keep their bucket. */
 static void test_off_keeps_every_padded_bucket(void **state) {
   (void)state;
@@ -946,6 +1010,7 @@ int main(void) {
       cmocka_unit_test(test_many_counts_one_bucket_bisected),
       cmocka_unit_test(test_rare_counts_get_no_exact_bucket),
       cmocka_unit_test(test_sparse_counts_pooled),
+      cmocka_unit_test(test_eager_that_gets_slower_goes_back_to_its_bucket),
       cmocka_unit_test(test_now_ns_is_the_host_drivers_host_clock),
       cmocka_unit_test(test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more),
       cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),

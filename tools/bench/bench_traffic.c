@@ -35,8 +35,14 @@
 /* One timed replay of the trace. */
 struct pass {
   double wall_ms, steady_us;
-  cgrt_stats st; /* its runtime's counters after it */
+  cgrt_stats st;       /* its runtime's counters after it */
+  uint64_t overturned; /* by_time's eager decisions undone by their watch (a backend figure) */
 };
+
+static void overturned_figure(void *user, const char *name, uint64_t value) {
+  if (strcmp(name, "by_time_eager_overturned") == 0)
+    *(uint64_t *)user = value;
+}
 
 struct traffic_run {
   char label[160];
@@ -94,6 +100,8 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct p
   r->steady_us = (double)ms * 1e3 / (double)(t->total_steps - half);
   r->st.struct_size = sizeof(r->st);
   cgrt_stats_get(hm->rt, &r->st);
+  r->overturned = 0;
+  (void)cgrt_backend_figures(hm->rt, overturned_figure, &r->overturned);
   cudaEventDestroy(mid);
   cudaEventDestroy(end);
   return rc;
@@ -145,8 +153,8 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
       continue;
     const cgrt_stats *a = &r->pass[0].st, *b = &r->pass[1].st;
     printf("%s, per pass: capture+instantiate %.1f / %.1f ms, steps replayed %llu / %llu, eager "
-           "%llu / %llu (by_time probes %llu / %llu), exact-size %llu / %llu, copied %.1f / %.1f "
-           "MiB, steady %.1f / %.1f us\n",
+           "%llu / %llu (by_time probes %llu / %llu, eager undone %llu / %llu), exact-size %llu / "
+           "%llu, copied %.1f / %.1f MiB, steady %.1f / %.1f us\n",
            r->label, (double)(a->capture_ns + a->instantiate_ns) / 1e6,
            (double)(b->capture_ns + b->instantiate_ns) / 1e6,
            (unsigned long long)a->steps_by_mode[CGRT_MODE_REPLAY],
@@ -154,6 +162,7 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
            (unsigned long long)a->steps_by_mode[CGRT_MODE_EAGER],
            (unsigned long long)b->steps_by_mode[CGRT_MODE_EAGER],
            (unsigned long long)a->time_probe_steps, (unsigned long long)b->time_probe_steps,
+           (unsigned long long)r->pass[0].overturned, (unsigned long long)r->pass[1].overturned,
            (unsigned long long)a->time_exact_steps, (unsigned long long)b->time_exact_steps,
            (double)a->copy_bytes / (1024.0 * 1024.0), (double)b->copy_bytes / (1024.0 * 1024.0),
            r->pass[0].steady_us, r->pass[1].steady_us);
