@@ -338,6 +338,13 @@ static void decide_watch(struct bytime *bt, struct bucket_rec *b) {
     lo = back++ ? lo : o->tokens;
     hi = o->tokens;
   }
+  if (back == 0) { /* they went to exact-size buckets meanwhile: nothing is served eagerly */
+    h->log(h, CGRT_LOG_DEBUG,
+           "local by_time: bucket %lld's watch of its eager counts lost to its replay, but none "
+           "is served eagerly any more (%s)",
+           (long long)b->bucket, figures);
+    return;
+  }
   h->log(h, CGRT_LOG_INFO,
          "local by_time: counts %lld-%lld of bucket %lld (%zu of them) served replayed at their "
          "bucket again, no longer eagerly: their eager steps, timed as served, now lose to the "

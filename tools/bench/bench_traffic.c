@@ -199,6 +199,10 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
              r->pass[0].wall_ms);
       if (r->passes == 2)
         printf(",%.2f", r->pass[1].wall_ms);
+      /* by_time's eager decisions undone by their watch, per pass (a decision that went wrong) */
+      printf("],\"eager_undone\":[%llu", (unsigned long long)r->pass[0].overturned);
+      if (r->passes == 2)
+        printf(",%llu", (unsigned long long)r->pass[1].overturned);
       printf("]}");
     }
     printf("]}\n");
