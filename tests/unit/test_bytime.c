@@ -365,17 +365,23 @@ static void test_narrow_win_gets_an_exact_bucket(void **state) {
   fixture_close(settle_at(WIDE, 0, 1));
 }
 
-/* What test_copies_that_settle reads of cgrt_backend_figures. */
-struct copied {
-  uint64_t samples, rechecks;
+/* What the tests read of cgrt_backend_figures (local's by_time figures). */
+struct figures {
+  uint64_t samples, rechecks;   /* by_time_copied_samples, by_time_copied_rechecks */
+  uint64_t watched, overturned; /* by_time_watched_steps, by_time_eager_overturned */
 };
 
-static void copied_figure(void *user, const char *name, uint64_t value) {
-  struct copied *c = user;
-  if (strcmp(name, "by_time_copied_samples") == 0)
-    c->samples = value;
-  else if (strcmp(name, "by_time_copied_rechecks") == 0)
-    c->rechecks = value;
+static void figure(void *user, const char *name, uint64_t value) {
+  static const struct {
+    const char *name;
+    size_t at;
+  } known[] = {{"by_time_copied_samples", offsetof(struct figures, samples)},
+               {"by_time_copied_rechecks", offsetof(struct figures, rechecks)},
+               {"by_time_watched_steps", offsetof(struct figures, watched)},
+               {"by_time_eager_overturned", offsetof(struct figures, overturned)}};
+  for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+    if (strcmp(name, known[i].name) == 0)
+      *(uint64_t *)((char *)user + known[i].at) = value;
 }
 
 /*
@@ -397,8 +403,8 @@ static void copies_then_settle(int settle, int rechecks) {
     step(f, i, CONTESTED, &rep);
   cgrt_stats s = {.struct_size = sizeof(s)};
   assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
-  struct copied c = {0, 0};
-  assert_int_equal(cgrt_backend_figures(f->rt, copied_figure, &c), 0);
+  struct figures c = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, figure, &c), 0);
   if (rep.mode != CGRT_MODE_REPLAY || rep.padded_tokens != CONTESTED || s.time_exact_counts != 1 ||
       c.rechecks != (uint64_t)rechecks || c.samples == 0 || s.copy_bytes == 0)
     fail_msg("new addresses for %d steps: the last step mode %d at %lld; %llu exact, %llu eager "
@@ -434,19 +440,6 @@ static void test_no_exact_bucket_allowed_serves_eagerly(void **state) {
   fixture_close(f);
 }
 
-/* What eager_gets_slower reads of cgrt_backend_figures. */
-struct watch_figures {
-  uint64_t watched, overturned;
-};
-
-static void watch_figure(void *user, const char *name, uint64_t value) {
-  struct watch_figures *w = user;
-  if (strcmp(name, "by_time_watched_steps") == 0)
-    w->watched = value;
-  else if (strcmp(name, "by_time_eager_overturned") == 0)
-    w->overturned = value;
-}
-
 /*
  * A count served eagerly whose eager steps get slower later (session 45, bimodal traffic on an
  * H200 beside a busy host: counts 90-99 served eagerly on a probe where eager's host time was
@@ -474,8 +467,8 @@ static void eager_gets_slower(int slower) {
     step(f, i, 90, &rep);
   cgrt_stats s = {.struct_size = sizeof(s)};
   assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
-  struct watch_figures w = {0, 0};
-  assert_int_equal(cgrt_backend_figures(f->rt, watch_figure, &w), 0);
+  struct figures w = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, figure, &w), 0);
   int ok = slower ? rep.mode == CGRT_MODE_REPLAY && rep.padded_tokens == 128 && w.overturned == 1 &&
                         s.time_eager_counts == 0 && f->switches_said == said + 1 &&
                         strstr(f->said[said < 4 ? said : 3], "no longer eagerly") != NULL
