@@ -7,7 +7,8 @@
   every row was bitwise equal, how by_time served each count, how many of its samples waited
   (by_time_waited_samples, when the bench gives it), and how many were left out as replays on
   private copies and how many buckets measured again for them (by_time_copied_samples and
-  by_time_copied_rechecks);
+  by_time_copied_rechecks), and how many eager decisions their watch undid
+  (by_time_eager_overturned);
 - traffic replays, `traffic_<NAME>.txt` (`cgrt bench CONF --traffic FILE`): the configuration's total
   against its padded-token plan and eager;
 - `dispatch.txt`: lines "<run> <CONF>: replay dispatch: X us ... (raw launch Y us) ..." per run;
@@ -96,6 +97,7 @@ def decode(logdir):
                     "waited": d.get("backend_figures", {}).get("by_time_waited_samples"),
                     "copied": d.get("backend_figures", {}).get("by_time_copied_samples"),
                     "rechecked": d.get("backend_figures", {}).get("by_time_copied_rechecks"),
+                    "undone": d.get("backend_figures", {}).get("by_time_eager_overturned"),
                 },
             )
         )
@@ -181,6 +183,8 @@ def main(argv):
             if s["copied"] is not None:  # replays on private copies: left out, and early rechecks
                 waited += "; samples on copies left out: %d, buckets measured again: %d" % (
                     s["copied"], s["rechecked"] or 0)
+            if s["undone"] is not None:  # eager decisions sent back to their bucket by the watch
+                waited += "; eager decisions undone: %d" % s["undone"]
             print(
                 "  %-34s served: %s; fresh at: %s%s"
                 % ("", s["served"], s["fresh_served"], waited)

@@ -54,7 +54,7 @@ class Summary(unittest.TestCase):
                       (200, "eager", 1.0, 1350.0)],
                      [(37, 64, 0.9), (100, 128, 1.01), (200, 256, 1.14)])
         dec["backend_figures"] = {"by_time_waited_samples": 5, "by_time_copied_samples": 7,
-                                  "by_time_copied_rechecks": 1}
+                                  "by_time_copied_rechecks": 1, "by_time_eager_overturned": 2}
         self.put("dec_g0_1_local_bytime.json", dec)
         self.put("dec_g1_2_local_bytime.json",
                  decode([(1, "exact", 1.3, 509.5), (37, "exact", 1.1, 640.0)], [(37, 37, 0.9)]))
@@ -78,7 +78,8 @@ class Summary(unittest.TestCase):
         self.assertIn("local_bytime: 1-token 505.0-509.5 us over 2 processes", out)
         self.assertIn("37:padde", out)
         self.assertIn("fresh at: 37:64 100:128 200:256; samples that waited: 5; samples on "
-                      "copies left out: 7, buckets measured again: 1", out)
+                      "copies left out: 7, buckets measured again: 1; eager decisions undone: 2",
+                      out)
         self.assertIn("fresh at: 37:37\n", out)  # no backend figures: nothing said
         self.assertIn("local exponential 2900.0 ms, its padded-token plan 3100.0 (0.935 of it", out)
         self.assertIn("eager 3000.0 (1.03x); passes 0.952, 0.919", out)
