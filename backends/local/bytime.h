@@ -79,8 +79,10 @@
  * beats them by more than the margin, every count of the bucket served eagerly goes back to the
  * bucket (the first way) and the bucket is measured again, said at info. The samples come from
  * whichever eager counts the host sends, at or below the bucket's eager bound, so they are lower
- * bounds of eager at that bound: losing with them, eager loses there. A watch costs two event
- * records a timed step, and no step is served another way for it.
+ * bounds of eager at that bound: losing with them, eager loses there. A count's first eager step
+ * is not left out, as a probe's round leaves out its first: served eagerly, a host that keeps
+ * sending new counts pays their one-time costs every time. A watch costs two event records a
+ * timed step, and no step is served another way for it.
  *
  * After BYTIME_RECHECK x r steps of a bucket, r its probe rounds since it was last measured (at
  * least 1), its measurements are forgotten (each count keeps its way until measured or implied
