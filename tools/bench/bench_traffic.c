@@ -189,20 +189,19 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
              "\"bucket_changes\":%llu,\"budget_eager\":%llu,\"evictions\":%llu,"
              "\"budget_evictions\":%llu,\"graph_bytes_peak\":%llu,\"memory_budget\":%llu,"
              "\"buckets\":\"%s\",\"checked\":%d,\"bitwise_equal\":%d,"
-             "\"pass_ms\":[%.2f",
+             "\"pass_ms\":[",
              i ? "," : "", r->label, r->wall_ms, r->wall_ms * 1e3 / (double)r->steps, r->steady_us,
              eager->wall_ms / r->wall_ms, (unsigned long long)st->padding_tokens, padded_share(st),
              (unsigned long long)st->captures, (unsigned long long)st->bucket_changes,
              (unsigned long long)st->budget_eager, (unsigned long long)st->evictions,
              (unsigned long long)st->budget_evictions, (unsigned long long)st->graph_bytes_peak,
-             (unsigned long long)st->memory_budget, r->graphed ? set : "", r->checked, r->equal,
-             r->pass[0].wall_ms);
-      if (r->passes == 2)
-        printf(",%.2f", r->pass[1].wall_ms);
+             (unsigned long long)st->memory_budget, r->graphed ? set : "", r->checked, r->equal);
+      for (int p = 0; p < r->passes; p++)
+        printf("%s%.2f", p ? "," : "", r->pass[p].wall_ms);
       /* by_time's eager decisions undone by their watch, per pass (a decision that went wrong) */
-      printf("],\"eager_undone\":[%llu", (unsigned long long)r->pass[0].overturned);
-      if (r->passes == 2)
-        printf(",%llu", (unsigned long long)r->pass[1].overturned);
+      printf("],\"eager_undone\":[");
+      for (int p = 0; p < r->passes; p++)
+        printf("%s%llu", p ? "," : "", (unsigned long long)r->pass[p].overturned);
       printf("]}");
     }
     printf("]}\n");
@@ -391,14 +390,13 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
       goto out;
     r->steps = t.total_steps;
     r->passes = second + 1;
-    r->wall_ms = r->pass[0].wall_ms;
-    r->steady_us = r->pass[0].steady_us;
-    if (second) {
-      r->wall_ms = (r->pass[0].wall_ms + r->pass[1].wall_ms) / 2;
-      r->steady_us = (r->pass[0].steady_us + r->pass[1].steady_us) / 2;
-    } else if (r->graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, r) != 0) {
-      goto out;
+    r->wall_ms = r->steady_us = 0; /* the mean of its passes so far */
+    for (int p = 0; p < r->passes; p++) {
+      r->wall_ms += r->pass[p].wall_ms / r->passes;
+      r->steady_us += r->pass[p].steady_us / r->passes;
     }
+    if (!second && r->graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, r) != 0)
+      goto out;
     /* one runtime at a time holds graphs and graph memory */
     cgrt_close(hm[i].rt);
     hm[i].rt = NULL;
