@@ -76,6 +76,11 @@ struct cgrtk_decode {
   bf16 *hidden; /* [max_tokens, d] */
   float2 *rope; /* [max_tokens, 32]: (cos, sin) of the angle at position cache_len + t, pair j */
   void *workspace;
+  /* The calls' temporaries from one buffer allocated at create (CGRTK_DECODE_TEMPS=workspace, as
+     an engine with static buffers has them), else NULL: a cudaMallocAsync / cudaFreeAsync pair
+     per call (a caching allocator's host; captured, graph memory nodes). One buffer serves calls
+     on one stream at a time, as the hidden buffer already does. */
+  void *temps;
   cublasLtHandle_t lt;
   cublasLtMatmulDescOpaque_t mm;            /* bf16 in/out, fp32 compute and scale, A^T */
   cublasLtMatmulPreferenceOpaque_t pref;    /* workspace limit, deterministic reductions */
@@ -196,6 +201,12 @@ extern "C" int cgrtk_decode_create(cgrtk_decode **out, const struct cgrtk_decode
   CUDA_TRY(cudaMalloc(&w->workspace, CGRTK_DECODE_WORKSPACE), "cudaMalloc of the cuBLAS workspace");
   rope_bytes = (size_t)cfg->max_tokens * (CGRTK_DECODE_HEAD_DIM / 2) * sizeof(float2);
   CUDA_TRY(cudaMalloc((void **)&w->rope, rope_bytes), "cudaMalloc of the RoPE table");
+  {
+    const char *env = getenv("CGRTK_DECODE_TEMPS"); /* "stream" (the default) or "workspace" */
+    if (env && strcmp(env, "workspace") == 0)
+      CUDA_TRY(cudaMalloc(&w->temps, cgrtk_decode_temp_bytes(cfg, cfg->max_tokens)),
+               "cudaMalloc of the decode temporaries' workspace");
+  }
 
   /* The small-row GEMV path: its blocks hold rows * max(d, ffn) bf16 in shared memory. */
   CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
@@ -271,6 +282,7 @@ extern "C" void cgrtk_decode_destroy(cgrtk_decode *w) {
     cublasLtDestroy(w->lt);
   free(w->plans);
   cudaFree(w->workspace);
+  cudaFree(w->temps);
   cudaFree(w->rope);
   cudaFree(w->hidden);
   cudaFree(w->params);
@@ -706,17 +718,23 @@ static void mlp_widths(const struct cgrtk_decode_cfg *c, size_t width[3]) {
   width[2] = (size_t)c->ffn;
 }
 
-static int temp_alloc(struct temps *t, const size_t width[3], int64_t rows, cudaStream_t s) {
+/* t->base is what temp_free frees: NULL when the parts come from the workload's workspace. */
+static int temp_alloc(const cgrtk_decode *w, struct temps *t, const size_t width[3], int64_t rows,
+                      cudaStream_t s) {
   size_t off[3];
   const size_t total = temp_layout(width, rows, off);
+  char *from = (char *)w->temps;
   t->base = NULL;
-  int rc = (int)cudaMallocAsync((void **)&t->base, total, s);
-  if (rc) {
-    t->base = NULL;
-    return rc;
+  if (!from) {
+    int rc = (int)cudaMallocAsync((void **)&t->base, total, s);
+    if (rc) {
+      t->base = NULL;
+      return rc;
+    }
+    from = (char *)t->base;
   }
   for (int i = 0; i < 3; i++)
-    t->part[i] = (bf16 *)((char *)t->base + off[i]);
+    t->part[i] = (bf16 *)(from + off[i]);
   return 0;
 }
 
@@ -757,7 +775,7 @@ extern "C" int cgrtk_decode_attn(cgrtk_decode *w, int layer, int64_t rows, void 
   pdl = use_pdl(w, s);
   attn_widths(&w->cfg, width);
 
-  if ((rc = temp_alloc(&t, width, rows, s)))
+  if ((rc = temp_alloc(w, &t, width, rows, s)))
     goto done;
   bf16 *normed, *qkv, *ctx;
   normed = t.part[0];
@@ -809,7 +827,7 @@ extern "C" int cgrtk_decode_mlp(cgrtk_decode *w, int layer, int64_t rows, void *
   pdl = use_pdl(w, s);
   mlp_widths(&w->cfg, width);
 
-  if ((rc = temp_alloc(&t, width, rows, s)))
+  if ((rc = temp_alloc(w, &t, width, rows, s)))
     goto done;
   bf16 *normed, *gate_up, *act;
   normed = t.part[0];

@@ -56,7 +56,10 @@
  * Environment, read by cgrtk_decode_create (for measurements): CGRTK_DECODE_GEMV_ROWS=N (0..8;
  * 0, the default: always cuBLAS), CGRTK_DECODE_PDL=0 (no programmatic dependent launch),
  * CGRTK_DECODE_PREFETCH=0 (no cross-call L2 prefetch), CGRTK_DECODE_TUNE=0 (no tuning at create:
- * every row count takes the heuristic's first choice).
+ * every row count takes the heuristic's first choice), CGRTK_DECODE_TEMPS=workspace (the calls'
+ * temporaries carved from one cudaMalloc'ed buffer of cgrtk_decode_temp_bytes(max_tokens) bytes
+ * made at create, in place of the cudaMallocAsync pair above: no graph memory nodes, the same
+ * addresses in every call and every graph; docs/decisions.md, issue 43, session 46).
  *
  * Errors: 0, a cudaError_t (positive, below CGRTK_CUBLAS_ERROR_BASE), or
  * CGRTK_CUBLAS_ERROR_BASE + a cublasStatus_t; cgrtk_decode_strerror() names either.
