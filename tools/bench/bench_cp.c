@@ -482,6 +482,31 @@ static const char *served(const struct cp_result *x) {
   return x->timed_eager == 0 ? "graphs" : x->timed_replays == 0 && n > 0 ? "eager" : "mixed";
 }
 
+/* What module scope costs over step scope per graph boundary, at each cp size both scopes served
+ * with graphs: when every module call of the step is graphed (attn and mlp), module scope's step
+ * is step scope's work in 2 x layers graphs launched one after the other, so the difference over
+ * the 2 x layers - 1 boundaries is what one costs on the device, at most (what module scope runs
+ * outside its graphs, the slot's staging, is in it too; docs/decisions.md, issue 42, session 46:
+ * about 3.3 us at the launch-bound shape on an H200). */
+static void print_boundaries(const struct cp_bench *b, const struct cgrt_config_view *v,
+                             const struct cgrtk_cp_cfg *wc,
+                             const double graphed_us[CP_MAX_SIZES][CP_MAX_SCOPES]) {
+  const uint64_t both = CGRT_KIND_BIT(CGRT_KIND_ATTN) | CGRT_KIND_BIT(CGRT_KIND_MLP);
+  int km = -1, ks = -1;
+  for (int k = 0; k < b->nscopes; k++)
+    *(b->scopes[k] == CGRT_CP_SCOPE_STEP ? &ks : &km) = k;
+  const int boundaries = 2 * wc->layers - 1;
+  if (km < 0 || ks < 0 || (v->modules & both) != both || boundaries < 1)
+    return;
+  for (int i = 0; i < b->ncps; i++) {
+    const double m = graphed_us[i][km], st = graphed_us[i][ks];
+    if (m > 0 && st > 0)
+      printf("cp %d: module scope %.1f us a step over step scope, %.2f us per graph boundary "
+             "(%d module graphs a step)\n",
+             b->cps[i], m - st, (m - st) / boundaries, boundaries + 1);
+  }
+}
+
 /* The parent's table from every rank's figures: the slowest rank's times, all ranks' checks. */
 static int print_results(const struct cp_bench *b, const struct cgrt_config_view *v) {
   const struct cp_shared *sh = b->sh;
@@ -516,6 +541,8 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
   }
   int all_equal = 1, slower = 0, slower_2pct = 0;
   uint64_t all_waits = 0;
+  /* each row's step time when every rank replayed graphs (0 otherwise), for the boundary line */
+  double graphed_us[CP_MAX_SIZES][CP_MAX_SCOPES] = {{0}};
   char counters[1024] = "";
   size_t nc = 0;
   for (int row = 0; row < b->ncps * b->nscopes; row++) {
@@ -546,6 +573,8 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     }
     equal &= done;
     all_equal &= equal;
+    if (done && strcmp(way, "graphs") == 0)
+      graphed_us[i][k] = cg;
     all_waits += waits;
     slower += cg > ce;
     slower_2pct += cg > ce * 1.02;
@@ -596,6 +625,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            "mixed; ranks differ)\n",
            CP_HOST_STEPS);
   if (!b->o->json) {
+    print_boundaries(b, v, &wc, graphed_us);
     printf("rows slower than eager: %d; more than 2%% slower: %d (the target of issue 42: 0)\n",
            slower, slower_2pct);
     if (b->by_time)
