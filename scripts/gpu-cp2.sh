@@ -105,6 +105,8 @@ while [ "$round" -le "$rounds" ]; do
         printf "%-8s %5s %8s %10s %10s %8s %8s %10s %10s %9s %7s\n", n, r, $2, $4, $6, $8, $(NF - 1),
           $5, $7, $9, $NF }' "$log" |
       tee -a "$summary"
+    # the bench's figure per graph boundary (module scope over step scope), when it gives one
+    grep 'per graph boundary' "$log" | sed "s/^/$name, round $round: /"
   done
   round=$((round + 1))
 done
