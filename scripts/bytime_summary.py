@@ -29,10 +29,11 @@ import sys
 
 DEC = re.compile(r"dec_g(\d+)_(\d+)_(.+)\.json$")
 ROW = re.compile(r"^(?P<run>\S.*?)\s{2,}(?P<total>\d+(?:\.\d+)?)\s+(?P<us>\d+(?:\.\d+)?)\s")
-# the bench's two passes (A B C D D C B A), the configured run over its padded-token plan in each
+# the bench's passes (2 by default, A B C D D C B A; up to 4), the configured run over its
+# padded-token plan in each
 PASSES = re.compile(
     r"^.* against its padded-token plan: \d+(?:\.\d+)? of its total \(passes "
-    r"(?P<p1>\d+(?:\.\d+)?), (?P<p2>\d+(?:\.\d+)?)\)$"
+    r"(?P<list>\d+(?:\.\d+)?(?:, \d+(?:\.\d+)?)+)\)$"
 )
 DISPATCH = re.compile(
     r"^(?P<run>\S+) (?P<conf>\S+): replay dispatch: (?P<us>-?\d+(?:\.\d+)?) us .*?"
@@ -105,15 +106,15 @@ def decode(logdir):
 
 
 def traffic(path):
-    """(configuration row, its total, the padded plan's total, eager's total, the (first, second)
-    passes' ratios to the plan or None for a log of one pass), or an error."""
+    """(configuration row, its total, the padded plan's total, eager's total, the passes' ratios
+    to the plan in their order or None for a log of one pass), or an error."""
     rows = {}
     passes = None
     with open(path) as f:
         for line in f:
             m = PASSES.match(line.strip())
             if m:
-                passes = (float(m.group("p1")), float(m.group("p2")))
+                passes = tuple(float(x) for x in m.group("list").split(", "))
                 continue
             m = ROW.match(line)
             if m and m.group("run") != "run":
@@ -203,7 +204,7 @@ def main(argv):
             "traffic %s: %s %.1f ms, its padded-token plan %.1f (%.3f of it; target: 1.000 at "
             "most), eager %.1f (%.2fx)%s"
             % (os.path.basename(path), conf, total, plan, total / plan, eager, eager / total,
-               "; passes %.3f, %.3f" % passes if passes else "")
+               "; passes " + ", ".join("%.3f" % x for x in passes) if passes else "")
         )
     dpath = os.path.join(logdir, "dispatch.txt")
     if os.path.exists(dpath):

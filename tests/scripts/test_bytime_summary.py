@@ -88,6 +88,15 @@ class Summary(unittest.TestCase):
         self.assertIn("four as on cgrt's stream 0.812 us; two legacy-stream records beside a "
                       "blocking stream 0.406 us", out)
 
+    def test_four_passes(self):
+        # --passes 4: four ratios, in their order
+        self.put("dec_g0_1_local.json", decode([(1, "exact", 1.6, 505.0)], []))
+        self.put("traffic_bimodal.txt", TRAFFIC.replace(
+            "(passes 0.952, 0.919)", "(passes 1.010, 0.950, 0.981, 0.962)"))
+        rc, out = run(self.dir)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("eager 3000.0 (1.03x); passes 1.010, 0.950, 0.981, 0.962", out)
+
     def test_differing_row_fails(self):
         self.put("dec_g0_1_local.json", decode([(1, "exact", 1.6, 505.0)], [], bitwise=False))
         rc, out = run(self.dir)

@@ -12,12 +12,14 @@
  * the output is compared bitwise with eager run at the same padded size.
  *
  * The runs go twice, in the order A B C D D C B A, each pass from a fresh runtime, and a run's
- * times are the mean of its two passes (its counters and checks are the first pass's): a drift
+ * times are the mean of its passes (its counters and checks are the first pass's): a drift
  * of the host or the GPU over the bench (a load that starts with it, clocks that settle) then
  * falls on every run alike, where one pass in a fixed order charged it to the earlier runs (on a
  * loaded host the first run's total came out 3-5% slower than the last's: docs/decisions.md,
- * issue 43, session 44). Both passes are printed. `--passes 1` runs each once, A B C D, in half
- * the time (the suite's checks of the output and the bucket changes need no more).
+ * issue 43, session 44). Every pass is printed. `--passes 1` runs each once, A B C D, in half
+ * the time (the suite's checks of the output and the bucket changes need no more); `--passes 3`
+ * and `4` go on in turn (A B C D D C B A A B C D ...), so that a run's figure can be read against
+ * the process's age (issue 43, session 46: a first pass slower than the later ones).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@
 #include "bench_gpu.h"
 
 #define SAMPLES 48
+#define PASSES  4 /* at most, over the trace per run (--passes) */
 
 /* One timed replay of the trace. */
 struct pass {
@@ -47,8 +50,9 @@ static void overturned_figure(void *user, const char *name, uint64_t value) {
 struct traffic_run {
   char label[160];
   int graphed;
-  struct pass pass[2];       /* in the order A B C D D C B A; the first's counters are the run's */
-  int passes;                /* 2, or 1 under --passes 1 */
+  struct pass
+      pass[PASSES]; /* in the order A B C D D C B A ...; the first's counters are the run's */
+  int passes;       /* --passes: 1 to PASSES, 2 by default */
   double wall_ms, steady_us; /* the mean of the passes */
   uint64_t steps;
   int checked, equal;
@@ -140,32 +144,59 @@ static double padded_share(const cgrt_stats *s) {
   return p + r > 0 ? p / (p + r) : 0;
 }
 
+/* Appends " a / b / ..." of one figure over run r's passes to the array buf from offset off:
+ * expr is the figure of one pass, read through pp (that pass); cut at the array's end. */
+#define PASS_LIST(buf, off, r, fmt, expr)                                                          \
+  do {                                                                                             \
+    for (int p_ = 0; p_ < (r)->passes && (off) + 1 < sizeof(buf); p_++) {                          \
+      const struct pass *pp = &(r)->pass[p_];                                                      \
+      (off) += (size_t)snprintf((buf) + (off), sizeof(buf) - (off), "%s" fmt, p_ ? " / " : " ",    \
+                                (expr));                                                           \
+    }                                                                                              \
+  } while (0)
+
 /*
- * What each pass of a graphed run did, first / second, so that a difference between its passes
- * can be traced to where it went: the host's capture and instantiation time, the steps replayed,
- * run eagerly (by_time's probes and counts served eagerly, or a budget's), at an exact-size
- * bucket, the bytes copied around replays (buffers that moved), the steady device time.
+ * What each pass of a graphed run did, first / second / ..., so that a difference between its
+ * passes can be traced to where it went: the host's capture and instantiation time, the steps
+ * replayed, run eagerly (by_time's probes and counts served eagerly, or a budget's), at an
+ * exact-size bucket, the bytes copied around replays (buffers that moved), the steady device time.
  */
 static void per_pass_lines(const struct traffic_run *runs, int n) {
-  for (int i = 1; i < n && runs[0].passes == 2; i++) {
+  for (int i = 1; i < n && runs[0].passes >= 2; i++) {
     const struct traffic_run *r = &runs[i];
     if (!r->graphed)
       continue;
-    const cgrt_stats *a = &r->pass[0].st, *b = &r->pass[1].st;
-    printf("%s, per pass: capture+instantiate %.1f / %.1f ms, steps replayed %llu / %llu, eager "
-           "%llu / %llu (by_time probes %llu / %llu, eager undone %llu / %llu), exact-size %llu / "
-           "%llu, copied %.1f / %.1f MiB, steady %.1f / %.1f us\n",
-           r->label, (double)(a->capture_ns + a->instantiate_ns) / 1e6,
-           (double)(b->capture_ns + b->instantiate_ns) / 1e6,
-           (unsigned long long)a->steps_by_mode[CGRT_MODE_REPLAY],
-           (unsigned long long)b->steps_by_mode[CGRT_MODE_REPLAY],
-           (unsigned long long)a->steps_by_mode[CGRT_MODE_EAGER],
-           (unsigned long long)b->steps_by_mode[CGRT_MODE_EAGER],
-           (unsigned long long)a->time_probe_steps, (unsigned long long)b->time_probe_steps,
-           (unsigned long long)r->pass[0].overturned, (unsigned long long)r->pass[1].overturned,
-           (unsigned long long)a->time_exact_steps, (unsigned long long)b->time_exact_steps,
-           (double)a->copy_bytes / (1024.0 * 1024.0), (double)b->copy_bytes / (1024.0 * 1024.0),
-           r->pass[0].steady_us, r->pass[1].steady_us);
+    char cap[128], rep[128], eag[128], probe[128], undone[128], exact[128], copied[128],
+        steady[128];
+    size_t a = 0, b = 0, c = 0, d = 0, e = 0, f = 0, g = 0, h = 0;
+    PASS_LIST(cap, a, r, "%.1f", (double)(pp->st.capture_ns + pp->st.instantiate_ns) / 1e6);
+    PASS_LIST(rep, b, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_REPLAY]);
+    PASS_LIST(eag, c, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_EAGER]);
+    PASS_LIST(probe, d, r, "%llu", (unsigned long long)pp->st.time_probe_steps);
+    PASS_LIST(undone, e, r, "%llu", (unsigned long long)pp->overturned);
+    PASS_LIST(exact, f, r, "%llu", (unsigned long long)pp->st.time_exact_steps);
+    PASS_LIST(copied, g, r, "%.1f", (double)pp->st.copy_bytes / (1024.0 * 1024.0));
+    PASS_LIST(steady, h, r, "%.1f", pp->steady_us);
+    printf("%s, per pass: capture+instantiate%s ms, steps replayed%s, eager%s (by_time probes%s, "
+           "eager undone%s), exact-size%s, copied%s MiB, steady%s us\n",
+           r->label, cap, rep, eag, probe, undone, exact, copied, steady);
+  }
+}
+
+/* The order the runs went in, for the header. */
+static const char *order_text(int passes) {
+  switch (passes) {
+  case 1:
+    return "once, in the order A B C D (--passes 1: a drift over the bench falls on the later "
+           "runs)";
+  case 2:
+    return "twice, in the order A B C D D C B A; total and steady: the mean of both passes";
+  case 3:
+    return "three times, in the order A B C D D C B A A B C D; total and steady: the mean of the "
+           "passes";
+  default:
+    return "four times, in the order A B C D D C B A A B C D D C B A; total and steady: the mean "
+           "of the passes";
   }
 }
 
@@ -215,10 +246,7 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
          "steady = the second half's device time per step; bitwise: sampled steps against eager "
          "at the same padded size; b_eager: calls run eagerly for [cuda_graph] memory_budget, "
          "b_evict: graphs evicted for it, peak_MiB: graph memory at its highest (live + idle)\n",
-         runs[0].passes == 2 ? "twice, in the order A B C D D C B A; total and steady: the mean "
-                               "of both passes"
-                             : "once, in the order A B C D (--passes 1: a drift over the bench "
-                               "falls on the later runs)");
+         order_text(runs[0].passes));
   if (runs[1].pass[0].st.memory_budget)
     printf("memory_budget %.1f MiB\n",
            (double)runs[1].pass[0].st.memory_budget / (1024.0 * 1024.0));
@@ -240,19 +268,23 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
            (double)st->graph_bytes_peak / (1024.0 * 1024.0), check, r->graphed ? set : "");
   }
   per_pass_lines(runs, n);
-  if (runs[0].passes == 2) {
-    printf("passes, total_ms (first / second):");
-    for (int i = 0; i < n; i++)
-      printf("%s %s %.1f / %.1f", i ? ";" : "", runs[i].label, runs[i].pass[0].wall_ms,
-             runs[i].pass[1].wall_ms);
+  if (runs[0].passes >= 2) {
+    printf("passes, total_ms (%s):", runs[0].passes == 2 ? "first / second" : "pass by pass");
+    for (int i = 0; i < n; i++) {
+      char list[128];
+      size_t off = 0;
+      PASS_LIST(list, off, &runs[i], "%.1f", pp->wall_ms);
+      printf("%s %s%s", i ? ";" : "", runs[i].label, list);
+    }
     printf("\n");
   }
-  if (n == 4 && runs[0].passes == 2)
-    printf("%s against its padded-token plan: %.3f of its total (passes %.3f, %.3f)\n",
-           runs[1].label, runs[1].wall_ms / runs[3].wall_ms,
-           runs[1].pass[0].wall_ms / runs[3].pass[0].wall_ms,
-           runs[1].pass[1].wall_ms / runs[3].pass[1].wall_ms);
-  else if (n == 4)
+  if (n == 4 && runs[0].passes >= 2) {
+    printf("%s against its padded-token plan: %.3f of its total (passes", runs[1].label,
+           runs[1].wall_ms / runs[3].wall_ms);
+    for (int p = 0; p < runs[1].passes; p++)
+      printf("%s %.3f", p ? "," : "", runs[1].pass[p].wall_ms / runs[3].pass[p].wall_ms);
+    printf(")\n");
+  } else if (n == 4)
     printf("%s against its padded-token plan: %.3f of its total (one pass)\n", runs[1].label,
            runs[1].wall_ms / runs[3].wall_ms);
   for (int i = 1; i < n; i++)
@@ -377,25 +409,28 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   if (replay_timed(&check_eager, &head, &warm) != 0)
     goto out;
   cgrt_tool_config **cfgs[4] = {&eager_cfg, &cfg, &alt, &tok};
-  int n = local ? 4 : have_alt ? 3 : 2, passes = o->traffic_passes == 1 ? 1 : 2;
+  int n = local ? 4 : have_alt ? 3 : 2;
+  const int passes = o->traffic_passes < 1        ? 2
+                     : o->traffic_passes > PASSES ? PASSES
+                                                  : o->traffic_passes;
   v = NULL;                              /* the view goes with its configuration */
-  for (int k = 0; k < passes * n; k++) { /* A B C D D C B A, or A B C D */
-    const int second = k >= n, i = second ? 2 * n - 1 - k : k;
+  for (int k = 0; k < passes * n; k++) { /* A B C D, D C B A, A B C D, ... */
+    const int pass = k / n, i = pass % 2 ? n - 1 - k % n : k % n;
     struct traffic_run *r = &runs[i];
-    if (second && reload(o, i, alt_dist, cfgs[i]) != EXIT_VALID)
+    if (pass > 0 && reload(o, i, alt_dist, cfgs[i]) != EXIT_VALID)
       goto out;
     orc = hm_open(&hm[i], w, ws, max_rows, *cfgs[i], NULL);
     *cfgs[i] = NULL; /* consumed */
-    if (orc != 0 || replay_timed(&hm[i], &t, &r->pass[second]) != 0)
+    if (orc != 0 || replay_timed(&hm[i], &t, &r->pass[pass]) != 0)
       goto out;
     r->steps = t.total_steps;
-    r->passes = second + 1;
+    r->passes = pass + 1;
     r->wall_ms = r->steady_us = 0; /* the mean of its passes so far */
     for (int p = 0; p < r->passes; p++) {
       r->wall_ms += r->pass[p].wall_ms / r->passes;
       r->steady_us += r->pass[p].steady_us / r->passes;
     }
-    if (!second && r->graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, r) != 0)
+    if (pass == 0 && r->graphed && i > 0 && replay_checked(&hm[i], &check_eager, &t, o, r) != 0)
       goto out;
     /* one runtime at a time holds graphs and graph memory */
     cgrt_close(hm[i].rt);

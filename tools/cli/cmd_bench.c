@@ -129,7 +129,7 @@ static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
 #define CALLS_MAX     1000000000 /* --calls: dispatch's calls per repetition */
 #define TIMEOUT_MAX   86400      /* --timeout: a day, in seconds */
 #define TOKENS_MAX    1000000    /* each --tokens count: rows of the workload's buffers */
-#define PASSES_MAX    2          /* --passes: each --traffic run's passes */
+#define PASSES_MAX    4          /* --passes: each --traffic run's passes */
 
 /* The usage, on out: stdout for --help, stderr after a misuse. */
 static void usage(FILE *out) {
@@ -139,12 +139,13 @@ static void usage(FILE *out) {
       "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
       "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
       "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n"
-      "                  [--passes 1|2] [--memory-budget SIZE|off] [--host-stream]\n"
+      "                  [--passes N] [--memory-budget SIZE|off] [--host-stream]\n"
       "  whole numbers: --tokens 1 to %d each (at most %d of them), --steps 1 to %d,\n"
       "  --warmup 0 to %d, --warmup-ms 0 to %d, --blocks 1 to %d, --kernels 1 to %d,\n"
       "  --calls 1 to %d, --ranks 0 to %d (0: the largest cp size), --timeout 0 to %d\n"
       "  (0: 600 s), --passes 1 to %d (--traffic: each run twice in the order A B C D D C B A,\n"
-      "  the default, or once, A B C D: half the time, a drift over the bench not cancelled)\n",
+      "  the default; once, A B C D: half the time, a drift over the bench not cancelled; 3 or 4:\n"
+      "  on in turn, A B C D D C B A A B C D ..., to read a run against the process's age)\n",
       TOKENS_MAX, BENCH_MAX_TOKENS, STEPS_MAX, WARMUP_MAX, WARMUP_MS_MAX, BLOCKS_MAX, KERNELS_MAX,
       CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX, PASSES_MAX);
 }

@@ -43,7 +43,7 @@ struct bench_opts {
   int set_budget;         /* --memory-budget given: memory_budget replaces the configuration's */
   uint64_t memory_budget; /* bytes, 0: off */
   int host_stream;        /* decode, chain: runtimes opened on a stream of the bench's (below) */
-  int traffic_passes;     /* --traffic: 2 (A B C D D C B A, the default) or 1 (A B C D) */
+  int traffic_passes;     /* --traffic: 2 (A B C D D C B A, the default), 1 (A B C D), 3 or 4 */
 };
 
 /*
