@@ -50,9 +50,8 @@ static void overturned_figure(void *user, const char *name, uint64_t value) {
 struct traffic_run {
   char label[160];
   int graphed;
-  struct pass
-      pass[PASSES]; /* in the order A B C D D C B A ...; the first's counters are the run's */
-  int passes;       /* --passes: 1 to PASSES, 2 by default */
+  struct pass pass[PASSES];  /* A B C D D C B A ...; the first's counters are the run's */
+  int passes;                /* --passes: 1 to PASSES, 2 by default */
   double wall_ms, steady_us; /* the mean of the passes */
   uint64_t steps;
   int checked, equal;
@@ -166,8 +165,8 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     const struct traffic_run *r = &runs[i];
     if (!r->graphed)
       continue;
-    char cap[128], rep[128], eag[128], probe[128], undone[128], exact[128], copied[128],
-        steady[128];
+    char cap[128] = "", rep[128] = "", eag[128] = "", probe[128] = "", undone[128] = "",
+         exact[128] = "", copied[128] = "", steady[128] = "";
     size_t a = 0, b = 0, c = 0, d = 0, e = 0, f = 0, g = 0, h = 0;
     PASS_LIST(cap, a, r, "%.1f", (double)(pp->st.capture_ns + pp->st.instantiate_ns) / 1e6);
     PASS_LIST(rep, b, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_REPLAY]);
@@ -271,7 +270,7 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
   if (runs[0].passes >= 2) {
     printf("passes, total_ms (%s):", runs[0].passes == 2 ? "first / second" : "pass by pass");
     for (int i = 0; i < n; i++) {
-      char list[128];
+      char list[128] = "";
       size_t off = 0;
       PASS_LIST(list, off, &runs[i], "%.1f", pp->wall_ms);
       printf("%s %s%s", i ? ";" : "", runs[i].label, list);
