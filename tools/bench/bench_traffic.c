@@ -38,8 +38,10 @@
 /* One timed replay of the trace. */
 struct pass {
   double wall_ms, steady_us;
-  cgrt_stats st;       /* its runtime's counters after it */
-  uint64_t overturned; /* by_time's eager decisions undone by their watch (a backend figure) */
+  cgrt_stats st;         /* its runtime's counters after it */
+  cgrt_stats mid;        /* the same at the start of the steady window (the trace's second half) */
+  double window_host_us; /* the host's time per step issuing the steady window's steps */
+  uint64_t overturned;   /* by_time's eager decisions undone by their watch (a backend figure) */
 };
 
 static void overturned_figure(void *user, const char *name, uint64_t value) {
@@ -86,13 +88,18 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct p
   cudaEventCreate(&end);
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   struct cursor c = cursor_start(t);
-  uint64_t half = t->total_steps / 2, t0 = cgrt_tool_now_ns();
+  uint64_t half = t->total_steps / 2, t0 = cgrt_tool_now_ns(), t_mid = t0;
   int rc = 0;
+  r->mid.struct_size = sizeof(r->mid);
   for (uint64_t i = 0; i < t->total_steps && rc == 0; i++) {
-    if (i == half)
+    if (i == half) {
+      cgrt_stats_get(hm->rt, &r->mid);
+      t_mid = cgrt_tool_now_ns();
       cudaEventRecord(mid, s);
+    }
     rc = bench_hm_step(hm, next_tokens(&c), &rep);
   }
+  r->window_host_us = (double)(cgrt_tool_now_ns() - t_mid) / 1e3 / (double)(t->total_steps - half);
   cudaEventRecord(end, s);
   if (rc == 0 && cudaEventSynchronize(end) != cudaSuccess)
     rc = CGRT_E_DEVICE;
@@ -179,6 +186,24 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     printf("%s, per pass: capture+instantiate%s ms, steps replayed%s, eager%s (by_time probes%s, "
            "eager undone%s), exact-size%s, copied%s MiB, steady%s us\n",
            r->label, cap, rep, eag, probe, undone, exact, copied, steady);
+    /* The steady window alone: what of the above fell in it, and whether the host kept ahead
+       (its issue time per step well under the steady time) or bound the window. */
+    char weag[128] = "", wprobe[128] = "", wcap[128] = "", wms[128] = "", whost[128] = "";
+    size_t v = 0, w = 0, x = 0, y = 0, z = 0;
+    PASS_LIST(weag, v, r, "%llu",
+              (unsigned long long)(pp->st.steps_by_mode[CGRT_MODE_EAGER] -
+                                   pp->mid.steps_by_mode[CGRT_MODE_EAGER]));
+    PASS_LIST(wprobe, w, r, "%llu",
+              (unsigned long long)(pp->st.time_probe_steps - pp->mid.time_probe_steps));
+    PASS_LIST(wcap, x, r, "%llu", (unsigned long long)(pp->st.captures - pp->mid.captures));
+    PASS_LIST(wms, y, r, "%.1f",
+              (double)(pp->st.capture_ns + pp->st.instantiate_ns - pp->mid.capture_ns -
+                       pp->mid.instantiate_ns) /
+                  1e6);
+    PASS_LIST(whost, z, r, "%.1f", pp->window_host_us);
+    printf("%s, steady window (second half) per pass: eager%s (by_time probes%s), captures%s "
+           "(capture+instantiate%s ms), host issue%s us a step\n",
+           r->label, weag, wprobe, wcap, wms, whost);
   }
 }
 
