@@ -150,14 +150,16 @@ static double padded_share(const cgrt_stats *s) {
   return p + r > 0 ? p / (p + r) : 0;
 }
 
-/* Appends " a / b / ..." of one figure over run r's passes to the array buf from offset off:
- * expr is the figure of one pass, read through pp (that pass); cut at the array's end. */
-#define PASS_LIST(buf, off, r, fmt, expr)                                                          \
+/* Writes " a / b / ..." of one figure over run r's passes into the array buf: expr is the figure
+ * of one pass, read through pp (that pass); cut at the array's end. */
+#define PASS_LIST(buf, r, fmt, expr)                                                               \
   do {                                                                                             \
-    for (int p_ = 0; p_ < (r)->passes && (off) + 1 < sizeof(buf); p_++) {                          \
+    size_t off_ = 0;                                                                               \
+    (buf)[0] = '\0';                                                                               \
+    for (int p_ = 0; p_ < (r)->passes && off_ + 1 < sizeof(buf); p_++) {                           \
       const struct pass *pp = &(r)->pass[p_];                                                      \
-      (off) += (size_t)snprintf((buf) + (off), sizeof(buf) - (off), "%s" fmt, p_ ? " / " : " ",    \
-                                (expr));                                                           \
+      off_ +=                                                                                      \
+          (size_t)snprintf((buf) + off_, sizeof(buf) - off_, "%s" fmt, p_ ? " / " : " ", (expr));  \
     }                                                                                              \
   } while (0)
 
@@ -172,35 +174,33 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     const struct traffic_run *r = &runs[i];
     if (!r->graphed)
       continue;
-    char cap[128] = "", rep[128] = "", eag[128] = "", probe[128] = "", undone[128] = "",
-         exact[128] = "", copied[128] = "", steady[128] = "";
-    size_t a = 0, b = 0, c = 0, d = 0, e = 0, f = 0, g = 0, h = 0;
-    PASS_LIST(cap, a, r, "%.1f", (double)(pp->st.capture_ns + pp->st.instantiate_ns) / 1e6);
-    PASS_LIST(rep, b, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_REPLAY]);
-    PASS_LIST(eag, c, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_EAGER]);
-    PASS_LIST(probe, d, r, "%llu", (unsigned long long)pp->st.time_probe_steps);
-    PASS_LIST(undone, e, r, "%llu", (unsigned long long)pp->overturned);
-    PASS_LIST(exact, f, r, "%llu", (unsigned long long)pp->st.time_exact_steps);
-    PASS_LIST(copied, g, r, "%.1f", (double)pp->st.copy_bytes / (1024.0 * 1024.0));
-    PASS_LIST(steady, h, r, "%.1f", pp->steady_us);
+    char cap[128], rep[128], eag[128], probe[128], undone[128], exact[128], copied[128],
+        steady[128];
+    PASS_LIST(cap, r, "%.1f", (double)(pp->st.capture_ns + pp->st.instantiate_ns) / 1e6);
+    PASS_LIST(rep, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_REPLAY]);
+    PASS_LIST(eag, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_EAGER]);
+    PASS_LIST(probe, r, "%llu", (unsigned long long)pp->st.time_probe_steps);
+    PASS_LIST(undone, r, "%llu", (unsigned long long)pp->overturned);
+    PASS_LIST(exact, r, "%llu", (unsigned long long)pp->st.time_exact_steps);
+    PASS_LIST(copied, r, "%.1f", (double)pp->st.copy_bytes / (1024.0 * 1024.0));
+    PASS_LIST(steady, r, "%.1f", pp->steady_us);
     printf("%s, per pass: capture+instantiate%s ms, steps replayed%s, eager%s (by_time probes%s, "
            "eager undone%s), exact-size%s, copied%s MiB, steady%s us\n",
            r->label, cap, rep, eag, probe, undone, exact, copied, steady);
     /* The steady window alone: what of the above fell in it, and whether the host kept ahead
        (its issue time per step well under the steady time) or bound the window. */
-    char weag[128] = "", wprobe[128] = "", wcap[128] = "", wms[128] = "", whost[128] = "";
-    size_t v = 0, w = 0, x = 0, y = 0, z = 0;
-    PASS_LIST(weag, v, r, "%llu",
+    char weag[128], wprobe[128], wcap[128], wms[128], whost[128];
+    PASS_LIST(weag, r, "%llu",
               (unsigned long long)(pp->st.steps_by_mode[CGRT_MODE_EAGER] -
                                    pp->mid.steps_by_mode[CGRT_MODE_EAGER]));
-    PASS_LIST(wprobe, w, r, "%llu",
+    PASS_LIST(wprobe, r, "%llu",
               (unsigned long long)(pp->st.time_probe_steps - pp->mid.time_probe_steps));
-    PASS_LIST(wcap, x, r, "%llu", (unsigned long long)(pp->st.captures - pp->mid.captures));
-    PASS_LIST(wms, y, r, "%.1f",
+    PASS_LIST(wcap, r, "%llu", (unsigned long long)(pp->st.captures - pp->mid.captures));
+    PASS_LIST(wms, r, "%.1f",
               (double)(pp->st.capture_ns + pp->st.instantiate_ns - pp->mid.capture_ns -
                        pp->mid.instantiate_ns) /
                   1e6);
-    PASS_LIST(whost, z, r, "%.1f", pp->window_host_us);
+    PASS_LIST(whost, r, "%.1f", pp->window_host_us);
     printf("%s, steady window (second half) per pass: eager%s (by_time probes%s), captures%s "
            "(capture+instantiate%s ms), host issue%s us a step\n",
            r->label, weag, wprobe, wcap, wms, whost);
@@ -295,9 +295,8 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
   if (runs[0].passes >= 2) {
     printf("passes, total_ms (%s):", runs[0].passes == 2 ? "first / second" : "pass by pass");
     for (int i = 0; i < n; i++) {
-      char list[128] = "";
-      size_t off = 0;
-      PASS_LIST(list, off, &runs[i], "%.1f", pp->wall_ms);
+      char list[128];
+      PASS_LIST(list, &runs[i], "%.1f", pp->wall_ms);
       printf("%s %s%s", i ? ";" : "", runs[i].label, list);
     }
     printf("\n");

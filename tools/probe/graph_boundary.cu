@@ -239,6 +239,10 @@ int main(int argc, char **argv) {
   enum { EAGER, ONE, ONE_NOPDL, MODULES, MOD_NOPDL, CHILDREN, DEVFLAG, PINGPONG, JOINED, NVAR };
   const char *names[NVAR] = {"eager",    "one",     "one_nopdl", "modules", "mod_nopdl",
                              "children", "devflag", "pingpong",  "joined"};
+  auto each = [&](const std::vector<cudaGraphExec_t> &x) { /* the modules one after the other */
+                                                           for (cudaGraphExec_t e : x)
+                                                             CK(cudaGraphLaunch(e, s));
+  };
   auto chain = [&](int v) {
     switch (v) {
     case EAGER:
@@ -252,19 +256,16 @@ int main(int argc, char **argv) {
       CK(cudaGraphLaunch(x_one_nopdl, s));
       break;
     case MODULES:
-      for (int mod = 0; mod < c.m; mod++)
-        CK(cudaGraphLaunch(x_mod[mod], s));
+      each(x_mod);
       break;
     case MOD_NOPDL:
-      for (int mod = 0; mod < c.m; mod++)
-        CK(cudaGraphLaunch(x_nopdl[mod], s));
+      each(x_nopdl);
       break;
     case CHILDREN:
       CK(cudaGraphLaunch(x_children, s));
       break;
     case DEVFLAG:
-      for (int mod = 0; mod < c.m; mod++)
-        CK(cudaGraphLaunch(x_dev[mod], s));
+      each(x_dev);
       break;
     case PINGPONG:
       /* Module 0 on s (after the chain's start event), then each on the other stream after the
