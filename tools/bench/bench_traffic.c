@@ -42,6 +42,9 @@ struct pass {
   cgrt_stats mid;        /* the same at the start of the steady window (the trace's second half) */
   double window_host_us; /* the host's time per step issuing the steady window's steps */
   uint64_t overturned;   /* by_time's eager decisions undone by their watch (a backend figure) */
+  double longest_ms;     /* the host's longest single step call: a one-off stall shows here */
+  uint64_t longest_step; /* which step it was, and its token count */
+  int64_t longest_tokens;
 };
 
 static void overturned_figure(void *user, const char *name, uint64_t value) {
@@ -91,13 +94,22 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct p
   uint64_t half = t->total_steps / 2, t0 = cgrt_tool_now_ns(), t_mid = t0;
   int rc = 0;
   r->mid.struct_size = sizeof(r->mid);
+  r->longest_ms = 0;
   for (uint64_t i = 0; i < t->total_steps && rc == 0; i++) {
     if (i == half) {
       cgrt_stats_get(hm->rt, &r->mid);
       t_mid = cgrt_tool_now_ns();
       cudaEventRecord(mid, s);
     }
-    rc = bench_hm_step(hm, next_tokens(&c), &rep);
+    int64_t tokens = next_tokens(&c);
+    uint64_t t_step = cgrt_tool_now_ns();
+    rc = bench_hm_step(hm, tokens, &rep);
+    double ms = (double)(cgrt_tool_now_ns() - t_step) / 1e6;
+    if (ms > r->longest_ms) {
+      r->longest_ms = ms;
+      r->longest_step = i;
+      r->longest_tokens = tokens;
+    }
   }
   r->window_host_us = (double)(cgrt_tool_now_ns() - t_mid) / 1e3 / (double)(t->total_steps - half);
   cudaEventRecord(end, s);
@@ -170,6 +182,21 @@ static double padded_share(const cgrt_stats *s) {
  * exact-size bucket, the bytes copied around replays (buffers that moved), the steady device time.
  */
 static void per_pass_lines(const struct traffic_run *runs, int n) {
+  /* Every run's longest step call per pass: a stall of the host (a driver call held up by another
+     process, a first launch) that the pass's total carries and its steady window may not. */
+  for (int i = 0; i < n; i++) {
+    const struct traffic_run *r = &runs[i];
+    char longest[256];
+    size_t off = 0;
+    longest[0] = '\0';
+    for (int p = 0; p < r->passes && off + 1 < sizeof(longest); p++)
+      off += (size_t)snprintf(longest + off, sizeof(longest) - off, "%s%.2f ms at step %llu (%lld)",
+                              p ? " / " : " ", r->pass[p].longest_ms,
+                              (unsigned long long)r->pass[p].longest_step,
+                              (long long)r->pass[p].longest_tokens);
+    printf("%s, longest step call per pass (host, ms; step of the trace, its tokens):%s\n",
+           r->label, longest);
+  }
   for (int i = 1; i < n && runs[0].passes >= 2; i++) {
     const struct traffic_run *r = &runs[i];
     if (!r->graphed)
