@@ -45,7 +45,10 @@ struct pass {
   double longest_ms;     /* the host's longest single step call: a one-off stall shows here */
   uint64_t longest_step; /* which step it was, and its token count */
   int64_t longest_tokens;
+  double start_s; /* when it began, in seconds since the bench's first pass */
 };
+
+static uint64_t first_pass_ns; /* when the bench's first timed pass began */
 
 static void overturned_figure(void *user, const char *name, uint64_t value) {
   if (strcmp(name, "by_time_eager_overturned") == 0)
@@ -92,6 +95,7 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct p
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   struct cursor c = cursor_start(t);
   uint64_t half = t->total_steps / 2, t0 = cgrt_tool_now_ns(), t_mid = t0;
+  r->start_s = first_pass_ns ? (double)(t0 - first_pass_ns) / 1e9 : 0;
   int rc = 0;
   r->mid.struct_size = sizeof(r->mid);
   r->longest_ms = 0;
@@ -202,7 +206,8 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     if (!r->graphed)
       continue;
     char cap[128], rep[128], eag[128], probe[128], undone[128], exact[128], copied[128],
-        steady[128];
+        steady[128], start[128];
+    PASS_LIST(start, r, "%.1f", pp->start_s);
     PASS_LIST(cap, r, "%.1f", (double)(pp->st.capture_ns + pp->st.instantiate_ns) / 1e6);
     PASS_LIST(rep, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_REPLAY]);
     PASS_LIST(eag, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_EAGER]);
@@ -212,8 +217,8 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     PASS_LIST(copied, r, "%.1f", (double)pp->st.copy_bytes / (1024.0 * 1024.0));
     PASS_LIST(steady, r, "%.1f", pp->steady_us);
     printf("%s, per pass: capture+instantiate%s ms, steps replayed%s, eager%s (by_time probes%s, "
-           "eager undone%s), exact-size%s, copied%s MiB, steady%s us\n",
-           r->label, cap, rep, eag, probe, undone, exact, copied, steady);
+           "eager undone%s), exact-size%s, copied%s MiB, steady%s us; started at%s s\n",
+           r->label, cap, rep, eag, probe, undone, exact, copied, steady, start);
     /* The steady window alone: what of the above fell in it, and whether the host kept ahead
        (its issue time per step well under the steady time) or bound the window. */
     char weag[128], wprobe[128], wcap[128], wms[128], whost[128];
@@ -460,6 +465,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
     goto out;
   cgrt_tool_config **cfgs[4] = {&eager_cfg, &cfg, &alt, &tok};
   int n = local ? 4 : have_alt ? 3 : 2;
+  first_pass_ns = cgrt_tool_now_ns();
   const int passes = o->traffic_passes < 1        ? 2
                      : o->traffic_passes > PASSES ? PASSES
                                                   : o->traffic_passes;
