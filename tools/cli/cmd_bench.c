@@ -121,15 +121,16 @@ static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
 }
 
 /* The numeric options' ranges (printed by usage): wide enough for any run that ends. */
-#define STEPS_MAX     1000000    /* --steps: timed steps per measurement */
-#define WARMUP_MAX    1000000    /* --warmup: untimed steps before */
-#define WARMUP_MS_MAX 3600000    /* --warmup-ms: an hour */
-#define BLOCKS_MAX    1000       /* --blocks */
-#define KERNELS_MAX   100000     /* --kernels: the chain's kernels, one graph node each */
-#define CALLS_MAX     1000000000 /* --calls: dispatch's calls per repetition */
-#define TIMEOUT_MAX   86400      /* --timeout: a day, in seconds */
-#define TOKENS_MAX    1000000    /* each --tokens count: rows of the workload's buffers */
-#define PASSES_MAX    4          /* --passes: each --traffic run's passes */
+#define STEPS_MAX      1000000    /* --steps: timed steps per measurement */
+#define WARMUP_MAX     1000000    /* --warmup: untimed steps before */
+#define WARMUP_MS_MAX  3600000    /* --warmup-ms: an hour */
+#define BLOCKS_MAX     1000       /* --blocks */
+#define KERNELS_MAX    100000     /* --kernels: the chain's kernels, one graph node each */
+#define CALLS_MAX      1000000000 /* --calls: dispatch's calls per repetition */
+#define TIMEOUT_MAX    86400      /* --timeout: a day, in seconds */
+#define TOKENS_MAX     1000000    /* each --tokens count: rows of the workload's buffers */
+#define PASSES_MAX     4          /* --passes: each --traffic run's passes */
+#define PASSES_DEFAULT 2          /* ... without --passes: A B C D D C B A */
 
 /* The usage, on out: stdout for --help, stderr after a misuse. */
 static void usage(FILE *out) {
@@ -266,7 +267,7 @@ int cmd_bench(int argc, char **argv) {
                          .warmup_ms = 100,
                          .blocks = 5,
                          .chain_kernels = 64,
-                         .traffic_passes = PASSES_MAX};
+                         .traffic_passes = PASSES_DEFAULT};
   int passes_given = 0;
   int calls = 2000000;
   const char *tokens = NULL;
