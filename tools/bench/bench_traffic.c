@@ -32,8 +32,9 @@
 
 #include "bench_gpu.h"
 
-#define SAMPLES 48
-#define PASSES  4 /* at most, over the trace per run (--passes) */
+#define SAMPLES      48
+#define PASSES       4   /* at most, over the trace per run (--passes) */
+#define SETTLE_STEPS 800 /* --settle: steps of the trace a settling run replays, untimed */
 
 /* One timed replay of the trace. */
 struct pass {
@@ -263,8 +264,8 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
   if (o->json) {
     printf("{\"workload\":\"decode\",\"traffic\":");
     tool_json_string(o->traffic); /* a path: any text */
-    printf(",\"steps\":%llu,\"real_tokens\":%.0f,\"device\":", (unsigned long long)t->total_steps,
-           t->total_tokens);
+    printf(",\"steps\":%llu,\"real_tokens\":%.0f,\"settle\":%d,\"device\":",
+           (unsigned long long)t->total_steps, t->total_tokens, o->traffic_settle);
     tool_json_string(device);
     printf(",\"runs\":[");
     for (int i = 0; i < n; i++) {
@@ -298,6 +299,11 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
          "decode (%s), %s\n",
          o->traffic, (unsigned long long)t->total_steps, t->total_tokens, (long long)t->largest,
          what, device);
+  if (o->traffic_settle > 0)
+    printf("settled: %d round%s of every run over the trace's first %llu steps, untimed, each on "
+           "a runtime of its own, before the passes\n",
+           o->traffic_settle, o->traffic_settle > 1 ? "s" : "",
+           (unsigned long long)(t->total_steps < SETTLE_STEPS ? t->total_steps : SETTLE_STEPS));
   printf("each run replays the whole trace from a fresh runtime (captures included), %s; "
          "steady = the second half's device time per step; bitwise: sampled steps against eager "
          "at the same padded size; b_eager: calls run eagerly for [cuda_graph] memory_budget, "
@@ -465,6 +471,26 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
     goto out;
   cgrt_tool_config **cfgs[4] = {&eager_cfg, &cfg, &alt, &tok};
   int n = local ? 4 : have_alt ? 3 : 2;
+  /* --settle N: N rounds of every run, untimed, over the trace's first SETTLE_STEPS steps, each
+     on a runtime of its own, before the timed passes. The same graphs replayed 2-3% slower in a
+     process's first four graphed runtimes than in its later ones, whatever the time or the
+     trace's length (docs/decisions.md, issue 43, session 47): without settling that falls on the
+     padded-token plan's first two passes and on the configured run's first only. */
+  struct traffic lead = t;
+  lead.total_steps = t.total_steps < SETTLE_STEPS ? t.total_steps : SETTLE_STEPS;
+  for (int k = 0; k < o->traffic_settle * n; k++) {
+    cgrt_tool_config *c = NULL;
+    struct host_model sh;
+    struct pass sp = {0};
+    if (reload(o, k % n, alt_dist, &c) != EXIT_VALID)
+      goto out;
+    int src = hm_open(&sh, w, ws, max_rows, c, NULL); /* c consumed */
+    if (src == 0)
+      src = replay_timed(&sh, &lead, &sp);
+    cgrt_close(sh.rt);
+    if (src != 0)
+      goto out;
+  }
   first_pass_ns = cgrt_tool_now_ns();
   const int passes = o->traffic_passes < 1        ? 2
                      : o->traffic_passes > PASSES ? PASSES

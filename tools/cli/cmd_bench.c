@@ -131,6 +131,7 @@ static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
 #define TOKENS_MAX     1000000    /* each --tokens count: rows of the workload's buffers */
 #define PASSES_MAX     4          /* --passes: each --traffic run's passes */
 #define PASSES_DEFAULT 2          /* ... without --passes: A B C D D C B A */
+#define SETTLE_MAX     8          /* --settle: untimed rounds before them */
 
 /* The usage, on out: stdout for --help, stderr after a misuse. */
 static void usage(FILE *out) {
@@ -140,15 +141,17 @@ static void usage(FILE *out) {
       "                  [--steps N] [--warmup N] [--warmup-ms MS] [--blocks N] [--kernels N]\n"
       "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
       "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n"
-      "                  [--passes N] [--memory-budget SIZE|off] [--host-stream]\n"
+      "                  [--passes N] [--settle N] [--memory-budget SIZE|off] [--host-stream]\n"
       "  whole numbers: --tokens 1 to %d each (at most %d of them), --steps 1 to %d,\n"
       "  --warmup 0 to %d, --warmup-ms 0 to %d, --blocks 1 to %d, --kernels 1 to %d,\n"
       "  --calls 1 to %d, --ranks 0 to %d (0: the largest cp size), --timeout 0 to %d\n"
       "  (0: 600 s), --passes 1 to %d (--traffic: each run twice in the order A B C D D C B A,\n"
       "  the default; once, A B C D: half the time, a drift over the bench not cancelled; 3 or 4:\n"
-      "  on in turn, A B C D D C B A A B C D ..., to read a run against the process's age)\n",
+      "  on in turn, A B C D D C B A A B C D ..., to read a run against the process's age),\n"
+      "  --settle 0 to %d (--traffic: rounds of every run over the trace's first steps, untimed,\n"
+      "  before the passes, each on a runtime of its own; 0, the default: none)\n",
       TOKENS_MAX, BENCH_MAX_TOKENS, STEPS_MAX, WARMUP_MAX, WARMUP_MS_MAX, BLOCKS_MAX, KERNELS_MAX,
-      CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX, PASSES_MAX);
+      CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX, PASSES_MAX, SETTLE_MAX);
 }
 
 /* An int option from min to max (within int): 0, or -1 with the sentence printed. */
@@ -227,7 +230,7 @@ static int takes_value(const char *a) {
   static const char *const names[] = {"--workload",  "--tokens",        "--steps",    "--warmup",
                                       "--warmup-ms", "--blocks",        "--cp-shape", "--plot",
                                       "--kernels",   "--calls",         "--ranks",    "--timeout",
-                                      "--traffic",   "--memory-budget", "--passes"};
+                                      "--traffic",   "--memory-budget", "--passes",   "--settle"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcmp(a, names[i]) == 0)
       return 1;
@@ -268,7 +271,7 @@ int cmd_bench(int argc, char **argv) {
                          .blocks = 5,
                          .chain_kernels = 64,
                          .traffic_passes = PASSES_DEFAULT};
-  int passes_given = 0;
+  int passes_given = 0, settle_given = 0;
   int calls = 2000000;
   const char *tokens = NULL;
   for (int i = 1; i < argc; i++) {
@@ -318,6 +321,9 @@ int cmd_bench(int argc, char **argv) {
     else if (strcmp(a, "--passes") == 0) {
       passes_given = 1;
       rc = int_opt(a, argv[++i], 1, PASSES_MAX, &o.traffic_passes);
+    } else if (strcmp(a, "--settle") == 0) {
+      settle_given = 1;
+      rc = int_opt(a, argv[++i], 0, SETTLE_MAX, &o.traffic_settle);
     } else if (strcmp(a, "--memory-budget") == 0) {
       if (parse_budget(argv[++i], &o) != 0)
         return EXIT_INVALID;
@@ -354,6 +360,11 @@ int cmd_bench(int argc, char **argv) {
     return EXIT_UNUSABLE;
   if (passes_given && !o.traffic) {
     fprintf(stderr, "cgrt bench: --passes is for --traffic (each run's passes over the trace)\n");
+    return EXIT_UNUSABLE;
+  }
+  if (settle_given && !o.traffic) {
+    fprintf(stderr, "cgrt bench: --settle is for --traffic (untimed rounds of its runs before "
+                    "the passes)\n");
     return EXIT_UNUSABLE;
   }
   if (o.traffic && strcmp(o.workload, "decode") != 0) {
