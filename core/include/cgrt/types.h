@@ -261,7 +261,7 @@ typedef struct cgrt_stats {
   uint64_t padding_tokens;
 #endif
   uint64_t capture_ns;         /* host time spent capturing */
-  uint64_t instantiate_ns;     /* host time spent instantiating and updating */
+  uint64_t instantiate_ns;     /* host time spent instantiating, updating and uploading */
   uint64_t graph_mem_used;     /* bytes of graph memory in use (driver's figure) */
   uint64_t graph_mem_reserved; /* bytes of graph memory reserved (driver's figure) */
   /* -- since 0.2: token buckets -- */

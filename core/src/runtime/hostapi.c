@@ -213,7 +213,9 @@ static int h_exec_update(const struct cgrt_host_api *h, void *exec, void *graph)
 
 static int h_exec_upload(const struct cgrt_host_api *h, void *exec, void *stream) {
   cgrt_runtime *rt = CGRT_RT(h);
+  uint64_t t0 = cgrt__now_ns();
   int rc = DRV(rt)->exec_upload(DEV(rt), exec, stream);
+  rt->stats.instantiate_ns += cgrt__now_ns() - t0; /* the upload maps its graph memory */
   if (rc == 0)
     cgrt__watch(&rt->graphs, CGRT_TOOL_GRAPH_UPLOADED, NULL, exec, stream);
   return dev_rc(rt, rc);
@@ -372,7 +374,9 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   h_graph_destroy(h, graph);
   if (rc != 0)
     return cgrt__capture_fallback(&rt->graphs, rc, what, rt->dev.err);
+  uint64_t tu = cgrt__now_ns();
   rc = DRV(rt)->exec_upload(DEV(rt), *exec, stream);
+  rt->stats.instantiate_ns += cgrt__now_ns() - tu;
   if (rc == 0)
     cgrt__watch(&rt->graphs, CGRT_TOOL_GRAPH_UPLOADED, NULL, *exec, stream);
   if (rc != 0) {
