@@ -10,7 +10,10 @@
   by_time_copied_rechecks), and how many eager decisions their watch undid
   (by_time_eager_overturned);
 - traffic replays, `traffic_<NAME>.txt` (`cgrt bench CONF --traffic FILE`): the configuration's total
-  against its padded-token plan and eager;
+  against its padded-token plan and eager, and whether the runs were settled (`--settle N`): without
+  it the plan's first two passes fall in the process's first graphed runtimes, which replay 2-3%
+  slower, and the configured run's first only (docs/decisions.md, issue 43, session 47), so the
+  ratio of an unsettled log favours the configured run;
 - `dispatch.txt`: lines "<run> <CONF>: replay dispatch: X us ... (raw launch Y us) ..." per run;
 - `ordering.txt`: lines "<run> <CONF>: ordering with the legacy stream ...: F us for the four calls
   ..., T us for two legacy-stream records ..." per run (the ordering calls alone).
@@ -35,6 +38,8 @@ PASSES = re.compile(
     r"^.* against its padded-token plan: \d+(?:\.\d+)? of its total \(passes "
     r"(?P<list>\d+(?:\.\d+)?(?:, \d+(?:\.\d+)?)+)\)$"
 )
+# `--settle N`: the bench's header line when N > 0
+SETTLED = re.compile(r"^settled: (?P<n>\d+) rounds? of every run")
 DISPATCH = re.compile(
     r"^(?P<run>\S+) (?P<conf>\S+): replay dispatch: (?P<us>-?\d+(?:\.\d+)?) us .*?"
     r"\(raw launch (?P<raw>\d+(?:\.\d+)?) us\)"
@@ -107,11 +112,17 @@ def decode(logdir):
 
 def traffic(path):
     """(configuration row, its total, the padded plan's total, eager's total, the passes' ratios
-    to the plan in their order or None for a log of one pass), or an error."""
+    to the plan in their order or None for a log of one pass, the settling rounds), or an
+    error."""
     rows = {}
     passes = None
+    settled = 0
     with open(path) as f:
         for line in f:
+            m = SETTLED.match(line.strip())
+            if m:
+                settled = int(m.group("n"))
+                continue
             m = PASSES.match(line.strip())
             if m:
                 passes = tuple(float(x) for x in m.group("list").split(", "))
@@ -125,7 +136,7 @@ def traffic(path):
     conf = plan[0][: -len(", padded-token plan")]
     if conf not in rows:
         raise ValueError("no row %r beside its padded-token plan" % conf)
-    return conf, rows[conf], rows[plan[0]], rows["eager"], passes
+    return conf, rows[conf], rows[plan[0]], rows["eager"], passes, settled
 
 
 def dispatch(path):
@@ -195,16 +206,18 @@ def main(argv):
             print("  %s: 1-token %.1f-%.1f us over %d processes" % (conf, min(ones), max(ones), len(ones)))
     for path in sorted(glob.glob(os.path.join(logdir, "traffic_*.txt"))):
         try:
-            conf, total, plan, eager, passes = traffic(path)
+            conf, total, plan, eager, passes, settled = traffic(path)
         except (OSError, ValueError) as e:
             print("traffic %s: BROKEN: %s" % (os.path.basename(path), e))
             ok = False
             continue
         print(
             "traffic %s: %s %.1f ms, its padded-token plan %.1f (%.3f of it; target: 1.000 at "
-            "most), eager %.1f (%.2fx)%s"
+            "most), eager %.1f (%.2fx)%s; %s"
             % (os.path.basename(path), conf, total, plan, total / plan, eager, eager / total,
-               "; passes " + ", ".join("%.3f" % x for x in passes) if passes else "")
+               "; passes " + ", ".join("%.3f" % x for x in passes) if passes else "",
+               "settled %d round%s" % (settled, "s" if settled > 1 else "") if settled
+               else "not settled (the ratio favours %s: run with --settle 2)" % conf)
         )
     dpath = os.path.join(logdir, "dispatch.txt")
     if os.path.exists(dpath):

@@ -10,7 +10,8 @@
 #   2. the shipped traffic replays (TRAFFIC=1, the default): traffic/bimodal.txt under
 #      conf/local_bytime.ini, traffic/decode_small_buckets.txt under conf/local_block_budget.ini
 #      (by_time on by default, 4 exact-size buckets), each against its padded-token plan and eager
-#      (the bench's own rows), on the last two GPUs beside nothing else (after the decode benches);
+#      (the bench's own rows), on the last two GPUs beside nothing else (after the decode benches),
+#      each after SETTLE (default 2) untimed rounds of its runs (`--settle`);
 #   3. the step path (DISPATCH=3 runs, 0 for none): `cgrt bench conf/local_block.ini --tokens 1`
 #      (by_time on, the default), the same with by_time off, and the default with --host-stream
 #      (runtimes on a stream handed at open: no ordering with the legacy stream), in turn, their
@@ -94,12 +95,15 @@ if [ "${TRAFFIC:-1}" = 1 ]; then
   echo "== traffic replays (logs: $logs/traffic_*)"
   g1=$(echo "$ids" | tr ' ' '\n' | tail -1)
   g2=$(echo "$ids" | tr ' ' '\n' | tail -2 | head -1)
+  # --settle: untimed rounds of every run first, past a process's slow first graphed runtimes
+  # (docs/decisions.md, issue 43, session 47); SETTLE=0 for the runs as before
   CUDA_VISIBLE_DEVICES=$g1 "$cgrt" bench conf/local_bytime.ini --traffic traffic/bimodal.txt \
-    >"$logs/traffic_bimodal.txt" 2>&1 &
+    --settle "${SETTLE:-2}" >"$logs/traffic_bimodal.txt" 2>&1 &
   p1=$!
   [ "$g1" = "$g2" ] && wait "$p1"
   CUDA_VISIBLE_DEVICES=$g2 "$cgrt" bench conf/local_block_budget.ini \
-    --traffic traffic/decode_small_buckets.txt >"$logs/traffic_decode_small_buckets.txt" 2>&1 ||
+    --traffic traffic/decode_small_buckets.txt --settle "${SETTLE:-2}" \
+    >"$logs/traffic_decode_small_buckets.txt" 2>&1 ||
     status=1
   wait "$p1" || status=1
 fi

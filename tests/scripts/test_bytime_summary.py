@@ -82,7 +82,8 @@ class Summary(unittest.TestCase):
                       out)
         self.assertIn("fresh at: 37:37\n", out)  # no backend figures: nothing said
         self.assertIn("local exponential 2900.0 ms, its padded-token plan 3100.0 (0.935 of it", out)
-        self.assertIn("eager 3000.0 (1.03x); passes 0.952, 0.919", out)
+        self.assertIn("eager 3000.0 (1.03x); passes 0.952, 0.919; not settled (the ratio favours "
+                      "local exponential: run with --settle 2)", out)
         self.assertIn("dispatch local_block.ini: 2.674, 1.665 us a step", out)
         self.assertIn("raw launch 5.107, 3.902 us", out)
         self.assertIn("four as on cgrt's stream 0.812 us; two legacy-stream records beside a "
@@ -96,6 +97,16 @@ class Summary(unittest.TestCase):
         rc, out = run(self.dir)
         self.assertEqual(rc, 0, out)
         self.assertIn("eager 3000.0 (1.03x); passes 1.010, 0.950, 0.981, 0.962", out)
+
+    def test_settled(self):
+        # --settle 2: the header line says so, and the summary with it
+        self.put("dec_g0_1_local.json", decode([(1, "exact", 1.6, 505.0)], []))
+        self.put("traffic_bimodal.txt", TRAFFIC.replace(
+            "run ", "settled: 2 rounds of every run over the trace's first 800 steps, untimed, "
+            "each on a runtime of its own, before the passes\nrun ", 1))
+        rc, out = run(self.dir)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("passes 0.952, 0.919; settled 2 rounds\n", out)
 
     def test_differing_row_fails(self):
         self.put("dec_g0_1_local.json", decode([(1, "exact", 1.6, 505.0)], [], bitwise=False))

@@ -82,6 +82,19 @@ if [ "$(grep -c '^by_time' "$f")" != 1 ] || ! grep -q '^by_time = off' "$f"; the
 fi
 diff "$root/conf/local_bytime.ini" "$f" | grep -c '^[<>]' | grep -qx 2 ||
   fail "local_bytime_padded.ini differs from conf/local_bytime.ini in more than its by_time line"
+# the traffic replays settle twice by default (--settle 2), SETTLE=0 not at all
+for settle in default 0; do
+  : >"$t/calls"
+  (if [ $settle = 0 ]; then export SETTLE=0; else unset SETTLE; fi
+    cd "$root" && CONFS=local CUDA_VISIBLE_DEVICES=1 PROCS=1 TRAFFIC=1 DISPATCH=0 \
+      PATH="$t/bin:$PATH" sh scripts/gpu-bytime.sh "$t/build" "$t/logs3" >"$t/out" 2>&1)
+  want=$([ $settle = 0 ] && echo 0 || echo 2)
+  for trace in bimodal decode_small_buckets; do
+    grep -q "^bench .* --traffic traffic/$trace.txt --settle $want\$" "$t/calls" ||
+      fail "gpu-bytime.sh's $trace replay without --settle $want (SETTLE $settle):" \
+        "$(cat "$t/calls")"
+  done
+done
 # both copies are valid configurations (the cgrt command, when given: ctest passes it)
 if [ -n "$cgrt" ]; then
   for c in "$f" "$logs/local_padded.ini" "$logs/local_block_padded.ini"; do
