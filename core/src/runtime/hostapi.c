@@ -374,11 +374,7 @@ static int h_capture(const struct cgrt_host_api *h, void *stream, int (*fn)(void
   h_graph_destroy(h, graph);
   if (rc != 0)
     return cgrt__capture_fallback(&rt->graphs, rc, what, rt->dev.err);
-  uint64_t tu = cgrt__now_ns();
-  rc = DRV(rt)->exec_upload(DEV(rt), *exec, stream);
-  rt->stats.instantiate_ns += cgrt__now_ns() - tu;
-  if (rc == 0)
-    cgrt__watch(&rt->graphs, CGRT_TOOL_GRAPH_UPLOADED, NULL, *exec, stream);
+  rc = h_exec_upload(h, *exec, stream);
   if (rc != 0) {
     snprintf(why, sizeof(why), "%s", rt->dev.err);
     h_exec_destroy(h, *exec);
