@@ -46,10 +46,8 @@ struct pass {
   double longest_ms;     /* the host's longest single step call: a one-off stall shows here */
   uint64_t longest_step; /* which step it was, and its token count */
   int64_t longest_tokens;
-  double start_s; /* when it began, in seconds since the bench's first pass */
+  uint64_t start_ns; /* when it began (the host's clock) */
 };
-
-static uint64_t first_pass_ns; /* when the bench's first timed pass began */
 
 static void overturned_figure(void *user, const char *name, uint64_t value) {
   if (strcmp(name, "by_time_eager_overturned") == 0)
@@ -96,7 +94,7 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct p
   cgrt_step_report rep = {.struct_size = sizeof(rep)};
   struct cursor c = cursor_start(t);
   uint64_t half = t->total_steps / 2, t0 = cgrt_tool_now_ns(), t_mid = t0;
-  r->start_s = first_pass_ns ? (double)(t0 - first_pass_ns) / 1e9 : 0;
+  r->start_ns = t0;
   int rc = 0;
   r->mid.struct_size = sizeof(r->mid);
   r->longest_ms = 0;
@@ -167,16 +165,16 @@ static double padded_share(const cgrt_stats *s) {
   return p + r > 0 ? p / (p + r) : 0;
 }
 
-/* Writes " a / b / ..." of one figure over run r's passes into the array buf: expr is the figure
- * of one pass, read through pp (that pass); cut at the array's end. */
-#define PASS_LIST(buf, r, fmt, expr)                                                               \
+/* Writes " a / b / ..." of one figure over run r's passes into the array buf: the arguments
+ * after fmt are its values for one pass, read through pp (that pass); cut at the array's end. */
+#define PASS_LIST(buf, r, fmt, ...)                                                                \
   do {                                                                                             \
     size_t off_ = 0;                                                                               \
     (buf)[0] = '\0';                                                                               \
     for (int p_ = 0; p_ < (r)->passes && off_ + 1 < sizeof(buf); p_++) {                           \
       const struct pass *pp = &(r)->pass[p_];                                                      \
-      off_ +=                                                                                      \
-          (size_t)snprintf((buf) + off_, sizeof(buf) - off_, "%s" fmt, p_ ? " / " : " ", (expr));  \
+      off_ += (size_t)snprintf((buf) + off_, sizeof(buf) - off_, "%s" fmt, p_ ? " / " : " ",       \
+                               __VA_ARGS__);                                                       \
     }                                                                                              \
   } while (0)
 
@@ -192,13 +190,8 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
   for (int i = 0; i < n; i++) {
     const struct traffic_run *r = &runs[i];
     char longest[256];
-    size_t off = 0;
-    longest[0] = '\0';
-    for (int p = 0; p < r->passes && off + 1 < sizeof(longest); p++)
-      off += (size_t)snprintf(longest + off, sizeof(longest) - off, "%s%.2f ms at step %llu (%lld)",
-                              p ? " / " : " ", r->pass[p].longest_ms,
-                              (unsigned long long)r->pass[p].longest_step,
-                              (long long)r->pass[p].longest_tokens);
+    PASS_LIST(longest, r, "%.2f ms at step %llu (%lld)", pp->longest_ms,
+              (unsigned long long)pp->longest_step, (long long)pp->longest_tokens);
     printf("%s, longest step call per pass (host, ms; step of the trace, its tokens):%s\n",
            r->label, longest);
   }
@@ -208,7 +201,8 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
       continue;
     char cap[128], rep[128], eag[128], probe[128], undone[128], exact[128], copied[128],
         steady[128], start[128];
-    PASS_LIST(start, r, "%.1f", pp->start_s);
+    /* in seconds since the first timed pass (eager's first) began */
+    PASS_LIST(start, r, "%.1f", (double)(pp->start_ns - runs[0].pass[0].start_ns) / 1e9);
     PASS_LIST(cap, r, "%.1f", (double)(pp->st.capture_ns + pp->st.instantiate_ns) / 1e6);
     PASS_LIST(rep, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_REPLAY]);
     PASS_LIST(eag, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_EAGER]);
@@ -491,7 +485,6 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
     if (src != 0)
       goto out;
   }
-  first_pass_ns = cgrt_tool_now_ns();
   const int passes = o->traffic_passes < 1        ? 2
                      : o->traffic_passes > PASSES ? PASSES
                                                   : o->traffic_passes;
