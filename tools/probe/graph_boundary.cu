@@ -239,9 +239,10 @@ int main(int argc, char **argv) {
   enum { EAGER, ONE, ONE_NOPDL, MODULES, MOD_NOPDL, CHILDREN, DEVFLAG, PINGPONG, JOINED, NVAR };
   const char *names[NVAR] = {"eager",    "one",     "one_nopdl", "modules", "mod_nopdl",
                              "children", "devflag", "pingpong",  "joined"};
-  auto each = [&](const std::vector<cudaGraphExec_t> &x) { /* the modules one after the other */
-                                                           for (cudaGraphExec_t e : x)
-                                                             CK(cudaGraphLaunch(e, s));
+  /* the modules' graphs one after the other on s */
+  auto each = [&](const std::vector<cudaGraphExec_t> &x) {
+    for (cudaGraphExec_t e : x)
+      CK(cudaGraphLaunch(e, s));
   };
   auto chain = [&](int v) {
     switch (v) {
