@@ -113,6 +113,30 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("graph:        2 records,          2.2 us in them,          0.6 us idle", out)
         self.assertRegex(out, r"2\s+1\.00\s+1\s+1\.20\s+\+0\.20\s+gemm")
 
+    def test_by_launch(self):
+        fd, path = tempfile.mkstemp(suffix=".csv")
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(HEADER)
+            # eager: nccl 2 us; graph 5, two launches of 2 kernels (corr 10, 11): nccl 4 and 6 us,
+            # gemm 1 us each; graph 6, one launch (corr 12) of 17 kernels: nccl 3 us, 16 gemm 1 us
+            rows = [("ncclAllGather", 0, 2000, 0, 1)]
+            t = 10000
+            for corr, d in ((10, 4000), (11, 6000)):
+                rows += [("ncclAllGather", t, t + d, 5, corr), ("gemm", t + d, t + d + 1000, 5, corr)]
+                t += 20000
+            rows.append(("ncclAllGather", t, t + 3000, 6, 12))
+            rows += [("gemm", t + 3000 + i * 1000, t + 4000 + i * 1000, 6, 12) for i in range(16)]
+            for name, s, e, graph, corr in rows:
+                w.writerow(["kernel", name, s, e, 7, graph, 1, corr])
+        self.addCleanup(os.unlink, path)
+        rc, out = run(path, "--by-launch")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("at most 16 kernels (2 launches); larger ones (1)", out)
+        # nccl: eager 1 x 2.00; small 2 x median 5.00, p90 6.00; large 1 x 3.00
+        self.assertRegex(out, r"1\s+2\.00\s+2\s+5\.00\s+6\.00\s+1\s+3\.00\s+3\.00\s+ncclAllGather")
+        self.assertRegex(out, r"0\s+-\s+2\s+1\.00\s+1\.00\s+16\s+1\.00\s+1\.00\s+gemm")
+
     def test_boundaries(self):
         fd, path = tempfile.mkstemp(suffix=".csv")
         with os.fdopen(fd, "w", newline="") as f:

@@ -5,6 +5,7 @@
     trace_summary.py RUN.csv [--top 12] [--against OTHER.csv]
     trace_summary.py RUN.csv --by-graph [--top 12]
     trace_summary.py RUN.csv --boundaries [--top 12]
+    trace_summary.py RUN.csv --by-launch [--top 12]
 
 A step begins at each kernel whose name starts with --step (a step's first kernel). Per step:
 kernels and copies run, the sum of the kernels' durations, the time the device was busy (the
@@ -32,6 +33,11 @@ graphs, which says what a graph boundary costs (issue 42: module scope's graphs 
 a step). Gaps over 50 us (the host behind, or a pause between phases) are left out and counted. A
 graph's kernels are reported on the stream it was launched on, so parallel branches inside a graph
 show as overlaps.
+With --by-launch, each kernel's durations by the launch it came in: eagerly, in a graph launch of
+at most SMALL_LAUNCH kernels (a graph per module call), or in a larger one (a graph per step): the
+same kernel slower in small graphs than in large ones is what a graph boundary does to it, and an
+NCCL kernel that runs longer there waits longer for its peers (issue 42: ranks whose module graphs
+drift apart between two collectives).
 Standard library only.
 """
 import argparse
@@ -349,6 +355,52 @@ def main_boundaries(a):
               f"{last(pair[0])} -> {last(pair[1])}")
 
 
+SMALL_LAUNCH = 16  # kernels of a graph launch, at most, to count as a module's graph
+
+
+def summarize_by_launch(path):
+    """Per kernel name, its durations in us by launch class: eager, small graphs, large graphs;
+    and the number of graph launches of each class. A graph launch's kernels share the launch's
+    correlation id (CUPTI reports them one by one)."""
+    launches, kernels = {}, []
+    for line, row in rows(path):
+        if row["kind"] != "kernel":
+            continue
+        graph = number(path, line, row, "graph")
+        corr = number(path, line, row, "correlation")
+        dur = (number(path, line, row, "end_ns") - number(path, line, row, "start_ns")) / 1e3
+        kernels.append((short(row["name"]), graph, corr, dur))
+        if graph:
+            launches[(graph, corr)] = launches.get((graph, corr), 0) + 1
+    if not kernels:
+        sys.exit(f"{path}: no kernel records (was libcgrt-trace.so preloaded into a CUDA process?)")
+    by, count = {}, {"small": 0, "large": 0}
+    for n in launches.values():
+        count["small" if n <= SMALL_LAUNCH else "large"] += 1
+    for name, graph, corr, dur in kernels:
+        where = "eager" if not graph else (
+            "small" if launches[(graph, corr)] <= SMALL_LAUNCH else "large")
+        by.setdefault(name, {"eager": [], "small": [], "large": []})[where].append(dur)
+    return by, count
+
+
+def main_by_launch(a):
+    by, count = summarize_by_launch(a.csv)
+    print(f"{a.csv}: kernel durations by launch, us: eager; graph launches of at most "
+          f"{SMALL_LAUNCH} kernels ({count['small']} launches); larger ones ({count['large']})")
+    print(f"    {'eager':>8} {'median':>8} {'small':>8} {'median':>8} {'p90':>8} {'large':>8} "
+          f"{'median':>8} {'p90':>8}  name")
+    order = sorted(by.items(), key=lambda x: -sum(sum(v) for v in x[1].values()))
+    for name, d in order[:a.top]:
+        cols = [f"{len(d['eager']):8d}",
+                f"{statistics.median(d['eager']):8.2f}" if d["eager"] else f"{'-':>8}"]
+        for k in ("small", "large"):
+            v = d[k]
+            cols += [f"{len(v):8d}", f"{statistics.median(v):8.2f}" if v else f"{'-':>8}",
+                     f"{quantile(v, 0.9):8.2f}" if v else f"{'-':>8}"]
+        print("    " + " ".join(cols) + f"  {last(name)}")
+
+
 def summarize_api(path, marker):
     """Per runtime API function: (calls, host us) a step, over the whole trace; and the steps."""
     steps, by = 0, {}
@@ -412,7 +464,12 @@ def main():
                     help="the whole trace split into work outside and inside graphs")
     ap.add_argument("--boundaries", action="store_true",
                     help="the gaps between records of a stream: inside graphs, between them")
+    ap.add_argument("--by-launch", action="store_true",
+                    help="each kernel's durations eagerly, in small graph launches, in large ones")
     a = ap.parse_args()
+    if a.by_launch:
+        main_by_launch(a)
+        return
     if a.by_graph:
         main_by_graph(a)
         return
