@@ -132,6 +132,7 @@ static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
 #define PASSES_MAX     4          /* --passes: each --traffic run's passes */
 #define PASSES_DEFAULT 2          /* ... without --passes: A B C D D C B A */
 #define SETTLE_MAX     8          /* --settle: untimed rounds before them */
+#define SETTLE_DEFAULT 2          /* ... without --settle: past a process's slow first runtimes */
 
 /* The usage, on out: stdout for --help, stderr after a misuse. */
 static void usage(FILE *out) {
@@ -149,7 +150,8 @@ static void usage(FILE *out) {
       "  the default; once, A B C D: half the time, a drift over the bench not cancelled; 3 or 4:\n"
       "  on in turn, A B C D D C B A A B C D ..., to read a run against the process's age),\n"
       "  --settle 0 to %d (--traffic: rounds of every run over the trace's first steps, untimed,\n"
-      "  before the passes, each on a runtime of its own; 0, the default: none)\n",
+      "  before the passes, each on a runtime of its own; 2, the default, puts every timed pass\n"
+      "  past a process's first graphed runtimes, which replay slower; 0: none)\n",
       TOKENS_MAX, BENCH_MAX_TOKENS, STEPS_MAX, WARMUP_MAX, WARMUP_MS_MAX, BLOCKS_MAX, KERNELS_MAX,
       CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX, PASSES_MAX, SETTLE_MAX);
 }
@@ -270,7 +272,8 @@ int cmd_bench(int argc, char **argv) {
                          .warmup_ms = 100,
                          .blocks = 5,
                          .chain_kernels = 64,
-                         .traffic_passes = PASSES_DEFAULT};
+                         .traffic_passes = PASSES_DEFAULT,
+                         .traffic_settle = SETTLE_DEFAULT};
   int passes_given = 0, settle_given = 0;
   int calls = 2000000;
   const char *tokens = NULL;

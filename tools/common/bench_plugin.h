@@ -44,7 +44,8 @@ struct bench_opts {
   uint64_t memory_budget; /* bytes, 0: off */
   int host_stream;        /* decode, chain: runtimes opened on a stream of the bench's (below) */
   int traffic_passes;     /* --traffic: 2 (A B C D D C B A, the default), 1 (A B C D), 3 or 4 */
-  int traffic_settle;     /* --traffic: untimed rounds of every run before the passes (0: none) */
+  int traffic_settle;     /* --traffic: untimed rounds of every run before the passes (2, the
+                             default; 0: none) */
 };
 
 /*
