@@ -30,6 +30,16 @@ struct cgrt_runtime {
    * step's entry and exit (runtime.c, order_with_host); NULL on the host's stream.
    */
   void *order_in, *order_out;
+  /*
+   * [runtime] max_queued_steps (runtime/step_queue.c): `depth` events, one a step in turn,
+   * recorded on the stream at the step's exit; before step i is issued the host waits for the
+   * record of step i - depth. depth 0: no bound, no events.
+   */
+  struct cgrt_step_queue {
+    int depth;
+    void *events[CGRT_CFG_MAX_QUEUED_STEPS];
+    uint64_t recorded; /* bit per event: it holds the record of an earlier step's end */
+  } queue;
   /* cgrt_last_error(rt): the sentence of the last public call that failed (guard.h) */
   char last_err[sizeof(((struct cgrt_log *)0)->err)];
   /*
@@ -101,6 +111,21 @@ int cgrt__open_config(cgrt_runtime **out, struct cgrt_config *cfg, cgrt_log_fn l
  */
 int cgrt__adaptive_open(cgrt_runtime *rt);
 void cgrt__adaptive_close(cgrt_runtime *rt);
+/*
+ * [runtime] max_queued_steps (step_queue.c): no more than that many steps queued ahead of the
+ * device. open: creates the events (none at 0). wait: at a step's entry, outside any capture and
+ * before its host time starts, waits until the step max_queued_steps before it has finished on the
+ * device (counted in queue_waits, queue_wait_ns). record: at the step's exit, after its work and
+ * its ordering with the host, also after a failed step (step_rc, its result so far), marks its
+ * end; returns step_rc if it failed (its sentence kept, a failed record beside it logged), else 0
+ * or the record's error. close: destroys the events. Errors come with their sentence; the runtime
+ * stays usable after one.
+ */
+int cgrt__queue_open(cgrt_runtime *rt);
+int cgrt__queue_wait(cgrt_runtime *rt);
+int cgrt__queue_record(cgrt_runtime *rt, int step_rc);
+void cgrt__queue_close(cgrt_runtime *rt);
+
 /* Frees cgrt_enqueue_host_copy's records of captured calls: call only once no graph can run. */
 void cgrt__host_copies_free(cgrt_runtime *rt);
 

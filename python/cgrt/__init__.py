@@ -613,6 +613,10 @@ class Stats:
     # probes of their own), and counts served eagerly refused an exact-size bucket as rare
     time_implied_counts: int
     time_rare_refused: int
+    # [runtime] max_queued_steps: steps whose issue first waited for an earlier step to finish on
+    # the device (the host was that many steps ahead), and the host time those waits took
+    queue_waits: int
+    queue_wait_ns: int
 
     @property
     def padded_tokens(self) -> int:
@@ -1177,6 +1181,8 @@ class Runtime:
             time_exact_counts=s.time_exact_counts,
             time_implied_counts=s.time_implied_counts,
             time_rare_refused=s.time_rare_refused,
+            queue_waits=s.queue_waits,
+            queue_wait_ns=s.queue_wait_ns,
         )
 
     def clear_findings(self) -> None:

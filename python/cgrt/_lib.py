@@ -187,6 +187,9 @@ class CStats(Structure):
         # since 0.4: fewer probes ([local] by_time)
         ("time_implied_counts", c_uint64),
         ("time_rare_refused", c_uint64),
+        # since 0.4: a bound on the steps queued ahead of the device ([runtime] max_queued_steps)
+        ("queue_waits", c_uint64),
+        ("queue_wait_ns", c_uint64),
     ]
 
 

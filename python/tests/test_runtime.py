@@ -400,6 +400,37 @@ def test_host_function_that_raises_is_reported_at_synchronize(make_model):
     md.rt.synchronize()  # reported once
 
 
+def test_max_queued_steps_bounds_the_steps_ahead_of_the_device():
+    """[runtime] max_queued_steps = 2: before step i is issued, step i - 2 has run (the host
+    driver runs work only when something waits for it), each wait counted in Stats; without the
+    key nothing waits."""
+    import json
+
+    ran = []
+
+    def body(i):
+        return lambda ctx: ctx.enqueue_host(lambda: ran.append(i))
+
+    ini = "[cuda_graph]\nimpl = none\n[runtime]\ndriver = host\nlog = off\nmax_queued_steps = 2\n"
+    with cgrt.Runtime(ini) as rt:
+        assert rt.config("runtime", "max_queued_steps") == "2"
+        for i in range(5):
+            rt.step("train", 1, body=body(i))
+        assert ran == [0, 1, 2]
+        s = rt.stats()
+        assert s.queue_waits == 3 and s.queue_wait_ns >= 0
+        assert json.loads(rt.stats_text(json=True))["queue_waits"] == 3
+        rt.synchronize()
+        assert ran == [0, 1, 2, 3, 4]
+    ran.clear()
+    with cgrt.Runtime(host_ini("none")) as rt:
+        for i in range(5):
+            rt.step("train", 1, body=body(i))
+        assert ran == [] and rt.stats().queue_waits == 0 and rt.stats().queue_wait_ns == 0
+        rt.synchronize()
+        assert ran == [0, 1, 2, 3, 4]
+
+
 # ---------------------------------------------------------------- capture notifications
 
 

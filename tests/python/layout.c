@@ -135,6 +135,8 @@ int main(void) {
   FIELD(cgrt_stats, time_exact_counts);
   FIELD(cgrt_stats, time_implied_counts);
   FIELD(cgrt_stats, time_rare_refused);
+  FIELD(cgrt_stats, queue_waits);
+  FIELD(cgrt_stats, queue_wait_ns);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);

@@ -135,6 +135,7 @@ static void assert_defaults(const struct cgrt_config_view *v) {
   assert_int_equal(v->driver, CGRT_DRIVER_CUDA);
   assert_int_equal(v->bind_cpu, 1);
   assert_int_equal(v->log_level, CGRT_LOG_INFO);
+  assert_int_equal(v->max_queued_steps, 0); /* no bound */
   assert_int_equal(v->nan_check, 1);
   assert_int_equal(v->recompute, CGRT_RECOMPUTE_NONE);
   assert_int_equal(v->moe_experts, 0);
@@ -987,6 +988,25 @@ static void rule_counts_at_least_one(void **state) {
   assert_refused(f, "[dynamic_cp]\nmax_packed_tokens = 0\n",
                  "t.ini:2: [dynamic_cp] max_packed_tokens = 0: must be at least 1 (the capacity "
                  "of a THD slot in tokens)");
+}
+
+/* [runtime] max_queued_steps: 0 (no bound) to 64, the events the runtime keeps for it. */
+static void rule_max_queued_steps_at_most_64(void **state) {
+  struct fx *f = *state;
+  assert_refused(f, "[runtime]\nmax_queued_steps = 65\n",
+                 "t.ini:2: [runtime] max_queued_steps = 65: at most 64 (the steps cgrt lets the "
+                 "host queue ahead of the device; 0: no limit)");
+  assert_refused(f, "[runtime]\nmax_queued_steps = -1\n",
+                 "t.ini:2: [runtime] max_queued_steps = '-1': expected a whole number");
+  assert_clean(f, "[runtime]\nmax_queued_steps = 64\n");
+  assert_int_equal(f->cfg.view.max_queued_steps, 64);
+  int64_t v = 0;
+  assert_int_equal(f->cfg.view.get_int(&f->cfg.view, "runtime", "max_queued_steps", &v), 0);
+  assert_int_equal(v, 64);
+  assert_clean(f, "[runtime]\nmax_queued_steps = 0\n");
+  assert_int_equal(f->cfg.view.max_queued_steps, 0);
+  assert_clean(f, "[runtime]\nmax_queued_steps = 2\n");
+  assert_int_equal(f->cfg.view.max_queued_steps, 2);
 }
 
 static void rule_max_tokens_at_least_tp_size(void **state) {
@@ -1910,6 +1930,7 @@ int main(void) {
       T(rule_inference_scope_by_backend),
       T(rule_graphs_need_graph_safe_rng),
       T(rule_counts_at_least_one),
+      T(rule_max_queued_steps_at_most_64),
       T(rule_max_tokens_at_least_tp_size),
       T(rule_bucket_list_needs_sizes),
       T(rule_dynamic_cp_needs_a_size),

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    10
+#define CGRT_HOST_API_MINOR    11
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -279,6 +279,9 @@ struct cgrt_config_view {
                   char *buf, size_t len);
   /* -- since minor 8: buckets chosen by time -- */
   cgrt_adapt_by adapt_by; /* [inference] adapt_by */
+  /* -- since minor 11: a bound on the steps queued ahead of the device -- */
+  int max_queued_steps; /* [runtime] max_queued_steps, 0 to 64; 0: no bound. Before issuing step
+                           i the core waits for step i - max_queued_steps to finish */
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */

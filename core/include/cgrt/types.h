@@ -220,7 +220,8 @@ typedef struct cgrt_step_report {
   uint32_t calls_replayed; /* module calls served by a replay */
   uint32_t graphs_built;   /* executables instantiated during the step */
   uint32_t fallbacks;      /* captures that failed and ran eagerly instead */
-  uint64_t host_ns;        /* host time spent inside cgrt_step() */
+  uint64_t host_ns;        /* host time spent inside cgrt_step(), less a wait for an earlier
+                              step before this one was issued (cgrt_stats.queue_wait_ns) */
   /*
    * -- since 0.4 --
    * Bytes the step's replays copied into and out of private copies of moved buffers (rebind =
@@ -328,6 +329,12 @@ typedef struct cgrt_stats {
   uint64_t time_rare_refused;   /* token counts served eagerly that were refused an exact-size
                                    bucket because seen too rarely then (once per count; it may
                                    get one later, when seen often enough; local only) */
+  /* -- since 0.4: a bound on the steps queued ahead of the device -- */
+  uint64_t queue_waits;   /* steps whose issue first waited for the step [runtime]
+                             max_queued_steps before them to finish on the device (the host was
+                             that far ahead); 0 while max_queued_steps = 0 (no bound, the
+                             default) */
+  uint64_t queue_wait_ns; /* host time those waits took, summed (not in any step's host_ns) */
 } cgrt_stats;
 
 /*

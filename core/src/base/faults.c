@@ -46,6 +46,19 @@ int cgrt__fault_mem_alloc(struct cgrt_faults *f, struct cgrt_dev *dev, void **pt
   return dev->drv->mem_alloc(dev, ptr, bytes);
 }
 
+int cgrt__fault_queue_wait(struct cgrt_faults *f, struct cgrt_dev *dev, void *event) {
+  if (fires(&f->queue_wait))
+    return cgrt__dev_fail(dev, CGRT_E_DEVICE, "event_sync failed (injected fault)");
+  return dev->drv->event_sync(dev, event);
+}
+
+int cgrt__fault_queue_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *event,
+                             void *stream) {
+  if (fires(&f->queue_record))
+    return cgrt__dev_fail(dev, CGRT_E_DEVICE, "event_record failed (injected fault)");
+  return dev->drv->event_record(dev, event, stream);
+}
+
 void cgrt__fault_capture_sync(struct cgrt_faults *f, struct cgrt_dev *dev, void *stream) {
   if (fires(&f->capture_sync))
     (void)dev->drv->stream_sync(dev, stream);

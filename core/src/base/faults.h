@@ -25,6 +25,9 @@ struct cgrt_faults {
   int mem_alloc;    /* the next device allocation fails (CGRT_E_NOMEM: out of device memory) */
   int launch;       /* the next graph launch fails (CGRT_E_DEVICE) */
   int instantiate_nomem; /* the next instantiation runs out of device memory (CGRT_E_NOMEM) */
+  /* [runtime] max_queued_steps (runtime/step_queue.c) */
+  int queue_wait;   /* the next wait for an earlier step to finish fails (CGRT_E_DEVICE) */
+  int queue_record; /* the next record of a step's end fails (CGRT_E_DEVICE) */
 };
 
 /* graph_instantiate; an injected failure leaves *exec NULL. */
@@ -36,6 +39,12 @@ int cgrt__fault_exec_update(struct cgrt_faults *f, struct cgrt_dev *dev, void *e
 int cgrt__fault_exec_launch(struct cgrt_faults *f, struct cgrt_dev *dev, void *exec, void *stream);
 /* mem_alloc; an injected failure leaves *ptr NULL. */
 int cgrt__fault_mem_alloc(struct cgrt_faults *f, struct cgrt_dev *dev, void **ptr, size_t bytes);
+/* event_sync, for the wait of [runtime] max_queued_steps; an injected failure waits for nothing. */
+int cgrt__fault_queue_wait(struct cgrt_faults *f, struct cgrt_dev *dev, void *event);
+/* event_record, for the end of a step under [runtime] max_queued_steps; an injected failure records
+   nothing. */
+int cgrt__fault_queue_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *event,
+                             void *stream);
 /*
  * Called between the captured work and the end of a capture on `stream`: when capture_sync is
  * armed, makes a synchronizing call there (stream_sync), as a module that synchronizes would, so

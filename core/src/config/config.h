@@ -53,6 +53,12 @@ struct cgrt_option_set {
   int check_ran; /* its check() ran on this configuration (cgrt__config_check) */
 };
 
+/*
+ * The largest [runtime] max_queued_steps (config_rules.c refuses more): the runtime keeps one event
+ * per step it lets the host queue ahead of the device (runtime/step_queue.c).
+ */
+#define CGRT_CFG_MAX_QUEUED_STEPS 64
+
 /* At most the configured chain and one set for each of the core's sections. */
 #define CGRT_CFG_MAX_OPTION_SETS 8
 /* The longest chain of decorators read: the configured backend and what it wraps, in turn. */

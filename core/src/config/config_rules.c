@@ -94,6 +94,16 @@ static void below_minimum(const struct cgrt_config *cfg, struct cgrt_diag *diag,
     at_least(cfg, diag, errors, id, *(const int64_t *)field, k->min);
 }
 
+/* One check of a count that must be at most `max`. */
+static void at_most(const struct cgrt_config *cfg, struct cgrt_diag *diag, int *errors, int id,
+                    int64_t value, int64_t max) {
+  if (value <= max)
+    return;
+  const struct cfg_key *k = &cgrt__cfg_keys[id];
+  rule(cfg, diag, errors, id, -1, "[%s] %s = %lld: at most %lld (%s)", k->section, k->name,
+       (long long)value, (long long)max, k->why);
+}
+
 /* Where a backend's check() reports. */
 struct check_report {
   const struct cgrt_config *cfg;
@@ -337,6 +347,7 @@ int cgrt__config_check(struct cgrt_config *cfg, struct cgrt_diag *diag) {
   int before = errors;
   for (int id = 0; id < K_COUNT; id++)
     below_minimum(cfg, diag, &errors, id);
+  at_most(cfg, diag, &errors, K_MAX_QUEUED_STEPS, v->max_queued_steps, CGRT_CFG_MAX_QUEUED_STEPS);
   errors += cgrt__cfg_check_option_ranges(cfg, diag);
   int values_ok = errors == before;
   if (v->tp_size >= 1 && v->max_tokens < v->tp_size) {

@@ -222,6 +222,8 @@ static int open_runtime(cgrt_runtime *rt) {
   bind_thread(rt);
   rc = open_stream(rt);
   rt->graphs.stream = rt->stream;
+  if (rc == 0)
+    rc = cgrt__queue_open(rt);
   if (rc != 0)
     return rc;
 
@@ -359,6 +361,7 @@ static void runtime_free(cgrt_runtime *rt, const char *fn) {
   if (rt->order_out)
     rt->dev.drv->event_destroy(&rt->dev, rt->order_out);
   rt->order_in = rt->order_out = NULL;
+  cgrt__queue_close(rt);
   if (rt->stream && rt->stream == rt->host_stream) { /* the host's: waited for, kept */
     rc = cgrt__run_stream(rt, "cgrt_close");
     if (rc != 0 && !why[0])
@@ -837,7 +840,10 @@ static int step_run(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_repo
     return rc;
   if (report && report->struct_size < REPORT_MIN)
     return cgrt__fail(&rt->log, CGRT_E_INVAL, "cgrt_step: report->struct_size is not set");
-  rc = order_with_host(rt, 1);
+  /* [runtime] max_queued_steps: before the step's host time starts, so it is not counted there */
+  rc = cgrt__queue_wait(rt);
+  if (rc == 0)
+    rc = order_with_host(rt, 1);
   if (rc != 0)
     return rc;
 
@@ -881,6 +887,7 @@ static int step_run(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_repo
   int ordered = order_with_host(rt, 0);
   if (rc == 0)
     rc = ordered;
+  rc = cgrt__queue_record(rt, rc); /* after the step's last work: its end */
   rt->graphs.in_step = 0;
   rt->in_body = 0;
   rt->ctx = NULL;

@@ -59,7 +59,9 @@ static const struct {
               F(time_eager_counts),
               F(time_exact_counts),
               F(time_implied_counts),
-              F(time_rare_refused)};
+              F(time_rare_refused),
+              F(queue_waits),
+              F(queue_wait_ns)};
 #undef F
 
 /* snprintf into buf at *n, counting what did not fit, so the caller learns the length needed. */
