@@ -1,8 +1,9 @@
 /*
  * bench_checks.c - what went wrong or was checked during a `cgrt bench` run: fallbacks, moved
  * buffers (keys on private copies, keys sent eager, bytes copied), calls eager for the memory
- * budget, replays checked against eager and how many differed ([cuda_graph] verify), and
- * diagnose's findings, as text lines or as JSON fields.
+ * budget, replays checked against eager and how many differed ([cuda_graph] verify), steps that
+ * waited for an earlier one ([runtime] max_queued_steps), and diagnose's findings, as text lines
+ * or as JSON fields.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,8 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            "\"rebind_variant_keys\":%llu,\"rebind_eager_keys\":%llu,\"copy_bytes\":%llu,"
            "\"budget_eager\":%llu,\"timed_steps\":%llu,\"time_probe_steps\":%llu,"
            "\"time_eager_steps\":%llu,\"time_exact_steps\":%llu,\"time_eager_counts\":%llu,"
-           "\"time_exact_counts\":%llu,\"time_implied_counts\":%llu,\"time_rare_refused\":%llu",
+           "\"time_exact_counts\":%llu,\"time_implied_counts\":%llu,\"time_rare_refused\":%llu,"
+           "\"queue_waits\":%llu,\"queue_wait_ns\":%llu",
            (unsigned long long)s.fallbacks, (unsigned long long)s.rebinds,
            (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.rebind_variant_keys,
            (unsigned long long)s.rebind_eager_keys, (unsigned long long)s.copy_bytes,
@@ -45,7 +47,8 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            (unsigned long long)s.time_probe_steps, (unsigned long long)s.time_eager_steps,
            (unsigned long long)s.time_exact_steps, (unsigned long long)s.time_eager_counts,
            (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_implied_counts,
-           (unsigned long long)s.time_rare_refused);
+           (unsigned long long)s.time_rare_refused, (unsigned long long)s.queue_waits,
+           (unsigned long long)s.queue_wait_ns);
     printf(",\"verifications\":%llu,\"verify_mismatches\":%llu,\"verify_skipped\":%llu,"
            "\"findings\":[",
            (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
@@ -103,6 +106,10 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
         (unsigned long long)s.time_eager_counts, (unsigned long long)s.time_eager_steps,
         (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_exact_steps,
         (unsigned long long)s.time_implied_counts, (unsigned long long)s.time_rare_refused);
+  if (s.queue_waits)
+    printf("max_queued_steps: %llu steps waited for an earlier step to finish on the device before "
+           "they were issued, %.3f ms of host time in all\n",
+           (unsigned long long)s.queue_waits, (double)s.queue_wait_ns / 1e6);
   if (s.verifications || s.verify_skipped)
     printf("verify: %llu replays checked against eager, %llu differed, %llu not checked (no "
            "memory for the private copies)\n",

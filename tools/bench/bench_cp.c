@@ -86,7 +86,8 @@ struct cp_result {
   double launch_us;                   /* the host's cost of one kernel launch, before these steps */
   double capture_ms, instantiate_ms;
   uint64_t graphs_built, live_graphs;
-  uint64_t comm_waits; /* cgrt_stats.comm_waits during these steps (NCCL graph mixing off) */
+  uint64_t comm_waits;  /* cgrt_stats.comm_waits during these steps (NCCL graph mixing off) */
+  uint64_t queue_waits; /* cgrt_stats.queue_waits during these steps ([runtime] max_queued_steps) */
   int timed_replays, timed_eager; /* the backend's timed steps that replayed, that ran eagerly */
   /* by_time's counters during these steps (cgrt_stats), and the cp sizes served eagerly after */
   uint64_t time_timed, time_probe, time_eager, eager_sizes;
@@ -187,10 +188,10 @@ static const char *cp_shape(const struct bench_opts *o, struct cgrtk_cp_cfg *wc)
 }
 
 /* Loads CONF (or the default) for rank `rank`: the cuda driver on GPU `rank`, only the cp sizes
- * that divide the world, and for the eager reference (scope < 0) warmup_steps = 1000000. A
- * runtime under test of the default configuration gets graph scope `scope`; step scope graphs
- * every call, so it takes no modules list and no per-step loss read (the rules of graph_scope =
- * step; the bench's host reads no loss). */
+ * that divide the world, --max-queued-steps if given, and for the eager reference (scope < 0)
+ * warmup_steps = 1000000. A runtime under test of the default configuration gets graph scope
+ * `scope`; step scope graphs every call, so it takes no modules list and no per-step loss read
+ * (the rules of graph_scope = step; the bench's host reads no loss). */
 static int load_config(const struct cp_bench *b, int rank, int scope, cgrt_tool_config **cfg) {
   /* Quiet: the parent printed the messages. */
   struct cgrtk_cp_cfg wc;
@@ -199,6 +200,8 @@ static int load_config(const struct cp_bench *b, int rank, int scope, cgrt_tool_
   struct cgrt_config_view *v = cgrt_tool_config_view(*cfg);
   v->driver = CGRT_DRIVER_CUDA;
   v->device = rank;
+  if (b->o->set_queue) /* every runtime: under test, of the default's scopes, and eager */
+    v->max_queued_steps = b->o->max_queued_steps;
   if (scope < 0)
     v->warmup_steps = 1000000;
   else if (!b->o->conf && scope == CGRT_CP_SCOPE_STEP) {
@@ -413,6 +416,7 @@ static int cp_rank_main(int rank, int nranks, const void *nccl_id, size_t id_len
       r[k].graphs_built = s1[k].instantiations - s0[k].instantiations;
       r[k].live_graphs = s1[k].live_graphs;
       r[k].comm_waits = s1[k].comm_waits - s0[k].comm_waits;
+      r[k].queue_waits = s1[k].queue_waits - s0[k].queue_waits;
       r[k].time_timed = s1[k].timed_steps - s0[k].timed_steps;
       r[k].time_probe = s1[k].time_probe_steps - s0[k].time_probe_steps;
       r[k].time_eager = s1[k].time_eager_steps - s0[k].time_eager_steps;
@@ -525,6 +529,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            wc.layers, wc.d_model, wc.heads, wc.ffn, sh->impl, modules[0] ? " (modules " : "",
            modules, modules[0] ? ")" : "", b->nranks, sh->device);
     printf("%s\n", comm);
+    bench_print_queue(b->o, v->max_queued_steps);
     if (b->nscopes > 1)
       printf("graph_scope modules: a graph per module call; graph_scope step: one graph per step "
              "body (modules empty); one eager reference for both\n");
@@ -540,7 +545,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            "capture_ms", "inst_ms", "graphs", "replayed", "bitwise", "served");
   }
   int all_equal = 1, slower = 0, slower_2pct = 0;
-  uint64_t all_waits = 0;
+  uint64_t all_waits = 0, all_queue_waits = 0;
   /* each row's step time when every rank replayed graphs (0 otherwise), for the boundary line */
   double graphed_us[CP_MAX_SIZES][CP_MAX_SCOPES] = {{0}};
   char counters[1024] = "";
@@ -549,7 +554,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     const int i = row / b->nscopes, k = row % b->nscopes;
     const char *scope = b->scopes[k] == CGRT_CP_SCOPE_STEP ? "step" : "modules";
     double cg = 0, ce = 0, hg = 0, he = 0, cap = 0, inst = 0, lu = 0;
-    uint64_t built = 0, live = 0, waits = 0;
+    uint64_t built = 0, live = 0, waits = 0, queue_waits = 0;
     int equal = 1, replayed = 1, done = 1;
     int64_t rows = 0;
     /* by_time's choice must be the group's: every rank served the row the same way */
@@ -569,6 +574,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
       if (r == 0) {
         cap = x->capture_ms, inst = x->instantiate_ms, built = x->graphs_built;
         live = x->live_graphs, rows = x->rows, waits = x->comm_waits;
+        queue_waits = x->queue_waits;
       }
     }
     equal &= done;
@@ -576,6 +582,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
     if (done && strcmp(way, "graphs") == 0)
       graphed_us[i][k] = cg;
     all_waits += waits;
+    all_queue_waits += queue_waits;
     slower += cg > ce;
     slower_2pct += cg > ce * 1.02;
     const struct cp_result *x0 = &sh->res[0][i][k];
@@ -594,13 +601,15 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
              "\"graph_scope\":\"%s\",\"rows_per_rank\":%lld,\"eager_us\":%.1f,"
              "\"eager_host_us\":%.1f,\"cgrt_us\":%.1f,\"cgrt_host_us\":%.1f,\"speedup\":%.3f,"
              "\"launch_us\":%.2f,\"capture_ms\":%.3f,\"instantiate_ms\":%.3f,"
-             "\"graphs_built\":%llu,\"live_graphs\":%llu,\"comm_waits\":%llu,\"replayed\":%s,"
+             "\"graphs_built\":%llu,\"live_graphs\":%llu,\"comm_waits\":%llu,"
+             "\"max_queued_steps\":%d,\"queue_waits\":%llu,\"replayed\":%s,"
              "\"bitwise\":%s,\"comm\":\"%s\",\"by_time\":%s,\"served\":\"%s\","
              "\"timed_steps\":%llu,\"time_probe_steps\":%llu,\"time_eager_steps\":%llu,"
              "\"time_eager_counts\":%llu}\n",
              b->nranks, b->cps[i], scope, (long long)rows, ce, he, cg, hg, cg > 0 ? ce / cg : 0.0,
              lu, cap, inst, (unsigned long long)built, (unsigned long long)live,
-             (unsigned long long)waits, replayed ? "true" : "false", equal ? "true" : "false", comm,
+             (unsigned long long)waits, v->max_queued_steps, (unsigned long long)queue_waits,
+             replayed ? "true" : "false", equal ? "true" : "false", comm,
              b->by_time ? "true" : "false", way, (unsigned long long)x0->time_timed,
              (unsigned long long)x0->time_probe, (unsigned long long)x0->time_eager,
              (unsigned long long)x0->eager_sizes);
@@ -636,6 +645,10 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            "it had launched (rank 0, warm-up steps included; comm_waits in "
            "--json)\n",
            (unsigned long long)all_waits);
+  if (!b->o->json && all_queue_waits)
+    printf("max_queued_steps = %d: steps waited %llu times for the step %d before them to finish "
+           "before they were issued (rank 0, warm-up steps included; queue_waits in --json)\n",
+           v->max_queued_steps, (unsigned long long)all_queue_waits, v->max_queued_steps);
   return all_equal ? 0 : EXIT_INVALID;
 }
 
@@ -649,6 +662,8 @@ int bench_cp(const struct bench_opts *o) {
   int status = tool_load_config(o->conf, cp_shape(o, &wc), "<bench cp default>", &cfg, 0);
   if (status != EXIT_VALID)
     return status;
+  if (o->set_queue) /* as the ranks' runtimes have it (load_config), for the table */
+    cgrt_tool_config_view(cfg)->max_queued_steps = o->max_queued_steps;
   const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   struct cp_bench b = {.o = o};
   b.nranks = o->ranks > 0 ? o->ranks : v->cp_sizes[v->num_cp_sizes - 1];

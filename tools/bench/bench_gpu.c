@@ -564,8 +564,8 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
     /* impl may be a path and device is the driver's: both escaped */
     printf("{\"workload\":\"%s\",\"backend\":", o->workload);
     tool_json_string(v->impl);
-    printf(",\"scope\":\"%s\",\"host_stream\":%s,\"device\":", scope_of(v),
-           o->host_stream ? "true" : "false");
+    printf(",\"scope\":\"%s\",\"host_stream\":%s,\"max_queued_steps\":%d,\"device\":", scope_of(v),
+           o->host_stream ? "true" : "false", v->max_queued_steps);
     tool_json_string(device);
     printf(",\"dispatch_us_per_call\":%.3f,\"dispatch_vs_floor_us\":%.3f,\"raw_launch_us\":%.3f,"
            "\"order_four_calls_us\":%.3f,\"order_two_records_us\":%.3f,"
@@ -613,6 +613,7 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
     printf("--host-stream: eager and cgrt run on one stream of the bench's, handed at open "
            "(cgrt_open_options.stream): no ordering with the legacy stream, as for a host that "
            "hands its stream\n");
+  bench_print_queue(o, v->max_queued_steps);
   const int limit = n > 0 && rows[0].limit_us > 0;
   if (limit)
     printf("limit = the bytes a step must read (read_MiB) at the copy bandwidth measured at start "
@@ -844,6 +845,8 @@ int bench_gpu_configs(const struct bench_opts *o, cgrt_tool_config **cfg,
   cgrt_tool_config_view(*cfg)->driver = CGRT_DRIVER_CUDA;
   if (o->set_budget)
     cgrt_tool_config_view(*cfg)->memory_budget = o->memory_budget;
+  if (o->set_queue) /* the eager reference takes it from there */
+    cgrt_tool_config_view(*cfg)->max_queued_steps = o->max_queued_steps;
   if (tool_eager_config(cgrt_tool_config_view(*cfg), eager_cfg) != EXIT_VALID) {
     cgrt_tool_config_free(*cfg);
     *cfg = NULL;

@@ -252,14 +252,15 @@ static const char *order_text(int passes) {
 }
 
 static void print_runs(const struct bench_opts *o, const struct traffic *t, const char *what,
-                       const char *device, const struct traffic_run *runs, int n) {
+                       const char *device, int queued, const struct traffic_run *runs, int n) {
   char set[512];
   const struct traffic_run *eager = &runs[0];
   if (o->json) {
     printf("{\"workload\":\"decode\",\"traffic\":");
     tool_json_string(o->traffic); /* a path: any text */
-    printf(",\"steps\":%llu,\"real_tokens\":%.0f,\"settle\":%d,\"device\":",
-           (unsigned long long)t->total_steps, t->total_tokens, o->traffic_settle);
+    printf(",\"steps\":%llu,\"real_tokens\":%.0f,\"settle\":%d,\"max_queued_steps\":%d,"
+           "\"device\":",
+           (unsigned long long)t->total_steps, t->total_tokens, o->traffic_settle, queued);
     tool_json_string(device);
     printf(",\"runs\":[");
     for (int i = 0; i < n; i++) {
@@ -298,6 +299,7 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
            "a runtime of its own, before the passes\n",
            o->traffic_settle, o->traffic_settle > 1 ? "s" : "",
            (unsigned long long)(t->total_steps < SETTLE_STEPS ? t->total_steps : SETTLE_STEPS));
+  bench_print_queue(o, queued);
   printf("each run replays the whole trace from a fresh runtime (captures included), %s; "
          "steady = the second half's device time per step; bitwise: sampled steps against eager "
          "at the same padded size; b_eager: calls run eagerly for [cuda_graph] memory_budget, "
@@ -370,6 +372,8 @@ static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_di
     v->buckets = dist;
   if (o->set_budget)
     v->memory_budget = o->memory_budget;
+  if (o->set_queue) /* the eager runs take it from there (tool_eager_config) */
+    v->max_queued_steps = o->max_queued_steps;
   if (by_tokens) {
     v->adapt_by = CGRT_ADAPT_BY_TOKENS;
     if (cgrt_tool_config_set_option(*cfg, "local", "by_time", "off") != 0) {
@@ -417,6 +421,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
   const struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   char impl[128];
   snprintf(impl, sizeof(impl), "%s", v->impl);
+  const int queued = v->max_queued_steps; /* every run's, the eager ones' too */
   int local = strcmp(impl, "local") == 0;
   /* the other distribution to compare with: exponential, or adaptive if that is configured */
   int have_alt = local || v->buckets != CGRT_BUCKETS_EXPONENTIAL;
@@ -511,7 +516,7 @@ int bench_traffic(const struct bench_workload *w, const struct bench_opts *o) {
     cgrt_close(hm[i].rt);
     hm[i].rt = NULL;
   }
-  print_runs(o, &t, what, prop.name, runs, n);
+  print_runs(o, &t, what, prop.name, queued, runs, n);
   status = 0;
 out:
   for (int i = 0; i < 4; i++)

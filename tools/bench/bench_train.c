@@ -166,6 +166,8 @@ int bench_train(const struct bench_opts *o) {
   if (status != EXIT_VALID)
     return status;
   cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
+  if (o->set_queue) /* the eager reference takes it from there */
+    cgrt_tool_config_view(cfg)->max_queued_steps = o->max_queued_steps;
   struct cgrt_config_view v = *cgrt_tool_config_view(cfg);
   char impl[128], err[512];
   snprintf(impl, sizeof(impl), "%s", v.impl);
@@ -247,7 +249,7 @@ int bench_train(const struct bench_opts *o) {
   if (o->json) {
     printf("{\"workload\":\"train\",\"backend\":");
     tool_json_string(impl); /* may be a path */
-    printf(",\"modules\":\"%s\",\"device\":", modules);
+    printf(",\"modules\":\"%s\",\"max_queued_steps\":%d,\"device\":", modules, v.max_queued_steps);
     tool_json_string(prop.name);
     printf(",\"eager_us\":%.1f,\"backend_us\":%.1f,\"speedup\":%.3f,\"floor_whole_us\":%.1f,"
            "\"floor_scoped_us\":%.1f,\"vs_floor\":%.4f,\"capture_ms\":%.3f,"
@@ -268,6 +270,7 @@ int bench_train(const struct bench_opts *o) {
     printf("median of %d steps; floor: %s\n", o->steps,
            whole ? "the whole body as one raw graph"
                  : "one raw graph per call of a scoped module, the rest eager");
+    bench_print_queue(o, v.max_queued_steps);
     printf("%10s %10s %8s %12s %12s %9s %10s %9s %6s %10s %10s %7s %8s\n", "eager_us", "cgrt_us",
            "speedup", "floor_whole", "floor_scoped", "vs_floor", "capture_ms", "inst_ms", "graphs",
            "graph_MiB", "pool_MiB", "nodes", "bitwise");

@@ -74,12 +74,16 @@ static double median(double *v, int n) {
 }
 
 /* cfg is consumed. */
-static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
+static int bench_dispatch(cgrt_tool_config *cfg, const struct bench_opts *o, int calls) {
   struct dispatch d = {.calls = calls};
+  const int json = o->json;
   struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   v->driver = CGRT_DRIVER_HOST;
   v->bind_cpu = 0;
   v->log_level = CGRT_LOG_WARN;
+  if (o->set_queue)
+    v->max_queued_steps = o->max_queued_steps;
+  const int queued = v->max_queued_steps; /* cfg goes with the runtime */
   int rc = cgrt_tool_open(&d.rt, cfg, NULL, NULL);
   if (rc != 0) {
     fprintf(stderr, "cgrt bench: %s\n", cgrt_last_error(NULL));
@@ -108,14 +112,18 @@ static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
   double via = median(d.ns_cgrt, REPS), direct = median(d.ns_direct, REPS);
   if (json)
     printf("{\"workload\":\"dispatch\",\"backend\":\"%s\",\"driver\":\"host\",\"calls\":%d,"
-           "\"repetitions\":%d,\"direct_ns\":%.2f,\"cgrt_ns\":%.2f,\"overhead_ns\":%.2f}\n",
-           backend, calls, REPS, direct, via, via - direct);
-  else
-    printf("workload dispatch: backend %s, host driver, %d calls x %d repetitions (median)\n"
-           "  direct call of the module callback   %8.2f ns/call\n"
+           "\"repetitions\":%d,\"max_queued_steps\":%d,\"direct_ns\":%.2f,\"cgrt_ns\":%.2f,"
+           "\"overhead_ns\":%.2f}\n",
+           backend, calls, REPS, queued, direct, via, via - direct);
+  else {
+    printf("workload dispatch: backend %s, host driver, %d calls x %d repetitions (median)\n",
+           backend, calls, REPS);
+    bench_print_queue(o, queued);
+    printf("  direct call of the module callback   %8.2f ns/call\n"
            "  cgrt_forward through the backend     %8.2f ns/call\n"
            "  overhead per call                    %8.2f ns/call\n",
-           backend, calls, REPS, direct, via, via - direct);
+           direct, via, via - direct);
+  }
   cgrt_close(d.rt);
   return 0;
 }
@@ -133,6 +141,7 @@ static int bench_dispatch(cgrt_tool_config *cfg, int calls, int json) {
 #define PASSES_DEFAULT 2          /* ... without --passes: A B C D D C B A */
 #define SETTLE_MAX     8          /* --settle: untimed rounds before them */
 #define SETTLE_DEFAULT 2          /* ... without --settle: past a process's slow first runtimes */
+#define QUEUED_MAX     64         /* --max-queued-steps: [runtime] max_queued_steps's range */
 
 /* The usage, on out: stdout for --help, stderr after a misuse. */
 static void usage(FILE *out) {
@@ -143,6 +152,7 @@ static void usage(FILE *out) {
       "                  [--calls N] [--ranks N] [--timeout S] [--json] [--plot FILE.svg]\n"
       "                  [--explain] [--cp-shape launch|compute] [--traffic FILE]\n"
       "                  [--passes N] [--settle N] [--memory-budget SIZE|off] [--host-stream]\n"
+      "                  [--max-queued-steps N]\n"
       "  whole numbers: --tokens 1 to %d each (at most %d of them), --steps 1 to %d,\n"
       "  --warmup 0 to %d, --warmup-ms 0 to %d, --blocks 1 to %d, --kernels 1 to %d,\n"
       "  --calls 1 to %d, --ranks 0 to %d (0: the largest cp size), --timeout 0 to %d\n"
@@ -151,9 +161,11 @@ static void usage(FILE *out) {
       "  on in turn, A B C D D C B A A B C D ..., to read a run against the process's age),\n"
       "  --settle 0 to %d (--traffic: rounds of every run over the trace's first steps, untimed,\n"
       "  before the passes, each on a runtime of its own; 2, the default, puts every timed pass\n"
-      "  past a process's first graphed runtimes, which replay slower; 0: none)\n",
+      "  past a process's first graphed runtimes, which replay slower; 0: none),\n"
+      "  --max-queued-steps 0 to %d ([runtime] max_queued_steps of every runtime the bench opens,\n"
+      "  the configured, eager and cp ones: at most N steps queued ahead of the device; 0: none)\n",
       TOKENS_MAX, BENCH_MAX_TOKENS, STEPS_MAX, WARMUP_MAX, WARMUP_MS_MAX, BLOCKS_MAX, KERNELS_MAX,
-      CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX, PASSES_MAX, SETTLE_MAX);
+      CALLS_MAX, BENCH_MAX_RANKS, TIMEOUT_MAX, PASSES_MAX, SETTLE_MAX, QUEUED_MAX);
 }
 
 /* An int option from min to max (within int): 0, or -1 with the sentence printed. */
@@ -229,10 +241,10 @@ static int parse_budget(const char *text, struct bench_opts *o) {
 
 /* The options that take a value. */
 static int takes_value(const char *a) {
-  static const char *const names[] = {"--workload",  "--tokens",        "--steps",    "--warmup",
-                                      "--warmup-ms", "--blocks",        "--cp-shape", "--plot",
-                                      "--kernels",   "--calls",         "--ranks",    "--timeout",
-                                      "--traffic",   "--memory-budget", "--passes",   "--settle"};
+  static const char *const names[] = {
+      "--workload", "--tokens", "--steps",   "--warmup",        "--warmup-ms",       "--blocks",
+      "--cp-shape", "--plot",   "--kernels", "--calls",         "--ranks",           "--timeout",
+      "--traffic",  "--passes", "--settle",  "--memory-budget", "--max-queued-steps"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (strcmp(a, names[i]) == 0)
       return 1;
@@ -327,6 +339,9 @@ int cmd_bench(int argc, char **argv) {
     } else if (strcmp(a, "--settle") == 0) {
       settle_given = 1;
       rc = int_opt(a, argv[++i], 0, SETTLE_MAX, &o.traffic_settle);
+    } else if (strcmp(a, "--max-queued-steps") == 0) {
+      o.set_queue = 1;
+      rc = int_opt(a, argv[++i], 0, QUEUED_MAX, &o.max_queued_steps);
     } else if (strcmp(a, "--memory-budget") == 0) {
       if (parse_budget(argv[++i], &o) != 0)
         return EXIT_INVALID;
@@ -398,6 +413,6 @@ int cmd_bench(int argc, char **argv) {
   cgrt_tool_config *cfg = NULL;
   status = tool_load_config(o.conf, cgrt_tool_default_config(), "<default>", &cfg, 0);
   if (status == EXIT_VALID)
-    status = bench_dispatch(cfg, calls, o.json);
+    status = bench_dispatch(cfg, &o, calls);
   return status;
 }

@@ -15,6 +15,7 @@
 #define CGRT_BENCH_PLUGIN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cgrt/cgrt.h"
 
@@ -46,7 +47,25 @@ struct bench_opts {
   int traffic_passes;     /* --traffic: 2 (A B C D D C B A, the default), 1 (A B C D), 3 or 4 */
   int traffic_settle;     /* --traffic: untimed rounds of every run before the passes (2, the
                              default; 0: none) */
+  int set_queue;          /* --max-queued-steps given: max_queued_steps replaces the
+                             configuration's [runtime] max_queued_steps in every runtime opened */
+  int max_queued_steps;   /* 0 to 64; 0: no limit */
 };
+
+/*
+ * The header line of a bench whose runtimes bound the steps queued ahead of the device: n, the
+ * [runtime] max_queued_steps they run with (--max-queued-steps, or the configuration's). Nothing
+ * when neither sets one.
+ */
+static inline void bench_print_queue(const struct bench_opts *o, int n) {
+  if (n > 0)
+    printf("[runtime] max_queued_steps = %d (%s) in every runtime of this bench: before step i is "
+           "issued, the host waits for step i - %d to finish on the device\n",
+           n, o->set_queue ? "--max-queued-steps" : "the configuration's", n);
+  else if (o->set_queue)
+    printf("[runtime] max_queued_steps = 0 (--max-queued-steps) in every runtime of this bench: no "
+           "limit on the steps queued ahead of the device\n");
+}
 
 /*
  * `cgrt plan`'s table (cmd_plan.c), called by a plan (plan_decode, plan_train in bench.h) with the

@@ -25,7 +25,8 @@ void tool_print_msg(void *user, cgrt_log_level level, const char *text);
 int tool_load_config(const char *path, const char *text, const char *name, cgrt_tool_config **cfg,
                      int quiet);
 
-/* The eager reference of a bench: impl none on the cuda driver and v's device. */
+/* The eager reference of a bench: impl none on the cuda driver, with v's device, bind_cpu and
+   max_queued_steps (a bound on the host's run-ahead applies to eager steps alike). */
 int tool_eager_config(const struct cgrt_config_view *v, cgrt_tool_config **eager);
 
 int cmd_info(int argc, char **argv);

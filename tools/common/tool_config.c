@@ -25,7 +25,7 @@ int tool_eager_config(const struct cgrt_config_view *v, cgrt_tool_config **eager
     snprintf(device, sizeof(device), "%d", v->device);
   snprintf(ini, sizeof(ini),
            "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\ndevice = %s\nbind_cpu = %s\n"
-           "log = warn\n",
-           device, v->bind_cpu ? "auto" : "off");
+           "log = warn\nmax_queued_steps = %d\n",
+           device, v->bind_cpu ? "auto" : "off", v->max_queued_steps);
   return tool_load_config(NULL, ini, "<bench eager>", eager, 0);
 }
