@@ -2,12 +2,12 @@
  * step_queue.c - [runtime] max_queued_steps: at most N steps queued ahead of the device.
  *
  * A host that never waits can queue many steps ahead of the GPU. When each step is many small
- * graphs that hold an NCCL collective (dynamic_cp's module scope), two H200s measured slow steps
- * that way: some processes drew a mode 2.3-2.6x slower (4 of 12 runs) and most runs had a p90 40%
- * over their median; with the host waiting so that at most 2 steps were queued, 0 of 18 runs were
- * slow and every p90 was within 1.5% of the median, at the same median (tools/probe/
- * nccl_boundary.cu, session 48; docs/decisions.md, issue 42). JAX bounds its in-flight
- * computations the same way.
+ * graphs that each hold an NCCL collective (a probe on the pattern of dynamic_cp's module scope),
+ * two H200s measured slow steps that way: some processes drew a mode 2.3-2.6x slower (4 of 18 runs)
+ * and most of the others had a p90 over 1.2x their median (11 of 14); with the host waiting so that
+ * at most 2 steps were queued, 0 of 18 runs were slow and every p90 was within 1.5% of the median,
+ * at the same median (tools/probe/nccl_boundary.cu, session 48; docs/decisions.md, issue 42). JAX
+ * bounds its in-flight computations the same way.
  *
  * A ring of N events, one a step in turn (step i uses event i % N): recorded on cgrt's stream at
  * the step's exit, after all its work and its ordering with the host; at the entry of step i, the
