@@ -18,6 +18,11 @@
  *   host    local's kernel writing into mapped host memory instead (over PCIe)
  *   host1   one thread writing one word into mapped host memory (a progress report to the host)
  *   peer+remote   peer's writes launched in the remote memory sync domain
+ *   spread  local's kernel with a cluster of 4 and the spread cluster scheduling policy (NCCL's)
+ *   nvlsched  local's kernel with the NVLink-utilization-centric scheduling hint (CUDA 13; NCCL
+ *           sets it on newer GPUs)
+ *   bigarg  local's copy by a kernel whose parameters take 4 KiB (NCCL passes its work there)
+ *   nccl-attrs  peer's writes with all of NCCL's launch attributes above at once
  *   ag+carve, smem+carve   ag and smem with every kernel node of every graph set to prefer the
  *           largest shared memory carveout (cudaLaunchAttributePreferredSharedMemoryCarveout)
  *   none    nothing (A is its three kernels)
@@ -92,11 +97,15 @@ enum variant {
   V_HOST,
   V_HOST1,
   V_PEER_REMOTE,
+  V_SPREAD,
+  V_NVLSCHED,
+  V_BIGARG,
+  V_NCCL_ATTRS,
   V_COUNT
 };
-static const char *const kVariant[V_COUNT] = {"ag",         "peer", "local", "cluster",
-                                              "remote",     "smem", "none",  "ag+carve",
-                                              "smem+carve", "host", "host1", "peer+remote"};
+static const char *const kVariant[V_COUNT] = {
+    "ag",         "peer", "local", "cluster",     "remote", "smem",     "none",   "ag+carve",
+    "smem+carve", "host", "host1", "peer+remote", "spread", "nvlsched", "bigarg", "nccl-attrs"};
 
 /* One word into host memory, as a kernel that reports its progress to the host does. */
 __global__ void put_one(volatile unsigned *host_word, unsigned v) {
@@ -117,22 +126,51 @@ __global__ void put_smem(float *dst, const float *src, int n) {
 
 /* local's kernel launched with one launch attribute of NCCL's kernels on this GPU: a cluster
    dimension (NCCL_CGA_CLUSTER_SIZE) or the remote memory sync domain (NCCL_MEM_SYNC_DOMAIN). */
-static void put_with(float *dst, const float *src, int n, int blocks, cudaStream_t s, int cluster) {
+/* Which of NCCL's launch attributes (src/enqueue.cc) put_with sets. */
+enum { A_CLUSTER = 1, A_REMOTE = 2, A_SPREAD = 4, A_NVLSCHED = 8 };
+
+static void put_with(float *dst, const float *src, int n, int blocks, cudaStream_t s, int attrs) {
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
+  cudaLaunchAttribute at[4];
+  unsigned k = 0;
   cfg.gridDim = dim3((unsigned)((blocks + 3) / 4 * 4));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = s;
-  if (cluster) {
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = 4, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  } else {
-    at[0].id = cudaLaunchAttributeMemSyncDomain;
-    at[0].val.memSyncDomain = cudaLaunchMemSyncDomainRemote;
+  if (attrs & A_CLUSTER) {
+    at[k].id = cudaLaunchAttributeClusterDimension;
+    at[k].val.clusterDim.x = 4, at[k].val.clusterDim.y = 1, at[k].val.clusterDim.z = 1;
+    k++;
+  }
+  if (attrs & A_SPREAD) {
+    at[k].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+    at[k].val.clusterSchedulingPolicyPreference = cudaClusterSchedulingPolicySpread;
+    k++;
+  }
+  if (attrs & A_REMOTE) {
+    at[k].id = cudaLaunchAttributeMemSyncDomain;
+    at[k].val.memSyncDomain = cudaLaunchMemSyncDomainRemote;
+    k++;
+  }
+  if (attrs & A_NVLSCHED) {
+    at[k].id = cudaLaunchAttributeNvlinkUtilCentricScheduling;
+    at[k].val.nvlinkUtilCentricScheduling = 1;
+    k++;
   }
   cfg.attrs = at;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = k;
   CK(cudaLaunchKernelEx(&cfg, put, dst, src, n));
+}
+
+/* A kernel whose parameters take 4 KiB, as NCCL's do (its work descriptors in the arguments). */
+struct big_args {
+  float *dst;
+  const float *src;
+  int n;
+  char pad[4096 - 2 * sizeof(float *) - sizeof(int)];
+};
+__global__ void put_big(const __grid_constant__ big_args a) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += gridDim.x * blockDim.x)
+    a.dst[i] = a.src[i] + (float)a.pad[i % 16];
 }
 
 struct rank {
@@ -169,7 +207,8 @@ static void module(struct rank *r, int a, enum variant v) {
       break;
     case V_CLUSTER:
     case V_REMOTE:
-      put_with(r->gathered + off, r->x, n, blocks_for(n), r->s, v == V_CLUSTER);
+      put_with(r->gathered + off, r->x, n, blocks_for(n), r->s,
+               v == V_CLUSTER ? A_CLUSTER : A_REMOTE);
       break;
     case V_SMEM:
       put_smem<<<blocks_for(n), kThreads, 0, r->s>>>(r->gathered + off, r->x, n);
@@ -178,8 +217,24 @@ static void module(struct rank *r, int a, enum variant v) {
       put<<<blocks_for(n), kThreads, 0, r->s>>>(r->host, r->x, n);
       break;
     case V_PEER_REMOTE:
-      put_with(r->peer_gathered + off, r->x, n, blocks_for(n), r->s, 0);
+      put_with(r->peer_gathered + off, r->x, n, blocks_for(n), r->s, A_REMOTE);
       break;
+    case V_SPREAD:
+      put_with(r->gathered + off, r->x, n, blocks_for(n), r->s, A_CLUSTER | A_SPREAD);
+      break;
+    case V_NVLSCHED:
+      put_with(r->gathered + off, r->x, n, blocks_for(n), r->s, A_NVLSCHED);
+      break;
+    case V_NCCL_ATTRS:
+      put_with(r->peer_gathered + off, r->x, n, blocks_for(n), r->s,
+               A_CLUSTER | A_SPREAD | A_REMOTE | A_NVLSCHED);
+      break;
+    case V_BIGARG: {
+      big_args a = {};
+      a.dst = r->gathered + off, a.src = r->x, a.n = n;
+      put_big<<<blocks_for(n), kThreads, 0, r->s>>>(a);
+      break;
+    } break;
     case V_HOST1:
       put_one<<<1, 32, 0, r->s>>>((volatile unsigned *)r->host, 1u);
       break;
@@ -254,8 +309,22 @@ static void describe(struct rank *r, cudaGraph_t g, enum variant v) {
     if (cudaFuncGetAttributes(&fa, p.func) != cudaSuccess)
       fa.sharedSizeBytes = (size_t)-1;
     (void)cudaGetLastError();
-    std::printf(" [%.32s, %u blocks of %u, smem %u + static %zd, domain %d]", name, p.gridDim.x,
-                p.blockDim.x, p.sharedMemBytes, (ssize_t)fa.sharedSizeBytes, dom);
+    /* the attributes NCCL sets (src/enqueue.cc): cluster, its scheduling policy, NVLink hint */
+    unsigned cl = 0, pol = 0, nvl = 0;
+    if (cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributeClusterDimension, &d) ==
+        cudaSuccess)
+      cl = d.clusterDim.x * d.clusterDim.y * d.clusterDim.z;
+    if (cudaGraphKernelNodeGetAttribute(
+            nodes[i], cudaLaunchAttributeClusterSchedulingPolicyPreference, &d) == cudaSuccess)
+      pol = (unsigned)d.clusterSchedulingPolicyPreference;
+    if (cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributeNvlinkUtilCentricScheduling,
+                                        &d) == cudaSuccess)
+      nvl = d.nvlinkUtilCentricScheduling;
+    (void)cudaGetLastError();
+    std::printf(" [%.32s, %u blocks of %u, smem %u + static %zd, domain %d, cluster %u, policy %u, "
+                "nvlink sched %u]",
+                name, p.gridDim.x, p.blockDim.x, p.sharedMemBytes, (ssize_t)fa.sharedSizeBytes, dom,
+                cl, pol, nvl);
   }
   std::printf("\n");
 }
