@@ -179,7 +179,13 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "usage: cgrt-graph-boundary [M>=2 [K>=1 [ITERS>=0 [R>=3]]]]\n");
     return 2;
   }
-  int dev = 0;
+  int dev = 0, count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "cgrt-graph-boundary: no CUDA device: %s\n",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+    return 2;
+  }
   CK(cudaGetDevice(&dev));
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));

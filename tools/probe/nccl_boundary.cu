@@ -414,7 +414,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   int ndev = 0;
-  CK(cudaGetDeviceCount(&ndev));
+  const cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "cgrt-nccl-boundary: no CUDA device: %s\n", cudaGetErrorString(e));
+    return 2;
+  }
   if (ndev < 2) {
     std::fprintf(stderr, "cgrt-nccl-boundary: needs two GPUs, %d visible\n", ndev);
     return 2;
