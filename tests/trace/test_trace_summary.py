@@ -113,6 +113,29 @@ class TraceSummary(unittest.TestCase):
         self.assertIn("graph:        2 records,          2.2 us in them,          0.6 us idle", out)
         self.assertRegex(out, r"2\s+1\.00\s+1\s+1\.20\s+\+0\.20\s+gemm")
 
+    def test_boundaries_by_nccl(self):
+        fd, path = tempfile.mkstemp(suffix=".csv")
+        with os.fdopen(fd, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(HEADER)
+            # stream 7, five graph launches: A (graph 5, corr 1) gemm 0-1, nccl 1-2 us; B (graph 6,
+            # corr 2) norm 5-6: NCCL -> none 3.0; C (graph 5 again, corr 3) gemm 7-8, nccl 8-9:
+            # none -> NCCL 1.0; D (graph 6, corr 4) norm 12-13: NCCL -> none 3.0; E (graph 6 again,
+            # corr 5) norm 14-15: none -> none 1.0 (the same graph launched again: between graphs)
+            for name, s, e, graph, corr in (("gemm", 0, 1000, 5, 1), ("ncclAllGather", 1000, 2000, 5, 1),
+                                            ("norm", 5000, 6000, 6, 2), ("gemm", 7000, 8000, 5, 3),
+                                            ("ncclAllGather", 8000, 9000, 5, 3),
+                                            ("norm", 12000, 13000, 6, 4), ("norm", 14000, 15000, 6, 5)):
+                w.writerow(["kernel", name, s, e, 7, graph, 1, corr])
+        self.addCleanup(os.unlink, path)
+        rc, out = run(path, "--boundaries")
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out, r"inside a graph\s+2 gaps, median\s+0\.00")
+        self.assertRegex(out, r"between graphs\s+4 gaps")
+        self.assertRegex(out, r"NCCL -> none:\s+2 gaps, median\s+3\.00")
+        self.assertRegex(out, r"none -> NCCL:\s+1 gaps, median\s+1\.00")
+        self.assertRegex(out, r"none -> none:\s+1 gaps, median\s+1\.00")
+
     def test_by_launch(self):
         fd, path = tempfile.mkstemp(suffix=".csv")
         with os.fdopen(fd, "w", newline="") as f:

@@ -26,11 +26,13 @@ With --by-graph, the whole trace split into the work outside graphs and inside t
 the records, their time and the device's idle time before them; per name, each side's median.
 With --boundaries, the gap from each device record's end to the next record's start on the same
 stream (negative: the next began first, a programmatic dependent launch), in four classes: inside
-one graph launch's records (same graph id), between two graphs (another id), between a graph and
-work outside graphs, and outside graphs; per class the gaps, their median and 90th percentile; then
-the between-graphs gaps by the pair of names that meet there, beside the same pair's median inside
-graphs, which says what a graph boundary costs (issue 42: module scope's graphs against one graph
-a step). Gaps over 50 us (the host behind, or a pause between phases) are left out and counted. A
+one graph launch's records (same graph id and launch), between two graph launches (another graph,
+or the same one launched again), between a graph and work outside graphs, and outside graphs; per
+class the gaps, their median and 90th percentile; then the between-graphs gaps by whether the
+launch before and the one after hold an NCCL kernel (when any does: a graph holding a collective
+ends later, issue 42, session 48), and by the pair of names that meet there, beside the same
+pair's median inside graphs, which says what a graph boundary costs (issue 42: module scope's
+graphs against one graph a step). Gaps over 50 us (the host behind, or a pause between phases) are left out and counted. A
 graph's kernels are reported on the stream it was launched on, so parallel branches inside a graph
 show as overlaps.
 With --by-launch, each kernel's durations by the launch it came in: eagerly, in a graph launch of
@@ -123,8 +125,8 @@ def number(path, line, row, key):
 
 
 def load(path, with_stream=False):
-    """The device records, sorted: (start, end, kind, name, graph), and the stream last when
-    with_stream."""
+    """The device records, sorted: (start, end, kind, name, graph), and the stream and the
+    correlation id (a graph launch's, for the records of its nodes) last when with_stream."""
     recs = []
     for line, row in rows(path):
         if row["kind"] in DEVICE_KINDS:
@@ -134,7 +136,7 @@ def load(path, with_stream=False):
             rec = (number(path, line, row, "start_ns"), number(path, line, row, "end_ns"),
                    row["kind"], name, number(path, line, row, "graph"))
             if with_stream:
-                rec += (number(path, line, row, "stream"),)
+                rec += (number(path, line, row, "stream"), number(path, line, row, "correlation"))
             recs.append(rec)
     recs.sort()
     return recs
@@ -301,15 +303,19 @@ def quantile(v, q):
 
 def summarize_boundaries(path):
     """Per class (those of the --boundaries doc), the gaps in us; per pair of names meeting
-    between two graphs and inside one, their gaps; and how many gaps were left out as idle."""
+    between two graphs and inside one, their gaps; the gaps between two graphs by whether the
+    graph launch before and the one after hold an NCCL kernel; and how many gaps were left out as
+    idle."""
     recs = load(path, with_stream=True)
     if not recs:
         sys.exit(f"{path}: no device records (was libcgrt-trace.so preloaded into a CUDA process?)")
-    streams = {}
+    streams, with_nccl = {}, set()
     for r in recs:
         streams.setdefault(r[5], []).append(r)
+        if r[4] and is_nccl(r):
+            with_nccl.add((r[4], r[6]))  # the graph launch (graph, correlation) holds NCCL
     classes = {k: [] for k in ("inside a graph", "between graphs", "graph and eager", "eager")}
-    between, inside = {}, {}
+    between, inside, by_nccl = {}, {}, {}
     idle = 0
     for rs in streams.values():
         for a, b in zip(rs, rs[1:]):
@@ -319,17 +325,19 @@ def summarize_boundaries(path):
                 continue
             pair = (short(a[3]) if a[2] == "kernel" else a[2],
                     short(b[3]) if b[2] == "kernel" else b[2])
-            if a[4] and b[4] and a[4] == b[4]:
+            if a[4] and b[4] and (a[4], a[6]) == (b[4], b[6]):
                 classes["inside a graph"].append(gap)
                 inside.setdefault(pair, []).append(gap)
             elif a[4] and b[4]:
                 classes["between graphs"].append(gap)
                 between.setdefault(pair, []).append(gap)
+                key = ((a[4], a[6]) in with_nccl, (b[4], b[6]) in with_nccl)
+                by_nccl.setdefault(key, []).append(gap)
             elif a[4] or b[4]:
                 classes["graph and eager"].append(gap)
             else:
                 classes["eager"].append(gap)
-    return classes, between, inside, idle
+    return classes, between, inside, by_nccl, idle
 
 
 def last(name):
@@ -338,7 +346,7 @@ def last(name):
 
 
 def main_boundaries(a):
-    classes, between, inside, idle = summarize_boundaries(a.csv)
+    classes, between, inside, by_nccl, idle = summarize_boundaries(a.csv)
     print(f"{a.csv}: gaps between consecutive records of a stream, us (negative: overlapped); "
           f"{idle} over {BOUNDARY_IDLE_US} us left out")
     for k, v in classes.items():
@@ -347,6 +355,13 @@ def main_boundaries(a):
                   f"p90 {quantile(v, 0.9):7.2f}")
     if not between:
         return
+    if any(k != (False, False) for k in by_nccl):
+        print("    between graphs, by whether the graph launch before and the one after hold an "
+              "NCCL kernel:")
+        for (before, after), v in sorted(by_nccl.items()):
+            print(f"        {'NCCL' if before else 'none':4} -> {'NCCL' if after else 'none':4}: "
+                  f"{len(v):9d} gaps, median {statistics.median(v):7.2f}, "
+                  f"p90 {quantile(v, 0.9):7.2f}")
     print(f"    between graphs, by the names that meet there (and the same pair inside a graph):")
     for pair, v in sorted(between.items(), key=lambda x: -len(x[1]))[:a.top]:
         w = inside.get(pair)
