@@ -202,6 +202,8 @@ static int load_config(const struct cp_bench *b, int rank, int scope, cgrt_tool_
   v->device = rank;
   if (b->o->set_queue) /* every runtime: under test, of the default's scopes, and eager */
     v->max_queued_steps = b->o->max_queued_steps;
+  if (b->o->set_budget && scope >= 0) /* the eager reference captures nothing */
+    v->memory_budget = b->o->memory_budget;
   if (scope < 0)
     v->warmup_steps = 1000000;
   else if (!b->o->conf && scope == CGRT_CP_SCOPE_STEP) {
@@ -530,6 +532,7 @@ static int print_results(const struct cp_bench *b, const struct cgrt_config_view
            modules, modules[0] ? ")" : "", b->nranks, sh->device);
     printf("%s\n", comm);
     bench_print_queue(b->o, v->max_queued_steps);
+    bench_print_budget(b->o);
     if (b->nscopes > 1)
       printf("graph_scope modules: a graph per module call; graph_scope step: one graph per step "
              "body (modules empty); one eager reference for both\n");

@@ -499,6 +499,8 @@ int bench_explain(const struct bench_workload *w, const struct bench_opts *o) {
     return status;
   struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   v->driver = CGRT_DRIVER_CUDA;
+  if (o->set_budget)
+    v->memory_budget = o->memory_budget;
   if (o->set_queue) /* the eager reference takes it from there */
     v->max_queued_steps = o->max_queued_steps;
   const int device = v->device < 0 ? 0 : v->device; /* current: a tool's is 0 */
@@ -561,6 +563,7 @@ int bench_explain(const struct bench_workload *w, const struct bench_opts *o) {
   printf("cgrt bench --explain: workload %s (%s), backend %s (scope %s), %s, %lld tokens\n",
          w->name, what, impl, block ? "block" : "layer", prop.name, (long long)tokens);
   bench_print_queue(o, max_queued_steps);
+  bench_print_budget(o);
 
   /* Warm cgrt up (it captures here), learn the bucket, record one replayed step's launches. */
   struct result r;

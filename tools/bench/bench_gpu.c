@@ -614,6 +614,7 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
            "(cgrt_open_options.stream): no ordering with the legacy stream, as for a host that "
            "hands its stream\n");
   bench_print_queue(o, v->max_queued_steps);
+  bench_print_budget(o);
   const int limit = n > 0 && rows[0].limit_us > 0;
   if (limit)
     printf("limit = the bytes a step must read (read_MiB) at the copy bandwidth measured at start "

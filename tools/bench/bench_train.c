@@ -166,6 +166,8 @@ int bench_train(const struct bench_opts *o) {
   if (status != EXIT_VALID)
     return status;
   cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
+  if (o->set_budget)
+    cgrt_tool_config_view(cfg)->memory_budget = o->memory_budget;
   if (o->set_queue) /* the eager reference takes it from there */
     cgrt_tool_config_view(cfg)->max_queued_steps = o->max_queued_steps;
   struct cgrt_config_view v = *cgrt_tool_config_view(cfg);
@@ -271,6 +273,7 @@ int bench_train(const struct bench_opts *o) {
            whole ? "the whole body as one raw graph"
                  : "one raw graph per call of a scoped module, the rest eager");
     bench_print_queue(o, v.max_queued_steps);
+    bench_print_budget(o);
     printf("%10s %10s %8s %12s %12s %9s %10s %9s %6s %10s %10s %7s %8s\n", "eager_us", "cgrt_us",
            "speedup", "floor_whole", "floor_scoped", "vs_floor", "capture_ms", "inst_ms", "graphs",
            "graph_MiB", "pool_MiB", "nodes", "bitwise");

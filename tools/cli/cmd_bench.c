@@ -83,6 +83,8 @@ static int bench_dispatch(cgrt_tool_config *cfg, const struct bench_opts *o, int
   v->log_level = CGRT_LOG_WARN;
   if (o->set_queue)
     v->max_queued_steps = o->max_queued_steps;
+  if (o->set_budget)
+    v->memory_budget = o->memory_budget;
   const int queued = v->max_queued_steps; /* cfg goes with the runtime */
   int rc = cgrt_tool_open(&d.rt, cfg, NULL, NULL);
   if (rc != 0) {
@@ -119,6 +121,7 @@ static int bench_dispatch(cgrt_tool_config *cfg, const struct bench_opts *o, int
     printf("workload dispatch: backend %s, host driver, %d calls x %d repetitions (median)\n",
            backend, calls, REPS);
     bench_print_queue(o, queued);
+    bench_print_budget(o);
     printf("  direct call of the module callback   %8.2f ns/call\n"
            "  cgrt_forward through the backend     %8.2f ns/call\n"
            "  overhead per call                    %8.2f ns/call\n",

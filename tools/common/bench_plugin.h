@@ -68,6 +68,22 @@ static inline void bench_print_queue(const struct bench_opts *o, int n) {
 }
 
 /*
+ * The header line of a bench run with --memory-budget: the budget that replaced the
+ * configuration's in the runtimes under test (the eager references capture nothing). Nothing
+ * without the option (a configured budget is the configuration's, printed where a bench prints
+ * graph memory).
+ */
+static inline void bench_print_budget(const struct bench_opts *o) {
+  if (!o->set_budget)
+    return;
+  if (o->memory_budget)
+    printf("[cuda_graph] memory_budget = %.1f MiB (--memory-budget) in every runtime under test\n",
+           (double)o->memory_budget / (1024.0 * 1024.0));
+  else
+    printf("[cuda_graph] memory_budget = off (--memory-budget) in every runtime under test\n");
+}
+
+/*
  * `cgrt plan`'s table (cmd_plan.c), called by a plan (plan_decode, plan_train in bench.h) with the
  * runtime, its graphs live, a description of the workload and the configured memory_budget (0:
  * none). The exit code.
