@@ -996,8 +996,12 @@ static void rule_max_queued_steps_at_most_64(void **state) {
   assert_refused(f, "[runtime]\nmax_queued_steps = 65\n",
                  "t.ini:2: [runtime] max_queued_steps = 65: at most 64 (the steps cgrt lets the "
                  "host queue ahead of the device; 0: no limit)");
+  /* its own bound in the sentence, not the type's (2147483647) */
   assert_refused(f, "[runtime]\nmax_queued_steps = -1\n",
-                 "t.ini:2: [runtime] max_queued_steps = '-1': expected a whole number");
+                 "t.ini:2: [runtime] max_queued_steps = '-1': expected a whole number from 0 to 64 "
+                 "(0: no limit)");
+  assert_refused(f, "[runtime]\nmax_queued_steps = two\n",
+                 "max_queued_steps = 'two': expected a whole number from 0 to 64");
   assert_clean(f, "[runtime]\nmax_queued_steps = 64\n");
   assert_int_equal(f->cfg.view.max_queued_steps, 64);
   int64_t v = 0;

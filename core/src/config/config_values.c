@@ -515,6 +515,9 @@ int cgrt__cfg_set_value(struct cgrt_config *cfg, int id, const char *text, char 
         say(why, whylen,
             "expected current (the host stream's device, else the opening "
             "thread's) or a device index from 0 to 2147483647");
+      else if (k == &cgrt__cfg_keys[K_MAX_QUEUED_STEPS]) /* the one key with an upper bound */
+        say(why, whylen, "expected a whole number from 0 to %d (0: no limit)",
+            CGRT_CFG_MAX_QUEUED_STEPS);
       return CGRT_E_CONFIG;
     }
     snprintf(buf, sizeof(buf), "%" PRId64, v);
