@@ -204,6 +204,45 @@ static void a_failed_step_is_ordered_too(void **state) {
   free(h);
 }
 
+/* A failed step whose exit ordering fails too: the step's own error is returned and kept as the
+   last error; the ordering's sentence goes to the log. A step that only fails its ordering says
+   so. (A fault injected where the core calls the driver: runtime faults, base/faults.h.) */
+static int logged_order;
+
+static void on_log(void *user, cgrt_log_level level, const char *text) {
+  (void)user;
+  if (level == CGRT_LOG_WARN && strstr(text, "making the legacy default stream wait for the step"))
+    logged_order++;
+}
+
+static void a_failed_ordering_keeps_a_failed_steps_error(void **state) {
+  (void)state;
+  struct host *h = host_open("impl = none");
+  assert_int_equal(cgrt_set_log(h->rt, on_log, NULL), 0);
+  h->rt->log.level = CGRT_LOG_WARN; /* the fixture opens with log = off */
+  cgrt_step_desc d = {.struct_size = sizeof(d),
+                      .phase = CGRT_PHASE_TRAIN,
+                      .tokens = 8,
+                      .body = failing_body,
+                      .user = h};
+  assert_int_equal(cgrt_step(h->rt, &d, NULL), CGRT_E_CALLBACK);
+  logged_order = 0;
+  h->rt->faults.order_exit = 1;
+  assert_int_equal(cgrt_step(h->rt, &d, NULL), CGRT_E_CALLBACK);
+  assert_string_equal(cgrt_last_error(h->rt), "the body callback of step 1 (eager) returned 7");
+  assert_int_equal(logged_order, 1);
+  /* the ordering alone failing: the step says so */
+  h->rt->faults.order_exit = 1;
+  d.body = body;
+  assert_int_equal(cgrt_step(h->rt, &d, NULL), CGRT_E_DEVICE);
+  assert_non_null(strstr(cgrt_last_error(h->rt),
+                         "cgrt_step: making the legacy default stream wait for the step failed: "
+                         "event_record failed (injected fault)"));
+  assert_int_equal(cgrt_synchronize(h->rt), 0);
+  assert_int_equal(cgrt_close(h->rt), 0);
+  free(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(none_is_ordered),
@@ -213,6 +252,7 @@ int main(void) {
       cmocka_unit_test(full_iteration_is_ordered),
       cmocka_unit_test(rebind_copy_and_auto_are_ordered),
       cmocka_unit_test(a_failed_step_is_ordered_too),
+      cmocka_unit_test(a_failed_ordering_keeps_a_failed_steps_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

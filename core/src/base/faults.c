@@ -59,6 +59,13 @@ int cgrt__fault_queue_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *
   return dev->drv->event_record(dev, event, stream);
 }
 
+int cgrt__fault_order_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *event, void *stream,
+                             int exit) {
+  if (exit && fires(&f->order_exit))
+    return cgrt__dev_fail(dev, CGRT_E_DEVICE, "event_record failed (injected fault)");
+  return dev->drv->event_record(dev, event, stream);
+}
+
 void cgrt__fault_capture_sync(struct cgrt_faults *f, struct cgrt_dev *dev, void *stream) {
   if (fires(&f->capture_sync))
     (void)dev->drv->stream_sync(dev, stream);

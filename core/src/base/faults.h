@@ -28,6 +28,7 @@ struct cgrt_faults {
   /* [runtime] max_queued_steps (runtime/step_queue.c) */
   int queue_wait;   /* the next wait for an earlier step to finish fails (CGRT_E_DEVICE) */
   int queue_record; /* the next record of a step's end fails (CGRT_E_DEVICE) */
+  int order_exit;   /* the next ordering of the legacy stream after a step fails (CGRT_E_DEVICE) */
 };
 
 /* graph_instantiate; an injected failure leaves *exec NULL. */
@@ -50,6 +51,9 @@ int cgrt__fault_queue_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *
  * armed, makes a synchronizing call there (stream_sync), as a module that synchronizes would, so
  * the capture is invalidated by the driver's own rules (and diagnose sees the call).
  */
+/* event_record of a step's exit ordering with the legacy default stream (runtime.c). */
+int cgrt__fault_order_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *event, void *stream,
+                             int exit);
 void cgrt__fault_capture_sync(struct cgrt_faults *f, struct cgrt_dev *dev, void *stream);
 
 #endif

@@ -815,7 +815,7 @@ static int order_with_host(cgrt_runtime *rt, int entry) {
   void *event = entry ? rt->order_in : rt->order_out;
   void *from = entry ? CGRT_LEGACY_STREAM : rt->stream;
   void *to = entry ? rt->stream : CGRT_LEGACY_STREAM;
-  int rc = d->event_record(&rt->dev, event, from);
+  int rc = cgrt__fault_order_record(&rt->faults, &rt->dev, event, from, !entry);
   if (rc == 0)
     rc = d->stream_wait(&rt->dev, to, event);
   if (rc != 0)
@@ -883,10 +883,18 @@ static int step_run(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_repo
   int stray = close_stray_capture(rt);
   if (rc == 0)
     rc = stray;
-  /* Also after a failed step: what it enqueued still comes before the host's next work. */
+  /* Also after a failed step: what it enqueued still comes before the host's next work. A failed
+     step's own error stays the one returned and said; the ordering's failure is logged. */
+  char kept[sizeof(rt->log.err)];
+  if (rc != 0)
+    snprintf(kept, sizeof(kept), "%s", rt->log.err);
   int ordered = order_with_host(rt, 0);
-  if (rc == 0)
+  if (rc == 0) {
     rc = ordered;
+  } else if (ordered != 0) {
+    cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", rt->log.err);
+    snprintf(rt->log.err, sizeof(rt->log.err), "%s", kept);
+  }
   rc = cgrt__queue_record(rt, rc); /* after the step's last work: its end */
   rt->graphs.in_step = 0;
   rt->in_body = 0;
