@@ -52,16 +52,8 @@ int cgrt__fault_queue_wait(struct cgrt_faults *f, struct cgrt_dev *dev, void *ev
   return dev->drv->event_sync(dev, event);
 }
 
-int cgrt__fault_queue_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *event,
-                             void *stream) {
-  if (fires(&f->queue_record))
-    return cgrt__dev_fail(dev, CGRT_E_DEVICE, "event_record failed (injected fault)");
-  return dev->drv->event_record(dev, event, stream);
-}
-
-int cgrt__fault_order_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *event, void *stream,
-                             int exit) {
-  if (exit && fires(&f->order_exit))
+int cgrt__fault_event_record(int *armed, struct cgrt_dev *dev, void *event, void *stream) {
+  if (armed && fires(armed))
     return cgrt__dev_fail(dev, CGRT_E_DEVICE, "event_record failed (injected fault)");
   return dev->drv->event_record(dev, event, stream);
 }

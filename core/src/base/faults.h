@@ -42,18 +42,18 @@ int cgrt__fault_exec_launch(struct cgrt_faults *f, struct cgrt_dev *dev, void *e
 int cgrt__fault_mem_alloc(struct cgrt_faults *f, struct cgrt_dev *dev, void **ptr, size_t bytes);
 /* event_sync, for the wait of [runtime] max_queued_steps; an injected failure waits for nothing. */
 int cgrt__fault_queue_wait(struct cgrt_faults *f, struct cgrt_dev *dev, void *event);
-/* event_record, for the end of a step under [runtime] max_queued_steps; an injected failure records
-   nothing. */
-int cgrt__fault_queue_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *event,
-                             void *stream);
+/*
+ * event_record, failing instead when `armed`, the flag of struct cgrt_faults that stands for this
+ * record, fires: queue_record (a step's end under [runtime] max_queued_steps) or order_exit (a
+ * step's exit ordering with the legacy default stream); NULL where no fault stands for it. An
+ * injected failure records nothing.
+ */
+int cgrt__fault_event_record(int *armed, struct cgrt_dev *dev, void *event, void *stream);
 /*
  * Called between the captured work and the end of a capture on `stream`: when capture_sync is
  * armed, makes a synchronizing call there (stream_sync), as a module that synchronizes would, so
  * the capture is invalidated by the driver's own rules (and diagnose sees the call).
  */
-/* event_record of a step's exit ordering with the legacy default stream (runtime.c). */
-int cgrt__fault_order_record(struct cgrt_faults *f, struct cgrt_dev *dev, void *event, void *stream,
-                             int exit);
 void cgrt__fault_capture_sync(struct cgrt_faults *f, struct cgrt_dev *dev, void *stream);
 
 #endif

@@ -815,7 +815,7 @@ static int order_with_host(cgrt_runtime *rt, int entry) {
   void *event = entry ? rt->order_in : rt->order_out;
   void *from = entry ? CGRT_LEGACY_STREAM : rt->stream;
   void *to = entry ? rt->stream : CGRT_LEGACY_STREAM;
-  int rc = cgrt__fault_order_record(&rt->faults, &rt->dev, event, from, !entry);
+  int rc = cgrt__fault_event_record(entry ? NULL : &rt->faults.order_exit, &rt->dev, event, from);
   if (rc == 0)
     rc = d->stream_wait(&rt->dev, to, event);
   if (rc != 0)

@@ -109,7 +109,8 @@ static int record_end(cgrt_runtime *rt) {
   const uint64_t step = rt->graphs.step_index;
   const int slot = (int)(step % (uint64_t)q->depth);
   const uint64_t bit = 1ull << slot;
-  int rc = cgrt__fault_queue_record(&rt->faults, &rt->dev, q->events[slot], rt->stream);
+  int rc =
+      cgrt__fault_event_record(&rt->faults.queue_record, &rt->dev, q->events[slot], rt->stream);
   if (rc == 0) {
     q->recorded |= bit;
     return 0;
