@@ -116,14 +116,13 @@ void cgrt__adaptive_close(cgrt_runtime *rt);
  * device. open: creates the events (none at 0). wait: at a step's entry, outside any capture and
  * before its host time starts, waits until the step max_queued_steps before it has finished on the
  * device (counted in queue_waits, queue_wait_ns). record: at the step's exit, after its work and
- * its ordering with the host, also after a failed step (step_rc, its result so far), marks its
- * end; returns step_rc if it failed (its sentence kept, a failed record beside it logged), else 0
- * or the record's error. close: destroys the events. Errors come with their sentence; the runtime
+ * its ordering with the host, also after a failed step, marks its end; 0, or the record's error
+ * with its sentence. close: destroys the events. Errors come with their sentence; the runtime
  * stays usable after one.
  */
 int cgrt__queue_open(cgrt_runtime *rt);
 int cgrt__queue_wait(cgrt_runtime *rt);
-int cgrt__queue_record(cgrt_runtime *rt, int step_rc);
+int cgrt__queue_record(cgrt_runtime *rt);
 void cgrt__queue_close(cgrt_runtime *rt);
 
 /* Frees cgrt_enqueue_host_copy's records of captured calls: call only once no graph can run. */

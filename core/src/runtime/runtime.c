@@ -828,6 +828,27 @@ static int order_with_host(cgrt_runtime *rt, int entry) {
   return 0;
 }
 
+static int order_exit(cgrt_runtime *rt) {
+  return order_with_host(rt, 0);
+}
+
+/*
+ * Runs `after` (the step's exit work) whatever rc, the step's result so far: its failure is the
+ * step's when the step had none; after a failed step, the step's error stays the one returned and
+ * said, and a failure of `after` goes to the log at warn.
+ */
+static int then(cgrt_runtime *rt, int rc, int (*after)(cgrt_runtime *)) {
+  if (rc == 0)
+    return after(rt);
+  char kept[sizeof(rt->log.err)];
+  snprintf(kept, sizeof(kept), "%s", rt->log.err);
+  if (after(rt) != 0) {
+    cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", rt->log.err);
+    snprintf(rt->log.err, sizeof(rt->log.err), "%s", kept);
+  }
+  return rc;
+}
+
 static int step_run(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_report *report) {
   if (!rt)
     return CGRT_E_INVAL;
@@ -883,19 +904,10 @@ static int step_run(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_repo
   int stray = close_stray_capture(rt);
   if (rc == 0)
     rc = stray;
-  /* Also after a failed step: what it enqueued still comes before the host's next work. A failed
-     step's own error stays the one returned and said; the ordering's failure is logged. */
-  char kept[sizeof(rt->log.err)];
-  if (rc != 0)
-    snprintf(kept, sizeof(kept), "%s", rt->log.err);
-  int ordered = order_with_host(rt, 0);
-  if (rc == 0) {
-    rc = ordered;
-  } else if (ordered != 0) {
-    cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", rt->log.err);
-    snprintf(rt->log.err, sizeof(rt->log.err), "%s", kept);
-  }
-  rc = cgrt__queue_record(rt, rc); /* after the step's last work: its end */
+  /* Also after a failed step: what it enqueued still comes before the host's next work, and its
+     end is recorded for [runtime] max_queued_steps after its last work. */
+  rc = then(rt, rc, order_exit);
+  rc = then(rt, rc, cgrt__queue_record);
   rt->graphs.in_step = 0;
   rt->in_body = 0;
   rt->ctx = NULL;

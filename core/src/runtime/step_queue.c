@@ -103,9 +103,10 @@ int cgrt__queue_wait(cgrt_runtime *rt) {
                     (unsigned long long)(step - (uint64_t)q->depth));
 }
 
-/* The record's failure, said as the step's error (0 if it recorded). */
-static int record_end(cgrt_runtime *rt) {
+int cgrt__queue_record(cgrt_runtime *rt) {
   struct cgrt_step_queue *q = &rt->queue;
+  if (q->depth == 0)
+    return 0;
   const uint64_t step = rt->graphs.step_index;
   const int slot = (int)(step % (uint64_t)q->depth);
   const uint64_t bit = 1ull << slot;
@@ -124,18 +125,4 @@ static int record_end(cgrt_runtime *rt) {
                     "max_queued_steps = 0 records nothing)",
                     (unsigned long long)step, q->depth, rt->dev.err, (unsigned long long)step,
                     (unsigned long long)(step + (uint64_t)q->depth));
-}
-
-int cgrt__queue_record(cgrt_runtime *rt, int step_rc) {
-  if (rt->queue.depth == 0)
-    return step_rc;
-  if (step_rc == 0)
-    return record_end(rt);
-  /* The step's own error comes first: its sentence stays the runtime's last error. */
-  char kept[sizeof(rt->log.err)];
-  snprintf(kept, sizeof(kept), "%s", rt->log.err);
-  if (record_end(rt) != 0)
-    cgrt__log(&rt->log, CGRT_LOG_WARN, "%s", rt->log.err);
-  snprintf(rt->log.err, sizeof(rt->log.err), "%s", kept);
-  return step_rc;
 }
