@@ -188,10 +188,10 @@ static const char *cp_shape(const struct bench_opts *o, struct cgrtk_cp_cfg *wc)
 }
 
 /* Loads CONF (or the default) for rank `rank`: the cuda driver on GPU `rank`, only the cp sizes
- * that divide the world, --max-queued-steps if given, and for the eager reference (scope < 0)
- * warmup_steps = 1000000. A runtime under test of the default configuration gets graph scope
- * `scope`; step scope graphs every call, so it takes no modules list and no per-step loss read
- * (the rules of graph_scope = step; the bench's host reads no loss). */
+ * that divide the world, --max-queued-steps and --memory-budget if given, and for the eager
+ * reference (scope < 0) warmup_steps = 1000000. A runtime under test of the default configuration
+ * gets graph scope `scope`; step scope graphs every call, so it takes no modules list and no
+ * per-step loss read (the rules of graph_scope = step; the bench's host reads no loss). */
 static int load_config(const struct cp_bench *b, int rank, int scope, cgrt_tool_config **cfg) {
   /* Quiet: the parent printed the messages. */
   struct cgrtk_cp_cfg wc;
@@ -200,10 +200,9 @@ static int load_config(const struct cp_bench *b, int rank, int scope, cgrt_tool_
   struct cgrt_config_view *v = cgrt_tool_config_view(*cfg);
   v->driver = CGRT_DRIVER_CUDA;
   v->device = rank;
-  if (b->o->set_queue) /* every runtime: under test, of the default's scopes, and eager */
-    v->max_queued_steps = b->o->max_queued_steps;
-  if (b->o->set_budget && scope >= 0) /* the eager reference captures nothing */
-    v->memory_budget = b->o->memory_budget;
+  /* every runtime: under test, of the default's scopes, and eager (which captures nothing, so the
+     budget binds nothing there) */
+  bench_opts_apply(b->o, v);
   if (scope < 0)
     v->warmup_steps = 1000000;
   else if (!b->o->conf && scope == CGRT_CP_SCOPE_STEP) {

@@ -499,10 +499,7 @@ int bench_explain(const struct bench_workload *w, const struct bench_opts *o) {
     return status;
   struct cgrt_config_view *v = cgrt_tool_config_view(cfg);
   v->driver = CGRT_DRIVER_CUDA;
-  if (o->set_budget)
-    v->memory_budget = o->memory_budget;
-  if (o->set_queue) /* the eager reference takes it from there */
-    v->max_queued_steps = o->max_queued_steps;
+  bench_opts_apply(o, v);
   const int device = v->device < 0 ? 0 : v->device; /* current: a tool's is 0 */
   const int block = v->inference_scope == CGRT_SCOPE_BLOCK;
   const int eager_impl = strcmp(v->impl, "none") == 0;

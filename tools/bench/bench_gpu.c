@@ -844,10 +844,7 @@ int bench_gpu_configs(const struct bench_opts *o, cgrt_tool_config **cfg,
   if (status != EXIT_VALID)
     return status;
   cgrt_tool_config_view(*cfg)->driver = CGRT_DRIVER_CUDA;
-  if (o->set_budget)
-    cgrt_tool_config_view(*cfg)->memory_budget = o->memory_budget;
-  if (o->set_queue) /* the eager reference takes it from there */
-    cgrt_tool_config_view(*cfg)->max_queued_steps = o->max_queued_steps;
+  bench_opts_apply(o, cgrt_tool_config_view(*cfg));
   if (tool_eager_config(cgrt_tool_config_view(*cfg), eager_cfg) != EXIT_VALID) {
     cgrt_tool_config_free(*cfg);
     *cfg = NULL;

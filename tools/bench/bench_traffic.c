@@ -370,10 +370,7 @@ static int load_variant(const struct bench_opts *o, int set_dist, cgrt_bucket_di
   v->driver = CGRT_DRIVER_CUDA;
   if (set_dist)
     v->buckets = dist;
-  if (o->set_budget)
-    v->memory_budget = o->memory_budget;
-  if (o->set_queue) /* the eager runs take it from there (tool_eager_config) */
-    v->max_queued_steps = o->max_queued_steps;
+  bench_opts_apply(o, v);
   if (by_tokens) {
     v->adapt_by = CGRT_ADAPT_BY_TOKENS;
     if (cgrt_tool_config_set_option(*cfg, "local", "by_time", "off") != 0) {

@@ -166,10 +166,7 @@ int bench_train(const struct bench_opts *o) {
   if (status != EXIT_VALID)
     return status;
   cgrt_tool_config_view(cfg)->driver = CGRT_DRIVER_CUDA;
-  if (o->set_budget)
-    cgrt_tool_config_view(cfg)->memory_budget = o->memory_budget;
-  if (o->set_queue) /* the eager reference takes it from there */
-    cgrt_tool_config_view(cfg)->max_queued_steps = o->max_queued_steps;
+  bench_opts_apply(o, cgrt_tool_config_view(cfg));
   struct cgrt_config_view v = *cgrt_tool_config_view(cfg);
   char impl[128], err[512];
   snprintf(impl, sizeof(impl), "%s", v.impl);

@@ -81,10 +81,7 @@ static int bench_dispatch(cgrt_tool_config *cfg, const struct bench_opts *o, int
   v->driver = CGRT_DRIVER_HOST;
   v->bind_cpu = 0;
   v->log_level = CGRT_LOG_WARN;
-  if (o->set_queue)
-    v->max_queued_steps = o->max_queued_steps;
-  if (o->set_budget)
-    v->memory_budget = o->memory_budget;
+  bench_opts_apply(o, v);
   const int queued = v->max_queued_steps; /* cfg goes with the runtime */
   int rc = cgrt_tool_open(&d.rt, cfg, NULL, NULL);
   if (rc != 0) {

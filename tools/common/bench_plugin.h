@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cgrt/backend.h"
 #include "cgrt/cgrt.h"
 
 #define BENCH_MAX_TOKENS 32
@@ -51,6 +52,18 @@ struct bench_opts {
                              configuration's [runtime] max_queued_steps in every runtime opened */
   int max_queued_steps;   /* 0 to 64; 0: no limit */
 };
+
+/*
+ * What the options replace in a configuration the bench opens a runtime from: --memory-budget the
+ * [cuda_graph] memory_budget, --max-queued-steps the [runtime] max_queued_steps (an eager
+ * reference made from v afterwards, tool_eager_config, takes the bound too).
+ */
+static inline void bench_opts_apply(const struct bench_opts *o, struct cgrt_config_view *v) {
+  if (o->set_budget)
+    v->memory_budget = o->memory_budget;
+  if (o->set_queue)
+    v->max_queued_steps = o->max_queued_steps;
+}
 
 /*
  * The header line of a bench whose runtimes bound the steps queued ahead of the device: n, the
