@@ -790,12 +790,10 @@ static int close_stray_capture(cgrt_runtime *rt) {
     (void)cgrt__hook_end(&rt->graphs.hooks, rt->stream);
   if (!active)
     return 0;
-  cgrt__fail(&rt->log, CGRT_E_CAPTURE,
-             "backend '%s' returned from step %llu with the stream still capturing; the capture "
-             "was ended and discarded (a bug in the backend)",
-             rt->lib.vt->name, (unsigned long long)rt->graphs.step_index);
-  cgrt__log(&rt->log, CGRT_LOG_ERROR, "%s", rt->log.err);
-  return CGRT_E_CAPTURE;
+  return cgrt__fail(&rt->log, CGRT_E_CAPTURE,
+                    "backend '%s' returned from step %llu with the stream still capturing; the "
+                    "capture was ended and discarded (a bug in the backend)",
+                    rt->lib.vt->name, (unsigned long long)rt->graphs.step_index);
 }
 
 /*
@@ -901,9 +899,8 @@ static int step_run(cgrt_runtime *rt, const cgrt_step_desc *desc, cgrt_step_repo
                                            : run_phase_eagerly(rt, &frame);
   if (rc != 0 && !rt->log.err[0])
     rc = unexplained(rt, "step", rc);
-  int stray = close_stray_capture(rt);
-  if (rc == 0)
-    rc = stray;
+  /* A failed step keeps its own error; a capture it left open is then said at warn. */
+  rc = then(rt, rc, close_stray_capture);
   /* Also after a failed step: what it enqueued still comes before the host's next work, and its
      end is recorded for [runtime] max_queued_steps after its last work. */
   rc = then(rt, rc, order_exit);
