@@ -23,6 +23,9 @@
  *           sets it on newer GPUs)
  *   bigarg  local's copy by a kernel whose parameters take 4 KiB (NCCL passes its work there)
  *   nccl-attrs  peer's writes with all of NCCL's launch attributes above at once
+ *   peer+fence  peer's writes, each thread then a system-scope fence (__threadfence_system)
+ *   peer+sync   peer's writes, then a one-thread kernel that meets the other GPU as a collective
+ *           does: a system-scope atomic on the other GPU's counter, then a wait on its own
  *   ag+carve, smem+carve   ag and smem with every kernel node of every graph set to prefer the
  *           largest shared memory carveout (cudaLaunchAttributePreferredSharedMemoryCarveout)
  *   none    nothing (A is its three kernels)
@@ -101,11 +104,35 @@ enum variant {
   V_NVLSCHED,
   V_BIGARG,
   V_NCCL_ATTRS,
+  V_PEER_FENCE,
+  V_PEER_SYNC,
   V_COUNT
 };
 static const char *const kVariant[V_COUNT] = {
-    "ag",         "peer", "local", "cluster",     "remote", "smem",     "none",   "ag+carve",
-    "smem+carve", "host", "host1", "peer+remote", "spread", "nvlsched", "bigarg", "nccl-attrs"};
+    "ag",     "peer",     "local",      "cluster",    "remote",     "smem",
+    "none",   "ag+carve", "smem+carve", "host",       "host1",      "peer+remote",
+    "spread", "nvlsched", "bigarg",     "nccl-attrs", "peer+fence", "peer+sync"};
+
+/* peer's writes, each thread's followed by a system-scope fence. */
+__global__ void put_fence(float *dst, const float *src, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    dst[i] = src[i];
+  __threadfence_system();
+}
+
+/* The two GPUs meet, as a collective's kernels do: one thread counts this meeting (epoch), adds
+   one to the other GPU's counter with a system-scope atomic and waits until its own counter,
+   which the other GPU's kernel adds to, reaches the count. Both GPUs launch it equally often. */
+__global__ void meet(unsigned *epoch, unsigned *peer_count, volatile unsigned *own_count) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    unsigned e = ++*epoch;
+    __threadfence_system();
+    atomicAdd_system(peer_count, 1u);
+    while (*own_count < e) {
+    }
+    __threadfence_system();
+  }
+}
 
 /* One word into host memory, as a kernel that reports its progress to the host does. */
 __global__ void put_one(volatile unsigned *host_word, unsigned v) {
@@ -179,8 +206,10 @@ struct rank {
   cudaStream_t s;
   float *x, *send, *gathered, *peer_gathered; /* peer_gathered: the other GPU's gathered buffer */
   float *host;                                /* mapped pinned host memory, its device address */
-  int run[V_COUNT];                           /* the variants to run */
-  int ahead;                                  /* steps the host may queue ahead (0: no limit) */
+  unsigned *count;      /* [0]: meet's epoch; [1]: this GPU's counter, the other GPU adds to it */
+  unsigned *peer_count; /* the other GPU's counter */
+  int run[V_COUNT];     /* the variants to run */
+  int ahead;            /* steps the host may queue ahead (0: no limit) */
   pthread_barrier_t *bar;
   double med[V_COUNT][2], p10[V_COUNT][2], p90[V_COUNT][2];
 };
@@ -228,6 +257,13 @@ static void module(struct rank *r, int a, enum variant v) {
     case V_NCCL_ATTRS:
       put_with(r->peer_gathered + off, r->x, n, blocks_for(n), r->s,
                A_CLUSTER | A_SPREAD | A_REMOTE | A_NVLSCHED);
+      break;
+    case V_PEER_FENCE:
+      put_fence<<<blocks_for(n), kThreads, 0, r->s>>>(r->peer_gathered + off, r->x, n);
+      break;
+    case V_PEER_SYNC:
+      put<<<blocks_for(n), kThreads, 0, r->s>>>(r->peer_gathered + off, r->x, n);
+      meet<<<1, 32, 0, r->s>>>(r->count, r->peer_count, r->count + 1);
       break;
     case V_BIGARG: {
       big_args a = {};
@@ -453,9 +489,13 @@ int main(int argc, char **argv) {
     CK(cudaMemset(r->x, 0, n * sizeof(float)));
     CK(cudaMemset(r->send, 0, n * sizeof(float)));
     CK(cudaHostAlloc(&r->host, n * sizeof(float), cudaHostAllocMapped));
+    CK(cudaMalloc(&r->count, 2 * sizeof(unsigned)));
+    CK(cudaMemset(r->count, 0, 2 * sizeof(unsigned)));
   }
   rk[0].peer_gathered = rk[1].gathered;
   rk[1].peer_gathered = rk[0].gathered;
+  rk[0].peer_count = rk[1].count + 1;
+  rk[1].peer_count = rk[0].count + 1;
   const char *mix = getenv("NCCL_GRAPH_MIXING_SUPPORT");
   int version = 0;
   NK(ncclGetVersion(&version));
