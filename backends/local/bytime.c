@@ -308,6 +308,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
   st->rec = r;
   st->b = b;
   r->seen++;
+  bytime_bound(bt, b);
   if (++b->since >= BYTIME_RECHECK * (b->rounds ? b->rounds : 1) && !b->probing && !b->pivot)
     bytime_recheck(bt, b);
   else if (b->copied == 1 && ++b->copied_since >= BYTIME_COPIED_RECHECK && !b->probing && !b->pivot)

@@ -84,6 +84,21 @@
  * sending new counts pays their one-time costs every time. A watch costs two event records a
  * timed step, and no step is served another way for it.
  *
+ * Device-bound buckets (issue 43, session 49: traffic/decode_small_buckets.txt, 120 prompts of
+ * 1500-3978 tokens among 4000 decode steps, padded to bucket 4096 and replayed in 59 ms where eager
+ * took 22-52 ms: the pooled probes' bisection decided them after 59, 85, 100 and 113 of them, and
+ * the run took 1.41x eager's time). A step's eager device work at T is at most the bucket's (eager
+ * cost non-decreasing in tokens), and what eager adds to it is its launches, which cost the host
+ * about its issue time; so where a bucket's replay costs BYTIME_BOUND times the host's time to
+ * issue an eager step or more, eager at any count of it loses at most about 1 / BYTIME_BOUND to the
+ * replay, and wins by the work it does not pad. Once the bucket's replay has its figure (its
+ * BYTIME_SAMPLES replays) and some eager round has given a host figure (the largest so far, waits
+ * left out), every count up to bucket / (1 + BYTIME_NEAR) (at least 29% padding) is served eagerly,
+ * implied, as a pooled probe's "eager wins" would (below a count that measured the bucket faster,
+ * never), said at info; counts above stay with the probes. The watch below checks it as it checks a
+ * measured decision: overturned, the bucket goes back to its replay and the rule is off in it for
+ * the runtime's life. A launch-bound bucket (a replay of a few eager host times) is never touched.
+ *
  * After BYTIME_RECHECK x r steps of a bucket, r its probe rounds since it was last measured (at
  * least 1), its measurements are forgotten (each count keeps its way until measured or implied
  * again; exact-size buckets stay) and the bucket is measured again: at most one probe round per
@@ -135,6 +150,9 @@
 /* Steps of a bucket served eagerly by a decision per watched (timed) one (above): 8 samples span
    128 such steps, and the timing costs 1 step in 16 two event records. */
 #define BYTIME_WATCH_EVERY 16
+/* The device-bound rule (above): a bucket whose replay costs at least this many times eager's
+   host time serves its counts up to bucket / (1 + BYTIME_NEAR) eagerly without a probe. */
+#define BYTIME_BOUND 8
 /* Steps of a bucket without a step of its probe target before the target is dropped. */
 #define BYTIME_STALL 256
 /* Pooled probes (above): steps of a bucket's undecided counts since it was last measured before
@@ -185,6 +203,7 @@ struct bytime_figures {
   uint64_t copied_rechecks;    /* buckets measured again early: decided on replays with copies */
   uint64_t watched_steps;      /* steps served eagerly by a decision and timed to watch it */
   uint64_t eager_overturned;   /* watches that sent a bucket's eager counts back to the bucket */
+  uint64_t bound_buckets;      /* buckets where the device-bound rule sent counts eager */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */

@@ -60,6 +60,9 @@ struct bucket_rec {
   /* the watch of its counts served eagerly (bytime.h) */
   struct series watch;  /* samples of steps served eagerly by a decision */
   uint64_t watch_since; /* such steps since the last one timed */
+  /* the device-bound rule (bytime.h): applied to its replay's figure since it was last measured;
+     off for good once a watch overturned eager serving in it */
+  int bound_checked, bound_off;
 };
 
 /* One token count followed. Allocated once, never moved: pending timings point at it. */
@@ -99,6 +102,7 @@ struct bytime {
   int have_events;
   struct pending ring[BYTIME_PENDING];
   size_t head, npending;
+  double eager_host_us; /* the largest host figure of an eager round so far (0: none yet) */
   struct bytime_figures fig;
 };
 
@@ -146,6 +150,8 @@ void bytime_pool_start(struct bytime *bt, struct bucket_rec *b);
 /* bytime_rules.c: whether a step of r gives a sample of b's pooled round (its side of the pivot).
  */
 int bytime_pool_side_has(const struct bucket_rec *b, const struct count_rec *r);
+/* bytime_rules.c: the device-bound rule (bytime.h) on b, once its replay has a figure. */
+void bytime_bound(struct bytime *bt, struct bucket_rec *b);
 /* bytime_rules.c: b's measurements are forgotten and b is measured again. */
 void bytime_recheck(struct bytime *bt, struct bucket_rec *b);
 /* bytime_rules.c: bytime_recheck, early, of a bucket decided on replays that copied (bytime.h). */

@@ -160,9 +160,16 @@ static struct implied imply_range(struct bytime *bt, struct bucket_rec *b, int64
 }
 
 /* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
+/* An eager round's host figure, for the device-bound rule (bytime.h): the largest so far. */
+static void eager_host(struct bytime *bt, struct step_cost ec) {
+  if (ec.host_us > bt->eager_host_us)
+    bt->eager_host_us = ec.host_us;
+}
+
 static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
   const struct cgrt_host_api *h = bt->h;
   struct step_cost ec = bytime_series_cost(bt, &r->eager);
+  eager_host(bt, ec);
   struct step_cost pc = bytime_series_cost(bt, &b->replay);
   double e = ec.us, p = pc.us;
   report_cost(bt, r->tokens, b->bucket, p);
@@ -214,7 +221,7 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
 
 /* An exact-size bucket's round is complete: it stays only when faster than eager. */
 static int decide_exact(struct bytime *bt, struct count_rec *r) {
-  bytime_series_cost(bt, &r->eager);
+  eager_host(bt, bytime_series_cost(bt, &r->eager));
   bytime_series_cost(bt, &r->exact);
   report_cost(bt, r->tokens, 0, r->eager.median.us);
   report_cost(bt, r->tokens, r->tokens, r->exact.median.us);
@@ -253,6 +260,7 @@ static void decide_pool(struct bytime *bt, struct bucket_rec *b) {
   const struct cgrt_host_api *h = bt->h;
   struct step_cost ec = bytime_series_cost(bt, &b->pool);
   struct step_cost pc = bytime_series_cost(bt, &b->replay);
+  eager_host(bt, ec);
   int64_t p = b->pivot;
   enum pool_side side = b->side;
   b->pool.active = 0;
@@ -317,6 +325,7 @@ static void decide_watch(struct bytime *bt, struct bucket_rec *b) {
   const struct cgrt_host_api *h = bt->h;
   struct step_cost ec = bytime_series_cost(bt, &b->watch), pc = b->replay.median;
   b->watch.active = 0;
+  eager_host(bt, ec);
   char figures[256] = "";
   int len = 0;
   step_cost_say(figures, sizeof(figures), &len, "eagerly as served", ec);
@@ -352,7 +361,50 @@ static void decide_watch(struct bytime *bt, struct bucket_rec *b) {
          "again",
          (long long)lo, (long long)hi, (long long)b->bucket, back, BYTIME_SAMPLES, figures);
   bt->fig.eager_overturned++;
+  if (b->bound_checked == 2) /* the device-bound rule sent them: not again in this bucket */
+    b->bound_off = 1;
   bytime_recheck(bt, b);
+}
+
+void bytime_bound(struct bytime *bt, struct bucket_rec *b) {
+  const struct cgrt_host_api *h = bt->h;
+  if (b->bound_checked || b->bound_off || bt->eager_host_us <= 0 || !series_done(&b->replay))
+    return;
+  b->bound_checked = 1;
+  struct step_cost pc = bytime_series_cost(bt, &b->replay);
+  if (pc.us < BYTIME_BOUND * bt->eager_host_us)
+    return;
+  int64_t p = (int64_t)((double)b->bucket / (1 + BYTIME_NEAR));
+  if (b->bucket_from <= p)
+    p = b->bucket_from - 1; /* a count measured the bucket faster: eager stays below it */
+  if (p <= b->eager_upto)
+    return;
+  /* a probe or pooled round running at or below p asks what the rule now answers: dropped */
+  if (b->probing && b->probing->tokens <= p) {
+    b->probing->eager.active = 0;
+    b->probing = NULL;
+  }
+  if (b->pivot && b->pivot <= p) {
+    b->pool.active = 0;
+    b->pivot = 0;
+  }
+  int64_t from = b->eager_upto + 1;
+  b->eager_upto = p;
+  b->bound_checked = 2;
+  bt->fig.bound_buckets++;
+  struct implied d = imply_range(bt, b, from, p);
+  char figures[128] = "";
+  int len = 0;
+  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  h->log(h, d.changed ? CGRT_LOG_INFO : CGRT_LOG_DEBUG,
+         "local by_time: counts <= %lld of bucket %lld served eagerly from now on (%zu seen, %zu "
+         "changed), none probed: the bucket is device-bound, its replay (time per "
+         "step, " STEP_COST_SAYS
+         ": %s) at least %d times the host's time to issue an eager step (%.1f us, "
+         "the largest eager round so far), so eager at a count of it, doing no more work than the "
+         "bucket, loses little at most and skips at least %.0f%% padding; watched as served",
+         (long long)p, (long long)b->bucket, d.n, d.changed, figures, BYTIME_BOUND,
+         bt->eager_host_us, 100.0 * BYTIME_NEAR / (1 + BYTIME_NEAR));
 }
 
 /* What a new sample of b or r completes. */
@@ -454,6 +506,7 @@ void bytime_recheck(struct bytime *bt, struct bucket_rec *b) {
   b->bucket_from = INT64_MAX;
   b->watch.active = 0;
   b->watch_since = 0;
+  b->bound_checked = 0;
   series_start(&b->replay, 0);
   for (size_t i = 0; i < bt->nrecs; i++) {
     struct count_rec *o = bt->recs[i];

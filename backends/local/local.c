@@ -426,6 +426,7 @@ static int local_figures(void *state, void (*emit)(void *user, const char *name,
     emit(user, "by_time_copied_rechecks", b.copied_rechecks);
     emit(user, "by_time_watched_steps", b.watched_steps);
     emit(user, "by_time_eager_overturned", b.eager_overturned);
+    emit(user, "by_time_bound_buckets", b.bound_buckets);
   }
   return 0;
 }

@@ -680,7 +680,7 @@ static uint64_t pool_cost_ns(void *user, void (*fn)(void *), void *arg) {
 /* by_time's own figures (cgrt_backend_figures): its pooled rounds and their probe steps, and
    the samples whose host waited. */
 struct pooled {
-  uint64_t rounds, probe_steps, waited;
+  uint64_t rounds, probe_steps, waited, bound;
 };
 
 static void pooled_figure(void *user, const char *name, uint64_t value) {
@@ -691,6 +691,8 @@ static void pooled_figure(void *user, const char *name, uint64_t value) {
     p->probe_steps = value;
   else if (strcmp(name, "by_time_waited_samples") == 0)
     p->waited = value;
+  else if (strcmp(name, "by_time_bound_buckets") == 0)
+    p->bound = value;
 }
 
 /*
@@ -903,6 +905,60 @@ static void test_device_bound_eager_served_by_its_device_time(void **state) {
   fixture_close(f);
 }
 
+/*
+ * The device-bound rule (bytime.h): under the same costs, bucket 128's replay (about 97 us) costs
+ * more than 8 times the host's time to issue an eager step (4 us, from 3 tokens' probe at bucket
+ * 32, whose own replay of about 24 us is not device-bound). Counts of bucket 128 that each come
+ * once, too sparse for a probe of their own or a pooled round yet: once the bucket's replay has its
+ * samples, every count up to 128 / 1.4 (91) is served eagerly, none probed, said once at info;
+ * a count above stays at its bucket.
+ */
+static void test_device_bound_bucket_serves_sparse_counts_eagerly(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  struct cgrt_host_cost c = {.launch_ns = 1000,
+                             .graph_launch_ns = 100,
+                             .graph_node_ns = 50,
+                             .node_ns = device_bound_cost_ns};
+  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  cgrt_step_report rep;
+  int i = 0;
+  for (; i < 40; i++)
+    step(f, i, 3, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER); /* 3 tokens' probe: eager's host time known */
+  cgrt_stats s0 = {.struct_size = sizeof(s0)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s0), 0);
+  struct pooled p = {0};
+  int64_t t = 65, first_eager = 0;
+  for (; t <= 91; t++) {
+    step(f, i++, t, &rep);
+    if (rep.mode == CGRT_MODE_EAGER && !first_eager)
+      first_eager = t;
+    if (first_eager && (rep.mode != CGRT_MODE_EAGER || rep.padded_tokens != t))
+      fail_msg("%lld tokens: mode %d at %lld after the rule", (long long)t, (int)rep.mode,
+               (long long)rep.padded_tokens);
+  }
+  /* two warm-up steps, the capture, then the replay's 8 samples (read a step later) */
+  if (first_eager == 0 || first_eager > 65 + 12)
+    fail_msg("the first count of bucket 128 served eagerly: %lld", (long long)first_eager);
+  step(f, i++, 100, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  assert_int_equal(rep.padded_tokens, 128);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  assert_int_equal(s.time_probe_steps, s0.time_probe_steps); /* none of them probed */
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(p.bound, 1);
+  assert_int_equal(p.rounds, 0);
+  int said = 0;
+  for (int k = 0; k < f->switches_said && k < 4; k++)
+    if (strstr(f->said[k], "counts <= 91 of bucket 128 served eagerly from now on") &&
+        strstr(f->said[k], "the bucket is device-bound"))
+      said++;
+  assert_int_equal(said, 1);
+  fixture_close(f);
+}
+
 static uint64_t queued_cost_ns(void *user, void (*fn)(void *), void *arg) {
   (void)user;
   if (fn != work && fn != pad)
@@ -1007,6 +1063,7 @@ int main(void) {
       cmocka_unit_test(test_now_ns_is_the_host_drivers_host_clock),
       cmocka_unit_test(test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more),
       cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),
+      cmocka_unit_test(test_device_bound_bucket_serves_sparse_counts_eagerly),
       cmocka_unit_test(test_host_waiting_in_a_full_launch_queue_serves_by_its_own_time),
   };
   return cmocka_run_group_tests_name("bytime", tests, NULL, NULL);

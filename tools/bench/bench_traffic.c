@@ -43,15 +43,19 @@ struct pass {
   cgrt_stats mid;        /* the same at the start of the steady window (the trace's second half) */
   double window_host_us; /* the host's time per step issuing the steady window's steps */
   uint64_t overturned;   /* by_time's eager decisions undone by their watch (a backend figure) */
+  uint64_t bound;        /* buckets by_time's device-bound rule sent eager (a backend figure) */
   double longest_ms;     /* the host's longest single step call: a one-off stall shows here */
   uint64_t longest_step; /* which step it was, and its token count */
   int64_t longest_tokens;
   uint64_t start_ns; /* when it began (the host's clock) */
 };
 
-static void overturned_figure(void *user, const char *name, uint64_t value) {
+static void by_time_figures(void *user, const char *name, uint64_t value) {
+  struct pass *p = user;
   if (strcmp(name, "by_time_eager_overturned") == 0)
-    *(uint64_t *)user = value;
+    p->overturned = value;
+  else if (strcmp(name, "by_time_bound_buckets") == 0)
+    p->bound = value;
 }
 
 struct traffic_run {
@@ -125,8 +129,8 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct p
   r->steady_us = (double)ms * 1e3 / (double)(t->total_steps - half);
   r->st.struct_size = sizeof(r->st);
   cgrt_stats_get(hm->rt, &r->st);
-  r->overturned = 0;
-  (void)cgrt_backend_figures(hm->rt, overturned_figure, &r->overturned);
+  r->overturned = r->bound = 0;
+  (void)cgrt_backend_figures(hm->rt, by_time_figures, r);
   cudaEventDestroy(mid);
   cudaEventDestroy(end);
   return rc;
@@ -199,7 +203,7 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     const struct traffic_run *r = &runs[i];
     if (!r->graphed)
       continue;
-    char cap[128], rep[128], eag[128], probe[128], undone[128], exact[128], copied[128],
+    char cap[128], rep[128], eag[128], probe[128], undone[128], bound[128], exact[128], copied[128],
         steady[128], start[128];
     /* in seconds since the first timed pass (eager's first) began */
     PASS_LIST(start, r, "%.1f", (double)(pp->start_ns - runs[0].pass[0].start_ns) / 1e9);
@@ -208,12 +212,14 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     PASS_LIST(eag, r, "%llu", (unsigned long long)pp->st.steps_by_mode[CGRT_MODE_EAGER]);
     PASS_LIST(probe, r, "%llu", (unsigned long long)pp->st.time_probe_steps);
     PASS_LIST(undone, r, "%llu", (unsigned long long)pp->overturned);
+    PASS_LIST(bound, r, "%llu", (unsigned long long)pp->bound);
     PASS_LIST(exact, r, "%llu", (unsigned long long)pp->st.time_exact_steps);
     PASS_LIST(copied, r, "%.1f", (double)pp->st.copy_bytes / (1024.0 * 1024.0));
     PASS_LIST(steady, r, "%.1f", pp->steady_us);
     printf("%s, per pass: capture+instantiate%s ms, steps replayed%s, eager%s (by_time probes%s, "
-           "eager undone%s), exact-size%s, copied%s MiB, steady%s us; started at%s s\n",
-           r->label, cap, rep, eag, probe, undone, exact, copied, steady, start);
+           "eager undone%s, device-bound buckets%s), exact-size%s, copied%s MiB, steady%s us; "
+           "started at%s s\n",
+           r->label, cap, rep, eag, probe, undone, bound, exact, copied, steady, start);
     /* The steady window alone: what of the above fell in it, and whether the host kept ahead
        (its issue time per step well under the steady time) or bound the window. */
     char weag[128], wprobe[128], wcap[128], wms[128], whost[128];
