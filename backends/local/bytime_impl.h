@@ -102,7 +102,7 @@ struct bytime {
   int have_events;
   struct pending ring[BYTIME_PENDING];
   size_t head, npending;
-  double eager_host_us; /* the largest host figure of an eager round so far (0: none yet) */
+  double eager_host_us; /* the smallest host figure of an eager round so far (0: none yet) */
   struct bytime_figures fig;
 };
 

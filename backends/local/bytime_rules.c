@@ -160,9 +160,9 @@ static struct implied imply_range(struct bytime *bt, struct bucket_rec *b, int64
 }
 
 /* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
-/* An eager round's host figure, for the device-bound rule (bytime.h): the largest so far. */
+/* An eager round's host figure, for the device-bound rule (bytime.h): the smallest so far. */
 static void eager_host(struct bytime *bt, struct step_cost ec) {
-  if (ec.host_us > bt->eager_host_us)
+  if (ec.host_us > 0 && (bt->eager_host_us <= 0 || ec.host_us < bt->eager_host_us))
     bt->eager_host_us = ec.host_us;
 }
 
@@ -401,7 +401,7 @@ void bytime_bound(struct bytime *bt, struct bucket_rec *b) {
          "changed), none probed: the bucket is device-bound, its replay (time per "
          "step, " STEP_COST_SAYS
          ": %s) at least %d times the host's time to issue an eager step (%.1f us, "
-         "the largest eager round so far), so eager at a count of it, doing no more work than the "
+         "the fastest eager round so far), so eager at a count of it, doing no more work than the "
          "bucket, loses little at most and skips at least %.0f%% padding; watched as served",
          (long long)p, (long long)b->bucket, d.n, d.changed, figures, BYTIME_BOUND,
          bt->eager_host_us, 100.0 * BYTIME_NEAR / (1 + BYTIME_NEAR));

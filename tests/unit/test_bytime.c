@@ -907,11 +907,11 @@ static void test_device_bound_eager_served_by_its_device_time(void **state) {
 
 /*
  * The device-bound rule (bytime.h): under the same costs, bucket 128's replay (about 97 us) costs
- * more than 8 times the host's time to issue an eager step (4 us, from 3 tokens' probe at bucket
- * 32, whose own replay of about 24 us is not device-bound). Counts of bucket 128 that each come
- * once, too sparse for a probe of their own or a pooled round yet: once the bucket's replay has its
- * samples, every count up to 128 / 1.4 (91) is served eagerly, none probed, said once at info;
- * a count above stays at its bucket.
+ * more than 8 times the host's time to issue an eager step (4 us, from 20 tokens' probe at bucket
+ * 32, whose own replay of about 24 us is not device-bound; an earlier, slower round does not
+ * count). Counts of bucket 128 that each come once, too sparse for a probe of their own or a pooled
+ * round yet: once the bucket's replay has its samples, every count up to 128 / 1.4 (91) is served
+ * eagerly, none probed, said once at info; a count above stays at its bucket.
  */
 static void test_device_bound_bucket_serves_sparse_counts_eagerly(void **state) {
   (void)state;
@@ -923,9 +923,18 @@ static void test_device_bound_bucket_serves_sparse_counts_eagerly(void **state) 
   assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
   cgrt_step_report rep;
   int i = 0;
+  /* 20 tokens' probe with 40 more launches a module: an eager round whose host time (124 us) is
+     more than bucket 128's replay / 8, as a round whose every sample waited behind a backlog (it
+     keeps bucket 32); then 3 tokens' probe without them (4 us, eager wins): the rule takes the
+     fastest round's figure */
+  f->pads = 40;
   for (; i < 40; i++)
+    step(f, i, 20, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  f->pads = 0;
+  for (; i < 80; i++)
     step(f, i, 3, &rep);
-  assert_int_equal(rep.mode, CGRT_MODE_EAGER); /* 3 tokens' probe: eager's host time known */
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER);
   cgrt_stats s0 = {.struct_size = sizeof(s0)};
   assert_int_equal(cgrt_stats_get(f->rt, &s0), 0);
   struct pooled p = {0};
