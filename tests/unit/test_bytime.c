@@ -869,6 +869,17 @@ static uint64_t device_bound_cost_ns(void *user, void (*fn)(void *), void *arg) 
   return 250 * (uint64_t)((struct params *)arg)->padded;
 }
 
+/* by_time on, no exact-size buckets, under device_bound_cost_ns: 1 us an eager launch. */
+static struct fixture *device_bound_fixture(void) {
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  struct cgrt_host_cost c = {.launch_ns = 1000,
+                             .graph_launch_ns = 100,
+                             .graph_node_ns = 50,
+                             .node_ns = device_bound_cost_ns};
+  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  return f;
+}
+
 /*
  * The opposite: a host that waits every step, eager bound by the device. 80 tokens' kernels take
  * 20 us each eagerly and 32 us padded to 128: eager's device time (about 62 us) is above its host
@@ -876,12 +887,7 @@ static uint64_t device_bound_cost_ns(void *user, void (*fn)(void *), void *arg) 
  */
 static void test_device_bound_eager_served_by_its_device_time(void **state) {
   (void)state;
-  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
-  struct cgrt_host_cost c = {.launch_ns = 1000,
-                             .graph_launch_ns = 100,
-                             .graph_node_ns = 50,
-                             .node_ns = device_bound_cost_ns};
-  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  struct fixture *f = device_bound_fixture();
   cgrt_step_report rep;
   for (int i = 0; i < 60; i++)
     step(f, i, 80, &rep);
@@ -907,7 +913,7 @@ static void test_device_bound_eager_served_by_its_device_time(void **state) {
 
 /*
  * The device-bound rule (bytime.h): under the same costs, bucket 128's replay (about 97 us) costs
- * more than 8 times the host's time to issue an eager step (4 us, from 20 tokens' probe at bucket
+ * more than 8 times the host's time to issue an eager step (4 us, from 3 tokens' probe at bucket
  * 32, whose own replay of about 24 us is not device-bound; an earlier, slower round does not
  * count). Counts of bucket 128 that each come once, too sparse for a probe of their own or a pooled
  * round yet: once the bucket's replay has its samples, every count up to 128 / 1.4 (91) is served
@@ -915,12 +921,7 @@ static void test_device_bound_eager_served_by_its_device_time(void **state) {
  */
 static void test_device_bound_bucket_serves_sparse_counts_eagerly(void **state) {
   (void)state;
-  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
-  struct cgrt_host_cost c = {.launch_ns = 1000,
-                             .graph_launch_ns = 100,
-                             .graph_node_ns = 50,
-                             .node_ns = device_bound_cost_ns};
-  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  struct fixture *f = device_bound_fixture();
   cgrt_step_report rep;
   int i = 0;
   /* 20 tokens' probe with 40 more launches a module: an eager round whose host time (124 us) is
