@@ -161,11 +161,14 @@ struct result {
   double clock_ms; /* the clocks' alone */
   cgrt_stats s;
   uint64_t pooled_rounds; /* by_time's pooled probe rounds (cgrt_backend_figures) */
+  uint64_t bound;         /* buckets by_time's device-bound rule acted in (the same) */
 };
 
 static void figure(void *user, const char *name, uint64_t value) {
   if (strcmp(name, "by_time_pooled_rounds") == 0)
     ((struct result *)user)->pooled_rounds = value;
+  else if (strcmp(name, "by_time_bound_buckets") == 0)
+    ((struct result *)user)->bound = value;
 }
 
 /*
@@ -240,7 +243,7 @@ static void simulate(const char *conf, enum way way, int synced, const struct tr
   r->clock_ms = (double)(h->now_ns(h) - t0) / 1e6;
   r->s = (cgrt_stats){.struct_size = sizeof(r->s)};
   assert_int_equal(cgrt_stats_get(s->rt, &r->s), 0);
-  r->pooled_rounds = 0;
+  r->pooled_rounds = r->bound = 0;
   assert_int_equal(cgrt_backend_figures(s->rt, figure, r), 0);
   r->total_ms = r->clock_ms + (double)r->s.captures * CAPTURE_US / 1e3;
   cgrt_close(s->rt);
@@ -262,18 +265,21 @@ static void load(const char *name, struct traffic *t) {
 
 static void print_row(const char *file, const char *mode, const char *way, const struct result *r) {
   const cgrt_stats *s = &r->s;
-  printf(
-      "%-26s %-6s %-6s %9.1f ms (clocks %9.1f, %3llu captures)  probe %4llu eager %5llu "
-      "exact %5llu  counts eager %3llu exact %llu implied %3llu rare %3llu  pooled rounds %llu\n",
-      file, mode, way, r->total_ms, r->clock_ms, (unsigned long long)s->captures,
-      (unsigned long long)s->time_probe_steps, (unsigned long long)s->time_eager_steps,
-      (unsigned long long)s->time_exact_steps, (unsigned long long)s->time_eager_counts,
-      (unsigned long long)s->time_exact_counts, (unsigned long long)s->time_implied_counts,
-      (unsigned long long)s->time_rare_refused, (unsigned long long)r->pooled_rounds);
+  printf("%-26s %-6s %-6s %9.1f ms (clocks %9.1f, %3llu captures)  probe %4llu eager %5llu "
+         "exact %5llu  counts eager %3llu exact %llu implied %3llu rare %3llu  pooled rounds %llu  "
+         "device-bound buckets %llu\n",
+         file, mode, way, r->total_ms, r->clock_ms, (unsigned long long)s->captures,
+         (unsigned long long)s->time_probe_steps, (unsigned long long)s->time_eager_steps,
+         (unsigned long long)s->time_exact_steps, (unsigned long long)s->time_eager_counts,
+         (unsigned long long)s->time_exact_counts, (unsigned long long)s->time_implied_counts,
+         (unsigned long long)s->time_rare_refused, (unsigned long long)r->pooled_rounds,
+         (unsigned long long)r->bound);
 }
 
-/* Runs one file both modes, three ways; gives on/off and eager/off per mode. */
-static void compare(const char *file, const char *conf, double ratio[2], double eager_ratio[2]) {
+/* Runs one file both modes, three ways; gives on/off and eager/off per mode, and the buckets the
+   device-bound rule acted in when on. */
+static void compare(const char *file, const char *conf, double ratio[2], double eager_ratio[2],
+                    uint64_t bound[2]) {
   struct traffic t;
   load(file, &t);
   uint64_t steps = steps_wanted();
@@ -287,6 +293,7 @@ static void compare(const char *file, const char *conf, double ratio[2], double 
     print_row(file, mode, "off", &off);
     print_row(file, mode, "eager", &eager);
     ratio[synced] = on.total_ms / off.total_ms;
+    bound[synced] = on.bound;
     eager_ratio[synced] = eager.total_ms / off.total_ms;
     printf("%-26s %-6s on/off %.3f, on/eager %.3f, off/eager %.3f\n", file, mode, ratio[synced],
            on.total_ms / eager.total_ms, off.total_ms / eager.total_ms);
@@ -302,8 +309,12 @@ static const char *const modes[2] = {"free", "synced"};
 static void test_bimodal(void **state) {
   (void)state;
   double ratio[2], eager_ratio[2];
-  compare("bimodal.txt", conf_local, ratio, eager_ratio);
+  uint64_t bound[2];
+  compare("bimodal.txt", conf_local, ratio, eager_ratio, bound);
   for (int m = 0; m < 2; m++) {
+    if (bound[m] != 0) /* replays of a few eager host times: launch-bound, never device-bound */
+      fail_msg("bimodal.txt, host %s: the device-bound rule acted in %llu buckets", modes[m],
+               (unsigned long long)bound[m]);
     if (ratio[m] > 1.01)
       fail_msg("bimodal.txt, host %s: by_time on takes %.3f x off", modes[m], ratio[m]);
     if (ratio[m] >= 1.0) /* the model's padding costs more than by_time's probes: it should gain */
@@ -317,20 +328,28 @@ static void test_bimodal(void **state) {
  * or twice each, none reaches BYTIME_MIN_SEEN (16): by the rule before pooled probes none was
  * probed or implied and on/off was 1.000 (docs/decisions.md, "by_time on the shipped traffic,
  * simulated"). Pooled probes (bucket 4096's sparse counts sampled on one side of a pivot) decide
- * them: on/off 0.945 free, 0.946 synced under the model; asserted below 0.97 in both modes.
+ * them: on/off 0.945 free, 0.946 synced under the model (session 38). Session 49: pooled probes
+ * decide late (the bisection needs steps on each side, and only the large steps sample them: on an
+ * H200 about 113 of the 120 were replayed first); bucket 4096 is device-bound (a replay of 22.5 ms
+ * against eager host times of 0.6-1.1 ms), so the device-bound rule serves its counts up to 2925
+ * eagerly once its replay has its samples: on/off 0.891 -> 0.857 free, 0.892 -> 0.849 synced.
+ * Asserted: the rule acts, and on/off below 0.88 in both modes (0.97 before the rule).
  */
 static void test_decode_small_buckets(void **state) {
   (void)state;
   double ratio[2], eager_ratio[2];
-  compare("decode_small_buckets.txt", conf_budget_list, ratio, eager_ratio);
+  uint64_t bound[2];
+  compare("decode_small_buckets.txt", conf_budget_list, ratio, eager_ratio, bound);
   for (int m = 0; m < 2; m++) {
+    if (bound[m] == 0)
+      fail_msg("decode_small_buckets.txt, host %s: the device-bound rule never acted", modes[m]);
     if (eager_ratio[m] >= 1.0)
       fail_msg("decode_small_buckets.txt, host %s: padding no longer dominates under the model "
                "(eager %.3f x the padded plan)",
                modes[m], eager_ratio[m]);
-    if (ratio[m] >= 0.97)
+    if (ratio[m] >= 0.88)
       fail_msg("decode_small_buckets.txt, host %s: by_time on takes %.3f x off (pooled probes "
-               "should gain more than 3%% where padding dominates)",
+               "and the device-bound rule should gain more than 12%% where padding dominates)",
                modes[m], ratio[m]);
   }
 }
