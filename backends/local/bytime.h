@@ -98,7 +98,8 @@
  * never), said at info; counts above stay with the probes. Why the fastest round: a host behind a
  * backlog waits in its launches for the device's queued work, and when every sample of a round
  * waited its figure is the device's (session 49, an H200: 30.6-32.6 ms for eager steps that issue
- * in 0.6 ms, behind replays of 59 ms); a wait never makes a round faster. The watch below checks it
+ * in 0.6 ms, behind replays of 59 ms); a wait never makes a round faster, and a bucket judged
+ * with a slower figure is judged again when a faster round comes. The watch below checks it
  * as it checks a measured decision: overturned, the bucket goes back to its replay and the rule is
  * off in it for the runtime's life. A launch-bound bucket (a replay of a few eager host times) is
  * never touched.

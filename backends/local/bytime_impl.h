@@ -60,9 +60,11 @@ struct bucket_rec {
   /* the watch of its counts served eagerly (bytime.h) */
   struct series watch;  /* samples of steps served eagerly by a decision */
   uint64_t watch_since; /* such steps since the last one timed */
-  /* the device-bound rule (bytime.h): applied to its replay's figure since it was last measured;
-     off for good once a watch overturned eager serving in it */
-  int bound_checked, bound_off;
+  /* the device-bound rule (bytime.h), since the bucket was last measured: the eager host figure
+     it was judged with (0: not yet; judged again when a faster round comes), whether it sent
+     counts eager; off for good once a watch overturned eager serving in it */
+  double bound_host;
+  int bound_on, bound_off;
 };
 
 /* One token count followed. Allocated once, never moved: pending timings point at it. */

@@ -361,16 +361,17 @@ static void decide_watch(struct bytime *bt, struct bucket_rec *b) {
          "again",
          (long long)lo, (long long)hi, (long long)b->bucket, back, BYTIME_SAMPLES, figures);
   bt->fig.eager_overturned++;
-  if (b->bound_checked == 2) /* the device-bound rule sent them: not again in this bucket */
+  if (b->bound_on) /* the device-bound rule sent them: not again in this bucket */
     b->bound_off = 1;
   bytime_recheck(bt, b);
 }
 
 void bytime_bound(struct bytime *bt, struct bucket_rec *b) {
   const struct cgrt_host_api *h = bt->h;
-  if (b->bound_checked || b->bound_off || bt->eager_host_us <= 0 || !series_done(&b->replay))
+  if (b->bound_on || b->bound_off || bt->eager_host_us <= 0 || !series_done(&b->replay) ||
+      (b->bound_host > 0 && bt->eager_host_us >= b->bound_host))
     return;
-  b->bound_checked = 1;
+  b->bound_host = bt->eager_host_us;
   struct step_cost pc = bytime_series_cost(bt, &b->replay);
   if (pc.us < BYTIME_BOUND * bt->eager_host_us)
     return;
@@ -390,7 +391,7 @@ void bytime_bound(struct bytime *bt, struct bucket_rec *b) {
   }
   int64_t from = b->eager_upto + 1;
   b->eager_upto = p;
-  b->bound_checked = 2;
+  b->bound_on = 1;
   bt->fig.bound_buckets++;
   struct implied d = imply_range(bt, b, from, p);
   char figures[128] = "";
@@ -506,7 +507,8 @@ void bytime_recheck(struct bytime *bt, struct bucket_rec *b) {
   b->bucket_from = INT64_MAX;
   b->watch.active = 0;
   b->watch_since = 0;
-  b->bound_checked = 0;
+  b->bound_host = 0;
+  b->bound_on = 0;
   series_start(&b->replay, 0);
   for (size_t i = 0; i < bt->nrecs; i++) {
     struct count_rec *o = bt->recs[i];

@@ -969,6 +969,39 @@ static void test_device_bound_bucket_serves_sparse_counts_eagerly(void **state) 
   fixture_close(f);
 }
 
+/*
+ * The same, the slow round alone known when bucket 128's replay has its samples (the rule judges
+ * it launch-bound then: 97 us against 8 x 124), the fast one later: judged again, it acts.
+ */
+static void test_device_bound_judged_again_after_a_faster_round(void **state) {
+  (void)state;
+  struct fixture *f = device_bound_fixture();
+  cgrt_step_report rep;
+  int i = 0;
+  f->pads = 40;
+  for (; i < 40; i++)
+    step(f, i, 20, &rep);
+  f->pads = 0;
+  /* two warm-up steps, then the replay's 8 samples (read a step later); too few for pooling */
+  for (int64_t t = 65; t <= 76; t++, i++)
+    step(f, i, t, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY); /* no rule yet */
+  struct pooled p = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(p.bound, 0);
+  for (int k = 0; k < 40; k++, i++)
+    step(f, i, 3, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+  for (int64_t t = 77; t <= 91; t++, i++) {
+    step(f, i, t, &rep);
+    assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+    assert_int_equal(rep.padded_tokens, t);
+  }
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(p.bound, 1);
+  fixture_close(f);
+}
+
 static uint64_t queued_cost_ns(void *user, void (*fn)(void *), void *arg) {
   (void)user;
   if (fn != work && fn != pad)
@@ -1074,6 +1107,7 @@ int main(void) {
       cmocka_unit_test(test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more),
       cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),
       cmocka_unit_test(test_device_bound_bucket_serves_sparse_counts_eagerly),
+      cmocka_unit_test(test_device_bound_judged_again_after_a_faster_round),
       cmocka_unit_test(test_host_waiting_in_a_full_launch_queue_serves_by_its_own_time),
   };
   return cmocka_run_group_tests_name("bytime", tests, NULL, NULL);
