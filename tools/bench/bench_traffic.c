@@ -291,6 +291,10 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
       printf("],\"eager_undone\":[");
       for (int p = 0; p < r->passes; p++)
         printf("%s%llu", p ? "," : "", (unsigned long long)r->pass[p].overturned);
+      /* buckets by_time's device-bound rule sent eager, per pass */
+      printf("],\"device_bound_buckets\":[");
+      for (int p = 0; p < r->passes; p++)
+        printf("%s%llu", p ? "," : "", (unsigned long long)r->pass[p].bound);
       printf("]}");
     }
     printf("]}\n");
