@@ -327,6 +327,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
     st->series = NULL;
     st->probe = st->graph_probe = st->pooled = st->watched = 0;
     st->way = r->inc;
+    bt->fig.untimed_steps++;
   }
   if (st->graph_probe)
     bt->fig.graph_probe_steps++;

@@ -209,6 +209,7 @@ struct bytime_figures {
   uint64_t watched_steps;      /* steps served eagerly by a decision and timed to watch it */
   uint64_t eager_overturned;   /* watches that sent a bucket's eager counts back to the bucket */
   uint64_t bound_buckets;      /* buckets where the device-bound rule sent counts eager */
+  uint64_t untimed_steps;      /* measuring steps left untimed: every timing pair was in flight */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */

@@ -162,6 +162,7 @@ struct result {
   cgrt_stats s;
   uint64_t pooled_rounds; /* by_time's pooled probe rounds (cgrt_backend_figures) */
   uint64_t bound;         /* buckets by_time's device-bound rule acted in (the same) */
+  uint64_t untimed;       /* its measuring steps left untimed, every timing pair in flight */
 };
 
 static void figure(void *user, const char *name, uint64_t value) {
@@ -169,6 +170,8 @@ static void figure(void *user, const char *name, uint64_t value) {
     ((struct result *)user)->pooled_rounds = value;
   else if (strcmp(name, "by_time_bound_buckets") == 0)
     ((struct result *)user)->bound = value;
+  else if (strcmp(name, "by_time_untimed_steps") == 0)
+    ((struct result *)user)->untimed = value;
 }
 
 /*
@@ -243,7 +246,7 @@ static void simulate(const char *conf, enum way way, int synced, const struct tr
   r->clock_ms = (double)(h->now_ns(h) - t0) / 1e6;
   r->s = (cgrt_stats){.struct_size = sizeof(r->s)};
   assert_int_equal(cgrt_stats_get(s->rt, &r->s), 0);
-  r->pooled_rounds = r->bound = 0;
+  r->pooled_rounds = r->bound = r->untimed = 0;
   assert_int_equal(cgrt_backend_figures(s->rt, figure, r), 0);
   r->total_ms = r->clock_ms + (double)r->s.captures * CAPTURE_US / 1e3;
   cgrt_close(s->rt);
@@ -267,13 +270,13 @@ static void print_row(const char *file, const char *mode, const char *way, const
   const cgrt_stats *s = &r->s;
   printf("%-26s %-6s %-6s %9.1f ms (clocks %9.1f, %3llu captures)  probe %4llu eager %5llu "
          "exact %5llu  counts eager %3llu exact %llu implied %3llu rare %3llu  pooled rounds %llu  "
-         "device-bound buckets %llu\n",
+         "device-bound buckets %llu untimed %llu\n",
          file, mode, way, r->total_ms, r->clock_ms, (unsigned long long)s->captures,
          (unsigned long long)s->time_probe_steps, (unsigned long long)s->time_eager_steps,
          (unsigned long long)s->time_exact_steps, (unsigned long long)s->time_eager_counts,
          (unsigned long long)s->time_exact_counts, (unsigned long long)s->time_implied_counts,
          (unsigned long long)s->time_rare_refused, (unsigned long long)r->pooled_rounds,
-         (unsigned long long)r->bound);
+         (unsigned long long)r->bound, (unsigned long long)r->untimed);
 }
 
 /* Runs one file both modes, three ways; gives on/off and eager/off per mode, and the buckets the

@@ -44,6 +44,7 @@ struct pass {
   double window_host_us; /* the host's time per step issuing the steady window's steps */
   uint64_t overturned;   /* by_time's eager decisions undone by their watch (a backend figure) */
   uint64_t bound;        /* buckets by_time's device-bound rule sent eager (a backend figure) */
+  uint64_t untimed;      /* by_time's measuring steps left untimed, every pair in flight (same) */
   double longest_ms;     /* the host's longest single step call: a one-off stall shows here */
   uint64_t longest_step; /* which step it was, and its token count */
   int64_t longest_tokens;
@@ -56,6 +57,8 @@ static void by_time_figures(void *user, const char *name, uint64_t value) {
     p->overturned = value;
   else if (strcmp(name, "by_time_bound_buckets") == 0)
     p->bound = value;
+  else if (strcmp(name, "by_time_untimed_steps") == 0)
+    p->untimed = value;
 }
 
 struct traffic_run {
@@ -129,7 +132,7 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct p
   r->steady_us = (double)ms * 1e3 / (double)(t->total_steps - half);
   r->st.struct_size = sizeof(r->st);
   cgrt_stats_get(hm->rt, &r->st);
-  r->overturned = r->bound = 0;
+  r->overturned = r->bound = r->untimed = 0;
   (void)cgrt_backend_figures(hm->rt, by_time_figures, r);
   cudaEventDestroy(mid);
   cudaEventDestroy(end);
@@ -203,8 +206,8 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     const struct traffic_run *r = &runs[i];
     if (!r->graphed)
       continue;
-    char cap[128], rep[128], eag[128], probe[128], undone[128], bound[128], exact[128], copied[128],
-        steady[128], start[128];
+    char cap[128], rep[128], eag[128], probe[128], undone[128], bound[128], untimed[128],
+        exact[128], copied[128], steady[128], start[128];
     /* in seconds since the first timed pass (eager's first) began */
     PASS_LIST(start, r, "%.1f", (double)(pp->start_ns - runs[0].pass[0].start_ns) / 1e9);
     PASS_LIST(cap, r, "%.1f", (double)(pp->st.capture_ns + pp->st.instantiate_ns) / 1e6);
@@ -213,13 +216,14 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     PASS_LIST(probe, r, "%llu", (unsigned long long)pp->st.time_probe_steps);
     PASS_LIST(undone, r, "%llu", (unsigned long long)pp->overturned);
     PASS_LIST(bound, r, "%llu", (unsigned long long)pp->bound);
+    PASS_LIST(untimed, r, "%llu", (unsigned long long)pp->untimed);
     PASS_LIST(exact, r, "%llu", (unsigned long long)pp->st.time_exact_steps);
     PASS_LIST(copied, r, "%.1f", (double)pp->st.copy_bytes / (1024.0 * 1024.0));
     PASS_LIST(steady, r, "%.1f", pp->steady_us);
     printf("%s, per pass: capture+instantiate%s ms, steps replayed%s, eager%s (by_time probes%s, "
-           "eager undone%s, device-bound buckets%s), exact-size%s, copied%s MiB, steady%s us; "
-           "started at%s s\n",
-           r->label, cap, rep, eag, probe, undone, bound, exact, copied, steady, start);
+           "eager undone%s, device-bound buckets%s, samples lost in flight%s), exact-size%s, "
+           "copied%s MiB, steady%s us; started at%s s\n",
+           r->label, cap, rep, eag, probe, undone, bound, untimed, exact, copied, steady, start);
     /* The steady window alone: what of the above fell in it, and whether the host kept ahead
        (its issue time per step well under the steady time) or bound the window. */
     char weag[128], wprobe[128], wcap[128], wms[128], whost[128];
@@ -295,6 +299,10 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
       printf("],\"device_bound_buckets\":[");
       for (int p = 0; p < r->passes; p++)
         printf("%s%llu", p ? "," : "", (unsigned long long)r->pass[p].bound);
+      /* measuring steps by_time left untimed, every timing pair in flight (samples lost) */
+      printf("],\"untimed_steps\":[");
+      for (int p = 0; p < r->passes; p++)
+        printf("%s%llu", p ? "," : "", (unsigned long long)r->pass[p].untimed);
       printf("]}");
     }
     printf("]}\n");
