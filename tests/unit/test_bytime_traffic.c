@@ -24,9 +24,14 @@
  * The cost model (struct cgrt_host_cost), and where its constants come from:
  *  - device, a replay at bucket B: replay_us(B), the H200 table of issue 43 (layer scope decode,
  *    docs/decisions.md "Issue 43: the GPU run" and README's `cgrt plan` defaults): 500 us at B = 1,
- *    601 at 8, 630 at 32, 757 at 64, 1017 at 128, 1551 at 256, 2949 at 512; linear between
- *    the points, and beyond 512 along the last segment (5.46 us a token: not measured there). It
- *    is spread evenly over the 24 module kernels (graph_node_ns 0);
+ *    601 at 8, 630 at 32, 757 at 64, 1017 at 128, 1551 at 256, 2949 at 512; and, since session
+ *    49, 18632 at 2048 and 59148 at 4096 (an H200's replays of those buckets in
+ *    `cgrt bench conf/local_block_budget.ini --traffic traffic/decode_small_buckets.txt`, block
+ *    scope: the same work; session 38-48's model went on from 512 along the last segment, 5.46 us
+ *    a token, and gave 22.5 ms at 4096); linear between the points. It is spread evenly over the
+ *    24 module kernels (graph_node_ns 0). The same run's eager figures fit: pooled eager medians at
+ *    counts >= 2894, 3339 and 3672 of 37.0, 48.8 and 53.6 ms against the model's 35.4, 44.2 and
+ *    50.8; the plan over eager 1.48-1.50 against the model's 1.45-1.48;
  *  - device, eager at T: replay_us(T) + EAGER_EXTRA_US (48 us, spread over the same 24 kernels):
  *    the device spans of eager steps the GPU run's info lines gave, 901-954 us at 90-99 tokens,
  *    against replay_us(95) = 883 us; it also gives the decode bench's eager 635 us at 20 tokens
@@ -44,9 +49,9 @@
  *
  * Asserts, per traffic file and host mode: on bimodal.txt, by_time on no worse than off by more
  * than 1%, and better; on decode_small_buckets.txt under conf/local_block_budget.ini's list, where
- * padding dominates (the rare steps of 1500-3978 tokens pad to 4096; eager's total is 16% below
- * the padded plan's), on better than off by more than 3% (the model gives 10.9%): its large counts
- * are decided by pooled probes (see test_decode_small_buckets). BYTIME_TRAFFIC_STEPS (environment)
+ * padding dominates (the rare steps of 1500-3978 tokens pad to 4096; eager's total is 31-32% below
+ * the padded plan's), the device-bound rule acts, and on/off stays below 0.77 (see
+ * test_decode_small_buckets). BYTIME_TRAFFIC_STEPS (environment)
  * replays a prefix instead of the whole files (4000 steps each).
  */
 #include <setjmp.h>
@@ -74,8 +79,8 @@
 #define QUEUE_LAUNCHES  400
 
 /* issue 43's H200 table: a padded replay's device time (us) at bucket B, layer scope decode */
-static const double table_b[] = {1, 8, 32, 64, 128, 256, 512};
-static const double table_us[] = {500, 601, 630, 757, 1017, 1551, 2949};
+static const double table_b[] = {1, 8, 32, 64, 128, 256, 512, 2048, 4096};
+static const double table_us[] = {500, 601, 630, 757, 1017, 1551, 2949, 18632, 59148};
 #define TABLE_N (sizeof(table_b) / sizeof(table_b[0]))
 
 static double replay_us(double b) {
@@ -333,10 +338,13 @@ static void test_bimodal(void **state) {
  * simulated"). Pooled probes (bucket 4096's sparse counts sampled on one side of a pivot) decide
  * them: on/off 0.945 free, 0.946 synced under the model (session 38). Session 49: pooled probes
  * decide late (the bisection needs steps on each side, and only the large steps sample them: on an
- * H200 about 113 of the 120 were replayed first); bucket 4096 is device-bound (a replay of 22.5 ms
+ * H200 about 113 of the 120 were replayed first); bucket 4096 is device-bound (a replay of 59 ms
  * against eager host times of 0.6-1.1 ms), so the device-bound rule serves its counts up to 2925
- * eagerly once its replay has its samples: on/off 0.891 -> 0.857 free, 0.892 -> 0.849 synced.
- * Asserted: the rule acts, and on/off below 0.88 in both modes (0.97 before the rule).
+ * eagerly once its replay has its samples. Under the model fitted to 4096 (above): on/off 0.799
+ * free, 0.801 synced without the rule (on over eager 1.18, 1.16; the H200's 0.96-0.97 and 1.42
+ * show its pooled probes slower still than the model's), 0.726 and 0.721 with it and 16 timing
+ * pairs in flight (on over eager 1.07, 1.05). Asserted: the rule acts, and on/off below 0.77 in
+ * both modes.
  */
 static void test_decode_small_buckets(void **state) {
   (void)state;
@@ -350,9 +358,9 @@ static void test_decode_small_buckets(void **state) {
       fail_msg("decode_small_buckets.txt, host %s: padding no longer dominates under the model "
                "(eager %.3f x the padded plan)",
                modes[m], eager_ratio[m]);
-    if (ratio[m] >= 0.88)
+    if (ratio[m] >= 0.77)
       fail_msg("decode_small_buckets.txt, host %s: by_time on takes %.3f x off (pooled probes "
-               "and the device-bound rule should gain more than 12%% where padding dominates)",
+               "and the device-bound rule should gain more than 23%% where padding dominates)",
                modes[m], ratio[m]);
   }
 }
