@@ -373,9 +373,16 @@ void bytime_bound(struct bytime *bt, struct bucket_rec *b) {
     return;
   b->bound_host = bt->eager_host_us;
   struct step_cost pc = bytime_series_cost(bt, &b->replay);
-  if (pc.us < BYTIME_BOUND * bt->eager_host_us)
+  double ratio = pc.us / bt->eager_host_us;
+  if (ratio < BYTIME_BOUND)
     return;
-  int64_t p = (int64_t)((double)b->bucket / (1 + BYTIME_NEAR));
+  /* up to bucket / (1 + BYTIME_NEAR); where eager's worst case (its launches over the replay,
+     1 / ratio) is within the margin, up to where eager's work and launches beat the replay by
+     the margin if work grows with tokens (bytime.h) */
+  double frac = 1 / (1 + BYTIME_NEAR);
+  if (ratio * BYTIME_MARGIN >= 1 && 1 / (1 + BYTIME_MARGIN) - 1 / ratio > frac)
+    frac = 1 / (1 + BYTIME_MARGIN) - 1 / ratio;
+  int64_t p = (int64_t)((double)b->bucket * frac);
   if (b->bucket_from <= p)
     p = b->bucket_from - 1; /* a count measured the bucket faster: eager stays below it */
   if (p <= b->eager_upto)
@@ -401,11 +408,11 @@ void bytime_bound(struct bytime *bt, struct bucket_rec *b) {
          "local by_time: counts <= %lld of bucket %lld served eagerly from now on (%zu seen, %zu "
          "changed), none probed: the bucket is device-bound, its replay (time per "
          "step, " STEP_COST_SAYS
-         ": %s) at least %d times the host's time to issue an eager step (%.1f us, "
-         "the fastest eager round so far), so eager at a count of it, doing no more work than the "
-         "bucket, loses little at most and skips at least %.0f%% padding; watched as served",
-         (long long)p, (long long)b->bucket, d.n, d.changed, figures, BYTIME_BOUND,
-         bt->eager_host_us, 100.0 * BYTIME_NEAR / (1 + BYTIME_NEAR));
+         ": %s) %.0f times the host's time to issue an eager step (%.1f us, the fastest eager "
+         "round so far), so eager at a count of it, doing no more device work than the bucket, "
+         "is at most %.1f%% slower and skips at least %.0f%% padding; watched as served",
+         (long long)p, (long long)b->bucket, d.n, d.changed, figures, ratio, bt->eager_host_us,
+         100.0 / ratio, 100.0 * (1 - (double)p / (double)b->bucket));
 }
 
 /* What a new sample of b or r completes. */

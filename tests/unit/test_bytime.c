@@ -1002,6 +1002,52 @@ static void test_device_bound_judged_again_after_a_faster_round(void **state) {
   fixture_close(f);
 }
 
+/* Kernels of 1 ns a padded token: bucket 128's replay about 384 us, 96 times eager's host time. */
+static uint64_t steep_cost_ns(void *user, void (*fn)(void *), void *arg) {
+  (void)user;
+  if (fn != work)
+    return 0;
+  return 1000 * (uint64_t)((struct params *)arg)->padded;
+}
+
+/*
+ * Far past BYTIME_BOUND: with the replay 96 times eager's host time, eager's worst case at any
+ * count (its launches over the replay, about 1%) is within the margin, so the rule goes up to where
+ * eager's work and launches beat the replay by the margin if work grows with tokens:
+ * 128 x (1 / 1.02 - 1 / 96) = 124. 125 stays at its bucket.
+ */
+static void test_device_bound_far_goes_up_to_the_margin(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  struct cgrt_host_cost c = {
+      .launch_ns = 1000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = steep_cost_ns};
+  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  cgrt_step_report rep;
+  int i = 0;
+  for (; i < 40; i++)
+    step(f, i, 3, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+  int64_t first_eager = 0;
+  for (int64_t t = 65; t <= 124; t++, i++) {
+    step(f, i, t, &rep);
+    if (rep.mode == CGRT_MODE_EAGER && !first_eager)
+      first_eager = t;
+    if (first_eager && rep.mode != CGRT_MODE_EAGER)
+      fail_msg("%lld tokens: mode %d after the rule", (long long)t, (int)rep.mode);
+  }
+  if (first_eager == 0 || first_eager > 65 + 12)
+    fail_msg("the first count of bucket 128 served eagerly: %lld", (long long)first_eager);
+  step(f, i++, 125, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  int said = 0;
+  for (int k = 0; k < f->switches_said && k < 4; k++)
+    if (strstr(f->said[k], "counts <= 124 of bucket 128 served eagerly from now on") &&
+        strstr(f->said[k], "is at most 1.0% slower"))
+      said++;
+  assert_int_equal(said, 1);
+  fixture_close(f);
+}
+
 static uint64_t queued_cost_ns(void *user, void (*fn)(void *), void *arg) {
   (void)user;
   if (fn != work && fn != pad)
@@ -1108,6 +1154,7 @@ int main(void) {
       cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),
       cmocka_unit_test(test_device_bound_bucket_serves_sparse_counts_eagerly),
       cmocka_unit_test(test_device_bound_judged_again_after_a_faster_round),
+      cmocka_unit_test(test_device_bound_far_goes_up_to_the_margin),
       cmocka_unit_test(test_host_waiting_in_a_full_launch_queue_serves_by_its_own_time),
   };
   return cmocka_run_group_tests_name("bytime", tests, NULL, NULL);

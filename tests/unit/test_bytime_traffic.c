@@ -50,7 +50,7 @@
  * Asserts, per traffic file and host mode: on bimodal.txt, by_time on no worse than off by more
  * than 1%, and better; on decode_small_buckets.txt under conf/local_block_budget.ini's list, where
  * padding dominates (the rare steps of 1500-3978 tokens pad to 4096; eager's total is 31-32% below
- * the padded plan's), the device-bound rule acts, and on/off stays below 0.77 (see
+ * the padded plan's), the device-bound rule acts, and on/off stays below 0.71 (see
  * test_decode_small_buckets). BYTIME_TRAFFIC_STEPS (environment)
  * replays a prefix instead of the whole files (4000 steps each).
  */
@@ -342,9 +342,10 @@ static void test_bimodal(void **state) {
  * against eager host times of 0.6-1.1 ms), so the device-bound rule serves its counts up to 2925
  * eagerly once its replay has its samples. Under the model fitted to 4096 (above): on/off 0.799
  * free, 0.801 synced without the rule (on over eager 1.18, 1.16; the H200's 0.96-0.97 and 1.42
- * show its pooled probes slower still than the model's), 0.726 and 0.721 with it and 16 timing
- * pairs in flight (on over eager 1.07, 1.05). Asserted: the rule acts, and on/off below 0.77 in
- * both modes.
+ * show its pooled probes slower still than the model's), 0.726 and 0.721 with it up to
+ * bucket / 1.4 and 16 timing pairs in flight (on over eager 1.07, 1.05), 0.694 and 0.690 with it
+ * up to where eager beats the replay by the margin (3974 here: the replay is 99 times eager's host
+ * time; on over eager 1.03, 1.00). Asserted: the rule acts, and on/off below 0.71 in both modes.
  */
 static void test_decode_small_buckets(void **state) {
   (void)state;
@@ -358,9 +359,9 @@ static void test_decode_small_buckets(void **state) {
       fail_msg("decode_small_buckets.txt, host %s: padding no longer dominates under the model "
                "(eager %.3f x the padded plan)",
                modes[m], eager_ratio[m]);
-    if (ratio[m] >= 0.77)
+    if (ratio[m] >= 0.71)
       fail_msg("decode_small_buckets.txt, host %s: by_time on takes %.3f x off (pooled probes "
-               "and the device-bound rule should gain more than 23%% where padding dominates)",
+               "and the device-bound rule should gain more than 29%% where padding dominates)",
                modes[m], ratio[m]);
   }
 }
