@@ -204,10 +204,11 @@ static void measure(struct bytime_step *st, enum bytime_way way, struct series *
 }
 
 /* A step of r served eagerly by a decision: one in BYTIME_WATCH_EVERY of the bucket's is timed
-   for its watch (bytime.h), while no probe of the bucket runs and its replay has a median. */
+   for its watch (bytime.h), every one in a bucket the device-bound rule sent eager, while no probe
+   of the bucket runs and its replay has a median. */
 static void watch_eager(struct bucket_rec *b, struct count_rec *r, struct bytime_step *st) {
   if (r->inc != BYTIME_EAGER || r->decided == UNDECIDED || b->replay.median.us <= 0 || b->probing ||
-      b->pivot || ++b->watch_since < BYTIME_WATCH_EVERY)
+      b->pivot || ++b->watch_since < (b->bound_on ? 1 : BYTIME_WATCH_EVERY))
     return;
   if (!b->watch.active)
     series_start(&b->watch, 0);

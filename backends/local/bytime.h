@@ -95,7 +95,10 @@
  * BYTIME_SAMPLES replays) and some eager round has given a host figure (the fastest round's, waits
  * left out), every count up to bucket / (1 + BYTIME_NEAR) (at least 29% padding) is served eagerly,
  * implied, as a pooled probe's "eager wins" would (below a count that measured the bucket faster,
- * never), said at info; counts above stay with the probes. Where the replay costs 1 / BYTIME_MARGIN
+ * never), said at info; counts above stay with the probes. Its eager steps are all watched (each
+ * costs the replay's BYTIME_BOUND-th part or more, so two event records a step are nothing to it,
+ * and a rare bucket's 8 watched steps would otherwise take 128 of its steps: longer than a trace).
+ * Where the replay costs 1 / BYTIME_MARGIN
  * (50) times the host figure or more, eager's worst case (its launches over the replay, work that
  * does not shrink with tokens) is within the noise rule's margin, and the bound goes up to where
  * eager wins by the margin if its work grows with tokens: bucket x (1 / (1 + BYTIME_MARGIN) - H /
@@ -164,7 +167,7 @@
 #define BYTIME_COPIED_RECHECK 256
 /* Steps of a bucket served eagerly by a decision per watched (timed) one (above): 8 samples span
    128 such steps, and the timing costs 1 step in 16 two event records. */
-#define BYTIME_WATCH_EVERY 16
+#define BYTIME_WATCH_EVERY 16 /* every one in a bucket the device-bound rule sent eager (below) */
 /* The device-bound rule (above): a bucket whose replay costs at least this many times eager's
    host time serves its counts up to bucket / (1 + BYTIME_NEAR) eagerly without a probe. */
 #define BYTIME_BOUND 8

@@ -680,7 +680,7 @@ static uint64_t pool_cost_ns(void *user, void (*fn)(void *), void *arg) {
 /* by_time's own figures (cgrt_backend_figures): its pooled rounds and their probe steps, and
    the samples whose host waited. */
 struct pooled {
-  uint64_t rounds, probe_steps, waited, bound;
+  uint64_t rounds, probe_steps, waited, bound, overturned;
 };
 
 static void pooled_figure(void *user, const char *name, uint64_t value) {
@@ -693,6 +693,8 @@ static void pooled_figure(void *user, const char *name, uint64_t value) {
     p->waited = value;
   else if (strcmp(name, "by_time_bound_buckets") == 0)
     p->bound = value;
+  else if (strcmp(name, "by_time_eager_overturned") == 0)
+    p->overturned = value;
 }
 
 /*
@@ -1048,6 +1050,58 @@ static void test_device_bound_far_goes_up_to_the_margin(void **state) {
   fixture_close(f);
 }
 
+/* From 64 tokens, work that does not shrink with tokens and runs faster at multiples of 64 (a
+   kernel's tiles): 96 us a kernel at 64 or 128 padded tokens, 125 us at 65-127; 0.2 us below. */
+static uint64_t uneven_cost_ns(void *user, void (*fn)(void *), void *arg) {
+  (void)user;
+  if (fn != work)
+    return 0;
+  int64_t padded = ((struct params *)arg)->padded;
+  return padded < 64 ? 200 : padded % 64 == 0 ? 96000 : 125000;
+}
+
+/*
+ * Where the rule's assumption fails (eager at 65-124 tokens 30% slower than the replay at 128 on
+ * the device): every eager step of the bucket is watched, so 8 of them overturn it, the counts go
+ * back to the bucket, and the rule stays off there (the bucket measured again does not send them
+ * eager a second time).
+ */
+static void test_device_bound_rule_overturned_by_its_watch(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  struct cgrt_host_cost c = {
+      .launch_ns = 1000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = uneven_cost_ns};
+  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  cgrt_step_report rep;
+  int i = 0;
+  for (; i < 40; i++) /* an eager round (3 tokens' probe, bucket 32 kept): the host figure, 4 us */
+    step(f, i, 3, &rep);
+  /* two warm-up steps, the capture, 8 replays (the replay's samples), then eager from the rule
+     until its watch's 8th sample is read a step later: 8 eager steps, then replays */
+  int eager = 0;
+  for (int64_t t = 65; t <= 90; t++, i++) {
+    step(f, i, t, &rep);
+    eager += rep.mode == CGRT_MODE_EAGER;
+  }
+  if (eager < 8 || eager > 10)
+    fail_msg("%d steps of bucket 128 ran eagerly before the watch overturned the rule", eager);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  /* measured again: the rule stays off (a pooled round may still probe eager, and loses) */
+  for (int64_t t = 91; t <= 127; t++, i++)
+    step(f, i, t, &rep);
+  struct pooled p = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(p.bound, 1);
+  assert_int_equal(p.overturned, 1);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  assert_int_equal(rep.padded_tokens, 128);
+  int said = 0;
+  for (int k = 0; k < f->switches_said && k < 4; k++)
+    said += strstr(f->said[k], "served replayed at their bucket again") != NULL;
+  assert_int_equal(said, 1);
+  fixture_close(f);
+}
+
 static uint64_t queued_cost_ns(void *user, void (*fn)(void *), void *arg) {
   (void)user;
   if (fn != work && fn != pad)
@@ -1155,6 +1209,7 @@ int main(void) {
       cmocka_unit_test(test_device_bound_bucket_serves_sparse_counts_eagerly),
       cmocka_unit_test(test_device_bound_judged_again_after_a_faster_round),
       cmocka_unit_test(test_device_bound_far_goes_up_to_the_margin),
+      cmocka_unit_test(test_device_bound_rule_overturned_by_its_watch),
       cmocka_unit_test(test_host_waiting_in_a_full_launch_queue_serves_by_its_own_time),
   };
   return cmocka_run_group_tests_name("bytime", tests, NULL, NULL);
