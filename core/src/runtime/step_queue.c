@@ -53,13 +53,20 @@ int cgrt__queue_open(cgrt_runtime *rt) {
 
 void cgrt__queue_close(cgrt_runtime *rt) {
   struct cgrt_step_queue *q = &rt->queue;
-  for (int i = 0; i < q->depth; i++)
+  for (int i = 0; i < q->depth; i++) {
     if (q->events[i])
       rt->dev.drv->event_destroy(&rt->dev, q->events[i]);
-  for (int i = 0; i < q->depth; i++)
     q->events[i] = NULL;
+  }
   q->depth = 0;
   q->recorded = 0;
+}
+
+/* The ring's slot of `step` (q->depth > 0), and its bit in q->recorded. */
+static int slot_of(const struct cgrt_step_queue *q, uint64_t step, uint64_t *bit) {
+  const int slot = (int)(step % (uint64_t)q->depth);
+  *bit = 1ull << slot;
+  return slot;
 }
 
 int cgrt__queue_wait(cgrt_runtime *rt) {
@@ -67,8 +74,8 @@ int cgrt__queue_wait(cgrt_runtime *rt) {
   if (q->depth == 0)
     return 0;
   const uint64_t step = rt->graphs.step_index;
-  const int slot = (int)(step % (uint64_t)q->depth);
-  const uint64_t bit = 1ull << slot;
+  uint64_t bit;
+  const int slot = slot_of(q, step, &bit);
   if (!(q->recorded & bit)) /* the first steps: nothing recorded there yet */
     return 0;
   void *event = q->events[slot];
@@ -108,8 +115,8 @@ int cgrt__queue_record(cgrt_runtime *rt) {
   if (q->depth == 0)
     return 0;
   const uint64_t step = rt->graphs.step_index;
-  const int slot = (int)(step % (uint64_t)q->depth);
-  const uint64_t bit = 1ull << slot;
+  uint64_t bit;
+  const int slot = slot_of(q, step, &bit);
   int rc =
       cgrt__fault_event_record(&rt->faults.queue_record, &rt->dev, q->events[slot], rt->stream);
   if (rc == 0) {
