@@ -98,18 +98,17 @@
  * never), said at info; counts above stay with the probes. Its eager steps are all watched (each
  * costs the replay's BYTIME_BOUND-th part or more, so two event records a step are nothing to it,
  * and a rare bucket's 8 watched steps would otherwise take 128 of its steps: longer than a trace).
- * Where the replay costs 1 / BYTIME_MARGIN
- * (50) times the host figure or more, eager's worst case (its launches over the replay, work that
- * does not shrink with tokens) is within the noise rule's margin, and the bound goes up to where
- * eager wins by the margin if its work grows with tokens: bucket x (1 / (1 + BYTIME_MARGIN) - H /
- * R), H the host figure and R the replay's (an H200's bucket 4096 of decode: R / H about 99, so
- * 3974). Why the fastest round: a host behind a backlog waits in its launches for the device's
- * queued work, and when every sample of a round waited its figure is the device's (session 49, an
- * H200: 30.6-32.6 ms for eager steps that issue in 0.6 ms, behind replays of 59 ms); a wait never
- * makes a round faster, and a bucket judged with a slower figure is judged again when a faster
- * round comes. The watch below checks it as it checks a measured decision: overturned, the bucket
- * goes back to its replay and the rule is off in it for the runtime's life. A launch-bound bucket
- * (a replay of a few eager host times) is never touched.
+ * Where the replay costs 1 / BYTIME_MARGIN (50) times the host figure or more, eager's worst case
+ * (its launches over the replay, work that does not shrink with tokens) is within the noise rule's
+ * margin, and the bound goes up to where eager wins by the margin if its work grows with tokens:
+ * bucket x (1 / (1 + BYTIME_MARGIN) - H / R), H the host figure and R the replay's (an H200's
+ * bucket 4096 of decode: R / H about 99, so 3974). Why the fastest round: a host behind a backlog
+ * waits in its launches for the device's queued work, and when every sample of a round waited its
+ * figure is the device's (session 49, an H200: 30.6-32.6 ms for eager steps that issue in 0.6 ms,
+ * behind replays of 59 ms); a wait never makes a round faster, and a bucket judged with a slower
+ * figure is judged again when a faster round comes. The watch below checks it as it checks a
+ * measured decision: overturned, the bucket goes back to its replay and the rule is off in it for
+ * the runtime's life. A launch-bound bucket (a replay of a few eager host times) is never touched.
  *
  * After BYTIME_RECHECK x r steps of a bucket, r its probe rounds since it was last measured (at
  * least 1), its measurements are forgotten (each count keeps its way until measured or implied

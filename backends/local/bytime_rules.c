@@ -159,13 +159,13 @@ static struct implied imply_range(struct bytime *bt, struct bucket_rec *b, int64
   return d;
 }
 
-/* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
 /* An eager round's host figure, for the device-bound rule (bytime.h): the smallest so far. */
 static void eager_host(struct bytime *bt, struct step_cost ec) {
   if (ec.host_us > 0 && (bt->eager_host_us <= 0 || ec.host_us < bt->eager_host_us))
     bt->eager_host_us = ec.host_us;
 }
 
+/* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
 static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
   const struct cgrt_host_api *h = bt->h;
   struct step_cost ec = bytime_series_cost(bt, &r->eager);

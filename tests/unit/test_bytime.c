@@ -871,13 +871,11 @@ static uint64_t device_bound_cost_ns(void *user, void (*fn)(void *), void *arg) 
   return 250 * (uint64_t)((struct params *)arg)->padded;
 }
 
-/* by_time on, no exact-size buckets, under device_bound_cost_ns: 1 us an eager launch. */
-static struct fixture *device_bound_fixture(void) {
+/* by_time on, no exact-size buckets, kernels costing `node_ns`: 1 us an eager launch. */
+static struct fixture *device_bound_fixture(uint64_t (*node_ns)(void *, void (*)(void *), void *)) {
   struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
-  struct cgrt_host_cost c = {.launch_ns = 1000,
-                             .graph_launch_ns = 100,
-                             .graph_node_ns = 50,
-                             .node_ns = device_bound_cost_ns};
+  struct cgrt_host_cost c = {
+      .launch_ns = 1000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = node_ns};
   assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
   return f;
 }
@@ -889,7 +887,7 @@ static struct fixture *device_bound_fixture(void) {
  */
 static void test_device_bound_eager_served_by_its_device_time(void **state) {
   (void)state;
-  struct fixture *f = device_bound_fixture();
+  struct fixture *f = device_bound_fixture(device_bound_cost_ns);
   cgrt_step_report rep;
   for (int i = 0; i < 60; i++)
     step(f, i, 80, &rep);
@@ -923,7 +921,7 @@ static void test_device_bound_eager_served_by_its_device_time(void **state) {
  */
 static void test_device_bound_bucket_serves_sparse_counts_eagerly(void **state) {
   (void)state;
-  struct fixture *f = device_bound_fixture();
+  struct fixture *f = device_bound_fixture(device_bound_cost_ns);
   cgrt_step_report rep;
   int i = 0;
   /* 20 tokens' probe with 40 more launches a module: an eager round whose host time (124 us) is
@@ -977,7 +975,7 @@ static void test_device_bound_bucket_serves_sparse_counts_eagerly(void **state) 
  */
 static void test_device_bound_judged_again_after_a_faster_round(void **state) {
   (void)state;
-  struct fixture *f = device_bound_fixture();
+  struct fixture *f = device_bound_fixture(device_bound_cost_ns);
   cgrt_step_report rep;
   int i = 0;
   f->pads = 40;
@@ -1020,10 +1018,7 @@ static uint64_t steep_cost_ns(void *user, void (*fn)(void *), void *arg) {
  */
 static void test_device_bound_far_goes_up_to_the_margin(void **state) {
   (void)state;
-  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
-  struct cgrt_host_cost c = {
-      .launch_ns = 1000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = steep_cost_ns};
-  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  struct fixture *f = device_bound_fixture(steep_cost_ns);
   cgrt_step_report rep;
   int i = 0;
   for (; i < 40; i++)
@@ -1068,10 +1063,7 @@ static uint64_t uneven_cost_ns(void *user, void (*fn)(void *), void *arg) {
  */
 static void test_device_bound_rule_overturned_by_its_watch(void **state) {
   (void)state;
-  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
-  struct cgrt_host_cost c = {
-      .launch_ns = 1000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = uneven_cost_ns};
-  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  struct fixture *f = device_bound_fixture(uneven_cost_ns);
   cgrt_step_report rep;
   int i = 0;
   for (; i < 40; i++) /* an eager round (3 tokens' probe, bucket 32 kept): the host figure, 4 us */
