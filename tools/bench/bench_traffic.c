@@ -261,6 +261,16 @@ static const char *order_text(int passes) {
   }
 }
 
+/* Closes the JSON array before it and writes `"key":[a,b,...]` of run r's by_time figure `member`
+   (struct pass) over its passes, left open: eager decisions undone by their watch (a decision
+   that went wrong), buckets the device-bound rule sent eager, measuring steps left untimed. */
+#define JSON_PASS_COUNTS(key, r, member)                                                           \
+  do {                                                                                             \
+    printf("],\"" key "\":[");                                                                     \
+    for (int p_ = 0; p_ < (r)->passes; p_++)                                                       \
+      printf("%s%llu", p_ ? "," : "", (unsigned long long)(r)->pass[p_].member);                   \
+  } while (0)
+
 static void print_runs(const struct bench_opts *o, const struct traffic *t, const char *what,
                        const char *device, int queued, const struct traffic_run *runs, int n) {
   char set[512];
@@ -291,18 +301,9 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
              (unsigned long long)st->memory_budget, r->graphed ? set : "", r->checked, r->equal);
       for (int p = 0; p < r->passes; p++)
         printf("%s%.2f", p ? "," : "", r->pass[p].wall_ms);
-      /* by_time's eager decisions undone by their watch, per pass (a decision that went wrong) */
-      printf("],\"eager_undone\":[");
-      for (int p = 0; p < r->passes; p++)
-        printf("%s%llu", p ? "," : "", (unsigned long long)r->pass[p].overturned);
-      /* buckets by_time's device-bound rule sent eager, per pass */
-      printf("],\"device_bound_buckets\":[");
-      for (int p = 0; p < r->passes; p++)
-        printf("%s%llu", p ? "," : "", (unsigned long long)r->pass[p].bound);
-      /* measuring steps by_time left untimed, every timing pair in flight (samples lost) */
-      printf("],\"untimed_steps\":[");
-      for (int p = 0; p < r->passes; p++)
-        printf("%s%llu", p ? "," : "", (unsigned long long)r->pass[p].untimed);
+      JSON_PASS_COUNTS("eager_undone", r, overturned);
+      JSON_PASS_COUNTS("device_bound_buckets", r, bound);
+      JSON_PASS_COUNTS("untimed_steps", r, untimed);
       printf("]}");
     }
     printf("]}\n");
