@@ -307,6 +307,11 @@ struct cgrt_host_cost {
      thousand, a launch (an eager host function or copy, or a graph launch) onto a stream holding
      this many that have not finished waits until the oldest has */
   uint64_t queue_depth;
+  /* the device runs beside the host (non-zero): before an event is queried or its time read, the
+     queued work of every stream that starts by the host clock runs, as cgrt__host_run_device
+     does, so an event the device would have reached by now on a GPU has run, and one behind a
+     backlog has not (by_time's "the device behind", issue 43, session 50) */
+  int device_beside;
 };
 
 /* Sets (NULL: clears) the host driver's cost model from now on. CGRT_E_INVAL for another driver. */

@@ -8,8 +8,8 @@
  *   of launched graphs. Work is DEFERRED: enqueuing runs nothing. The queue runs, in order, on the
  *   calling thread when the stream is synchronized: stream_sync runs all of it, event_sync runs
  *   it up to that event's record. event_query never runs work: it answers CGRT_E_NOTREADY until
- *   the record's position has run, 0 after. This deterministic asynchrony catches code that
- *   assumes work ran at enqueue time (on a GPU, a race).
+ *   the record's position has run, 0 after (unless a cost model sets device_beside, below). This
+ * deterministic asynchrony catches code that assumes work ran at enqueue time (on a GPU, a race).
  * - capture_begin makes the stream record its work into a graph instead of queueing it; captures
  *   do not nest. What CUDA forbids during a capture fails here with CGRT_E_CAPTURE and invalidates
  *   the capture, as CUDA does (cudaErrorStreamCaptureUnsupported, then
@@ -78,7 +78,9 @@
  *   reads the simulated host clock (0 while no cost model is set). Queued work runs only when
  *   something waits for it, unless a test lets the device keep up with the host
  *   (cgrt__host_run_device: what starts by the host clock runs, the host waiting for nothing), as
- *   a GPU runs beside a host that never waits. So eager work of cheap
+ *   a GPU runs beside a host that never waits; with device_beside the same happens before every
+ *   event query or elapsed-time read, so whether the device has reached an event by the host's
+ *   clock reads as on a GPU. So eager work of cheap
  *   nodes is bound by its launches, graphs by their nodes, as on a GPU, and a test can make a
  *   padded graph slower than eager work of fewer tokens. With queue_depth set, a launch (an eager
  *   host function or copy, or a graph launch: one whatever its nodes) onto a stream already
@@ -1114,6 +1116,14 @@ static int event_in_capture(struct cgrt_dev *dev, struct host_event *e, const ch
                         op);
 }
 
+/* With cost.device_beside, the device catches up with the host clock before an event is read. */
+static void keep_up(struct host_dev *hd) {
+  if (!hd->cost.device_beside || hd->running)
+    return;
+  for (struct host_stream *s = hd->streams; s; s = s->next)
+    stream_run_to(s, NULL, 0, hd->host_clock);
+}
+
 static int host_event_query(struct cgrt_dev *dev, void *event) {
   struct host_event *e = as_event(dev, event);
   if (!e)
@@ -1123,6 +1133,7 @@ static int host_event_query(struct cgrt_dev *dev, void *event) {
     rc = forbid_in_captures(dev, CGRT_FINDING_SYNC, "event_query", sync_advice);
   if (rc)
     return rc;
+  keep_up(dev->impl);
   return e->done >= e->records ? 0 : CGRT_E_NOTREADY;
 }
 
@@ -1174,6 +1185,7 @@ static int host_event_elapsed(struct cgrt_dev *dev, void *start, void *end, doub
     return cgrt__dev_fail(dev, CGRT_E_INVAL,
                           "event_elapsed of an event never recorded (as in CUDA: record both "
                           "events first)");
+  keep_up(dev->impl);
   if (a->done < a->records || b->done < b->records)
     return CGRT_E_NOTREADY;
   *us = ((double)b->at - (double)a->at) / 1e3;

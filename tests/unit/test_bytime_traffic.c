@@ -18,6 +18,9 @@
  *    gave bimodal.txt free on/off 0.997 instead of 0.972, the rule of session 40 0.973);
  *  - synced: the host waits for the device after every step, as a decode server reading its
  *    logits does.
+ * In both the device runs beside the host (the cost model's device_beside): whether a timed step's
+ * start event has run when the host has issued the step reads as on a GPU (by_time's "the device
+ * behind", session 50); the figures below did not move with it.
  * The simulated total is the host's clock after the final sync (the later of host and device),
  * plus CAPTURE_US per graph captured (the host driver charges captures nothing; a GPU does).
  *
@@ -215,7 +218,8 @@ static void simulate(const char *conf, enum way way, int synced, const struct tr
                              .graph_launch_ns = (uint64_t)(GRAPH_LAUNCH_US * 1000),
                              .graph_node_ns = 0,
                              .node_ns = cost_ns,
-                             .queue_depth = QUEUE_LAUNCHES};
+                             .queue_depth = QUEUE_LAUNCHES,
+                             .device_beside = 1};
   assert_int_equal(cgrt__host_set_cost(&s->rt->dev, &c), 0);
   for (int i = 0; i < MODS; i++) {
     char name[32];
