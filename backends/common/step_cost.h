@@ -28,6 +28,17 @@
  * run's rounds), a wait by whole steps of the device; the quartile holds while waits hit at most
  * six samples of eight (more, and the figure is high, which keeps the way that serves now); the
  * median of what is kept is not biased low by that noise, as the quartile alone would be.
+ *
+ * Samples taken with the device behind (a backend that reads it: the step's start event not yet
+ * reached when the host had issued the step) may also hold waits where the quartile does not see
+ * them: behind a backlog of long steps nearly every sample waits (issue 43, session 50, an H200:
+ * decode_small_buckets.txt under exponential buckets, eager rounds of 2 to 8 tokens behind replays
+ * of 59 ms, host 1.2-125 ms in seven samples of eight and 580 us in the eighth; device 530-595 us
+ * against the padded replay's 676). So a sample taken behind is also a wait when its host time is
+ * more than twice the round's smallest (each host time holds the step's own issue time; the
+ * smallest is kept). Where every sample waited even so, the round cannot tell a slow host from a
+ * waiting one: step_cost_behind_us gives the figure without the host's, for a backend's rule to
+ * see whether the host's figure decided (bytime.h).
  */
 #ifndef CGRT_BACKENDS_STEP_COST_H
 #define CGRT_BACKENDS_STEP_COST_H
@@ -66,33 +77,47 @@ static inline int step_cost_copied(const cgrt_step_report *rep) {
 /* How the figure is said in the backends' lines: "time per step, " STEP_COST_SAYS ... */
 #define STEP_COST_SAYS "the larger of host issue (median, waits left out) and device time (median)"
 
-/* One timed step: its host time and its device span. */
+/* One timed step: its host time, its device span, and whether the device was behind: it had not
+   reached the step's start when the host had issued the step (local's by_time reads it; 0 where
+   a backend does not). */
 struct step_sample {
   double host_us, device_us;
+  int behind;
 };
 
 /* A round's figures: its cost, the host's (waits left out) and the device spans' median; `waits`:
-   the samples left out of the host's. */
+   the samples left out of the host's; `behind`: the samples taken with the device behind. */
 struct step_cost {
   double us, host_us, device_us;
-  int waits;
+  int waits, behind;
 };
 
 /* The figures of v[0..n), 0 < n <= NOISE_SAMPLES. */
 static inline struct step_cost step_cost_medians(const struct step_sample *v, int n) {
   double host[NOISE_SAMPLES], device[NOISE_SAMPLES], kept[NOISE_SAMPLES];
+  double least = 0;
+  int behind = 0;
   for (int i = 0; i < n; i++) {
     host[i] = v[i].host_us;
     device[i] = v[i].device_us;
+    least = i == 0 || host[i] < least ? host[i] : least;
+    behind += v[i].behind != 0;
   }
   const double limit = 2 * noise_quantile(host, n, 0.25);
   int k = 0;
   for (int i = 0; i < n; i++)
-    if (host[i] <= limit)
-      kept[k++] = host[i]; /* the quartile itself at least */
-  struct step_cost c = {0, noise_median(kept, k), noise_median(device, n), n - k};
+    if (host[i] <= limit && !(v[i].behind && host[i] > 2 * least))
+      kept[k++] = host[i]; /* the smallest at least */
+  struct step_cost c = {0, noise_median(kept, k), noise_median(device, n), n - k, behind};
   c.us = c.host_us > c.device_us ? c.host_us : c.device_us;
   return c;
+}
+
+/* The round's figure as its device spans alone give it, where every one of its n samples was taken
+   with the device behind (its host figure may be waits in every sample: bytime.h); else its
+   figure. */
+static inline double step_cost_behind_us(struct step_cost c, int n) {
+  return n > 0 && c.behind == n ? c.device_us : c.us;
 }
 
 /*

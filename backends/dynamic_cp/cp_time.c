@@ -140,10 +140,10 @@ static void round_medians(struct cp_time *t, struct step_cost med[2]) {
       continue;
     }
     t->fig->timed_steps++;
-    v[w][n[w]++] = (struct step_sample){t->host_us[slot], us};
+    v[w][n[w]++] = (struct step_sample){t->host_us[slot], us, 0};
   }
   for (int w = 0; w < 2; w++)
-    med[w] = n[w] > 0 ? step_cost_medians(v[w], n[w]) : (struct step_cost){-1, -1, -1, 0};
+    med[w] = n[w] > 0 ? step_cost_medians(v[w], n[w]) : (struct step_cost){-1, -1, -1, 0, 0};
 }
 
 /*

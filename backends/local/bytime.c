@@ -167,7 +167,7 @@ static int poll(struct bytime *bt) {
     struct series *s = p->s;
     if (!s->active || p->round != s->round || s->n >= BYTIME_SAMPLES)
       continue; /* a round that ended or was restarted since */
-    s->v[s->n++] = (struct step_sample){p->host_us, us};
+    s->v[s->n++] = (struct step_sample){p->host_us, us, p->behind};
     s->copied += p->copied;
     h->log(h, CGRT_LOG_DEBUG,
            "local by_time: %lld tokens (bucket %lld), a sample %s: host %.1f us, "
