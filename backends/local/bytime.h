@@ -110,6 +110,21 @@
  * measured decision: overturned, the bucket goes back to its replay and the rule is off in it for
  * the runtime's life. A launch-bound bucket (a replay of a few eager host times) is never touched.
  *
+ * Rounds behind the device (issue 43, session 50: decode_small_buckets.txt under exponential
+ * buckets on an H200, eager rounds of 2-8 tokens queued behind replays of 59 ms: host 1.2-125 ms
+ * in nearly every sample, against an issue time of about 0.6 ms; the counts stayed at bucket 64,
+ * 676 us, where eager's device spans were 530-595). Each sample says whether the device had
+ * reached the step's start when the host had issued it; one taken behind is also a wait when its
+ * host time is more than twice the round's smallest (step_cost.h). A probe round whose every
+ * sample was behind, and whose host figure alone kept the bucket (eager's device median beats the
+ * replay by the margin), cannot tell a host that issues slowly from one that waited every time:
+ * it is set aside (no decision, the count seen afresh, probed again once seen BYTIME_MIN_SEEN
+ * times), at most BYTIME_RETRIES times per count and recheck; then the figures stand. The probe's
+ * device spans alone would not do: the backlog may be the bucket's own replays, cheap for the host,
+ * which would drain once eager serves and its launches show. A watch is judged by its device
+ * spans when every watched step was behind: there eager already serves, and the device staying
+ * behind means eager's launches were hidden; once they are not, its samples are not behind.
+ *
  * After BYTIME_RECHECK x r steps of a bucket, r its probe rounds since it was last measured (at
  * least 1), its measurements are forgotten (each count keeps its way until measured or implied
  * again; exact-size buckets stay) and the bucket is measured again: at most one probe round per
@@ -170,6 +185,9 @@
 /* The device-bound rule (above): a bucket whose replay costs at least this many times eager's
    host time serves its counts up to bucket / (1 + BYTIME_NEAR) eagerly without a probe. */
 #define BYTIME_BOUND 8
+/* Probe rounds of a count set aside (bytime.h: every sample behind the device, and only the
+   host's figure kept the bucket) before its figures stand as they are, per recheck. */
+#define BYTIME_RETRIES 2
 /* Steps of a bucket without a step of its probe target before the target is dropped. */
 #define BYTIME_STALL 256
 /* Pooled probes (above): steps of a bucket's undecided counts since it was last measured before
@@ -222,6 +240,7 @@ struct bytime_figures {
   uint64_t eager_overturned;   /* watches that sent a bucket's eager counts back to the bucket */
   uint64_t bound_buckets;      /* buckets where the device-bound rule sent counts eager */
   uint64_t untimed_steps;      /* measuring steps left untimed: every timing pair was in flight */
+  uint64_t set_aside_rounds;   /* probe rounds set aside: every sample behind, the host's decided */
 };
 
 /* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */

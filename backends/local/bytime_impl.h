@@ -78,6 +78,7 @@ struct count_rec {
   int contested;     /* its probe kept the bucket, whose replay beat eager by BYTIME_NEAR at most */
   int exact_round;   /* an exact-size bucket is measured against eager */
   int rare_counted;  /* counted once in rare_refused */
+  int retried;       /* its probe rounds set aside: every sample behind the device (bytime.h) */
   struct series eager, exact;
 };
 

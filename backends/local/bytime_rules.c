@@ -165,6 +165,27 @@ static void eager_host(struct bytime *bt, struct step_cost ec) {
     bt->eager_host_us = ec.host_us;
 }
 
+/* r's probe round kept its bucket only by a host figure taken behind the device in every sample
+   (bytime.h): set aside, r undecided, probed again once seen BYTIME_MIN_SEEN times more. */
+static void set_aside(struct bytime *bt, struct bucket_rec *b, struct count_rec *r,
+                      struct step_cost ec, struct step_cost pc) {
+  const struct cgrt_host_api *h = bt->h;
+  r->retried++;
+  r->seen = 0;
+  bt->fig.set_aside_rounds++;
+  char figures[256] = "";
+  int len = 0;
+  step_cost_say(figures, sizeof(figures), &len, "eager", ec);
+  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  h->log(h, CGRT_LOG_DEBUG,
+         "local by_time: %lld tokens (bucket %lld): a probe round set aside (%d of %d): every "
+         "sample was taken with the device behind, and only the host's figure kept the bucket "
+         "(waits in its launches cannot be told from its issue time there; time per "
+         "step, " STEP_COST_SAYS ", of %d steps: %s); probed again once seen %d times more",
+         (long long)r->tokens, (long long)b->bucket, r->retried, BYTIME_RETRIES, BYTIME_SAMPLES,
+         figures, BYTIME_MIN_SEEN);
+}
+
 /* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */
 static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_rec *r) {
   const struct cgrt_host_api *h = bt->h;
@@ -176,10 +197,16 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
   report_cost(bt, r->tokens, 0, e);
   b->probing = NULL;
   b->rounds++;
-  r->decided = MEASURED;
   /* the way that serves T now stays within the margin (hysteresis) */
   int eager_wins =
       r->inc == BYTIME_EAGER ? !noise_challenger_wins(p, e) : noise_challenger_wins(e, p);
+  const double eb = step_cost_behind_us(ec, r->eager.n);
+  if (!eager_wins && r->inc == BYTIME_BUCKET && noise_challenger_wins(eb, p) &&
+      r->retried < BYTIME_RETRIES) {
+    set_aside(bt, b, r, ec, pc);
+    return;
+  }
+  r->decided = MEASURED;
   /* the counts it implies lie between the bucket's earlier bounds and T */
   int64_t from = eager_wins ? b->eager_upto + 1 : r->tokens + 1;
   int64_t to =
@@ -330,11 +357,15 @@ static void decide_watch(struct bytime *bt, struct bucket_rec *b) {
   int len = 0;
   step_cost_say(figures, sizeof(figures), &len, "eagerly as served", ec);
   step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
-  if (!noise_challenger_wins(pc.us, ec.us)) {
+  /* every watched step behind the device: eager's host time ran beside the device's queued
+     work, so the device spans say what serving eagerly cost (bytime.h) */
+  const int behind = ec.behind == b->watch.n;
+  if (!noise_challenger_wins(pc.us, behind ? ec.device_us : ec.us)) {
     h->log(h, CGRT_LOG_DEBUG,
            "local by_time: bucket %lld's counts served eagerly still hold against its replay "
-           "(time per step, " STEP_COST_SAYS ", of %d steps: %s)",
-           (long long)b->bucket, BYTIME_SAMPLES, figures);
+           "(time per step, " STEP_COST_SAYS ", of %d steps: %s%s)",
+           (long long)b->bucket, BYTIME_SAMPLES, figures,
+           behind ? "; every step behind the device, so its device time is eager's" : "");
     return;
   }
   size_t back = 0;
@@ -524,6 +555,7 @@ void bytime_recheck(struct bytime *bt, struct bucket_rec *b) {
     o->decided = UNDECIDED;
     o->exact_checked = 0;
     o->contested = 0;
+    o->retried = 0;
     o->eager.active = 0;
   }
 }

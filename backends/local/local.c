@@ -428,6 +428,7 @@ static int local_figures(void *state, void (*emit)(void *user, const char *name,
     emit(user, "by_time_eager_overturned", b.eager_overturned);
     emit(user, "by_time_bound_buckets", b.bound_buckets);
     emit(user, "by_time_untimed_steps", b.untimed_steps);
+    emit(user, "by_time_set_aside_rounds", b.set_aside_rounds);
   }
   return 0;
 }
