@@ -811,6 +811,56 @@ static uint64_t backlog_cost_ns(void *user, void (*fn)(void *), void *arg) {
   return step_cost_ns(user, fn, arg);
 }
 
+static uint64_t held_cost_ns(void *user, void (*fn)(void *), void *arg) {
+  if (fn == hold)
+    return *(const uint64_t *)arg;
+  return cost_ns(user, fn, arg);
+}
+
+/*
+ * A watch taken wholly behind the device (session 50): 90 tokens served eagerly as in
+ * eager_gets_slower, then each step issued behind 8 queued holds of 50 us on a stream that holds 8
+ * launches: each of the step's 4 launches waits for a hold to finish (host about 204 us a step),
+ * and the device is still behind the step when the host has issued it; its kernels then run back
+ * to back (about 3.3 us, the replay 5.7). Every watched sample waited alike, so the waits are not
+ * told from the host's issue time, but the device stayed behind with eager serving: its launches
+ * were hidden, and the watch holds eager by its device spans. Judged by the host's figure, it
+ * sent the count back to its bucket (the rule before).
+ */
+static void test_watch_behind_the_device_judged_by_device_spans(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 1);
+  cgrt_step_report rep;
+  for (int i = 0; i < 300; i++)
+    step(f, i, 90, &rep);
+  assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+  struct figures before = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, figure, &before), 0);
+  struct cgrt_host_cost c = {.launch_ns = 1000,
+                             .graph_launch_ns = 100,
+                             .graph_node_ns = 50,
+                             .node_ns = held_cost_ns,
+                             .queue_depth = 8};
+  assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
+  const struct cgrt_host_api *h = &f->rt->host;
+  uint64_t hold_ns = 50 * 1000;
+  for (int i = 300; i < 600; i++) {
+    for (int k = 0; k < 8; k++)
+      assert_int_equal(h->host_fn(h, h->stream(h), hold, &hold_ns), 0);
+    uint64_t t0 = h->now_ns(h);
+    step_nowait(f, i, i % 100, 90, &rep);
+    assert_true(h->now_ns(h) - t0 > 150 * 1000); /* the host waited in its launches */
+    assert_int_equal(cgrt_synchronize(f->rt), 0);
+    assert_true(f->out[MODS - 1] == 8 * f->value + 7);
+    assert_int_equal(rep.mode, CGRT_MODE_EAGER);
+  }
+  struct figures w = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, figure, &w), 0);
+  assert_true(w.watched >= before.watched + 8);
+  assert_int_equal(w.overturned, 0);
+  fixture_close(f);
+}
+
 /*
  * A backlogged stream (issue 43, session 38): the host never waits for the device within a batch
  * of steps, and 10 ms of device work queued before each batch keeps the device behind, so every
@@ -1203,6 +1253,7 @@ int main(void) {
       cmocka_unit_test(test_rare_counts_get_no_exact_bucket),
       cmocka_unit_test(test_sparse_counts_pooled),
       cmocka_unit_test(test_eager_that_gets_slower_goes_back_to_its_bucket),
+      cmocka_unit_test(test_watch_behind_the_device_judged_by_device_spans),
       cmocka_unit_test(test_now_ns_is_the_host_drivers_host_clock),
       cmocka_unit_test(test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more),
       cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),
