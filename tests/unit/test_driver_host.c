@@ -1131,6 +1131,45 @@ static void test_cost_model_launch_queue_depth(void **state) {
   assert_int_equal(cgrt__host_set_cost(&f->dev, NULL), 0);
 }
 
+/*
+ * device_beside: before an event is read, the queued work that starts by the host clock runs, so
+ * an event reads as reached when a GPU beside the host would have reached it, and not when work
+ * queued before it still runs past the host's clock. Without it, nothing runs until a wait.
+ */
+static void test_cost_model_device_beside(void **state) {
+  struct fx *f = *state;
+  for (int i = 0; i < 26; i++)
+    *L(f, (char)('a' + i)) = (struct letter){&f->log, (char)('a' + i)};
+  void *e = NULL;
+  assert_int_equal(f->d->event_create(&f->dev, &e), 0);
+  struct cgrt_host_cost cost = {.launch_ns = 1000, .node_ns = letter_ns, .device_beside = 1};
+  assert_int_equal(cgrt__host_set_cost(&f->dev, &cost), 0);
+  const uint64_t t0 = f->d->host_clock_ns(&f->dev);
+  /* 'j' (10 us) launched at 1 us, the event recorded behind it: the device ends 'j' at 11 us */
+  assert_true(eager_at(f, 'j', t0) == 1.0);
+  assert_int_equal(f->d->event_record(&f->dev, e, f->stream), 0);
+  /* host at 1 us: 'j' has started (it runs whole), the event is behind it */
+  assert_int_equal(f->d->event_query(&f->dev, e), CGRT_E_NOTREADY);
+  assert_string_equal(f->log.text, "j");
+  for (int i = 0; i < 12; i++) /* cheap work the host issues until its clock passes 11 us */
+    (void)eager_at(f, 'a', t0);
+  assert_int_equal(f->d->event_query(&f->dev, e), 0);
+  /* the 'a's launched at 2-13 us start after 'j', from 11 us: those by 13 us have run */
+  assert_string_equal(f->log.text, "jaaa");
+  assert_true(f->d->host_clock_ns(&f->dev) - t0 == 13000); /* the host waited for nothing */
+  /* without it, the same reads as not reached until the stream is synchronized */
+  cost.device_beside = 0;
+  assert_int_equal(cgrt__host_set_cost(&f->dev, &cost), 0);
+  assert_int_equal(f->d->event_record(&f->dev, e, f->stream), 0);
+  for (int i = 0; i < 12; i++)
+    (void)eager_at(f, 'a', t0);
+  assert_int_equal(f->d->event_query(&f->dev, e), CGRT_E_NOTREADY);
+  assert_int_equal(f->d->stream_sync(&f->dev, f->stream), 0);
+  assert_int_equal(f->d->event_query(&f->dev, e), 0);
+  assert_int_equal(cgrt__host_set_cost(&f->dev, NULL), 0);
+  f->d->event_destroy(&f->dev, e);
+}
+
 /* A peer of the test's one-rank group: contributes 5 to values[0] and -1 to the others. */
 static void peer_max(void *user, const void *comm, double *values, int n) {
   *(const void **)user = comm;
@@ -1229,6 +1268,7 @@ int main(void) {
       T(test_update_refused_with_memory_nodes),
       T(test_cost_model_times_eager_and_graphs),
       T(test_cost_model_launch_queue_depth),
+      T(test_cost_model_device_beside),
   };
   return cmocka_run_group_tests_name("driver_host", tests, NULL, NULL);
 }
