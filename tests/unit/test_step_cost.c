@@ -12,11 +12,16 @@
 
 #include "step_cost.h"
 
-static struct step_cost round_of(const double *host, const double *device, int n) {
+/* A round of n samples, each taken with the device behind or not as `behind` says. */
+static struct step_cost round_behind(const double *host, const double *device, int n, int behind) {
   struct step_sample v[NOISE_SAMPLES];
   for (int i = 0; i < n; i++)
-    v[i] = (struct step_sample){host[i], device[i], 0};
+    v[i] = (struct step_sample){host[i], device[i], behind};
   return step_cost_medians(v, n);
+}
+
+static struct step_cost round_of(const double *host, const double *device, int n) {
+  return round_behind(host, device, n, 0);
 }
 
 /* Session 40's fresh round of 200 tokens run eagerly (an H200): five samples waited in their
@@ -58,13 +63,6 @@ static void test_too_many_waits_err_high(void **state) {
   assert_true(c.host_us == 52.5 && c.us == 100);
 }
 
-static struct step_cost behind_round(const double *host, const double *device, int n) {
-  struct step_sample v[NOISE_SAMPLES];
-  for (int i = 0; i < n; i++)
-    v[i] = (struct step_sample){host[i], device[i], 1};
-  return step_cost_medians(v, n);
-}
-
 /* Session 50's round of 2 tokens run eagerly (an H200, exponential buckets on
    decode_small_buckets.txt), every sample behind the device: seven waited behind replays of 59 ms,
    so the quartile (32-40 ms) is a wait and kept them all but the longest (figure 39.8 ms against a
@@ -74,7 +72,7 @@ static void test_behind_waits_left_out_by_the_smallest(void **state) {
   (void)state;
   const double host[] = {40150.4, 33367.1, 39771.1, 82211.8, 32209.2, 40541.0, 40252.6, 580.4};
   const double device[] = {530.4, 534.9, 536.0, 534.8, 531.7, 527.8, 531.4, 532.1};
-  struct step_cost c = behind_round(host, device, 8);
+  struct step_cost c = round_behind(host, device, 8, 1);
   assert_int_equal(c.behind, 8);
   assert_int_equal(c.waits, 7);
   assert_true(c.host_us == 580.4 && c.us == 580.4);
@@ -85,7 +83,7 @@ static void test_behind_waits_left_out_by_the_smallest(void **state) {
   assert_true(step_cost_behind_us(c, 8) == c.us);
   /* honest noise behind the device: nothing is twice the smallest, all kept */
   const double honest[] = {656, 898, 700, 860, 740, 830, 780, 800};
-  c = behind_round(honest, device, 8);
+  c = round_behind(honest, device, 8, 1);
   assert_int_equal(c.waits, 0);
   assert_true(c.host_us == 790.0);
 }
