@@ -45,6 +45,7 @@ struct pass {
   uint64_t overturned;   /* by_time's eager decisions undone by their watch (a backend figure) */
   uint64_t bound;        /* buckets by_time's device-bound rule sent eager (a backend figure) */
   uint64_t untimed;      /* by_time's measuring steps left untimed, every pair in flight (same) */
+  uint64_t set_aside;    /* by_time's probe rounds set aside: every sample behind the device */
   double longest_ms;     /* the host's longest single step call: a one-off stall shows here */
   uint64_t longest_step; /* which step it was, and its token count */
   int64_t longest_tokens;
@@ -59,6 +60,8 @@ static void by_time_figures(void *user, const char *name, uint64_t value) {
     p->bound = value;
   else if (strcmp(name, "by_time_untimed_steps") == 0)
     p->untimed = value;
+  else if (strcmp(name, "by_time_set_aside_rounds") == 0)
+    p->set_aside = value;
 }
 
 struct traffic_run {
@@ -132,7 +135,7 @@ static int replay_timed(struct host_model *hm, const struct traffic *t, struct p
   r->steady_us = (double)ms * 1e3 / (double)(t->total_steps - half);
   r->st.struct_size = sizeof(r->st);
   cgrt_stats_get(hm->rt, &r->st);
-  r->overturned = r->bound = r->untimed = 0;
+  r->overturned = r->bound = r->untimed = r->set_aside = 0;
   (void)cgrt_backend_figures(hm->rt, by_time_figures, r);
   cudaEventDestroy(mid);
   cudaEventDestroy(end);
@@ -207,7 +210,7 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     if (!r->graphed)
       continue;
     char cap[128], rep[128], eag[128], probe[128], undone[128], bound[128], untimed[128],
-        exact[128], copied[128], steady[128], start[128];
+        aside[128], exact[128], copied[128], steady[128], start[128];
     /* in seconds since the first timed pass (eager's first) began */
     PASS_LIST(start, r, "%.1f", (double)(pp->start_ns - runs[0].pass[0].start_ns) / 1e9);
     PASS_LIST(cap, r, "%.1f", (double)(pp->st.capture_ns + pp->st.instantiate_ns) / 1e6);
@@ -217,13 +220,15 @@ static void per_pass_lines(const struct traffic_run *runs, int n) {
     PASS_LIST(undone, r, "%llu", (unsigned long long)pp->overturned);
     PASS_LIST(bound, r, "%llu", (unsigned long long)pp->bound);
     PASS_LIST(untimed, r, "%llu", (unsigned long long)pp->untimed);
+    PASS_LIST(aside, r, "%llu", (unsigned long long)pp->set_aside);
     PASS_LIST(exact, r, "%llu", (unsigned long long)pp->st.time_exact_steps);
     PASS_LIST(copied, r, "%.1f", (double)pp->st.copy_bytes / (1024.0 * 1024.0));
     PASS_LIST(steady, r, "%.1f", pp->steady_us);
     printf("%s, per pass: capture+instantiate%s ms, steps replayed%s, eager%s (by_time probes%s, "
-           "eager undone%s, device-bound buckets%s, samples lost in flight%s), exact-size%s, "
-           "copied%s MiB, steady%s us; started at%s s\n",
-           r->label, cap, rep, eag, probe, undone, bound, untimed, exact, copied, steady, start);
+           "eager undone%s, device-bound buckets%s, samples lost in flight%s, rounds set aside "
+           "behind the device%s), exact-size%s, copied%s MiB, steady%s us; started at%s s\n",
+           r->label, cap, rep, eag, probe, undone, bound, untimed, aside, exact, copied, steady,
+           start);
     /* The steady window alone: what of the above fell in it, and whether the host kept ahead
        (its issue time per step well under the steady time) or bound the window. */
     char weag[128], wprobe[128], wcap[128], wms[128], whost[128];
@@ -263,7 +268,8 @@ static const char *order_text(int passes) {
 
 /* Closes the JSON array before it and writes `"key":[a,b,...]` of run r's by_time figure `member`
    (struct pass) over its passes, left open: eager decisions undone by their watch (a decision
-   that went wrong), buckets the device-bound rule sent eager, measuring steps left untimed. */
+   that went wrong), buckets the device-bound rule sent eager, measuring steps left untimed, probe
+   rounds set aside behind the device. */
 #define JSON_PASS_COUNTS(key, r, member)                                                           \
   do {                                                                                             \
     printf("],\"" key "\":[");                                                                     \
@@ -304,6 +310,7 @@ static void print_runs(const struct bench_opts *o, const struct traffic *t, cons
       JSON_PASS_COUNTS("eager_undone", r, overturned);
       JSON_PASS_COUNTS("device_bound_buckets", r, bound);
       JSON_PASS_COUNTS("untimed_steps", r, untimed);
+      JSON_PASS_COUNTS("set_aside_rounds", r, set_aside);
       printf("]}");
     }
     printf("]}\n");
