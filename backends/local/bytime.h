@@ -119,7 +119,10 @@
  * sample was behind, and whose host figure alone kept the bucket (eager's device median beats the
  * replay by the margin), cannot tell a host that issues slowly from one that waited every time:
  * it is set aside (no decision, the count seen afresh, probed again once seen BYTIME_MIN_SEEN
- * times), at most BYTIME_RETRIES times per count and recheck; then the figures stand. The probe's
+ * times), at most BYTIME_RETRIES times per count and recheck; then the figures stand for the
+ * count alone (a figure of waits is not eager's cost: it implies nothing of the bucket's other
+ * counts and moves no bound), and the count is contested: it gets an exact-size trial, a replay
+ * timed on the device, as a narrow win would (below). The probe's
  * device spans alone would not do: the backlog may be the bucket's own replays, cheap for the host,
  * which would drain once eager serves and its launches show. A watch is judged by its device
  * spans when every watched step was behind: there eager already serves, and the device staying

@@ -200,20 +200,23 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
   /* the way that serves T now stays within the margin (hysteresis) */
   int eager_wins =
       r->inc == BYTIME_EAGER ? !noise_challenger_wins(p, e) : noise_challenger_wins(e, p);
-  const double eb = step_cost_behind_us(ec, r->eager.n);
-  if (!eager_wins && r->inc == BYTIME_BUCKET && noise_challenger_wins(eb, p) &&
-      r->retried < BYTIME_RETRIES) {
+  /* kept only by a host figure taken wholly behind the device (bytime.h) */
+  const int doubtful = !eager_wins && r->inc == BYTIME_BUCKET &&
+                       noise_challenger_wins(step_cost_behind_us(ec, r->eager.n), p);
+  if (doubtful && r->retried < BYTIME_RETRIES) {
     set_aside(bt, b, r, ec, pc);
     return;
   }
   r->decided = MEASURED;
-  /* the counts it implies lie between the bucket's earlier bounds and T */
+  /* the counts it implies lie between the bucket's earlier bounds and T; a doubtful figure
+     implies nothing and moves no bound */
   int64_t from = eager_wins ? b->eager_upto + 1 : r->tokens + 1;
-  int64_t to =
-      eager_wins ? r->tokens - 1 : (b->bucket_from < b->bucket ? b->bucket_from - 1 : b->bucket);
+  int64_t to = doubtful     ? 0
+               : eager_wins ? r->tokens - 1
+                            : (b->bucket_from < b->bucket ? b->bucket_from - 1 : b->bucket);
   if (eager_wins)
     b->eager_upto = r->tokens;
-  else
+  else if (!doubtful)
     b->bucket_from = r->tokens;
   if (eager_wins)
     lost_with_copies(b, &b->replay);
@@ -240,8 +243,9 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
            (long long)d.lo, (long long)d.hi, (long long)b->bucket, d.n, d.changed,
            bytime_way_names[eager_wins ? BYTIME_EAGER : BYTIME_BUCKET], (long long)r->tokens,
            figures);
-  /* the replay kept the bucket narrowly, if at all: an exact-size bucket may beat both */
-  r->contested = !eager_wins && p * (1 + BYTIME_NEAR) >= e;
+  /* the replay kept the bucket narrowly, if at all, or by a doubtful figure: an exact-size bucket
+     (a replay, timed on the device) may beat both */
+  r->contested = !eager_wins && (doubtful || p * (1 + BYTIME_NEAR) >= e);
   if (eager_wins || r->contested)
     bytime_consider_exact(bt, r);
 }

@@ -871,30 +871,41 @@ static void test_watch_behind_the_device_judged_by_device_spans(void **state) {
  * before) eager looked 15 times faster and served the count; a step's cost is the larger of its
  * host and device times, so the replay (9.2 us) beats eager (20 us) and the bucket stays.
  */
-static void test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more(void **state) {
-  (void)state;
-  log_debug = 1;
-  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
-  log_debug = 0;
+/* Batches of 6 steps of `tokens` (ntok counts in turn), each batch behind 10 ms of held device
+   work, the host never waiting within a batch; eager launches cost the host 5 us. The last
+   report; *eager_after: the steps run eagerly from batch 20 on. */
+static cgrt_step_report run_backlogged(struct fixture *f, int batches, const int64_t *tokens,
+                                       int ntok, int *eager_after) {
   uint64_t hold_ns = 10 * 1000 * 1000;
   struct cgrt_host_cost c = {
       .launch_ns = 5000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = backlog_cost_ns};
   assert_int_equal(cgrt__host_set_cost(&f->rt->dev, &c), 0);
   const struct cgrt_host_api *h = &f->rt->host;
-  cgrt_step_report rep;
-  int eager_after = 0;
-  for (int batch = 0; batch < 40; batch++) {
+  cgrt_step_report rep = {0};
+  *eager_after = 0;
+  for (int batch = 0; batch < batches; batch++) {
     assert_int_equal(h->host_fn(h, h->stream(h), hold, &hold_ns), 0);
     uint64_t t0 = h->now_ns(h);
     for (int i = 0; i < 6; i++) {
-      step_nowait(f, batch * 6 + i, batch % 100, 80, &rep);
-      eager_after += batch >= 20 && rep.mode == CGRT_MODE_EAGER;
+      step_nowait(f, batch * 6 + i, batch % 100, tokens[(batch * 6 + i) % ntok], &rep);
+      *eager_after += batch >= 20 && rep.mode == CGRT_MODE_EAGER;
     }
     /* the host ran far ahead of the device: the batch was backlogged throughout */
     assert_true(h->now_ns(h) - t0 < hold_ns / 10);
     assert_int_equal(cgrt_synchronize(f->rt), 0);
     assert_true(f->out[MODS - 1] == 8 * f->value + 7);
   }
+  return rep;
+}
+
+static void test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more(void **state) {
+  (void)state;
+  log_debug = 1;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  log_debug = 0;
+  int eager_after;
+  const int64_t eighty = 80;
+  cgrt_step_report rep = run_backlogged(f, 40, &eighty, 1, &eager_after);
   cgrt_stats s = {.struct_size = sizeof(s)};
   assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
   /* eager was measured by rounds of 9 eager steps exactly: a probe step that finds every timing
@@ -919,6 +930,61 @@ static void test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more(v
   assert_true(host == 20.0 && device < 1.0 && us == host);
   assert_true(rdevice > 9.0 && rdevice < 9.5 && rhost < rdevice && rus == rdevice);
   assert_true(device < rdevice && rus < us);
+  fixture_close(f);
+}
+
+/*
+ * The same with one exact-size bucket allowed (session 50): the count kept its bucket by a figure
+ * taken wholly behind the device, so it is contested: once seen 64 more times it gets an
+ * exact-size trial, a replay timed on the device, which beats the padded replay (about 9.2 us)
+ * and serves it from then on. Before, a replay that beat eager's figure by more than BYTIME_NEAR
+ * kept the count at its bucket with no trial.
+ */
+static void test_backlogged_stream_doubtful_count_gets_an_exact_bucket(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 1\n", 0);
+  int eager_after;
+  const int64_t eighty = 80;
+  cgrt_step_report rep = run_backlogged(f, 80, &eighty, 1, &eager_after);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  struct pooled p = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(p.set_aside, 2);
+  assert_int_equal(s.time_exact_counts, 1);
+  assert_int_equal(s.time_eager_counts, 0);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  assert_int_equal(rep.padded_tokens, 80);
+  assert_int_equal(f->switches_said, 1);
+  assert_non_null(strstr(f->said[0], "80 tokens (bucket 128) served at an exact-size bucket"));
+  fixture_close(f);
+}
+
+/*
+ * A doubtful decision implies nothing (session 50): 70 tokens behind the backlog until its rounds
+ * stand (the bucket kept only by host figures taken wholly behind the device), then 71 tokens.
+ * Eager cost is non-decreasing in tokens, but a figure of waits is not eager's cost: 71 is not
+ * implied to keep the bucket by 70's, and is probed on its own (its rounds set aside alike).
+ * Before, every count >= 70 kept the bucket unprobed: an H200 kept 7 and 8 tokens at bucket 64 so,
+ * implied by 6.
+ */
+static void test_backlogged_doubtful_decision_implies_nothing(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n", 0);
+  int eager_after;
+  const int64_t seventy = 70, seventy_one = 71;
+  (void)run_backlogged(f, 40, &seventy, 1, &eager_after);
+  struct pooled p = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(p.set_aside, 2);
+  cgrt_step_report rep = run_backlogged(f, 40, &seventy_one, 1, &eager_after);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(s.time_implied_counts, 0);
+  assert_int_equal(p.set_aside, 4);
+  assert_int_equal(s.time_probe_steps, 54);
+  assert_int_equal(rep.padded_tokens, 128);
   fixture_close(f);
 }
 
@@ -1256,6 +1322,8 @@ int main(void) {
       cmocka_unit_test(test_watch_behind_the_device_judged_by_device_spans),
       cmocka_unit_test(test_now_ns_is_the_host_drivers_host_clock),
       cmocka_unit_test(test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more),
+      cmocka_unit_test(test_backlogged_stream_doubtful_count_gets_an_exact_bucket),
+      cmocka_unit_test(test_backlogged_doubtful_decision_implies_nothing),
       cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),
       cmocka_unit_test(test_device_bound_bucket_serves_sparse_counts_eagerly),
       cmocka_unit_test(test_device_bound_judged_again_after_a_faster_round),
