@@ -303,7 +303,7 @@ int bytime_choose(struct bytime *bt, int64_t tokens, int64_t bucket, struct byti
     bytime_switch_to(bt, r, BYTIME_BUCKET, 0);
     r->b = b;
     r->decided = UNDECIDED;
-    r->exact_checked = r->exact_round = r->contested = 0;
+    r->exact_checked = r->exact_round = r->contested = r->retried = 0;
     r->eager.active = r->exact.active = 0;
   }
   st->rec = r;
