@@ -15,14 +15,19 @@ TOOL = os.path.join(HERE, "..", "..", "tools", "trace", "trace_summary.py")
 HEADER = ["kind", "name", "start_ns", "end_ns", "stream", "graph", "graph_node", "correlation"]
 
 
-def write_trace(rows):
+def write_records(records):
+    """A trace file of whole records (HEADER's columns); its path."""
     fd, path = tempfile.mkstemp(suffix=".csv")
     with os.fdopen(fd, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(HEADER)
-        for kind, name, s, e in rows:
-            w.writerow([kind, name, s, e, 7, 0, 0, 0])
+        w.writerows(records)
     return path
+
+
+def write_trace(rows):
+    """A trace file of (kind, name, start, end) records on stream 7, outside graphs."""
+    return write_records([kind, name, s, e, 7, 0, 0, 0] for kind, name, s, e in rows)
 
 
 def run(*args):
@@ -42,6 +47,14 @@ def step(t0, api_calls):
 
 
 class TraceSummary(unittest.TestCase):
+    def kernels(self, records):
+        """A trace file of kernel records (name, start, end, stream, graph, correlation), removed
+        after the test."""
+        path = write_records(["kernel", name, s, e, stream, graph, 1, corr]
+                             for name, s, e, stream, graph, corr in records)
+        self.addCleanup(os.unlink, path)
+        return path
+
     def setUp(self):
         rows = []
         for i in range(5):
@@ -98,15 +111,11 @@ class TraceSummary(unittest.TestCase):
         self.assertNotIn("cudaLaunchKernel", out)
 
     def test_by_graph(self):
-        fd, path = tempfile.mkstemp(suffix=".csv")
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(HEADER)
-            # eager: gemm 0-1 us, gemm 1.5-2.5 us; graph 5: gemm 3-4.2 us, attn 4.3-5.3 us
-            for name, s, e, graph in (("gemm", 0, 1000, 0), ("gemm", 1500, 2500, 0),
-                                      ("gemm", 3000, 4200, 5), ("attn", 4300, 5300, 5)):
-                w.writerow(["kernel", name, s, e, 7, graph, 1, 0])
-        self.addCleanup(os.unlink, path)
+        # eager: gemm 0-1 us, gemm 1.5-2.5 us; graph 5: gemm 3-4.2 us, attn 4.3-5.3 us
+        path = self.kernels((name, s, e, 7, graph, 0)
+                            for name, s, e, graph in (("gemm", 0, 1000, 0), ("gemm", 1500, 2500, 0),
+                                                      ("gemm", 3000, 4200, 5),
+                                                      ("attn", 4300, 5300, 5)))
         rc, out = run(path, "--by-graph")
         self.assertEqual(rc, 0, out)
         self.assertIn("eager:        2 records,          2.0 us in them,          0.5 us idle", out)
@@ -114,20 +123,15 @@ class TraceSummary(unittest.TestCase):
         self.assertRegex(out, r"2\s+1\.00\s+1\s+1\.20\s+\+0\.20\s+gemm")
 
     def test_boundaries_by_nccl(self):
-        fd, path = tempfile.mkstemp(suffix=".csv")
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(HEADER)
-            # stream 7, five graph launches: A (graph 5, corr 1) gemm 0-1, nccl 1-2 us; B (graph 6,
-            # corr 2) norm 5-6: NCCL -> none 3.0; C (graph 5 again, corr 3) gemm 7-8, nccl 8-9:
-            # none -> NCCL 1.0; D (graph 6, corr 4) norm 12-13: NCCL -> none 3.0; E (graph 6 again,
-            # corr 5) norm 14-15: none -> none 1.0 (the same graph launched again: between graphs)
-            for name, s, e, graph, corr in (("gemm", 0, 1000, 5, 1), ("ncclAllGather", 1000, 2000, 5, 1),
-                                            ("norm", 5000, 6000, 6, 2), ("gemm", 7000, 8000, 5, 3),
-                                            ("ncclAllGather", 8000, 9000, 5, 3),
-                                            ("norm", 12000, 13000, 6, 4), ("norm", 14000, 15000, 6, 5)):
-                w.writerow(["kernel", name, s, e, 7, graph, 1, corr])
-        self.addCleanup(os.unlink, path)
+        # stream 7, five graph launches: A (graph 5, corr 1) gemm 0-1, nccl 1-2 us; B (graph 6,
+        # corr 2) norm 5-6: NCCL -> none 3.0; C (graph 5 again, corr 3) gemm 7-8, nccl 8-9:
+        # none -> NCCL 1.0; D (graph 6, corr 4) norm 12-13: NCCL -> none 3.0; E (graph 6 again,
+        # corr 5) norm 14-15: none -> none 1.0 (the same graph launched again: between graphs)
+        path = self.kernels((name, s, e, 7, graph, corr) for name, s, e, graph, corr in (
+            ("gemm", 0, 1000, 5, 1), ("ncclAllGather", 1000, 2000, 5, 1),
+            ("norm", 5000, 6000, 6, 2), ("gemm", 7000, 8000, 5, 3),
+            ("ncclAllGather", 8000, 9000, 5, 3),
+            ("norm", 12000, 13000, 6, 4), ("norm", 14000, 15000, 6, 5)))
         rc, out = run(path, "--boundaries")
         self.assertEqual(rc, 0, out)
         self.assertRegex(out, r"inside a graph\s+2 gaps, median\s+0\.00")
@@ -137,22 +141,16 @@ class TraceSummary(unittest.TestCase):
         self.assertRegex(out, r"none -> none:\s+1 gaps, median\s+1\.00")
 
     def test_by_launch(self):
-        fd, path = tempfile.mkstemp(suffix=".csv")
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(HEADER)
-            # eager: nccl 2 us; graph 5, two launches of 2 kernels (corr 10, 11): nccl 4 and 6 us,
-            # gemm 1 us each; graph 6, one launch (corr 12) of 17 kernels: nccl 3 us, 16 gemm 1 us
-            rows = [("ncclAllGather", 0, 2000, 0, 1)]
-            t = 10000
-            for corr, d in ((10, 4000), (11, 6000)):
-                rows += [("ncclAllGather", t, t + d, 5, corr), ("gemm", t + d, t + d + 1000, 5, corr)]
-                t += 20000
-            rows.append(("ncclAllGather", t, t + 3000, 6, 12))
-            rows += [("gemm", t + 3000 + i * 1000, t + 4000 + i * 1000, 6, 12) for i in range(16)]
-            for name, s, e, graph, corr in rows:
-                w.writerow(["kernel", name, s, e, 7, graph, 1, corr])
-        self.addCleanup(os.unlink, path)
+        # eager: nccl 2 us; graph 5, two launches of 2 kernels (corr 10, 11): nccl 4 and 6 us,
+        # gemm 1 us each; graph 6, one launch (corr 12) of 17 kernels: nccl 3 us, 16 gemm 1 us
+        rows = [("ncclAllGather", 0, 2000, 0, 1)]
+        t = 10000
+        for corr, d in ((10, 4000), (11, 6000)):
+            rows += [("ncclAllGather", t, t + d, 5, corr), ("gemm", t + d, t + d + 1000, 5, corr)]
+            t += 20000
+        rows.append(("ncclAllGather", t, t + 3000, 6, 12))
+        rows += [("gemm", t + 3000 + i * 1000, t + 4000 + i * 1000, 6, 12) for i in range(16)]
+        path = self.kernels((name, s, e, 7, graph, corr) for name, s, e, graph, corr in rows)
         rc, out = run(path, "--by-launch")
         self.assertEqual(rc, 0, out)
         self.assertIn("at most 16 kernels (2 launches); larger ones (1)", out)
@@ -161,22 +159,14 @@ class TraceSummary(unittest.TestCase):
         self.assertRegex(out, r"0\s+-\s+2\s+1\.00\s+1\.00\s+16\s+1\.00\s+1\.00\s+gemm")
 
     def test_boundaries(self):
-        fd, path = tempfile.mkstemp(suffix=".csv")
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(HEADER)
-            # stream 7: graph 5 gemm 0-2 us, norm 1.5-3, gemm 2.5-4 (inside: -0.5, -0.5); graph 6
-            # norm 6-7 (between graphs, gemm -> norm: +2.0); eager gemm 7.5-8 (graph and eager:
-            # +0.5); eager gemm 100-101 (92 us: idle, left out); stream 8: eager gemm 0-1, gemm
-            # 1.25-2 (eager: +0.25)
-            for name, s, e, stream, graph in (("gemm", 0, 2000, 7, 5), ("norm", 1500, 3000, 7, 5),
-                                              ("gemm", 2500, 4000, 7, 5),
-                                              ("norm", 6000, 7000, 7, 6),
-                                              ("gemm", 7500, 8000, 7, 0),
-                                              ("gemm", 100000, 101000, 7, 0),
-                                              ("gemm", 0, 1000, 8, 0), ("gemm", 1250, 2000, 8, 0)):
-                w.writerow(["kernel", name, s, e, stream, graph, 1, 0])
-        self.addCleanup(os.unlink, path)
+        # stream 7: graph 5 gemm 0-2 us, norm 1.5-3, gemm 2.5-4 (inside: -0.5, -0.5); graph 6
+        # norm 6-7 (between graphs, gemm -> norm: +2.0); eager gemm 7.5-8 (graph and eager:
+        # +0.5); eager gemm 100-101 (92 us: idle, left out); stream 8: eager gemm 0-1, gemm
+        # 1.25-2 (eager: +0.25)
+        path = self.kernels((name, s, e, stream, graph, 0) for name, s, e, stream, graph in (
+            ("gemm", 0, 2000, 7, 5), ("norm", 1500, 3000, 7, 5), ("gemm", 2500, 4000, 7, 5),
+            ("norm", 6000, 7000, 7, 6), ("gemm", 7500, 8000, 7, 0), ("gemm", 100000, 101000, 7, 0),
+            ("gemm", 0, 1000, 8, 0), ("gemm", 1250, 2000, 8, 0)))
         rc, out = run(path, "--boundaries")
         self.assertEqual(rc, 0, out)
         self.assertIn("1 over 50 us left out", out)
