@@ -364,7 +364,7 @@ static void decide_watch(struct bytime *bt, struct bucket_rec *b) {
   /* every watched step behind the device: eager's host time ran beside the device's queued
      work, so the device spans say what serving eagerly cost (bytime.h) */
   const int behind = ec.behind == b->watch.n;
-  if (!noise_challenger_wins(pc.us, behind ? ec.device_us : ec.us)) {
+  if (!noise_challenger_wins(pc.us, step_cost_behind_us(ec, b->watch.n))) {
     h->log(h, CGRT_LOG_DEBUG,
            "local by_time: bucket %lld's counts served eagerly still hold against its replay "
            "(time per step, " STEP_COST_SAYS ", of %d steps: %s%s)",
