@@ -159,6 +159,16 @@ static struct implied imply_range(struct bytime *bt, struct bucket_rec *b, int64
   return d;
 }
 
+/* "EAGER_NAME 954.0 us (host .., device ..), replayed at its bucket ..." into buf: an eager figure
+   against its bucket's replay, as the decisions' lines say them. */
+static void say_against_replay(char *buf, size_t size, const char *eager_name, struct step_cost ec,
+                               struct step_cost pc) {
+  int len = 0;
+  buf[0] = '\0';
+  step_cost_say(buf, size, &len, eager_name, ec);
+  step_cost_say(buf, size, &len, bytime_way_names[BYTIME_BUCKET], pc);
+}
+
 /* An eager round's host figure, for the device-bound rule (bytime.h): the smallest so far. */
 static void eager_host(struct bytime *bt, struct step_cost ec) {
   if (ec.host_us > 0 && (bt->eager_host_us <= 0 || ec.host_us < bt->eager_host_us))
@@ -173,10 +183,8 @@ static void set_aside(struct bytime *bt, struct bucket_rec *b, struct count_rec 
   r->retried++;
   r->seen = 0;
   bt->fig.set_aside_rounds++;
-  char figures[256] = "";
-  int len = 0;
-  step_cost_say(figures, sizeof(figures), &len, "eager", ec);
-  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  char figures[256];
+  say_against_replay(figures, sizeof(figures), "eager", ec, pc);
   h->log(h, CGRT_LOG_DEBUG,
          "local by_time: %lld tokens (bucket %lld): a probe round set aside (%d of %d): every "
          "sample was taken with the device behind, and only the host's figure kept the bucket "
@@ -224,10 +232,8 @@ static void decide_probe(struct bytime *bt, struct bucket_rec *b, struct count_r
   bytime_switch_to(bt, r, eager_wins ? BYTIME_EAGER : BYTIME_BUCKET, 1);
   struct implied d = imply_range(bt, b, from, to);
   /* said once for the bucket, at info when a way changed */
-  char figures[256] = "";
-  int len = 0;
-  step_cost_say(figures, sizeof(figures), &len, "eager", ec);
-  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  char figures[256];
+  say_against_replay(figures, sizeof(figures), "eager", ec, pc);
   if (was == r->inc) /* switch_to said nothing */
     h->log(
         h, CGRT_LOG_DEBUG,
@@ -306,10 +312,8 @@ static void decide_pool(struct bytime *bt, struct bucket_rec *b) {
   if (side == POOL_WINS ? shown : !shown) /* the replay did not win */
     lost_with_copies(b, &b->replay);
   report_cost(bt, p, b->bucket, pc.us); /* eager's median is a bound at p, not a cost: not said */
-  char figures[256] = "";
-  int len = 0;
-  step_cost_say(figures, sizeof(figures), &len, "eager", ec);
-  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  char figures[256];
+  say_against_replay(figures, sizeof(figures), "eager", ec, pc);
   if (!shown) {
     enum pool_side other = side == POOL_WINS ? POOL_LOSES : POOL_WINS;
     int again = !(b->tried & (int)other) && b->pool_rounds < BYTIME_POOL_ROUNDS;
@@ -357,10 +361,8 @@ static void decide_watch(struct bytime *bt, struct bucket_rec *b) {
   struct step_cost ec = bytime_series_cost(bt, &b->watch), pc = b->replay.median;
   b->watch.active = 0;
   eager_host(bt, ec);
-  char figures[256] = "";
-  int len = 0;
-  step_cost_say(figures, sizeof(figures), &len, "eagerly as served", ec);
-  step_cost_say(figures, sizeof(figures), &len, "replayed at its bucket", pc);
+  char figures[256];
+  say_against_replay(figures, sizeof(figures), "eagerly as served", ec, pc);
   /* every watched step behind the device: eager's host time ran beside the device's queued
      work, so the device spans say what serving eagerly cost (bytime.h) */
   const int behind = ec.behind == b->watch.n;
