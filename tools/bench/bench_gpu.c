@@ -364,67 +364,79 @@ static int dispatch_paired(struct host_model *hm, struct floor *f, int per_modul
   return rc;
 }
 
-/* ordering_paired's figures (n: 1 once measured, at `tokens`). */
+/* ordering_paired's figures, per step above the bare launch (n: 1 once measured, at `tokens`). */
 struct order_cost {
-  double four_us, two_us;
+  double four_us, two_us, legacy_us, blocking_us;
   int n;
   int64_t tokens;
 };
 
+/* ordering_paired's five ways to launch the floor's graph, taken in turn within each round. */
+enum order_way { ORDER_FOUR, ORDER_TWO, ORDER_BARE, ORDER_LEGACY, ORDER_BLOCKING, ORDER_WAYS };
+
 /*
  * What ordering a step with the legacy stream costs the host (issue 43, item 5), with the floor's
- * whole graph launched by hand, in triples as dispatch_paired: (0) the launch on a non-blocking
- * stream with the four calls cgrt makes on its own stream (an event recorded on the legacy stream
- * and waited for, one recorded after the launch and waited for on the legacy stream), (1) the
- * launch on a blocking stream between two event records on the legacy stream, the ordering a
- * blocking step stream would need (docs/decisions.md, item 5: work on a blocking stream waits for
- * the legacy stream, and the legacy stream for it, with no call), (2) the bare launch on the
- * non-blocking stream. *four_us, *two_us: medians of (0) - (2) and (1) - (2), per step.
+ * whole graph launched by hand, in rounds of five as dispatch_paired's triples, each way first in
+ * a fifth of them: the launch on a non-blocking stream with the four calls cgrt makes on its own
+ * stream (an event recorded on the legacy stream and waited for, one recorded after the launch
+ * and waited for on the legacy stream); the launch on a blocking stream between two event records
+ * on the legacy stream, the ordering a blocking step stream would need (docs/decisions.md, item 5);
+ * the bare launch on the non-blocking stream; the launch on the legacy stream itself, as a host
+ * that runs on stream 0 (PyTorch's default) replays, ordered with every blocking stream by CUDA
+ * with no call; the launch on a blocking stream alone, ordered with stream 0 but not with other
+ * blocking streams. Each figure: the median over `n` rounds of its launch less the bare one.
  */
 static int ordering_paired(struct host_model *hm, struct floor *f, int64_t tokens, int n,
-                           double *four_us, double *two_us) {
+                           struct order_cost *out_cost) {
   cudaStream_t ns = NULL, bs = NULL;
   cudaEvent_t in = NULL, out = NULL;
-  double *d4 = calloc((size_t)n, sizeof(double)), *d2 = calloc((size_t)n, sizeof(double));
-  int rc = d4 && d2 ? 0 : CGRT_E_NOMEM;
+  double *d = calloc((size_t)n * ORDER_WAYS, sizeof(double));
+  int rc = d ? 0 : CGRT_E_NOMEM;
   if (rc == 0 && (cudaStreamCreateWithFlags(&ns, cudaStreamNonBlocking) != cudaSuccess ||
                   cudaStreamCreateWithFlags(&bs, cudaStreamDefault) != cudaSuccess ||
                   cudaEventCreateWithFlags(&in, cudaEventDisableTiming) != cudaSuccess ||
                   cudaEventCreateWithFlags(&out, cudaEventDisableTiming) != cudaSuccess))
     rc = CGRT_E_DEVICE;
+  static const cudaStream_t legacy = cudaStreamLegacy;
   for (int i = 0; i < n && rc == 0; i++) {
-    double t[3] = {0};
-    for (int k = 0; k < 3 && rc == 0; k++) {
-      const int which = (i + k) % 3;
-      cudaStream_t s = which == 1 ? bs : ns;
+    double t[ORDER_WAYS] = {0};
+    for (int k = 0; k < ORDER_WAYS && rc == 0; k++) {
+      const int way = (i + k) % ORDER_WAYS;
+      cudaStream_t s = way == ORDER_TWO || way == ORDER_BLOCKING ? bs
+                       : way == ORDER_LEGACY                     ? legacy
+                                                                 : ns;
       cudaDeviceSynchronize();
       rc = hm->w->stage(hm->ws, tokens, f->rows, s);
       cudaError_t e = cudaSuccess;
       const uint64_t t0 = cgrt_tool_now_ns();
-      if (which == 0) {
-        e = cudaEventRecord(in, cudaStreamLegacy);
+      if (way == ORDER_FOUR) {
+        e = cudaEventRecord(in, legacy);
         e = e ? e : cudaStreamWaitEvent(ns, in, 0);
         e = e ? e : cudaGraphLaunch(f->whole, ns);
         e = e ? e : cudaEventRecord(out, ns);
-        e = e ? e : cudaStreamWaitEvent(cudaStreamLegacy, out, 0);
-      } else if (which == 1) {
-        e = cudaEventRecord(in, cudaStreamLegacy);
+        e = e ? e : cudaStreamWaitEvent(legacy, out, 0);
+      } else if (way == ORDER_TWO) {
+        e = cudaEventRecord(in, legacy);
         e = e ? e : cudaGraphLaunch(f->whole, bs);
-        e = e ? e : cudaEventRecord(out, cudaStreamLegacy);
+        e = e ? e : cudaEventRecord(out, legacy);
       } else {
-        e = cudaGraphLaunch(f->whole, ns);
+        e = cudaGraphLaunch(f->whole, s);
       }
-      t[which] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
+      t[way] = (double)(cgrt_tool_now_ns() - t0) / 1e3;
       if (rc == 0 && e != cudaSuccess)
         rc = CGRT_E_DEVICE;
     }
-    d4[i] = t[0] - t[2];
-    d2[i] = t[1] - t[2];
+    for (int w = 0; w < ORDER_WAYS; w++)
+      d[(size_t)w * n + i] = t[w] - t[ORDER_BARE];
   }
   cudaDeviceSynchronize();
   if (rc == 0) {
-    *four_us = bench_median(d4, n);
-    *two_us = bench_median(d2, n);
+    out_cost->four_us = bench_median(d + (size_t)ORDER_FOUR * n, n);
+    out_cost->two_us = bench_median(d + (size_t)ORDER_TWO * n, n);
+    out_cost->legacy_us = bench_median(d + (size_t)ORDER_LEGACY * n, n);
+    out_cost->blocking_us = bench_median(d + (size_t)ORDER_BLOCKING * n, n);
+    out_cost->n = 1;
+    out_cost->tokens = tokens;
   } else {
     fprintf(stderr, "cgrt bench: timing the ordering calls failed\n");
   }
@@ -436,8 +448,7 @@ static int ordering_paired(struct host_model *hm, struct floor *f, int64_t token
     cudaStreamDestroy(ns);
   if (bs)
     cudaStreamDestroy(bs);
-  free(d4);
-  free(d2);
+  free(d);
   return rc;
 }
 
@@ -559,6 +570,8 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
                         double raw_launch_us, const struct order_cost *order, double mem_all,
                         double mem_one, uint64_t graphs, double copy_bw, cgrt_runtime *rt) {
   const double four = order->n ? order->four_us : 0, two = order->n ? order->two_us : 0;
+  const double legacy = order->n ? order->legacy_us : 0;
+  const double blocking = order->n ? order->blocking_us : 0;
   int block = strcmp(scope_of(v), "block") == 0;
   if (o->json) {
     /* impl may be a path and device is the driver's: both escaped */
@@ -569,10 +582,11 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
     tool_json_string(device);
     printf(",\"dispatch_us_per_call\":%.3f,\"dispatch_vs_floor_us\":%.3f,\"raw_launch_us\":%.3f,"
            "\"order_four_calls_us\":%.3f,\"order_two_records_us\":%.3f,"
+           "\"order_legacy_launch_us\":%.3f,\"order_blocking_launch_us\":%.3f,"
            "\"graph_mem_all_mib\":%.1f,"
            "\"graph_mem_largest_mib\":%.1f,\"graphs\":%llu,\"copy_gb_per_s\":%.1f,\"rows\":[",
-           dispatch_us, floor_us, raw_launch_us, four, two, mem_all / MIB, mem_one / MIB,
-           (unsigned long long)graphs, copy_bw / 1e9);
+           dispatch_us, floor_us, raw_launch_us, four, two, legacy, blocking, mem_all / MIB,
+           mem_one / MIB, (unsigned long long)graphs, copy_bw / 1e9);
     for (int i = 0; i < n; i++) {
       struct row *r = &rows[i];
       printf("%s{\"tokens\":%lld,\"bucket\":%lld,\"served\":\"%s\",\"eager_us\":%.2f,"
@@ -660,10 +674,12 @@ static void print_table(const struct bench_opts *o, const struct cgrt_config_vie
          dispatch_us, block ? "one per step" : "one per module call", raw_launch_us, floor_us);
   if (order->n)
     printf("ordering with the legacy stream, per step (the floor's one graph at %lld tokens "
-           "launched by hand, medians of 400 triples): %.3f us for the four calls made on cgrt's "
-           "own stream, %.3f us for two legacy-stream records beside a blocking stream "
-           "(docs/decisions.md, issue 43, item 5)\n",
-           (long long)order->tokens, four, two);
+           "launched by hand, above its bare launch on a non-blocking stream, medians of 400 "
+           "rounds): %.3f us for the four calls made on cgrt's own stream, %.3f us for two "
+           "legacy-stream records beside a blocking stream; the launch itself on the legacy "
+           "stream %+.3f us, on a blocking stream %+.3f us (docs/decisions.md, issue 43, item "
+           "5)\n",
+           (long long)order->tokens, four, two, legacy, blocking);
   if (mem_one > 0)
     printf("graph memory: every bucket captured (%llu graphs) %.1f MiB reserved, the largest "
            "bucket alone %.1f MiB (%.2fx)\n",
@@ -951,12 +967,8 @@ int bench_gpu(const struct bench_workload *w, const struct bench_opts *o) {
       launch_sum += raw_us / graphs;
       dispatch_n++;
       /* once, at the first replayed row: the calls' host cost does not follow the graph's size */
-      if (order.n == 0) {
-        if (ordering_paired(&backend, &fl, r->tokens, 400, &order.four_us, &order.two_us) != 0)
-          goto out;
-        order.n = 1;
-        order.tokens = r->tokens;
-      }
+      if (order.n == 0 && ordering_paired(&backend, &fl, r->tokens, 400, &order) != 0)
+        goto out;
     }
     floor_free(&fl);
   }
