@@ -13,6 +13,8 @@
  *                      that the processes of a multi-rank run write a file each
  *   CGRT_TRACE_GRAPHS  1: one record per graph launch instead of its kernels (CUPTI's graph trace)
  *   CGRT_TRACE_API     1: also the runtime API calls (host side)
+ *   CGRT_TRACE_MIN_US  N: only records that lasted at least N us (any kind), to find the long
+ *                      calls and replays of a long run without writing each of its kernels
  *   CGRT_TRACE_FORKED  1: trace the processes this one forks, not itself. For a launcher that
  *                      forks its ranks before any CUDA call (cgrt bench --ranks N): CUPTI set up
  *                      in the launcher initializes CUDA there, and CUDA state does not survive a
@@ -32,6 +34,7 @@
 
 static FILE *trace_out;
 static int trace_api;
+static uint64_t trace_min_ns;
 static uint64_t trace_dropped;
 
 static void trace_fail(const char *call, CUptiResult r) {
@@ -109,6 +112,8 @@ static void write_record(const CUpti_Activity *rec) {
   default:
     return;
   }
+  if (end - start < trace_min_ns)
+    return;
   fprintf(trace_out, "%s,\"", kind);
   for (const char *c = name; *c; c++) {
     if (*c == '"')
@@ -147,9 +152,11 @@ static void trace_begin(void) {
   const char *path = getenv("CGRT_TRACE_OUT");
   const char *graphs = getenv("CGRT_TRACE_GRAPHS");
   const char *api = getenv("CGRT_TRACE_API");
+  const char *min_us = getenv("CGRT_TRACE_MIN_US");
   if (!path || !*path)
     path = "cgrt-trace.csv";
   trace_api = api && strcmp(api, "1") == 0;
+  trace_min_ns = min_us ? strtoull(min_us, NULL, 10) * 1000u : 0;
   char file[4096];
   size_t n = 0;
   for (const char *c = path; *c && n + 24 < sizeof(file); c++) {
