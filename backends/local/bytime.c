@@ -24,7 +24,7 @@ const char *const bytime_way_names[3] = {"replayed at its bucket", "eagerly",
                                          "at an exact-size bucket"};
 
 int bytime_create(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache, int max_exact,
-                  struct bytime **out) {
+                  int max_queued, struct bytime **out) {
   *out = NULL;
   if (!CGRT_HOST_HAS(h, event_elapsed) || !CGRT_HOST_HAS(h, event_create_timed))
     return h->set_error(h, CGRT_E_UNSUPPORTED,
@@ -36,6 +36,7 @@ int bytime_create(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache,
   bt->h = h;
   bt->cache = cache;
   bt->max_exact = max_exact;
+  bt->max_queued = max_queued;
   *out = bt;
   return 0;
 }

@@ -246,9 +246,10 @@ struct bytime_figures {
   uint64_t set_aside_rounds;   /* probe rounds set aside: every sample behind, the host's decided */
 };
 
-/* max_exact: [local] exact_buckets. cache: where exact-size graphs live (retired from it). */
+/* max_exact: [local] exact_buckets. max_queued: [runtime] max_queued_steps (for a hint only).
+   cache: where exact-size graphs live (retired from it). */
 int bytime_create(const struct cgrt_host_api *h, struct cgrt_graph_cache *cache, int max_exact,
-                  struct bytime **out);
+                  int max_queued, struct bytime **out);
 void bytime_destroy(struct bytime *bt);
 
 /*

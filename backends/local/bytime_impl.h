@@ -97,6 +97,8 @@ struct bytime {
   const struct cgrt_host_api *h;
   struct cgrt_graph_cache *cache;
   int max_exact;
+  int max_queued;          /* [runtime] max_queued_steps (0: the host may run any distance ahead) */
+  int told_queue;          /* the set-aside round's hint about max_queued_steps was said (once) */
   struct count_rec **recs; /* ascending by tokens */
   size_t nrecs;
   struct bucket_rec **bks;

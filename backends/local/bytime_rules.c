@@ -192,6 +192,18 @@ static void set_aside(struct bytime *bt, struct bucket_rec *b, struct count_rec 
          "step, " STEP_COST_SAYS ", of %d steps: %s); probed again once seen %d times more",
          (long long)r->tokens, (long long)b->bucket, r->retried, BYTIME_RETRIES, BYTIME_SAMPLES,
          figures, BYTIME_MIN_SEEN);
+  /* The cause is the host's distance ahead, which the configuration can bound (session 51: on an
+     H200, decode_small's rounds measured cleanly with max_queued_steps = 2, none set aside) */
+  if (!bt->told_queue && bt->max_queued == 0) {
+    bt->told_queue = 1;
+    h->log(h, CGRT_LOG_INFO,
+           "local by_time: %lld tokens (bucket %lld): a probe round was set aside, every sample "
+           "taken with the device behind the host: the host queues steps far ahead, and a "
+           "step's launches wait for the work queued before them, so its issue time cannot be "
+           "read; [runtime] max_queued_steps = 2 keeps the host at most two steps ahead and "
+           "the rounds measure the step itself (said once)",
+           (long long)r->tokens, (long long)b->bucket);
+  }
 }
 
 /* The probe of r (its eager samples) and its bucket's replay are in: the noise rule decides. */

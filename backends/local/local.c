@@ -356,7 +356,8 @@ static int local_init(const struct cgrt_host_api *h, const struct cgrt_config_vi
   if (rc == 0 && CGRT_VIEW_HAS(cfg, get_int) && cfg->get_int &&
       cfg->get_int(cfg, "local", "by_time", &by_time) == 0 && by_time &&
       cfg->get_int(cfg, "local", "exact_buckets", &exact) == 0)
-    rc = bytime_create(h, s->cache, (int)exact, &s->bt);
+    rc = bytime_create(h, s->cache, (int)exact,
+                       CGRT_VIEW_HAS(cfg, max_queued_steps) ? cfg->max_queued_steps : 0, &s->bt);
   if (rc != 0) {
     snprintf(err, errlen, "%s", h->last_error(h));
     h->cache_destroy(h, s->cache);

@@ -872,10 +872,11 @@ static void test_watch_behind_the_device_judged_by_device_spans(void **state) {
  * host and device times, so the replay (9.2 us) beats eager (20 us) and the bucket stays.
  */
 /* Batches of 6 steps of `tokens` (ntok counts in turn), each batch behind 10 ms of held device
-   work, the host never waiting within a batch; eager launches cost the host 5 us. The last
-   report; *eager_after: the steps run eagerly from batch 20 on. */
-static cgrt_step_report run_backlogged(struct fixture *f, int batches, const int64_t *tokens,
-                                       int ntok, int *eager_after) {
+   work, the host never waiting within a batch (unless `bounded`: [runtime] max_queued_steps makes
+   it wait); eager launches cost the host 5 us. The last report; *eager_after: the steps run
+   eagerly from batch 20 on. */
+static cgrt_step_report run_queue(struct fixture *f, int batches, const int64_t *tokens, int ntok,
+                                  int *eager_after, int bounded) {
   uint64_t hold_ns = 10 * 1000 * 1000;
   struct cgrt_host_cost c = {
       .launch_ns = 5000, .graph_launch_ns = 100, .graph_node_ns = 50, .node_ns = backlog_cost_ns};
@@ -891,11 +892,16 @@ static cgrt_step_report run_backlogged(struct fixture *f, int batches, const int
       *eager_after += batch >= 20 && rep.mode == CGRT_MODE_EAGER;
     }
     /* the host ran far ahead of the device: the batch was backlogged throughout */
-    assert_true(h->now_ns(h) - t0 < hold_ns / 10);
+    assert_true(bounded || h->now_ns(h) - t0 < hold_ns / 10);
     assert_int_equal(cgrt_synchronize(f->rt), 0);
     assert_true(f->out[MODS - 1] == 8 * f->value + 7);
   }
   return rep;
+}
+
+static cgrt_step_report run_backlogged(struct fixture *f, int batches, const int64_t *tokens,
+                                       int ntok, int *eager_after) {
+  return run_queue(f, batches, tokens, ntok, eager_after, 0);
 }
 
 static void test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more(void **state) {
@@ -921,7 +927,11 @@ static void test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more(v
   assert_int_equal(eager_after, 0);
   assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
   assert_int_equal(rep.padded_tokens, 128);
-  assert_int_equal(f->switches_said, 0);
+  /* one line at info, at the first round set aside: the host's distance ahead, and the key that
+     bounds it (session 51) */
+  assert_int_equal(f->switches_said, 1);
+  assert_non_null(strstr(f->said[0], "80 tokens (bucket 128): a probe round was set aside"));
+  assert_non_null(strstr(f->said[0], "[runtime] max_queued_steps = 2"));
   /* the decision, with its figures: eager's device span alone is far below the replay's */
   assert_non_null(strstr(f->kept, "80 tokens (bucket 128) still served replayed at its bucket"));
   double us, host, device, rus, rhost, rdevice;
@@ -955,8 +965,46 @@ static void test_backlogged_stream_doubtful_count_gets_an_exact_bucket(void **st
   assert_int_equal(s.time_eager_counts, 0);
   assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
   assert_int_equal(rep.padded_tokens, 80);
-  assert_int_equal(f->switches_said, 1);
-  assert_non_null(strstr(f->said[0], "80 tokens (bucket 128) served at an exact-size bucket"));
+  assert_int_equal(f->switches_said, 2); /* the hint of max_queued_steps, then the decision */
+  assert_non_null(strstr(f->said[0], "max_queued_steps = 2"));
+  assert_non_null(strstr(f->said[1], "80 tokens (bucket 128) served at an exact-size bucket"));
+  fixture_close(f);
+}
+
+/*
+ * The same host and device with [runtime] max_queued_steps = 2 (session 51): before issuing a step
+ * the host waits for the step two before it, so no step is queued behind the held work of more
+ * than the step before it, and eager's rounds are not set aside: the first stands, its figures
+ * eager's own (host 20 us against the replay's 9.2 us: the bucket stays), and nothing is said at
+ * info. On an H200, decode_small's rounds had the same turn (docs/decisions.md, session 51).
+ */
+static void test_bounded_queue_rounds_measure_the_step(void **state) {
+  (void)state;
+  log_debug = 1;
+  struct fixture *f = fixture_open("[local]\nby_time = on\nexact_buckets = 0\n"
+                                   "[runtime]\nmax_queued_steps = 2\n",
+                                   0);
+  log_debug = 0;
+  int eager_after;
+  const int64_t eighty = 80;
+  cgrt_step_report rep = run_queue(f, 40, &eighty, 1, &eager_after, 1);
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(f->rt, &s), 0);
+  assert_true(s.queue_waits > 0);
+  struct pooled p = {0};
+  assert_int_equal(cgrt_backend_figures(f->rt, pooled_figure, &p), 0);
+  assert_int_equal(p.set_aside, 0);
+  assert_int_equal(s.time_probe_steps, 9);
+  assert_int_equal(s.time_eager_counts, 0);
+  assert_int_equal(eager_after, 0);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  assert_int_equal(rep.padded_tokens, 128);
+  assert_int_equal(f->switches_said, 0);
+  double us, host, device, rus, rhost, rdevice;
+  figures_of(f->kept, "eager", &us, &host, &device);
+  figures_of(f->kept, "replayed at its bucket", &rus, &rhost, &rdevice);
+  assert_true(host == 20.0 && us == host);
+  assert_true(rus == rdevice && rus < us);
   fixture_close(f);
 }
 
@@ -1324,6 +1372,7 @@ int main(void) {
       cmocka_unit_test(test_backlogged_stream_keeps_graphs_when_eager_costs_the_host_more),
       cmocka_unit_test(test_backlogged_stream_doubtful_count_gets_an_exact_bucket),
       cmocka_unit_test(test_backlogged_doubtful_decision_implies_nothing),
+      cmocka_unit_test(test_bounded_queue_rounds_measure_the_step),
       cmocka_unit_test(test_device_bound_eager_served_by_its_device_time),
       cmocka_unit_test(test_device_bound_bucket_serves_sparse_counts_eagerly),
       cmocka_unit_test(test_device_bound_judged_again_after_a_faster_round),
