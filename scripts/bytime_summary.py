@@ -16,7 +16,8 @@
   ratio of an unsettled log favours the configured run;
 - `dispatch.txt`: lines "<run> <CONF>: replay dispatch: X us ... (raw launch Y us) ..." per run;
 - `ordering.txt`: lines "<run> <CONF>: ordering with the legacy stream ...: F us for the four calls
-  ..., T us for two legacy-stream records ..." per run (the ordering calls alone).
+  ..., T us for two legacy-stream records ...; the launch itself on the legacy stream +L us, on a
+  blocking stream +B us ..." per run (the ordering calls alone; the launches since session 51).
 
 usage: bytime_summary.py LOG_DIR. Exit 0 when every log parsed and every row was bitwise equal, 1
 otherwise (a missing or broken log, a differing row). The targets (issue 43) are printed beside the
@@ -48,6 +49,9 @@ DISPATCH = re.compile(
 ORDERING = re.compile(
     r"^(?P<run>\S+) (?P<conf>\S+): ordering with the legacy stream.*?: (?P<four>-?\d+(?:\.\d+)?) us "
     r"for the four calls.*?, (?P<two>-?\d+(?:\.\d+)?) us for two legacy-stream records"
+    # since session 51: the launch alone on the legacy stream and on a blocking stream
+    r"(?:.*?the launch itself on the legacy stream (?P<legacy>[-+]?\d+(?:\.\d+)?) us, "
+    r"on a blocking stream (?P<blocking>[-+]?\d+(?:\.\d+)?) us)?"
 )
 
 
@@ -152,13 +156,16 @@ def dispatch(path):
 
 
 def ordering(path):
-    """The (four calls us, two records us) of each run, in order, over every configuration."""
+    """The (four calls us, two records us, legacy launch us, blocking launch us) of each run, in
+    order, over every configuration; the launches None in a log from before session 51."""
     out = []
     with open(path) as f:
         for line in f:
             m = ORDERING.match(line.strip())
             if m:
-                out.append((float(m.group("four")), float(m.group("two"))))
+                extra = [m.group(k) for k in ("legacy", "blocking")]
+                out.append((float(m.group("four")), float(m.group("two")))
+                           + tuple(float(x) if x is not None else None for x in extra))
     return out
 
 
@@ -237,8 +244,18 @@ def main(argv):
         print(
             "ordering calls alone (per step, each run): four as on cgrt's stream %s us; two "
             "legacy-stream records beside a blocking stream %s us"
-            % (", ".join("%.3f" % f for f, _ in v), ", ".join("%.3f" % t for _, t in v))
+            % (", ".join("%.3f" % o[0] for o in v), ", ".join("%.3f" % o[1] for o in v))
         )
+        launched = [o for o in v if o[2] is not None]
+        if launched:
+            print(
+                "the launch alone, above a non-blocking stream's: on the legacy stream %s us; on "
+                "a blocking stream %s us"
+                % (
+                    ", ".join("%+.3f" % o[2] for o in launched),
+                    ", ".join("%+.3f" % o[3] for o in launched),
+                )
+            )
     if not confs:
         print("no decode logs (dec_g*_*_*.json) in %s" % logdir)
         ok = False

@@ -16,7 +16,8 @@
 #      (by_time on, the default), the same with by_time off, and the default with --host-stream
 #      (runtimes on a stream handed at open: no ordering with the legacy stream), in turn, their
 #      "replay dispatch" lines, and the bench's own timing of the ordering calls alone (four, as
-#      on cgrt's stream; two legacy-stream records beside a blocking stream) in ordering.txt.
+#      on cgrt's stream; two legacy-stream records beside a blocking stream; the launch alone on
+#      the legacy stream and on a blocking stream) in ordering.txt.
 # Then scripts/bytime_summary.py prints the figures beside the targets (no row more than 2%
 # slower than eager, static and fresh; traffic totals no worse than the padded-token plan; the
 # step path at most 0.5 us above cudaGraphLaunch).

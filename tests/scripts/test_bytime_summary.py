@@ -70,7 +70,13 @@ class Summary(unittest.TestCase):
                  "one graph at 1 tokens launched by hand, medians of 400 triples): 0.812 us for "
                  "the four calls made on cgrt's own stream, 0.406 us for two legacy-stream records "
                  "beside a blocking stream (docs/decisions.md, issue 43, item 5)\n"
-                 "1 conf/local_block.ini+host-stream: \n")
+                 "1 conf/local_block.ini+host-stream: \n"
+                 "2 conf/local_block.ini: ordering with the legacy stream, per step (the floor's "
+                 "one graph at 1 tokens launched by hand, above its bare launch on a non-blocking "
+                 "stream, medians of 400 rounds): 1.769 us for the four calls made on cgrt's own "
+                 "stream, 1.249 us for two legacy-stream records beside a blocking stream; the "
+                 "launch itself on the legacy stream +0.494 us, on a blocking stream +0.237 us "
+                 "(docs/decisions.md, issue 43, item 5)\n")
         rc, out = run(self.dir)
         self.assertEqual(rc, 0, out)
         self.assertIn("dec_g0_1_local_bytime.json         1 / 1  [37: 0.91x] [200: 0.88x]", out)
@@ -86,8 +92,11 @@ class Summary(unittest.TestCase):
                       "local exponential: run with --settle 2)", out)
         self.assertIn("dispatch local_block.ini: 2.674, 1.665 us a step", out)
         self.assertIn("raw launch 5.107, 3.902 us", out)
-        self.assertIn("four as on cgrt's stream 0.812 us; two legacy-stream records beside a "
-                      "blocking stream 0.406 us", out)
+        self.assertIn("four as on cgrt's stream 0.812, 1.769 us; two legacy-stream records "
+                      "beside a blocking stream 0.406, 1.249 us", out)
+        # the launches alone: only the run whose line has them (session 51's bench)
+        self.assertIn("the launch alone, above a non-blocking stream's: on the legacy stream "
+                      "+0.494 us; on a blocking stream +0.237 us", out)
 
     def test_four_passes(self):
         # --passes 4: four ratios, in their order
