@@ -124,7 +124,7 @@
  * counts and moves no bound), and the count is contested: it gets an exact-size trial, a replay
  * timed on the device, as a narrow win would (below). The first round set aside says at info,
  * once, that [runtime] max_queued_steps = 2 bounds the host's distance ahead, unless it is set:
- * with it, decode_small's rounds were set aside none on an H200 (session 51). The probe's
+ * with it, none of decode_small's rounds was set aside on an H200 (session 51). The probe's
  * device spans alone would not do: the backlog may be the bucket's own replays, cheap for the host,
  * which would drain once eager serves and its launches show. A watch is judged by its device
  * spans when every watched step was behind: there eager already serves, and the device staying
