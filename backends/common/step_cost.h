@@ -107,8 +107,9 @@ static inline struct step_cost step_cost_medians(const struct step_sample *v, in
   int k = 0;
   for (int i = 0; i < n; i++)
     if (host[i] <= limit && !(v[i].behind && host[i] > 2 * least))
-      kept[k++] = host[i]; /* the smallest at least */
-  struct step_cost c = {0, noise_median(kept, k), noise_median(device, n), n - k, behind};
+      kept[k++] = host[i]; /* the smallest at least (host times are not negative) */
+  struct step_cost c = {0, k > 0 ? noise_median(kept, k) : least, noise_median(device, n), n - k,
+                        behind};
   c.us = c.host_us > c.device_us ? c.host_us : c.device_us;
   return c;
 }
