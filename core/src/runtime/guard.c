@@ -148,13 +148,21 @@ void cgrt__leave(cgrt_runtime *rt) {
   atomic_store_explicit(&rt->owner, 0, memory_order_release);
 }
 
-int cgrt__run_stream(cgrt_runtime *rt, const char *fn) {
-  unsigned busy = rt->busy;
-  const char *runner = rt->stream_runner;
+struct cgrt_stream_run cgrt__stream_run_begin(cgrt_runtime *rt, const char *fn) {
+  struct cgrt_stream_run saved = {rt->busy, rt->stream_runner};
   rt->busy |= CGRT_BUSY_HOSTFN;
   rt->stream_runner = fn;
+  return saved;
+}
+
+void cgrt__stream_run_end(cgrt_runtime *rt, struct cgrt_stream_run saved) {
+  rt->busy = saved.busy;
+  rt->stream_runner = saved.runner;
+}
+
+int cgrt__run_stream(cgrt_runtime *rt, const char *fn) {
+  struct cgrt_stream_run saved = cgrt__stream_run_begin(rt, fn);
   int rc = rt->dev.drv->stream_sync(&rt->dev, rt->stream);
-  rt->busy = busy;
-  rt->stream_runner = runner;
+  cgrt__stream_run_end(rt, saved);
   return rc;
 }

@@ -78,9 +78,18 @@ void cgrt__keep_error(cgrt_runtime *rt, const char *fn, int rc);
 int cgrt__bad_args(const cgrt_runtime *rt, const char *fn);
 
 /*
- * Synchronizes rt's stream for public call fn: on the host driver its host functions run now, on
- * this thread, and every cgrt call they make is refused. Returns the driver's result (dev.err).
+ * Around a wait of public call fn for rt's stream (a sync, an event): on the host driver the
+ * stream's host functions run during it, on this thread, and every cgrt call they make is refused
+ * (rt->busy's CGRT_BUSY_HOSTFN, fn named as the runner). begin gives what end puts back.
  */
+struct cgrt_stream_run {
+  unsigned busy;
+  const char *runner;
+};
+struct cgrt_stream_run cgrt__stream_run_begin(cgrt_runtime *rt, const char *fn);
+void cgrt__stream_run_end(cgrt_runtime *rt, struct cgrt_stream_run saved);
+
+/* Synchronizes rt's stream for public call fn, as above. Returns the driver's result (dev.err). */
 int cgrt__run_stream(cgrt_runtime *rt, const char *fn);
 
 #endif

@@ -85,13 +85,9 @@ int cgrt__queue_wait(cgrt_runtime *rt) {
   if (rc == CGRT_E_NOTREADY) {
     const uint64_t t0 = cgrt__now_ns(); /* the clock of the step's host_ns */
     /* On the host driver the wait runs the stream's host functions: they may not call cgrt. */
-    unsigned busy = rt->busy;
-    const char *runner = rt->stream_runner;
-    rt->busy |= CGRT_BUSY_HOSTFN;
-    rt->stream_runner = "cgrt_step";
+    struct cgrt_stream_run saved = cgrt__stream_run_begin(rt, "cgrt_step");
     rc = cgrt__fault_queue_wait(&rt->faults, &rt->dev, event);
-    rt->busy = busy;
-    rt->stream_runner = runner;
+    cgrt__stream_run_end(rt, saved);
     rt->stats.queue_waits++;
     rt->stats.queue_wait_ns += cgrt__now_ns() - t0;
     if (rc == 0)
