@@ -337,6 +337,15 @@ int cgrt__host_set_peers(struct cgrt_dev *dev,
                          void *user);
 
 /*
+ * Tests only: another thread of the process calls cudaDeviceSynchronize now. As CUDA does (an
+ * H100, CUDA 13: tools/probe/capture_threads.cu, session 52), every capture of the dev is
+ * invalidated, whatever its capture_mode, and the call fails: CGRT_E_CAPTURE if a capture ran,
+ * else 0. Nothing is noted for diagnose: the capturing thread made no call. CGRT_E_INVAL for
+ * another driver.
+ */
+int cgrt__host_sync_elsewhere(struct cgrt_dev *dev);
+
+/*
  * Tests only: the host driver's graph pool reserves (and trims to) whole granules of `bytes`
  * from now on, as CUDA's does (32 MiB on CUDA 13); 0, the default, reserves to the byte.
  * CGRT_E_INVAL for another driver.

@@ -1423,6 +1423,19 @@ int cgrt__host_run_device(struct cgrt_dev *dev) {
   return 0;
 }
 
+int cgrt__host_sync_elsewhere(struct cgrt_dev *dev) {
+  if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
+    return CGRT_E_INVAL;
+  struct host_dev *hd = dev->impl;
+  int hit = 0;
+  for (struct host_stream *s = hd->streams; s; s = s->next)
+    if (s->capture) {
+      capture_invalidate(s, "a cudaDeviceSynchronize on another thread during the capture");
+      hit = 1;
+    }
+  return hit ? CGRT_E_CAPTURE : 0;
+}
+
 int cgrt__host_set_pool_granule(struct cgrt_dev *dev, uint64_t bytes) {
   if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
     return CGRT_E_INVAL;

@@ -28,7 +28,17 @@
 #include "runtime.h"
 #include "common/pool_fixture.h"
 
-enum fault { F_NONE, F_SYNC, F_PAGEABLE, F_MALLOC, F_HOST_READ, F_LEGACY, F_POOL, F_SYNC_MALLOC };
+enum fault {
+  F_NONE,
+  F_SYNC,
+  F_PAGEABLE,
+  F_MALLOC,
+  F_HOST_READ,
+  F_LEGACY,
+  F_POOL,
+  F_SYNC_MALLOC,
+  F_ELSEWHERE /* another thread's cudaDeviceSynchronize lands in the capture (f->elsewhere times) */
+};
 
 struct fx {
   cgrt_runtime *rt;
@@ -45,6 +55,9 @@ struct fx {
   int pool_lines;      /* debug lines about the pool allocator's calls, not reported */
   char pool_last[2048];
   int begins, ends; /* the capture hooks' calls */
+  int elsewhere;    /* F_ELSEWHERE: captures still to be broken from outside */
+  int outside;      /* fallback warnings that name a break from outside the captured work */
+  int given_up;     /* warnings that a key runs eagerly from now on */
 };
 
 static void count_run(void *arg) {
@@ -86,6 +99,14 @@ CGRT_API int diag_fixture_module(const cgrt_ctx *ctx, const cgrt_args *args, voi
     if (drv->mem_alloc(dev, &f->leaked[f->num_leaked], 64) == 0)
       f->num_leaked++;
     break;
+  case F_ELSEWHERE: { /* while capturing: the module itself calls nothing CUDA refuses */
+    int active = 0;
+    if (f->elsewhere > 0 && drv->capture_status(dev, ctx->stream, &active) == 0 && active) {
+      f->elsewhere--;
+      (void)cgrt__host_sync_elsewhere(dev);
+    }
+    break;
+  }
   case F_NONE:
     break;
   }
@@ -107,6 +128,12 @@ static void log_sink(void *user, cgrt_log_level level, const char *msg) {
   }
   if (level == CGRT_LOG_WARN && strstr(msg, "diagnose: the first call refused"))
     snprintf(f->fallback, sizeof(f->fallback), "%s", msg);
+  if (level == CGRT_LOG_WARN && strstr(msg, "broken from outside the captured work")) {
+    f->outside++;
+    snprintf(f->fallback, sizeof(f->fallback), "%s", msg);
+  }
+  if (level == CGRT_LOG_WARN && strstr(msg, "runs eagerly from now on"))
+    f->given_up++;
   if (strncmp(msg, "diagnose:", 9) == 0 && level == CGRT_LOG_DEBUG &&
       strstr(msg, "pool allocator")) {
     f->pool_lines++;
@@ -520,6 +547,51 @@ static void injected_sync_has_no_caller(void **state) {
   fx_close(f);
 }
 
+/*
+ * Another thread's cudaDeviceSynchronize during a capture (session 52: on a GPU it invalidates
+ * every capture of the device, whatever the capture mode; tests/gpu/test_streams.c meets it with
+ * two threads). The module calls nothing CUDA refuses: the fallback says the break came from
+ * outside the captured work and names the likely call, nothing is a finding, and three such
+ * breaks in a row do not give the key up (two breaks by the work itself do): the next capture
+ * succeeds and replays.
+ */
+static void break_from_another_thread_is_named_and_retried(void **state) {
+  (void)state;
+  struct fx *f = fx_open(F_ELSEWHERE, "", "");
+  assert_int_equal(fx_step(f), CGRT_MODE_WARMUP);
+  f->elsewhere = 3;
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(fx_step(f), CGRT_MODE_EAGER); /* the capture broke: ran eagerly */
+  assert_int_equal(f->elsewhere, 0);
+  assert_int_equal(f->outside, 3);
+  assert_non_null(strstr(f->fallback, "module 'layer0.fixture'"));
+  assert_non_null(strstr(f->fallback, "cudaDeviceSynchronize on another thread"));
+  assert_non_null(strstr(f->fallback, "It is captured again at its next call"));
+  assert_int_equal(count(f), 0);
+  assert_int_equal(f->given_up, 0);
+  assert_int_equal(fx_step(f), CGRT_MODE_CAPTURE);
+  assert_int_equal(fx_step(f), CGRT_MODE_REPLAY);
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(f->rt, &st), 0);
+  assert_int_equal(st.fallbacks, 3);
+  assert_int_equal(f->ran, 6); /* every step's work ran once: eagerly or replayed */
+  fx_close(f);
+}
+
+/* The same count of breaks by the captured work itself (a sync in the module) gives the key up
+   after two, as before: the break is the work's, every time. */
+static void break_by_the_work_gives_the_key_up(void **state) {
+  (void)state;
+  struct fx *f = fx_open(F_SYNC, "", "");
+  assert_int_equal(fx_step(f), CGRT_MODE_WARMUP);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(fx_step(f), CGRT_MODE_EAGER);
+  assert_int_equal(f->outside, 0);
+  assert_int_equal(f->given_up, 1);
+  assert_int_equal(fx_step(f), CGRT_MODE_EAGER);
+  fx_close(f);
+}
+
 int main(void) {
   unsetenv("CGRT_DIAGNOSE");
   const struct CMUnitTest tests[] = {
@@ -538,6 +610,8 @@ int main(void) {
       cmocka_unit_test(environment_overrides_the_key),
       cmocka_unit_test(list_api_checks_arguments),
       cmocka_unit_test(injected_sync_has_no_caller),
+      cmocka_unit_test(break_from_another_thread_is_named_and_retried),
+      cmocka_unit_test(break_by_the_work_gives_the_key_up),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

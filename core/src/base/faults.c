@@ -59,6 +59,12 @@ int cgrt__fault_event_record(int *armed, struct cgrt_dev *dev, void *event, void
 }
 
 void cgrt__fault_capture_sync(struct cgrt_faults *f, struct cgrt_dev *dev, void *stream) {
-  if (fires(&f->capture_sync))
+  f->capture_sync_fired = fires(&f->capture_sync);
+  if (f->capture_sync_fired)
+    (void)dev->drv->stream_sync(dev, stream);
+}
+
+void cgrt__fault_capture_sync_again(struct cgrt_faults *f, struct cgrt_dev *dev, void *stream) {
+  if (f->capture_sync_fired)
     (void)dev->drv->stream_sync(dev, stream);
 }

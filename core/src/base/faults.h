@@ -29,6 +29,9 @@ struct cgrt_faults {
   int queue_wait;   /* the next wait for an earlier step to finish fails (CGRT_E_DEVICE) */
   int queue_record; /* the next record of a step's end fails (CGRT_E_DEVICE) */
   int order_exit;   /* the next ordering of the legacy stream after a step fails (CGRT_E_DEVICE) */
+  /* capture_sync fired in the capture being recorded now: diagnose's second capture of the same
+     work meets it again, as it would meet a module's own synchronizing call */
+  int capture_sync_fired;
 };
 
 /* graph_instantiate; an injected failure leaves *exec NULL. */
@@ -55,5 +58,7 @@ int cgrt__fault_event_record(int *armed, struct cgrt_dev *dev, void *event, void
  * the capture is invalidated by the driver's own rules (and diagnose sees the call).
  */
 void cgrt__fault_capture_sync(struct cgrt_faults *f, struct cgrt_dev *dev, void *stream);
+/* The same call again in diagnose's capture of the work, if capture_sync fired in the first. */
+void cgrt__fault_capture_sync_again(struct cgrt_faults *f, struct cgrt_dev *dev, void *stream);
 
 #endif

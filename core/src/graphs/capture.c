@@ -23,6 +23,7 @@ int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void
                  const char *what, char *why, size_t whylen, void **graph) {
   const struct cgrt_driver *drv = g->dev->drv;
   *graph = NULL;
+  g->capture_invalidated = g->broken_outside = 0;
   uint64_t t0 = cgrt__now_ns();
   int rc = cgrt__hook_begin(&g->hooks, stream);
   if (rc != 0) {
@@ -64,6 +65,7 @@ int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void
     rc = CGRT_E_CAPTURE;
   }
   int failed = rc != 0;
+  g->capture_invalidated = failed && end_rc == CGRT_E_CAPTURE;
   if (rc == 0 && hook_rc != 0) {
     drv->graph_destroy(g->dev, *graph);
     *graph = NULL;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unwind.h>
 
+#include "base/faults.h"
 #include "capture.h"
 #include "graphs.h"
 #include "base/log.h"
@@ -373,6 +374,7 @@ static void record_again(struct cgrt_graphs *g, void *stream, int (*again)(void 
       drv->record_acquire();
   }
   (void)again(arg);
+  cgrt__fault_capture_sync_again(g->faults, g->dev, stream);
   if (d->recorder)
     drv->record_stop();
   void *graph = NULL;
@@ -383,6 +385,13 @@ static void record_again(struct cgrt_graphs *g, void *stream, int (*again)(void 
 out:
   snprintf(g->log->err, sizeof(g->log->err), "%s", saved);
   snprintf(g->dev->err, sizeof(g->dev->err), "%s", saved_dev);
+}
+
+/* The call failed because its capture had been invalidated before it (CUDA's
+   cudaErrorStreamCaptureInvalidated, the driver's CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). */
+static int already_invalidated(const struct cgrt_diag_call *c) {
+  return strstr(c->result_name, "CaptureInvalidated") ||
+         strstr(c->result_name, "CAPTURE_INVALIDATED");
 }
 
 void cgrt__diagnose_end(struct cgrt_graphs *g, const char *what, int failed, void *stream,
@@ -403,6 +412,10 @@ void cgrt__diagnose_end(struct cgrt_graphs *g, const char *what, int failed, voi
   size_t pooled = 0;
   for (size_t i = 0; i < d->rec.n; i++) {
     const struct cgrt_diag_call *c = &d->rec.calls[i];
+    /* Refused before any other only because the capture was already invalidated: the break came
+       before the work's own calls, from elsewhere (below); this call is not its cause. */
+    if (c->refused && !broke && already_invalidated(c))
+      continue;
     /* Refused after the first: a launch refused only because the capture was invalidated says
        nothing, but what the host meant there (a synchronization, a copy, an allocation) would
        have broken the capture by itself, and is reported too. */
@@ -436,12 +449,27 @@ void cgrt__diagnose_end(struct cgrt_graphs *g, const char *what, int failed, voi
   if (d->rec.dropped)
     cgrt__log(g->log, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
               d->rec.dropped, what);
-  if (failed && !broke)
+  if (failed && !broke && g->capture_invalidated) {
+    /* Invalidated, yet none of the captured work's calls was refused: the break came from
+       elsewhere in the process. On another thread, only cudaDeviceSynchronize does that to a
+       capture in thread_local or relaxed mode; under global nearly any CUDA call does
+       (tools/probe/capture_threads.cu, an H100, session 52). */
+    g->broken_outside = 1;
+    snprintf(why_more, len,
+             "; diagnose: the capture was invalidated, yet none of the %llu device calls recorded "
+             "while capturing it was refused: it was broken from outside the captured work, most "
+             "likely by a cudaDeviceSynchronize on another thread of the process while it ran "
+             "(CUDA then invalidates every capture on the GPU, whatever its capture_mode; under "
+             "capture_mode = global nearly any CUDA call on another thread does); synchronize "
+             "other threads' streams or events instead. It is captured again at its next call",
+             (unsigned long long)d->rec.seen);
+  } else if (failed && !broke) {
     cgrt__log(g->log, CGRT_LOG_INFO,
               "diagnose: the capture of %s failed, but none of the %llu device calls recorded "
               "while capturing was refused (an error of the captured work itself, or an injected "
               "fault)",
               what, (unsigned long long)d->rec.seen);
+  }
 }
 
 /* ---------------------------------------------------------------- the list, for the runtime */

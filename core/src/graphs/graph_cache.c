@@ -630,7 +630,8 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   void *exec = NULL;
   if (h->capture(h, h->stream(h), record_work, &r, w->what, &exec) != 0) {
     free_private(c, e);
-    if (++e->failures == CAPTURE_ATTEMPTS)
+    /* A break from outside the work (another thread's device sync) says nothing of the key. */
+    if (!c->g->broken_outside && ++e->failures == CAPTURE_ATTEMPTS)
       h->log(h, CGRT_LOG_WARN,
              "%s failed to capture %d times in a row: it runs eagerly from now on (until "
              "cgrt_release_graphs)",

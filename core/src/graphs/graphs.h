@@ -42,6 +42,10 @@ struct cgrt_graphs {
   void (*watch_fn)(void *user, const struct cgrt_tool_graph_event *ev);
   void *watch_user;
   struct cgrt_diag_state *diag; /* diagnose: the recording and the findings (diagnose.c) */
+  /* The last recording (cgrt__record): its capture ended invalidated (the driver's end failed),
+     and diagnose found none of its calls refused: it was broken from outside the captured work
+     (another thread's cudaDeviceSynchronize), which does not count toward giving a key up. */
+  int capture_invalidated, broken_outside;
 
   /* The step in flight, written by the runtime. */
   uint64_t step_index;
