@@ -82,6 +82,18 @@ static int have_gpu(void) {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+/* Layer l's module: attn for even l, mlp for odd, y = 2x + 1 either way. */
+static int register_layer(cgrt_runtime *rt, int l, cgrt_module **m) {
+  char name[32];
+  snprintf(name, sizeof(name), "layer%d.%s", l, l % 2 ? "mlp" : "attn");
+  cgrt_module_desc d = {.struct_size = sizeof(d),
+                        .name = name,
+                        .kind = l % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
+                        .layer = l,
+                        .forward = layer_fwd};
+  return cgrt_module_register(rt, &d, m);
+}
+
 /* Opens a runtime: handed = 1 hands h->hs at open (it must be a stream the host created). */
 static struct host *host_open(const char *cuda_graph, cudaStream_t hs, int handed) {
   struct host *h = calloc(1, sizeof(*h));
@@ -98,14 +110,7 @@ static struct host *host_open(const char *cuda_graph, cudaStream_t hs, int hande
   assert_int_equal(cudaMalloc((void **)&h->x, N * sizeof(float)), cudaSuccess);
   for (int l = 0; l < LAYERS; l++) {
     assert_int_equal(cudaMalloc((void **)&h->y[l], N * sizeof(float)), cudaSuccess);
-    char name[32];
-    snprintf(name, sizeof(name), "layer%d.%s", l, l % 2 ? "mlp" : "attn");
-    cgrt_module_desc d = {.struct_size = sizeof(d),
-                          .name = name,
-                          .kind = l % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
-                          .layer = l,
-                          .forward = layer_fwd};
-    assert_int_equal(cgrt_module_register(h->rt, &d, &h->m[l]), 0);
+    assert_int_equal(register_layer(h->rt, l, &h->m[l]), 0);
   }
   assert_int_equal(cudaMalloc((void **)&h->probe, 2 * sizeof(unsigned long long)), cudaSuccess);
   assert_int_equal(cudaMallocHost((void **)&h->out, 2 * sizeof(float)), cudaSuccess);
@@ -294,14 +299,7 @@ static int worker_open(struct worker *w, struct host *h, const char *cuda_graph,
   for (int l = 0; l < LAYERS; l++) {
     if (cudaMalloc((void **)&h->y[l], N * sizeof(float)) != cudaSuccess)
       return worker_fail(w, "allocating the host's buffers failed");
-    char name[32];
-    snprintf(name, sizeof(name), "layer%d.%s", l, l % 2 ? "mlp" : "attn");
-    cgrt_module_desc d = {.struct_size = sizeof(d),
-                          .name = name,
-                          .kind = l % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
-                          .layer = l,
-                          .forward = layer_fwd};
-    if (cgrt_module_register(h->rt, &d, &h->m[l]) != 0)
+    if (register_layer(h->rt, l, &h->m[l]) != 0)
       return worker_fail(w, "module_register: %s", cgrt_last_error(h->rt));
   }
   /* No cudaDeviceSynchronize here: with the other thread's runtime capturing, CUDA refuses it
