@@ -265,7 +265,8 @@ static void worker_log(void *user, cgrt_log_level level, const char *msg) {
     fprintf(stderr, "[thread %d] %s\n", w->index, msg);
   if (level == CGRT_LOG_WARN && strstr(msg, "failed, running it eagerly"))
     w->fallback_lines++;
-  if (level == CGRT_LOG_WARN && strstr(msg, "broken from outside the captured work"))
+  if (level == CGRT_LOG_WARN && strstr(msg, "failed, running it eagerly") &&
+      strstr(msg, "broken from outside the captured work"))
     w->outside_lines++;
 }
 

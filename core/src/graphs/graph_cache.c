@@ -32,6 +32,7 @@ struct entry {
   void *exec;        /* NULL while warming up or after eviction */
   int warm;          /* eager runs so far */
   int failures;      /* captures that failed in a row; at CAPTURE_ATTEMPTS the key stays eager */
+  int outside;       /* of those, broken from outside the work (another thread's device sync) */
   cgrt_buffer *bufs; /* the addresses the executable uses: the host's, or private ones */
   size_t num_bufs;   /* entries of bufs */
   struct cgrt__stage st; /* the host's buffers as followed, and the private copies (staged) */
@@ -66,6 +67,10 @@ struct cgrt_graph_cache {
 
 /* Failed captures in a row after which a key runs eagerly for good (until release). */
 #define CAPTURE_ATTEMPTS 2
+/* The same for captures broken from outside the work (diagnose: invalidated, none of the work's
+   calls refused; another thread's cudaDeviceSynchronize): they say nothing of the key, so more are
+   borne, but not for ever: each costs a capture and diagnose's second one (session 52). */
+#define CAPTURE_OUTSIDE_ATTEMPTS 16
 
 /* Entries without an executable beyond this many are forgotten, oldest first. */
 static size_t pending_bound(const struct cgrt_graph_cache *c) {
@@ -631,14 +636,25 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   if (h->capture(h, h->stream(h), record_work, &r, w->what, &exec) != 0) {
     free_private(c, e);
     /* A break from outside the work (another thread's device sync) says nothing of the key. */
-    if (!c->g->broken_outside && ++e->failures == CAPTURE_ATTEMPTS)
+    if (c->g->broken_outside) {
+      if (++e->outside == CAPTURE_OUTSIDE_ATTEMPTS) {
+        e->failures = CAPTURE_ATTEMPTS;
+        h->log(h, CGRT_LOG_WARN,
+               "%s: its capture was broken from outside the captured work %d times in a row "
+               "(another thread's cudaDeviceSynchronize, most likely): it runs eagerly from now "
+               "on (until cgrt_release_graphs); synchronize other threads' streams or events, "
+               "not the device",
+               w->what, CAPTURE_OUTSIDE_ATTEMPTS);
+      }
+    } else if (++e->failures == CAPTURE_ATTEMPTS) {
       h->log(h, CGRT_LOG_WARN,
              "%s failed to capture %d times in a row: it runs eagerly from now on (until "
              "cgrt_release_graphs)",
              w->what, CAPTURE_ATTEMPTS);
+    }
     return run_eager(w, CGRT_MODE_EAGER, mode);
   }
-  e->failures = 0;
+  e->failures = e->outside = 0;
   e->exec = exec;
   e->replays = 0;
   c->live++;
