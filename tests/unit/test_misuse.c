@@ -3,7 +3,8 @@
  *
  * - A second thread calling a runtime that one thread drives gets CGRT_E_STATE with a sentence
  *   (on its own thread's cgrt_last_error) and the first thread is unaffected; two threads racing
- *   steps on one runtime never corrupt it (run under TSan too: test_misuse_tsan).
+ *   steps on one runtime never corrupt it (run under TSan too: test_misuse_tsan); two runtimes,
+ *   one per thread, open, step and close under every backend at once, each right.
  * - A cgrt_graph_list visitor may not change the graphs it is shown: release, step and close are
  *   refused, and the walk finishes.
  * - cgrt_close refuses up front, freeing nothing, from every callback (host functions run by
@@ -386,6 +387,99 @@ static void two_threads_racing_never_corrupt(void **state) {
   assert_int_equal(md->ran, 2 * RACE_STEPS * (MODS + 1));
   assert_false(last_error_has_another_thread(md));
   md_close(md);
+}
+
+/* ---------------------------------------------------------------- two runtimes, two threads */
+
+#define SIDE_ROUNDS 8
+#define SIDE_STEPS  12
+
+/* One thread's runtimes, opened, stepped and closed in turn under each backend: the other thread
+   does the same at once, so opens (backends loaded), captures, replays and closes (backends
+   unloaded) of the two interleave. cmocka's asserts belong to the main thread: failures are kept.
+ */
+struct side {
+  int index;
+  pthread_barrier_t *start;
+  int steps;
+  char failure[512];
+};
+
+static void *side_run(void *arg) {
+  struct side *sd = arg;
+  static const char *const impls[] = {"local", "transformer_engine", "full_iteration", "none"};
+  pthread_barrier_wait(sd->start);
+  for (int round = 0; round < SIDE_ROUNDS && !sd->failure[0]; round++) {
+    const char *impl = impls[(round + sd->index) % 4];
+    struct model md = {0};
+    char ini[512];
+    snprintf(ini, sizeof(ini),
+             "[cuda_graph]\nimpl = %s\nwarmup_steps = 2\n%s"
+             "[runtime]\ndriver = host\nlog = off\n[host]\nnan_check = off\n",
+             impl,
+             strcmp(impl, "local") == 0 || strcmp(impl, "transformer_engine") == 0
+                 ? "modules = attn mlp\n"
+                 : "");
+    cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini};
+    if (cgrt_open_ex(&md.rt, &o) != 0) {
+      snprintf(sd->failure, sizeof(sd->failure), "open (%s): %s", impl, cgrt_last_error(NULL));
+      break;
+    }
+    for (int i = 0; i < MODS && !sd->failure[0]; i++) {
+      char name[32];
+      snprintf(name, sizeof(name), "layer%d.%s", i, i % 2 ? "mlp" : "attn");
+      cgrt_module_desc d = {.struct_size = sizeof(d),
+                            .name = name,
+                            .kind = i % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
+                            .layer = i,
+                            .forward = fwd,
+                            .backward = i == 0 ? bwd : NULL,
+                            .user = &md};
+      if (cgrt_module_register(md.rt, &d, &md.m[i]) != 0)
+        snprintf(sd->failure, sizeof(sd->failure), "register (%s): %s", impl,
+                 cgrt_last_error(md.rt));
+    }
+    for (int s = 0; s < SIDE_STEPS && !sd->failure[0]; s++) {
+      if (step(&md, NULL) != 0)
+        snprintf(sd->failure, sizeof(sd->failure), "%s, step %d: %s", impl, s,
+                 cgrt_last_error(md.rt));
+      else
+        sd->steps++;
+    }
+    if (!sd->failure[0] && cgrt_synchronize(md.rt) != 0)
+      snprintf(sd->failure, sizeof(sd->failure), "%s: synchronize: %s", impl,
+               cgrt_last_error(md.rt));
+    cgrt_stats st = {.struct_size = sizeof(st)};
+    if (!sd->failure[0] && cgrt_stats_get(md.rt, &st) == 0 &&
+        (md.ran != SIDE_STEPS * (MODS + 1) || st.fallbacks != 0))
+      snprintf(sd->failure, sizeof(sd->failure),
+               "%s: %d host functions ran for %d expected, %llu fallbacks", impl, md.ran,
+               SIDE_STEPS * (MODS + 1), (unsigned long long)st.fallbacks);
+    if (cgrt_close(md.rt) != 0 && !sd->failure[0])
+      snprintf(sd->failure, sizeof(sd->failure), "%s: close: %s", impl, cgrt_last_error(NULL));
+  }
+  return NULL;
+}
+
+/* Two runtimes, one per thread, under every backend at once (a server with a model per worker):
+   each step's work runs exactly once on its own runtime, no capture falls back, and under TSan
+   (test_misuse_tsan) the core's and the backends' shared state shows no race. */
+static void two_runtimes_two_threads_side_by_side(void **state) {
+  (void)state;
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, 2);
+  struct side sd[2] = {{.index = 0, .start = &start}, {.index = 1, .start = &start}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, side_run, &sd[i]), 0);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&start);
+  for (int i = 0; i < 2; i++) {
+    if (sd[i].failure[0])
+      fail_msg("thread %d: %s", i, sd[i].failure);
+    assert_int_equal(sd[i].steps, SIDE_ROUNDS * SIDE_STEPS);
+  }
 }
 
 /* ---------------------------------------------------------------- graph-list visitors */
@@ -1016,6 +1110,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(second_thread_refused_while_one_steps),
       cmocka_unit_test(two_threads_racing_never_corrupt),
+      cmocka_unit_test(two_runtimes_two_threads_side_by_side),
       cmocka_unit_test(visitor_may_not_change_the_graphs),
       cmocka_unit_test(close_refused_from_host_functions),
       cmocka_unit_test(close_of_another_runtime_from_a_host_function),
