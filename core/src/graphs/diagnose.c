@@ -403,6 +403,9 @@ void cgrt__diagnose_end(struct cgrt_graphs *g, const char *what, int failed, voi
   d->recording = 0;
   if (failed && !d->recorder && g->dev->drv->record_start && again)
     record_again(g, stream, again, arg);
+  /* The calls were seen: a recorder ran (CUPTI on the cuda driver), or the driver reports them
+     itself (the host driver's rules, through dev->note). Without either, nothing is known. */
+  const int seen = d->recorder || !g->dev->drv->record_start;
   if (d->recorder)
     g->dev->drv->record_finish(&d->rec);
   d->recorder = 0;
@@ -449,7 +452,7 @@ void cgrt__diagnose_end(struct cgrt_graphs *g, const char *what, int failed, voi
   if (d->rec.dropped)
     cgrt__log(g->log, CGRT_LOG_WARN, "diagnose: %zu more calls while capturing %s were not kept",
               d->rec.dropped, what);
-  if (failed && !broke && g->capture_invalidated) {
+  if (failed && !broke && seen && g->capture_invalidated) {
     /* Invalidated, yet none of the captured work's calls was refused: the break came from
        elsewhere in the process. On another thread, only cudaDeviceSynchronize does that to a
        capture in thread_local or relaxed mode; under global nearly any CUDA call does
