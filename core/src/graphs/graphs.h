@@ -44,7 +44,8 @@ struct cgrt_graphs {
   struct cgrt_diag_state *diag; /* diagnose: the recording and the findings (diagnose.c) */
   /* The last recording (cgrt__record): its capture ended invalidated (the driver's end failed),
      and diagnose found none of its calls refused: it was broken from outside the captured work
-     (another thread's cudaDeviceSynchronize), which does not count toward giving a key up. */
+     (another thread's cudaDeviceSynchronize), which gives a key up only after many in a row
+     (graph_cache.c, CAPTURE_OUTSIDE_ATTEMPTS). */
   int capture_invalidated, broken_outside;
 
   /* The step in flight, written by the runtime. */
