@@ -94,64 +94,111 @@ static int register_layer(cgrt_runtime *rt, int l, cgrt_module **m) {
   return cgrt_module_register(rt, &d, m);
 }
 
-/* Opens a runtime: handed = 1 hands h->hs at open (it must be a stream the host created). */
-static struct host *host_open(const char *cuda_graph, cudaStream_t hs, int handed) {
-  struct host *h = calloc(1, sizeof(*h));
-  assert_non_null(h);
-  h->hs = hs;
+/* Writes a failure's sentence into err (the helpers below are shared with threads, where cmocka's
+   asserts may not run); -1. */
+static int failf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int failf(char *err, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Opens h->rt under cuda_graph (handed = 1 hands h->hs at open: a stream the host created; log:
+   the sink, NULL for stderr) and allocates the host's buffers and layers; no device sync. 0, or
+   -1 with the sentence in err. */
+static int host_setup(struct host *h, const char *cuda_graph, int handed, cgrt_log_fn log,
+                      void *log_user, char *err, size_t len) {
   char ini[1024];
   snprintf(ini, sizeof(ini),
            "[cuda_graph]\n%s\nwarmup_steps = 2\n[runtime]\ndriver = cuda\nlog = warn\n"
            "[host]\nnan_check = off\n",
            cuda_graph);
-  cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .stream = handed ? hs : NULL};
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = ini,
+                         .stream = handed ? h->hs : NULL,
+                         .log = log,
+                         .log_user = log_user};
   if (cgrt_open_ex(&h->rt, &o) != 0)
-    fail_msg("open (%s): %s", cuda_graph, cgrt_last_error(NULL));
-  assert_int_equal(cudaMalloc((void **)&h->x, N * sizeof(float)), cudaSuccess);
+    return failf(err, len, "open (%s): %s", cuda_graph, cgrt_last_error(NULL));
+  if (cudaMalloc((void **)&h->x, N * sizeof(float)) != cudaSuccess ||
+      cudaMalloc((void **)&h->probe, 2 * sizeof(unsigned long long)) != cudaSuccess ||
+      cudaMallocHost((void **)&h->out, 2 * sizeof(float)) != cudaSuccess)
+    return failf(err, len, "allocating the host's buffers failed");
   for (int l = 0; l < LAYERS; l++) {
-    assert_int_equal(cudaMalloc((void **)&h->y[l], N * sizeof(float)), cudaSuccess);
-    assert_int_equal(register_layer(h->rt, l, &h->m[l]), 0);
+    if (cudaMalloc((void **)&h->y[l], N * sizeof(float)) != cudaSuccess)
+      return failf(err, len, "allocating the host's buffers failed");
+    if (register_layer(h->rt, l, &h->m[l]) != 0)
+      return failf(err, len, "module_register: %s", cgrt_last_error(h->rt));
   }
-  assert_int_equal(cudaMalloc((void **)&h->probe, 2 * sizeof(unsigned long long)), cudaSuccess);
-  assert_int_equal(cudaMallocHost((void **)&h->out, 2 * sizeof(float)), cudaSuccess);
-  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-  return h;
+  return 0;
 }
 
-static void host_close(struct host *h) {
-  assert_int_equal(cgrt_close(h->rt), 0);
+/* Closes h->rt if it is open and frees the host's buffers; cgrt_close's result. */
+static int host_teardown(struct host *h) {
+  int rc = h->rt ? cgrt_close(h->rt) : 0;
   cudaFree(h->x);
   for (int l = 0; l < LAYERS; l++)
     cudaFree(h->y[l]);
   cudaFree(h->probe);
   cudaFreeHost(h->out);
+  return rc;
+}
+
+/* Opens a runtime as host_setup does, then syncs the device (no other thread captures here). */
+static struct host *host_open(const char *cuda_graph, cudaStream_t hs, int handed) {
+  struct host *h = calloc(1, sizeof(*h));
+  assert_non_null(h);
+  h->hs = hs;
+  char err[512];
+  if (host_setup(h, cuda_graph, handed, NULL, NULL, err, sizeof(err)) != 0)
+    fail_msg("%s", err);
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  return h;
+}
+
+static void host_close(struct host *h) {
+  assert_int_equal(host_teardown(h), 0);
   free(h);
 }
 
-/* STEPS steps; the host's spin, fill and read-back on h->hs, waited for there alone. */
-static void run_steps(struct host *h, const char *what, cgrt_phase phase) {
+/* STEPS steps of input (s + salt) % 97 / 4, each behind a spin of `spin` SM cycles; the host's
+   spin, fill and read-back on h->hs, waited for there alone; *done (if given) counts the steps
+   read right. 0, or -1 with the sentence in err. */
+static int check_steps(struct host *h, const char *what, cgrt_phase phase, long long spin, int salt,
+                       unsigned long long *done, char *err, size_t len) {
   for (int s = 0; s < STEPS; s++) {
-    float v = (float)(s % 97) * 0.25f;
-    assert_int_equal(cgrtk_clock_probe(h->probe, SPIN, h->hs), 0);
-    assert_int_equal(cgrtk_fill_f32(h->x, v, N, h->hs), 0);
+    float v = (float)((s + salt) % 97) * 0.25f;
+    if (cgrtk_clock_probe(h->probe, spin, h->hs) != 0 || cgrtk_fill_f32(h->x, v, N, h->hs) != 0)
+      return failf(err, len, "%s, step %d: the host's kernels failed", what, s);
     cgrt_step_desc d = {
         .struct_size = sizeof(d), .phase = phase, .tokens = N, .body = body, .user = h};
     if (cgrt_step(h->rt, &d, NULL) != 0)
-      fail_msg("%s, step %d: %s", what, s, cgrt_last_error(h->rt));
+      return failf(err, len, "%s, step %d: %s", what, s, cgrt_last_error(h->rt));
     float *last = h->y[LAYERS - 1];
-    assert_int_equal(
-        cudaMemcpyAsync(&h->out[0], last, sizeof(float), cudaMemcpyDeviceToHost, h->hs),
-        cudaSuccess);
-    assert_int_equal(
-        cudaMemcpyAsync(&h->out[1], last + N - 1, sizeof(float), cudaMemcpyDeviceToHost, h->hs),
-        cudaSuccess);
-    assert_int_equal(cudaStreamSynchronize(h->hs), cudaSuccess);
+    if (cudaMemcpyAsync(&h->out[0], last, sizeof(float), cudaMemcpyDeviceToHost, h->hs) !=
+            cudaSuccess ||
+        cudaMemcpyAsync(&h->out[1], last + N - 1, sizeof(float), cudaMemcpyDeviceToHost, h->hs) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(h->hs) != cudaSuccess)
+      return failf(err, len, "%s, step %d: reading the output back failed", what, s);
     float want = expected(v);
     if (memcmp(&h->out[0], &want, sizeof(want)) != 0 || memcmp(&h->out[1], &want, sizeof(want)))
-      fail_msg("%s, %s step %d: the host read %g and %g on its stream after the step, which "
-               "computes %g from the input the host wrote there",
-               what, cgrt_phase_name(phase), s, h->out[0], h->out[1], want);
+      return failf(err, len,
+                   "%s, %s step %d: the host read %g and %g on its stream after the step, which "
+                   "computes %g from the input the host wrote there",
+                   what, cgrt_phase_name(phase), s, h->out[0], h->out[1], want);
+    if (done)
+      ++*done;
   }
+  return 0;
+}
+
+static void run_steps(struct host *h, const char *what, cgrt_phase phase) {
+  char err[512];
+  if (check_steps(h, what, phase, SPIN, 0, NULL, err, sizeof(err)) != 0)
+    fail_msg("%s", err);
 }
 
 static const struct {
@@ -270,75 +317,12 @@ static void worker_log(void *user, cgrt_log_level level, const char *msg) {
     w->outside_lines++;
 }
 
-static int worker_fail(struct worker *w, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(w->failure, sizeof(w->failure), fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
-/* host_open's work without cmocka: the host allocates as host_open does, then syncs the device. */
-static int worker_open(struct worker *w, struct host *h, const char *cuda_graph, int handed) {
-  char ini[1024];
-  snprintf(ini, sizeof(ini),
-           "[cuda_graph]\n%s\nwarmup_steps = 2\n[runtime]\ndriver = cuda\nlog = warn\n"
-           "[host]\nnan_check = off\n",
-           cuda_graph);
-  cgrt_open_options o = {.struct_size = sizeof(o),
-                         .ini = ini,
-                         .stream = handed ? h->hs : NULL,
-                         .log = worker_log,
-                         .log_user = w};
-  w->fallback_lines = w->outside_lines = 0;
-  if (cgrt_open_ex(&h->rt, &o) != 0)
-    return worker_fail(w, "open (%s): %s", cuda_graph, cgrt_last_error(NULL));
-  if (cudaMalloc((void **)&h->x, N * sizeof(float)) != cudaSuccess ||
-      cudaMalloc((void **)&h->probe, 2 * sizeof(unsigned long long)) != cudaSuccess ||
-      cudaMallocHost((void **)&h->out, 2 * sizeof(float)) != cudaSuccess)
-    return worker_fail(w, "allocating the host's buffers failed");
-  for (int l = 0; l < LAYERS; l++) {
-    if (cudaMalloc((void **)&h->y[l], N * sizeof(float)) != cudaSuccess)
-      return worker_fail(w, "allocating the host's buffers failed");
-    if (register_layer(h->rt, l, &h->m[l]) != 0)
-      return worker_fail(w, "module_register: %s", cgrt_last_error(h->rt));
-  }
-  /* No cudaDeviceSynchronize here: with the other thread's runtime capturing, CUDA refuses it
-     and invalidates that capture (device_sync_on_another_thread below). */
-  return 0;
-}
-
-static int worker_steps(struct worker *w, struct host *h, const char *what, cgrt_phase phase) {
-  for (int s = 0; s < STEPS; s++) {
-    float v = (float)((s + 31 * w->index) % 97) * 0.25f;
-    if (cgrtk_clock_probe(h->probe, SPIN / 4, h->hs) != 0 || cgrtk_fill_f32(h->x, v, N, h->hs) != 0)
-      return worker_fail(w, "%s, step %d: the host's kernels failed", what, s);
-    cgrt_step_desc d = {
-        .struct_size = sizeof(d), .phase = phase, .tokens = N, .body = body, .user = h};
-    if (cgrt_step(h->rt, &d, NULL) != 0)
-      return worker_fail(w, "%s, step %d: %s", what, s, cgrt_last_error(h->rt));
-    float *last = h->y[LAYERS - 1];
-    if (cudaMemcpyAsync(&h->out[0], last, sizeof(float), cudaMemcpyDeviceToHost, h->hs) !=
-            cudaSuccess ||
-        cudaMemcpyAsync(&h->out[1], last + N - 1, sizeof(float), cudaMemcpyDeviceToHost, h->hs) !=
-            cudaSuccess ||
-        cudaStreamSynchronize(h->hs) != cudaSuccess)
-      return worker_fail(w, "%s, step %d: reading the output back failed", what, s);
-    float want = expected(v);
-    if (memcmp(&h->out[0], &want, sizeof(want)) != 0 || memcmp(&h->out[1], &want, sizeof(want)))
-      return worker_fail(w, "%s, %s step %d: the host read %g and %g, which should be %g", what,
-                         cgrt_phase_name(phase), s, h->out[0], h->out[1], want);
-    w->steps++;
-  }
-  return 0;
-}
-
 static void *worker_run(void *arg) {
   struct worker *w = arg;
   cudaStream_t own = NULL;
   const int handed = w->index == 1;
   if (handed && cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) != cudaSuccess) {
-    worker_fail(w, "cudaStreamCreateWithFlags failed");
+    failf(w->failure, sizeof(w->failure), "cudaStreamCreateWithFlags failed");
     return NULL;
   }
   /* thread 1 starts at the other end of the list, so the two are in different configs */
@@ -350,34 +334,35 @@ static void *worker_run(void *arg) {
     snprintf(what, sizeof(what), "thread %d, %s", w->index, configs[i].cuda_graph);
     for (char *c = what; *c; c++)
       *c = *c == '\n' ? ';' : *c;
-    if (worker_open(w, &h, configs[i].cuda_graph, handed) == 0 &&
-        worker_steps(w, &h, what, configs[i].phase) == 0) {
+    /* No cudaDeviceSynchronize after the setup: with the other thread's runtime capturing, CUDA
+       refuses it and invalidates that capture (device_sync_on_another_thread below). */
+    w->fallback_lines = w->outside_lines = 0;
+    if (host_setup(&h, configs[i].cuda_graph, handed, worker_log, w, w->failure,
+                   sizeof(w->failure)) == 0 &&
+        check_steps(&h, what, configs[i].phase, SPIN / 4, 31 * w->index, &w->steps, w->failure,
+                    sizeof(w->failure)) == 0) {
       cgrt_stats st = {.struct_size = sizeof(st)};
       if (cgrt_stats_get(h.rt, &st) != 0)
-        worker_fail(w, "%s: stats: %s", what, cgrt_last_error(h.rt));
+        failf(w->failure, sizeof(w->failure), "%s: stats: %s", what, cgrt_last_error(h.rt));
       else if (st.fallbacks != 0 && !w->outside_ok)
-        worker_fail(w, "%s: %llu captures fell back with another runtime stepping beside it", what,
-                    (unsigned long long)st.fallbacks);
+        failf(w->failure, sizeof(w->failure),
+              "%s: %llu captures fell back with another runtime stepping beside it", what,
+              (unsigned long long)st.fallbacks);
       else if (st.fallbacks != w->outside_lines || st.fallbacks != w->fallback_lines)
-        worker_fail(w,
-                    "%s: %llu captures fell back, %llu said so, %llu of them named a break "
-                    "from outside the capture",
-                    what, (unsigned long long)st.fallbacks, w->fallback_lines, w->outside_lines);
+        failf(w->failure, sizeof(w->failure),
+              "%s: %llu captures fell back, %llu said so, %llu of them named a break "
+              "from outside the capture",
+              what, (unsigned long long)st.fallbacks, w->fallback_lines, w->outside_lines);
       else if (st.fallbacks > 0 &&
                st.steps_by_mode[CGRT_MODE_REPLAY] + st.calls_by_mode[CGRT_MODE_REPLAY] == 0)
-        worker_fail(w,
-                    "%s: %llu captures broke and nothing replayed in %d steps: the graphs "
-                    "were given up",
-                    what, (unsigned long long)st.fallbacks, STEPS);
+        failf(w->failure, sizeof(w->failure),
+              "%s: %llu captures broke and nothing replayed in %d steps: the graphs "
+              "were given up",
+              what, (unsigned long long)st.fallbacks, STEPS);
       w->fallbacks += st.fallbacks;
     }
-    if (h.rt && cgrt_close(h.rt) != 0 && !w->failure[0])
-      worker_fail(w, "%s: close: %s", what, cgrt_last_error(NULL));
-    cudaFree(h.x);
-    for (int l = 0; l < LAYERS; l++)
-      cudaFree(h.y[l]);
-    cudaFree(h.probe);
-    cudaFreeHost(h.out);
+    if (host_teardown(&h) != 0 && !w->failure[0])
+      failf(w->failure, sizeof(w->failure), "%s: close: %s", what, cgrt_last_error(NULL));
   }
   if (own)
     cudaStreamDestroy(own);
