@@ -119,6 +119,25 @@ static int step(struct model *md, cgrt_step_report *rep) {
   return cgrt_step(md->rt, &d, rep);
 }
 
+/* The model's MODS modules (layer i: attn for even i, mlp for odd; layer 0 has a backward). */
+static int md_register(struct model *md) {
+  for (int i = 0; i < MODS; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "layer%d.%s", i, i % 2 ? "mlp" : "attn");
+    cgrt_module_desc d = {.struct_size = sizeof(d),
+                          .name = name,
+                          .kind = i % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
+                          .layer = i,
+                          .forward = fwd,
+                          .backward = i == 0 ? bwd : NULL,
+                          .user = md};
+    int rc = cgrt_module_register(md->rt, &d, &md->m[i]);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
 /* impl: none, local or a fixture; log: the level; sink may be NULL. */
 static struct model *md_open(const char *impl, const char *log, cgrt_log_fn sink, void *user) {
   struct model *md = calloc(1, sizeof(*md));
@@ -130,18 +149,7 @@ static struct model *md_open(const char *impl, const char *log, cgrt_log_fn sink
   cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .log = sink, .log_user = user};
   if (cgrt_open_ex(&md->rt, &o) != 0)
     fail_msg("open: %s", cgrt_last_error(NULL));
-  for (int i = 0; i < MODS; i++) {
-    char name[32];
-    snprintf(name, sizeof(name), "layer%d.%s", i, i % 2 ? "mlp" : "attn");
-    cgrt_module_desc d = {.struct_size = sizeof(d),
-                          .name = name,
-                          .kind = i % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
-                          .layer = i,
-                          .forward = fwd,
-                          .backward = i == 0 ? bwd : NULL,
-                          .user = md};
-    assert_int_equal(cgrt_module_register(md->rt, &d, &md->m[i]), 0);
-  }
+  assert_int_equal(md_register(md), 0);
   return md;
 }
 
@@ -425,20 +433,8 @@ static void *side_run(void *arg) {
       snprintf(sd->failure, sizeof(sd->failure), "open (%s): %s", impl, cgrt_last_error(NULL));
       break;
     }
-    for (int i = 0; i < MODS && !sd->failure[0]; i++) {
-      char name[32];
-      snprintf(name, sizeof(name), "layer%d.%s", i, i % 2 ? "mlp" : "attn");
-      cgrt_module_desc d = {.struct_size = sizeof(d),
-                            .name = name,
-                            .kind = i % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
-                            .layer = i,
-                            .forward = fwd,
-                            .backward = i == 0 ? bwd : NULL,
-                            .user = &md};
-      if (cgrt_module_register(md.rt, &d, &md.m[i]) != 0)
-        snprintf(sd->failure, sizeof(sd->failure), "register (%s): %s", impl,
-                 cgrt_last_error(md.rt));
-    }
+    if (md_register(&md) != 0)
+      snprintf(sd->failure, sizeof(sd->failure), "register (%s): %s", impl, cgrt_last_error(md.rt));
     for (int s = 0; s < SIDE_STEPS && !sd->failure[0]; s++) {
       if (step(&md, NULL) != 0)
         snprintf(sd->failure, sizeof(sd->failure), "%s, step %d: %s", impl, s,
