@@ -32,7 +32,9 @@ struct entry {
   void *exec;        /* NULL while warming up or after eviction */
   int warm;          /* eager runs so far */
   int failures;      /* captures that failed in a row; at CAPTURE_ATTEMPTS the key stays eager */
-  int outside;       /* of those, broken from outside the work (another thread's device sync) */
+  int outside;       /* captures broken from outside the work in a row (another thread's device
+                        sync), not counted in failures; at CAPTURE_OUTSIDE_ATTEMPTS the key stays
+                        eager */
   cgrt_buffer *bufs; /* the addresses the executable uses: the host's, or private ones */
   size_t num_bufs;   /* entries of bufs */
   struct cgrt__stage st; /* the host's buffers as followed, and the private copies (staged) */
