@@ -2,6 +2,7 @@
 # Runs a test binary under gdb until it faults (a crash seen once in a while, such as test_gpu_streams'
 # device_sync_on_another_thread in session 52), then prints every thread's backtrace.
 #   usage: scripts/gpu-gdb-loop.sh BINARY [TRIES [OUTDIR]]   (TRIES default 10; OUTDIR: /tmp)
+# The environment passes through: CGRT_TEST_FILTER=NAME makes test_gpu_streams run that test alone.
 # Exit 0: it faulted, the backtraces are in OUTDIR/gdb-loop-N.txt and on stdout; 1: no fault in
 # TRIES runs (each run's output kept); 77: no gdb.
 set -u

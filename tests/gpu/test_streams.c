@@ -440,5 +440,9 @@ int main(void) {
       cmocka_unit_test(two_runtimes_on_two_threads),
       cmocka_unit_test(device_sync_on_another_thread),
   };
+  /* CGRT_TEST_FILTER=NAME runs one test (scripts/gpu-gdb-loop.sh repeats one that faults). */
+  const char *only = getenv("CGRT_TEST_FILTER");
+  if (only && only[0])
+    cmocka_set_test_filter(only);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
