@@ -253,6 +253,17 @@ struct cgrt_driver {
    * host clock, so that a test's host and device times compare.
    */
   uint64_t (*host_clock_ns)(struct cgrt_dev *dev);
+
+  /* -- appended in session 53: cgrt_device_synchronize -- */
+  /*
+   * Waits until all work of dev's device has run (cudaDeviceSynchronize on it), from any thread,
+   * while another may drive dev: it reads dev->device alone and leaves the calling thread's current
+   * device as it was; the sentence of a failure goes to err, not dev->err. The core calls it
+   * through the capture gate (base/gate.h), never during a capture of its own; a capture the host
+   * runs outside cgrt is refused and invalidated, as in CUDA (CGRT_E_CAPTURE). The host driver,
+   * which is not thread-safe, runs the device's streams and must be called on the driving thread.
+   */
+  int (*device_sync)(struct cgrt_dev *dev, char *err, size_t errlen);
 };
 
 /* The built-in host driver (drivers/host/driver_host.c). */

@@ -661,6 +661,29 @@ static int cuda_graph_mem_trim(struct cgrt_dev *dev) {
   return e == cudaSuccess ? 0 : cuda_fail(dev, e, "cudaDeviceGraphMemTrim", NULL);
 }
 
+/* cudaDeviceSynchronize of dev's device from any thread, the thread's current device kept. */
+static int cuda_device_sync(struct cgrt_dev *dev, char *err, size_t errlen) {
+  int prev = -1;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e == cudaSuccess && prev != dev->device)
+    e = cudaSetDevice(dev->device);
+  if (e == cudaSuccess)
+    e = cudaDeviceSynchronize();
+  if (prev >= 0 && prev != dev->device)
+    (void)cudaSetDevice(prev);
+  if (e == cudaSuccess)
+    return 0;
+  (void)cudaGetLastError();
+  int code = status_of(e);
+  snprintf(err, errlen, "cudaDeviceSynchronize on device %d failed: %s (%s)%s", dev->device,
+           cudaGetErrorString(e), cudaGetErrorName(e),
+           code == CGRT_E_CAPTURE
+               ? "; a capture that cgrt does not run (the host's own) was underway on the device, "
+                 "and CUDA invalidated it: synchronize after that capture ends"
+               : "");
+  return code;
+}
+
 CGRT_DRIVER_EXPORT const struct cgrt_driver cgrt_driver_v1 = {
     .abi_major = CGRT_DRIVER_ABI_MAJOR,
     .struct_size = sizeof(struct cgrt_driver),
@@ -689,6 +712,7 @@ CGRT_DRIVER_EXPORT const struct cgrt_driver cgrt_driver_v1 = {
     .event_destroy = cuda_event_destroy,
     .event_create_timed = cuda_event_create_timed,
     .event_elapsed = cuda_event_elapsed,
+    .device_sync = cuda_device_sync,
     .stream_wait = cuda_stream_wait,
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,

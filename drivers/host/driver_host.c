@@ -844,6 +844,36 @@ static int host_stream_sync(struct cgrt_dev *dev, void *stream) {
   return 0;
 }
 
+/* cudaDeviceSynchronize: refused, and every capture of the device invalidated, while one runs,
+   whatever its mode (as CUDA does: session 52's table); else every stream runs to its end. */
+static int host_device_sync(struct cgrt_dev *dev, char *err, size_t errlen) {
+  struct host_dev *hd = dev->impl;
+  if (hd->running) {
+    snprintf(err, errlen,
+             "device_sync called from a host function; host functions must not call the driver "
+             "(as with cudaLaunchHostFunc)");
+    return CGRT_E_STATE;
+  }
+  int hit = 0;
+  for (struct host_stream *s = hd->streams; s; s = s->next)
+    if (s->capture) {
+      capture_invalidate(s, "a device-wide synchronize during the capture");
+      hit = 1;
+    }
+  if (hit) {
+    snprintf(err, errlen,
+             "device_sync while a stream of the device captures is not permitted, as in CUDA "
+             "(cudaErrorStreamCaptureUnsupported); the capture is invalidated");
+    return CGRT_E_CAPTURE;
+  }
+  for (struct host_stream *s = hd->streams; s; s = s->next) {
+    stream_run(s, NULL, 0);
+    if (hd->host_clock < s->clock)
+      hd->host_clock = s->clock; /* the host waited for the stream */
+  }
+  return 0;
+}
+
 static int host_capture_begin(struct cgrt_dev *dev, void *stream) {
   struct host_dev *hd = dev->impl;
   struct host_stream *s = as_stream(dev, stream);
@@ -1486,4 +1516,5 @@ HOST_EXPORT const struct cgrt_driver HOST_TABLE = {
     .event_elapsed = host_event_elapsed,
     .comm_max = host_comm_max,
     .host_clock_ns = host_host_clock_ns,
+    .device_sync = host_device_sync,
 };

@@ -11,8 +11,9 @@
  * the GPU happens to be busy. Under none, local (layer and block scope), transformer_engine,
  * full_iteration, rebind copy and auto; and, with another thread copying on the legacy stream all
  * the while, captures still succeed (cgrt's stream is non-blocking: nothing implicit ties them);
- * two runtimes, one per thread, step side by side while the other thread opens and closes; and a
- * thread that calls cudaDeviceSynchronize in a loop breaks captures that then say so and recover.
+ * two runtimes, one per thread, step side by side while the other thread opens and closes; a
+ * thread's cudaDeviceSynchronize met inside a capture breaks it, and the capture says so and
+ * recovers; a thread looping cgrt_device_synchronize beside the captures breaks none.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -50,8 +51,10 @@ static float *input_of(const struct host *h, int l) {
 
 /* y = 1 + 2 * x: a fill, then an axpy, on ctx->stream, at the addresses in args (under rebind =
    copy a capture records on private copies of the buffers, so a module reads them from args). */
+static void hand_over(const cgrt_ctx *ctx, int l);
+
 static int layer_fwd(const cgrt_ctx *ctx, const cgrt_args *args, void *user) {
-  (void)user;
+  hand_over(ctx, (int)(intptr_t)user); /* device_sync_handed_over_inside_a_capture only */
   float *x = args->buffers[0].ptr, *y = args->buffers[1].ptr;
   if (cgrtk_fill_f32(y, 1.0f, N, ctx->stream) != 0)
     return -1;
@@ -90,7 +93,8 @@ static int register_layer(cgrt_runtime *rt, int l, cgrt_module **m) {
                         .name = name,
                         .kind = l % 2 ? CGRT_KIND_MLP : CGRT_KIND_ATTN,
                         .layer = l,
-                        .forward = layer_fwd};
+                        .forward = layer_fwd,
+                        .user = (void *)(intptr_t)l};
   return cgrt_module_register(rt, &d, m);
 }
 
@@ -335,7 +339,7 @@ static void *worker_run(void *arg) {
     for (char *c = what; *c; c++)
       *c = *c == '\n' ? ';' : *c;
     /* No cudaDeviceSynchronize after the setup: with the other thread's runtime capturing, CUDA
-       refuses it and invalidates that capture (device_sync_on_another_thread below). */
+       refuses it and invalidates that capture (device_sync_handed_over_inside_a_capture below). */
     w->fallback_lines = w->outside_lines = 0;
     if (host_setup(&h, configs[i].cuda_graph, handed, worker_log, w, w->failure,
                    sizeof(w->failure)) == 0 &&
@@ -388,43 +392,150 @@ static void two_runtimes_on_two_threads(void **state) {
 }
 
 /*
- * A host thread that calls cudaDeviceSynchronize in a loop beside a runtime (a preprocessing or
+ * A host thread that calls cudaDeviceSynchronize while a runtime captures (a preprocessing or
  * monitoring thread, as in TensorRT's issue 2888 and llama.cpp's PR 14033). CUDA refuses the sync
- * while any capture of the device runs, and invalidates that capture, whatever its mode (session
- * 52, tools/probe/capture_threads.cu). The runtime's captures that meet it fall back: every step
- * still reads its own result, every fallback's line names a break from outside the captured work,
- * and the graphs are captured again and replayed (such breaks never give a key up). How many
- * captures the loop breaks is timing: printed, not asserted.
+ * while any capture of the device runs and invalidates that capture, whatever its mode (session
+ * 52, tools/probe/capture_threads.cu). The sync is handed over from inside the captured work: a
+ * module being captured (the first capture of each layer, per runtime) gives the other thread the
+ * turn and waits until its cudaDeviceSynchronize has returned, so every sync meets a capture and
+ * none races a capture's begin or end (a raw loop of them does, and crashed the CUDA driver:
+ * tools/probe/sync_race.cu, session 53). Each sync must be refused, each broke one capture that
+ * fell back with a line naming a break from outside the captured work, every step still reads its
+ * own result, and the graphs are captured again and replayed.
  */
-static volatile int stop_syncer;
+static struct breaker {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int turn; /* 1: the syncing thread's */
+  int stop;
+  const cgrt_runtime *rt; /* the runtime whose layers `broken` marks */
+  int broken[LAYERS];
+  unsigned long long handed, refused;
+} * breaker;
 
-static void *syncer(void *arg) {
-  unsigned long long *refused = arg;
-  while (!stop_syncer)
-    if (cudaDeviceSynchronize() != cudaSuccess)
-      ++*refused;
+/* From layer l's forward on ctx's stream: hands the turn over if it is being captured and its
+   first capture has not been broken yet. */
+static void hand_over(const cgrt_ctx *ctx, int l) {
+  struct breaker *b = breaker;
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (!b || cudaStreamIsCapturing((cudaStream_t)ctx->stream, &st) != cudaSuccess ||
+      st != cudaStreamCaptureStatusActive)
+    return;
+  if (b->rt != ctx->rt) {
+    b->rt = ctx->rt;
+    memset(b->broken, 0, sizeof(b->broken));
+  }
+  if (b->broken[l])
+    return;
+  b->broken[l] = 1;
+  pthread_mutex_lock(&b->mu);
+  b->turn = 1;
+  pthread_cond_broadcast(&b->cv);
+  while (b->turn == 1)
+    pthread_cond_wait(&b->cv, &b->mu);
+  pthread_mutex_unlock(&b->mu);
+}
+
+static void *handed_syncer(void *arg) {
+  struct breaker *b = arg;
+  pthread_mutex_lock(&b->mu);
+  for (;;) {
+    while (b->turn != 1 && !b->stop)
+      pthread_cond_wait(&b->cv, &b->mu);
+    if (b->stop)
+      break;
+    pthread_mutex_unlock(&b->mu);
+    cudaError_t e = cudaDeviceSynchronize();
+    (void)cudaGetLastError();
+    pthread_mutex_lock(&b->mu);
+    b->handed++;
+    if (e != cudaSuccess)
+      b->refused++;
+    b->turn = 0;
+    pthread_cond_broadcast(&b->cv);
+  }
+  pthread_mutex_unlock(&b->mu);
   return NULL;
 }
 
-static void device_sync_on_another_thread(void **state) {
+static void device_sync_handed_over_inside_a_capture(void **state) {
   (void)state;
   if (!have_gpu())
     skip();
-  unsigned long long refused = 0;
-  stop_syncer = 0;
+  struct breaker b = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
   pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, syncer, &refused), 0);
+  assert_int_equal(pthread_create(&t, NULL, handed_syncer, &b), 0);
+  breaker = &b;
   struct worker w = {.index = 0, .outside_ok = 1};
   (void)worker_run(&w);
-  stop_syncer = 1;
+  breaker = NULL;
+  pthread_mutex_lock(&b.mu);
+  b.stop = 1;
+  pthread_cond_broadcast(&b.cv);
+  pthread_mutex_unlock(&b.mu);
   pthread_join(t, NULL);
-  (void)cudaGetLastError();
-  printf("device_sync_on_another_thread: %llu of the other thread's cudaDeviceSynchronize "
+  printf("device_sync_handed_over_inside_a_capture: %llu cudaDeviceSynchronize handed over, %llu "
          "refused, %llu captures broken and run eagerly, all named, every step right\n",
-         refused, w.fallbacks);
+         b.handed, b.refused, w.fallbacks);
   if (w.failure[0])
     fail_msg("%s", w.failure);
   assert_int_equal(w.steps, STEPS * (sizeof(configs) / sizeof(configs[0])));
+  assert_true(b.handed >= LAYERS); /* local's layers at least */
+  assert_int_equal(b.refused, b.handed);
+  assert_int_equal(w.fallbacks, b.handed);
+}
+
+/*
+ * The same thread synchronizes the device through cgrt_device_synchronize instead, in a loop, free
+ * running, on a runtime of its own that stays open while the worker's runtimes open, capture, step
+ * and close config after config: the gate holds each sync back while any capture of the process
+ * runs, so no capture may fall back, no sync may fail, and the syncs go on between the captures.
+ */
+static _Atomic int stop_gated;
+
+struct gated {
+  cgrt_runtime *rt;
+  unsigned long long calls, failed;
+  char msg[512];
+};
+
+static void *gated_syncer(void *arg) {
+  struct gated *g = arg;
+  while (!stop_gated) {
+    g->calls++;
+    if (cgrt_device_synchronize(g->rt) != 0 && g->failed++ == 0)
+      snprintf(g->msg, sizeof(g->msg), "%s", cgrt_last_error(g->rt));
+  }
+  return NULL;
+}
+
+static void device_synchronize_beside_captures(void **state) {
+  (void)state;
+  if (!have_gpu())
+    skip();
+  struct gated g = {.rt = NULL};
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\n"};
+  assert_int_equal(cgrt_open_ex(&g.rt, &o), 0);
+  stop_gated = 0;
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, gated_syncer, &g), 0);
+  struct worker w = {.index = 0};
+  (void)worker_run(&w);
+  stop_gated = 1;
+  pthread_join(t, NULL);
+  assert_int_equal(cgrt_close(g.rt), 0);
+  printf("device_synchronize_beside_captures: %llu cgrt_device_synchronize, %llu failed; %llu "
+         "captures fell back\n",
+         g.calls, g.failed, w.fallbacks);
+  if (w.failure[0])
+    fail_msg("%s", w.failure);
+  if (g.failed)
+    fail_msg("%llu of %llu cgrt_device_synchronize failed; the first: %s", g.failed, g.calls,
+             g.msg);
+  assert_int_equal(w.steps, STEPS * (sizeof(configs) / sizeof(configs[0])));
+  assert_int_equal(w.fallbacks, 0);
+  assert_true(g.calls > 0);
 }
 
 int main(void) {
@@ -438,9 +549,10 @@ int main(void) {
       cmocka_unit_test(stream_handed_at_open),
       cmocka_unit_test(captures_survive_another_threads_legacy_work),
       cmocka_unit_test(two_runtimes_on_two_threads),
-      cmocka_unit_test(device_sync_on_another_thread),
+      cmocka_unit_test(device_sync_handed_over_inside_a_capture),
+      cmocka_unit_test(device_synchronize_beside_captures),
   };
-  /* CGRT_TEST_FILTER=NAME runs one test (scripts/gpu-gdb-loop.sh repeats one that faults). */
+  /* CGRT_TEST_FILTER=NAME runs the tests it matches (scripts/gpu-gdb-loop.sh repeats one). */
   const char *only = getenv("CGRT_TEST_FILTER");
   if (only && only[0])
     cmocka_set_test_filter(only);

@@ -161,7 +161,7 @@ static void md_close(struct model *md) {
 
 /* ---------------------------------------------------------------- a second thread */
 
-#define INTRUDER_CALLS 25
+#define INTRUDER_CALLS 26
 
 /* Thread A (the test's) steps; thread B calls in while A's body waits for it. */
 struct duel {
@@ -237,6 +237,7 @@ static void *intruder(void *arg) {
   record(d, "cgrt_free_async", cgrt_free_async(d->ctx, p));
   record(d, "cgrt_module_register", cgrt_module_register(rt, &md, &m));
   record(d, "cgrt_synchronize", cgrt_synchronize(rt));
+  record(d, "cgrt_device_synchronize", cgrt_device_synchronize(rt)); /* host driver: it drives */
   record(d, "cgrt_release_graphs", cgrt_release_graphs(rt));
   record(d, "cgrt_release_graphs_ex", cgrt_release_graphs_ex(rt, &rr));
   record(d, "cgrt_graph_list", cgrt_graph_list(rt, visit_count, &seen));
@@ -478,6 +479,67 @@ static void two_runtimes_two_threads_side_by_side(void **state) {
   }
 }
 
+/* ---------------------------------------------------------------- cgrt_device_synchronize */
+
+struct crossing {
+  struct model *other; /* the runtime whose device the module synchronizes */
+  int ok, refused, other_rc;
+  char msg[512];
+};
+
+/* A module of one runtime synchronizes another runtime's device, as a host's layer might. */
+static void module_syncs_the_other(struct model *md, const cgrt_ctx *ctx) {
+  struct crossing *c = md->test;
+  (void)ctx;
+  int rc = cgrt_device_synchronize(c->other->rt);
+  if (rc == 0) {
+    c->ok++;
+  } else if (rc == CGRT_E_CAPTURE) {
+    c->refused++;
+    snprintf(c->msg, sizeof(c->msg), "%s", cgrt_last_error(c->other->rt));
+  } else {
+    c->other_rc = rc;
+    snprintf(c->msg, sizeof(c->msg), "%s", cgrt_last_error(c->other->rt));
+  }
+}
+
+/*
+ * cgrt_device_synchronize on the host driver: between steps it runs all the device's work; from
+ * a module inside a capture (of any runtime) it is refused with a sentence and the capture goes
+ * on, unbroken; eager module calls pass. (Its gate: test_gate; from another thread beside
+ * captures on a GPU: test_gpu_streams.)
+ */
+static void device_synchronize_never_inside_a_capture(void **state) {
+  (void)state;
+  assert_int_equal(cgrt_device_synchronize(NULL), CGRT_E_INVAL);
+  struct model *a = md_open("none", "off", NULL, NULL);
+  struct model *b = md_open("local", "off", NULL, NULL);
+  assert_int_equal(step(a, NULL), 0);
+  assert_int_equal(cgrt_device_synchronize(a->rt), 0);
+  int ran = a->ran;
+  assert_true(ran > 0);
+  assert_int_equal(cgrt_synchronize(a->rt), 0);
+  assert_int_equal(a->ran, ran); /* the device synchronize had run it all */
+
+  struct crossing c = {.other = a};
+  b->test = &c;
+  b->in_module = module_syncs_the_other;
+  for (int i = 0; i < 6; i++)
+    assert_int_equal(step(b, NULL), 0);
+  if (c.other_rc)
+    fail_msg("cgrt_device_synchronize from a module returned %d: %s", c.other_rc, c.msg);
+  assert_true(c.ok > 0);      /* warm-up and replays: module calls run eagerly or not at all */
+  assert_true(c.refused > 0); /* the captures */
+  assert_contains(c.msg, "cgrt_device_synchronize: called while this thread captures");
+  assert_contains(c.msg, "synchronize after the step returns");
+  cgrt_stats s = {.struct_size = sizeof(s)};
+  assert_int_equal(cgrt_stats_get(b->rt, &s), 0);
+  assert_int_equal(s.fallbacks, 0); /* the refused synchronize broke no capture */
+  assert_true(s.captures > 0);
+  md_close(b);
+  md_close(a);
+}
+
 /* ---------------------------------------------------------------- graph-list visitors */
 
 struct lister {
@@ -667,6 +729,7 @@ enum call {
   C_ALLOC,
   C_REGISTER,
   C_SYNC,
+  C_DEVICE_SYNC,
   C_RELEASE,
   C_RELEASE_EX,
   C_LIST,
@@ -687,15 +750,31 @@ enum call {
   C_COUNT
 };
 
-static const char *const call_names[C_COUNT] = {
-    "cgrt_step",           "cgrt_forward",           "cgrt_backward",
-    "cgrt_enqueue_host",   "cgrt_alloc_async",       "cgrt_module_register",
-    "cgrt_synchronize",    "cgrt_release_graphs",    "cgrt_release_graphs_ex",
-    "cgrt_graph_list",     "cgrt_stats_get",         "cgrt_config_get",
-    "cgrt_set_world_comm", "cgrt_set_capture_hooks", "cgrt_set_capture_hooks_ex",
-    "cgrt_findings_count", "cgrt_finding_get",       "cgrt_findings_clear",
-    "cgrt_set_log",        "cgrt_log_message",       "cgrt_tool_watch_graphs",
-    "cgrt_tool_describe",  "cgrt_tool_buckets",      "cgrt_close"};
+static const char *const call_names[C_COUNT] = {"cgrt_step",
+                                                "cgrt_forward",
+                                                "cgrt_backward",
+                                                "cgrt_enqueue_host",
+                                                "cgrt_alloc_async",
+                                                "cgrt_module_register",
+                                                "cgrt_synchronize",
+                                                "cgrt_device_synchronize",
+                                                "cgrt_release_graphs",
+                                                "cgrt_release_graphs_ex",
+                                                "cgrt_graph_list",
+                                                "cgrt_stats_get",
+                                                "cgrt_config_get",
+                                                "cgrt_set_world_comm",
+                                                "cgrt_set_capture_hooks",
+                                                "cgrt_set_capture_hooks_ex",
+                                                "cgrt_findings_count",
+                                                "cgrt_finding_get",
+                                                "cgrt_findings_clear",
+                                                "cgrt_set_log",
+                                                "cgrt_log_message",
+                                                "cgrt_tool_watch_graphs",
+                                                "cgrt_tool_describe",
+                                                "cgrt_tool_buckets",
+                                                "cgrt_close"};
 
 struct matrix {
   struct model *md;
@@ -764,6 +843,9 @@ static void run_row(struct matrix *x, enum where w, const cgrt_ctx *ctx) {
       break;
     case C_SYNC:
       rc = cgrt_synchronize(rt);
+      break;
+    case C_DEVICE_SYNC:
+      rc = cgrt_device_synchronize(rt);
       break;
     case C_RELEASE:
       rc = cgrt_release_graphs(rt);
@@ -1015,8 +1097,9 @@ static void every_call_from_every_callback(void **state) {
   /* Inside a step: what changes the runtime is refused, as before; reading works. */
   static const enum where in_step[] = {W_PREPARE,  W_BODY,  W_MODULE,   W_HOOK_BEGIN,
                                        W_HOOK_END, W_WATCH, W_SINK_STEP};
-  static const enum call changes[] = {C_STEP, C_REGISTER, C_SYNC,  C_RELEASE,  C_RELEASE_EX,
-                                      C_LIST, C_WORLD,    C_HOOKS, C_HOOKS_EX, C_FINDINGS_CLEAR};
+  static const enum call changes[] = {C_STEP,    C_REGISTER,   C_SYNC,          C_DEVICE_SYNC,
+                                      C_RELEASE, C_RELEASE_EX, C_LIST,          C_WORLD,
+                                      C_HOOKS,   C_HOOKS_EX,   C_FINDINGS_CLEAR};
   for (size_t i = 0; i < sizeof(in_step) / sizeof(in_step[0]); i++) {
     enum where w = in_step[i];
     for (size_t j = 0; j < sizeof(changes) / sizeof(changes[0]); j++)
@@ -1028,6 +1111,7 @@ static void every_call_from_every_callback(void **state) {
     assert_int_equal(rc_of(x, w, C_FINDINGS), 0);
   }
   assert_contains(x->msg[W_BODY][C_STEP], "steps do not nest");
+  assert_contains(x->msg[W_MODULE][C_DEVICE_SYNC], "not allowed inside a step");
   assert_int_equal(rc_of(x, W_BODY, C_FORWARD), 0); /* the one place module calls belong */
   assert_int_equal(rc_of(x, W_PREPARE, C_FORWARD), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_MODULE, C_FORWARD), CGRT_E_STATE);
@@ -1107,6 +1191,7 @@ int main(void) {
       cmocka_unit_test(second_thread_refused_while_one_steps),
       cmocka_unit_test(two_threads_racing_never_corrupt),
       cmocka_unit_test(two_runtimes_two_threads_side_by_side),
+      cmocka_unit_test(device_synchronize_never_inside_a_capture),
       cmocka_unit_test(visitor_may_not_change_the_graphs),
       cmocka_unit_test(close_refused_from_host_functions),
       cmocka_unit_test(close_of_another_runtime_from_a_host_function),

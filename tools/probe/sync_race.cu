@@ -8,7 +8,8 @@
  * instantiated, launched, its stream synchronized and both destroyed (not with --no-instantiate).
  * Thread A loops cudaDeviceSynchronize meanwhile (--call device; not with --no-sync: the control),
  * or a kernel on a stream of its own and cudaStreamSynchronize (--call stream) or an event
- * recorded there and cudaEventSynchronize (--call event). No handover: the race is the point.
+ * recorded there and cudaEventSynchronize (--call event), cudaMalloc and cudaFree of 1 MiB (--call
+ * free) or cudaDeviceGraphMemTrim (--call trim). No handover: the race is the point.
  * With --gate, B holds a reader-writer lock shared from its capture's begin to its end and A holds
  * it exclusively around each call: the calls and the captures never overlap, as cgrt's
  * cgrt_device_synchronize arranges. Printed: B's rounds, captures broken, instantiations, A's
@@ -16,8 +17,9 @@
  * and count.
  *
  * Usage: cgrt-sync-race [--seconds S] [--mode global|thread_local|relaxed] [--kernels K]
- *                       [--call device|stream|event] [--gate] [--no-sync] [--no-instantiate]
- * Exit status 0 when the loops ran to the end with every B round's kernels right. */
+ *                       [--call device|stream|event|free|trim] [--gate] [--no-sync]
+ * [--no-instantiate] Exit status 0 when the loops ran to the end with every B round's kernels
+ * right. */
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -56,8 +58,8 @@ int main(int argc, char **argv) {
     } else if (!std::strcmp(argv[i], "--call") && i + 1 < argc) {
       call = argv[++i];
       if (std::strcmp(call, "device") && std::strcmp(call, "stream") &&
-          std::strcmp(call, "event")) {
-        std::fprintf(stderr, "--call is device, stream or event, not %s\n", call);
+          std::strcmp(call, "event") && std::strcmp(call, "free") && std::strcmp(call, "trim")) {
+        std::fprintf(stderr, "--call is device, stream, event, free or trim, not %s\n", call);
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--gate"))
@@ -69,7 +71,7 @@ int main(int argc, char **argv) {
     else {
       std::fprintf(stderr,
                    "usage: cgrt-sync-race [--seconds S] [--mode global|thread_local|relaxed] "
-                   "[--kernels K] [--call device|stream|event] [--gate] [--no-sync] "
+                   "[--kernels K] [--call device|stream|event|free|trim] [--gate] [--no-sync] "
                    "[--no-instantiate]\n");
       return 2;
     }
@@ -95,7 +97,11 @@ int main(int argc, char **argv) {
   std::atomic<int> stop{0};
   std::shared_mutex lock;
   unsigned long long syncs = 0, refused = 0;
-  const int which = !std::strcmp(call, "stream") ? 1 : !std::strcmp(call, "event") ? 2 : 0;
+  const int which = !std::strcmp(call, "stream")  ? 1
+                    : !std::strcmp(call, "event") ? 2
+                    : !std::strcmp(call, "free")  ? 3
+                    : !std::strcmp(call, "trim")  ? 4
+                                                  : 0;
   std::thread a([&] {
     cudaSetDevice(0);
     while (sync && !stop.load()) {
@@ -104,6 +110,13 @@ int main(int argc, char **argv) {
       cudaError_t e;
       if (which == 0) {
         e = cudaDeviceSynchronize();
+      } else if (which == 3) {
+        void *p = nullptr;
+        e = cudaMalloc(&p, 1 << 20);
+        if (e == cudaSuccess)
+          e = cudaFree(p);
+      } else if (which == 4) {
+        e = cudaDeviceGraphMemTrim(0);
       } else {
         add_one<<<1, 32, 0, as>>>(abuf);
         e = which == 1                                     ? cudaStreamSynchronize(as)

@@ -25,7 +25,8 @@
  *   nothing, and cgrt_last_error(rt) on that second thread says "the runtime is being driven by
  *   another thread (...): one thread at a time drives a runtime; open one per thread"; the
  *   driving thread is unaffected. Separate runtimes are independent. cgrt_stream,
- *   cgrt_backend_name and cgrt_version read only what is fixed at open, from any thread.
+ *   cgrt_backend_name and cgrt_version read only what is fixed at open, from any thread;
+ *   cgrt_device_synchronize may be called from any thread (cuda driver).
  * - Callbacks (prepare, body, module callbacks, capture hooks, the log sink, graph-list visitors,
  *   host functions, the tools' graph watcher) run on the driving thread, inside the cgrt call that
  *   runs them. What they may call back: inside a step, what each function says (module calls
@@ -342,6 +343,23 @@ CGRT_API int cgrt_enqueue_host_copy(const cgrt_ctx *ctx, void (*fn)(void *arg), 
  * driver). Not allowed inside a step, from the log sink or from a host function.
  */
 CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
+
+/*
+ * Waits until all work on the runtime's device has run (cudaDeviceSynchronize), but never during a
+ * capture of any runtime of the process: it waits for the captures underway to end and holds new
+ * ones back until it returns. For a host thread that must synchronize the whole device beside
+ * runtimes that capture (a loader, a monitor). A raw cudaDeviceSynchronize there is refused by
+ * CUDA and invalidates the capture underway (cgrt then runs that work eagerly and captures it
+ * again), and one that races a capture's begin or end has crashed the CUDA driver (README, "Other
+ * threads and captures"). Any thread may call it while another drives rt (cuda driver; the
+ * thread's current device is kept); rt must stay open until it returns. A failure's sentence is
+ * this thread's cgrt_last_error(rt). Refused (CGRT_E_CAPTURE) on a thread that is capturing: from
+ * a module, body or capture hook inside a capture. On the host driver it is a call that drives rt,
+ * like cgrt_synchronize. A capture the host itself runs outside cgrt is not held back: CUDA
+ * refuses the synchronize and invalidates it (CGRT_E_CAPTURE). (since 0.4)
+ * Errors: CGRT_E_INVAL, CGRT_E_CAPTURE, CGRT_E_DEVICE, CGRT_E_STATE.
+ */
+CGRT_API int cgrt_device_synchronize(cgrt_runtime *rt);
 
 /*
  * Hands cgrt the host's world NCCL communicator (ncclComm_t) for context parallelism. Collective:

@@ -13,6 +13,7 @@
 #include "graph_mem.h"
 #include "graphs.h"
 #include "base/faults.h"
+#include "base/gate.h"
 #include "base/log.h"
 #include "comm/comm.h"
 #include "driver.h"
@@ -30,9 +31,11 @@ int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void
     snprintf(why, whylen, "the host's capture begin hook returned %d and refused the capture", rc);
     return CGRT_E_CALLBACK;
   }
+  cgrt__gate_capture_enter(); /* no device synchronize through cgrt while it captures */
   rc = drv->capture_begin(g->dev, stream);
   cgrt__comms_capture_begin(g->comms);
   if (rc != 0) {
+    cgrt__gate_capture_leave();
     snprintf(why, whylen, "%s", g->dev->err);
     (void)cgrt__hook_end(&g->hooks, stream); /* no capture began: close the pair the hook opened */
     return rc;
@@ -47,6 +50,7 @@ int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
   snprintf(why, whylen, "%s", g->log->err);
   int end_rc = drv->capture_end(g->dev, stream, graph);
+  cgrt__gate_capture_leave();
   int hook_rc = cgrt__hook_end(&g->hooks, stream);
   g->stats->capture_ns += cgrt__now_ns() - t0;
   rc = 0;

@@ -84,7 +84,8 @@ static const struct {
                  OP(host_alloc),
                  OP(host_free),
                  OP(event_create_timed),
-                 OP(event_elapsed)};
+                 OP(event_elapsed),
+                 OP(device_sync)};
 #undef OP
 
 int cgrt__driver_check(const struct cgrt_driver *d, const char *name, const char *path, char *err,

@@ -10,6 +10,7 @@
  */
 #include "guard.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 
 static _Thread_local char thread_token; /* its address names the thread */
@@ -46,6 +47,20 @@ int cgrt__bad_args(const cgrt_runtime *rt, const char *fn) {
            "sizeof; nothing was done (cgrt.h lists what the call takes)",
            fn);
   return CGRT_E_INVAL;
+}
+
+int cgrt__driving_here(const cgrt_runtime *rt) {
+  return atomic_load_explicit(&rt->owner, memory_order_acquire) == (uintptr_t)&thread_token;
+}
+
+int cgrt__fail_here(const cgrt_runtime *rt, int code, const char *fmt, ...) {
+  refusal.rt = rt;
+  refusal.serial = rt->serial;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(refusal.msg, sizeof(refusal.msg), fmt, ap);
+  va_end(ap);
+  return code;
 }
 
 static int refuse_thread(cgrt_runtime *rt, const char *fn) {

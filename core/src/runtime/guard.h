@@ -77,6 +77,17 @@ void cgrt__keep_error(cgrt_runtime *rt, const char *fn, int rc);
  */
 int cgrt__bad_args(const cgrt_runtime *rt, const char *fn);
 
+/* Whether this thread is inside a call of rt now (a callback of it runs). */
+int cgrt__driving_here(const cgrt_runtime *rt);
+
+/*
+ * For a public call that any thread may make without taking the runtime (cgrt_device_synchronize
+ * on the cuda driver): its sentence goes to this thread's cgrt_last_error(rt), as the guard's
+ * refusals do, without touching rt. Returns code.
+ */
+int cgrt__fail_here(const cgrt_runtime *rt, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /*
  * Around a wait of public call fn for rt's stream (a sync, an event): on the host driver the
  * stream's host functions run during it, on this thread, and every cgrt call they make is refused

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/gate.h"
 #include "buckets/buckets.h"
 #include "config/config_impl.h"
 #include "graphs/capture.h"
@@ -775,6 +776,7 @@ static void count_call(cgrt_runtime *rt, cgrt_mode mode) {
 static int close_stray_capture(cgrt_runtime *rt) {
   if (rt->open_captures == 0)
     return 0;
+  int open = rt->open_captures;
   rt->open_captures = 0;
   int active = 0;
   if (rt->dev.drv->capture_status(&rt->dev, rt->stream, &active) != 0)
@@ -785,6 +787,8 @@ static int close_stray_capture(cgrt_runtime *rt) {
     if (graph)
       rt->dev.drv->graph_destroy(&rt->dev, graph);
   }
+  while (open-- > 0)
+    cgrt__gate_capture_leave(); /* each begun by hand passed the gate */
   /* Whatever the stream's state, the host hears the end of every capture it heard begin. */
   while (rt->graphs.hooks.depth > 0)
     (void)cgrt__hook_end(&rt->graphs.hooks, rt->stream);
@@ -1039,6 +1043,48 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
   if (!rt)
     return CGRT_E_INVAL;
   CGRT_GUARDED(rt, "cgrt_synchronize", CGRT_CALL_CHANGE, synchronize(rt));
+}
+
+/*
+ * cgrt_device_synchronize: the device-wide synchronize, through the capture gate (base/gate.h),
+ * so that it never meets a capture of any runtime of the process. `driven`: the call drives rt
+ * (the host driver, or a callback of rt's calls), its failure is rt's last error and refused
+ * inside a step; else it touches nothing of rt but its device and driver, fixed at open, and its
+ * failure is this thread's (cgrt__fail_here).
+ */
+static int device_synchronize(cgrt_runtime *rt, int driven) {
+  static const char fn[] = "cgrt_device_synchronize";
+  char err[512];
+  if (driven && rt->graphs.in_step)
+    return cgrt__fail(&rt->log, CGRT_E_STATE,
+                      "%s: not allowed inside a step (the work may be captured); nothing was done: "
+                      "synchronize after the step returns",
+                      fn);
+  int rc = cgrt__gate_sync_enter();
+#define CAPTURING                                                                                  \
+  "%s: called while this thread captures (the work of a module, a body or a capture hook inside "  \
+  "a capture of cgrt): a device-wide synchronize would break that capture; nothing was done: "     \
+  "synchronize after the step returns"
+  if (rc != 0)
+    return driven ? cgrt__fail(&rt->log, rc, CAPTURING, fn)
+                  : cgrt__fail_here(rt, rc, CAPTURING, fn);
+#undef CAPTURING
+  rc = rt->dev.drv->device_sync(&rt->dev, err, sizeof(err));
+  cgrt__gate_sync_leave();
+  if (rc == 0)
+    return 0;
+  return driven ? cgrt__fail(&rt->log, rc, "%s: %s", fn, err)
+                : cgrt__fail_here(rt, rc, "%s: %s", fn, err);
+}
+
+CGRT_API int cgrt_device_synchronize(cgrt_runtime *rt) {
+  if (!rt)
+    return CGRT_E_INVAL;
+  /* The host driver is not thread-safe: there it drives rt as any other call does; so does a
+     callback of rt's own calls, with a callback's rules. */
+  if (rt->dev.drv == &cgrt__driver_host || cgrt__driving_here(rt))
+    CGRT_GUARDED(rt, "cgrt_device_synchronize", CGRT_CALL_CHANGE, device_synchronize(rt, 1));
+  return device_synchronize(rt, 0);
 }
 
 static int set_world_comm(cgrt_runtime *rt, void *world_comm) {
