@@ -304,6 +304,7 @@ static void captures_survive_another_threads_legacy_work(void **state) {
 struct worker {
   int index;
   int outside_ok; /* fallbacks allowed where the log names a break from outside the capture */
+  void (*each_config)(void); /* called before each config's runtime opens, if set */
   char failure[512];
   unsigned long long steps;
   unsigned long long fallback_lines, outside_lines; /* the open runtime's, from its log */
@@ -341,6 +342,8 @@ static void *worker_run(void *arg) {
     /* No cudaDeviceSynchronize after the setup: with the other thread's runtime capturing, CUDA
        refuses it and invalidates that capture (device_sync_handed_over_inside_a_capture below). */
     w->fallback_lines = w->outside_lines = 0;
+    if (w->each_config)
+      w->each_config();
     if (host_setup(&h, configs[i].cuda_graph, handed, worker_log, w, w->failure,
                    sizeof(w->failure)) == 0 &&
         check_steps(&h, what, configs[i].phase, SPIN / 4, 31 * w->index, &w->steps, w->failure,
@@ -396,7 +399,7 @@ static void two_runtimes_on_two_threads(void **state) {
  * monitoring thread, as in TensorRT's issue 2888 and llama.cpp's PR 14033). CUDA refuses the sync
  * while any capture of the device runs and invalidates that capture, whatever its mode (session
  * 52, tools/probe/capture_threads.cu). The sync is handed over from inside the captured work: a
- * module being captured (the first capture of each layer, per runtime) gives the other thread the
+ * module being captured (the first capture of each layer, per config) gives the other thread the
  * turn and waits until its cudaDeviceSynchronize has returned, so every sync meets a capture and
  * none races a capture's begin or end (a raw loop of them does, and crashed the CUDA driver:
  * tools/probe/sync_race.cu, session 53). Each sync must be refused, each broke one capture that
@@ -408,23 +411,23 @@ static struct breaker {
   pthread_cond_t cv;
   int turn; /* 1: the syncing thread's */
   int stop;
-  const cgrt_runtime *rt; /* the runtime whose layers `broken` marks */
-  int broken[LAYERS];
+  int broken[LAYERS]; /* this config's layers whose first capture was broken */
   unsigned long long handed, refused;
 } * breaker;
 
+/* Before each config: its layers' first captures are still to be broken. */
+static void unbreak(void) {
+  memset(breaker->broken, 0, sizeof(breaker->broken));
+}
+
 /* From layer l's forward on ctx's stream: hands the turn over if it is being captured and its
-   first capture has not been broken yet. */
+   first capture in this config has not been broken yet. */
 static void hand_over(const cgrt_ctx *ctx, int l) {
   struct breaker *b = breaker;
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   if (!b || cudaStreamIsCapturing((cudaStream_t)ctx->stream, &st) != cudaSuccess ||
       st != cudaStreamCaptureStatusActive)
     return;
-  if (b->rt != ctx->rt) {
-    b->rt = ctx->rt;
-    memset(b->broken, 0, sizeof(b->broken));
-  }
   if (b->broken[l])
     return;
   b->broken[l] = 1;
@@ -466,7 +469,7 @@ static void device_sync_handed_over_inside_a_capture(void **state) {
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, handed_syncer, &b), 0);
   breaker = &b;
-  struct worker w = {.index = 0, .outside_ok = 1};
+  struct worker w = {.index = 0, .outside_ok = 1, .each_config = unbreak};
   (void)worker_run(&w);
   breaker = NULL;
   pthread_mutex_lock(&b.mu);
@@ -480,7 +483,9 @@ static void device_sync_handed_over_inside_a_capture(void **state) {
   if (w.failure[0])
     fail_msg("%s", w.failure);
   assert_int_equal(w.steps, STEPS * (sizeof(configs) / sizeof(configs[0])));
-  assert_true(b.handed >= LAYERS); /* local's layers at least */
+  /* the first capture of each layer in each config that captures per layer or per step (block
+     scope and full_iteration: a step's capture breaks at one layer each time, LAYERS in a row) */
+  assert_true(b.handed >= 6 * LAYERS);
   assert_int_equal(b.refused, b.handed);
   assert_int_equal(w.fallbacks, b.handed);
 }
