@@ -1595,6 +1595,18 @@ class Runtime:
                 errs[0],
             ) from errs[0]
 
+    def device_synchronize(self) -> None:
+        """Waits until all work on the runtime's device has run (cudaDeviceSynchronize), never
+        during a capture of any runtime of the process: it waits for the captures underway and
+        holds new ones back (cgrt_device_synchronize). For a thread that must synchronize the
+        whole device beside runtimes that capture, where torch.cuda.synchronize() would break their
+        captures or, racing one's begin or end, crash the CUDA driver. Any thread may call it while
+        another steps (cuda driver); on the host driver it is a call like synchronize(). Raises
+        Error (Status.CAPTURE from inside a capture, Status.STATE inside a step)."""
+        rc = self._lib.cgrt_device_synchronize(self._handle())
+        if rc != 0:
+            raise self._fail(rc)
+
     def release_graphs(self) -> Optional[ReleaseReport]:
         """Waits for the stream, then frees every graph the backend holds; later steps warm up and
         capture again. Returns what was freed, a ReleaseReport (cgrt_release_graphs_ex); None

@@ -426,6 +426,7 @@ def _declare(lib):
         "cgrt_backward": (c_int, [R, c_void_p, POINTER(CCtx), POINTER(CArgs)]),
         "cgrt_enqueue_host": (c_int, [POINTER(CCtx), HOST_FN, c_void_p]),
         "cgrt_synchronize": (c_int, [R]),
+        "cgrt_device_synchronize": (c_int, [R]),
         "cgrt_release_graphs": (c_int, [R]),
         "cgrt_release_graphs_ex": (c_int, [R, POINTER(CReleaseReport)]),
         "cgrt_graph_list": (c_int, [R, GRAPH_FN, c_void_p]),

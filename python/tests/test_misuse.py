@@ -232,6 +232,7 @@ def test_every_public_method_called_inside_a_step_is_refused_or_harmless(rt):
             "step": lambda: rt.step("infer", 1, body=lambda c: None),
             "register": lambda: rt.register(f"x{where}", "mlp", lambda c, a: None),
             "synchronize": rt.synchronize,
+            "device_synchronize": rt.device_synchronize,
             "release_graphs": rt.release_graphs,
             "set_world_comm": lambda: rt.set_world_comm(None),
             "set_capture_hooks": lambda: rt.set_capture_hooks(None, None),
@@ -256,7 +257,8 @@ def test_every_public_method_called_inside_a_step_is_refused_or_harmless(rt):
         rt.forward(n, ctx)
 
     assert rt.step("infer", 1, body=body).calls_eager == 2
-    assert len(said) == 15 and all(said.values())
+    assert len(said) == 17 and all(said.values())
+    assert "not allowed inside a step" in said[("module", "device_synchronize")]
     assert "steps do not nest" in said[("body", "step")]
     assert "not inside one" in said[("module", "register")]
     assert "do not nest" in said[("module", "forward")]
@@ -264,6 +266,30 @@ def test_every_public_method_called_inside_a_step_is_refused_or_harmless(rt):
     rt.synchronize()
     rt.release_graphs()
     assert rt.stats().steps == 1
+
+
+def test_device_synchronize_is_refused_inside_a_capture_and_breaks_none(rt):
+    """A module of one runtime that synchronizes another's device: refused while it is captured
+    (Status.CAPTURE, with cgrt's sentence), the capture goes on whole; eager calls pass."""
+    rt.device_synchronize()  # between steps: fine
+    other = cgrt.Runtime(host_ini("local", warmup=1))
+    said = []
+
+    def fwd(ctx, args):
+        try:
+            rt.device_synchronize()
+            said.append(None)
+        except Error as e:
+            said.append(e)
+
+    m = other.register("m", "mlp", fwd)
+    reps = [other.step("infer", 1, body=lambda ctx: other.forward(m, ctx)) for _ in range(3)]
+    assert [r.mode for r in reps] == [cgrt.Mode.WARMUP, cgrt.Mode.CAPTURE, cgrt.Mode.REPLAY]
+    assert all(r.fallbacks == 0 for r in reps)
+    assert said[0] is None  # the warm-up call ran eagerly
+    assert said[1].code == Status.CAPTURE and len(said) == 2  # the capture's; the replay runs none
+    assert "called while this thread captures" in said[1].message
+    other.close()
 
 
 def test_a_module_of_another_runtime_is_refused_before_cgrt_reads_it(rt):

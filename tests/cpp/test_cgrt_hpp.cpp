@@ -242,8 +242,14 @@ static void module_exception(const char *cuda_graph, int at) {
 
   toy.outputs.clear();
   toy.step(3000);
-  toy.rt.synchronize();
+  toy.rt.device_synchronize(); /* the whole device: on the host driver, every stream runs */
   CHECK(toy.outputs.size() == 1 && toy.outputs[0] == expected(3000));
+  /* Inside a step it throws, as synchronize does. */
+  e = expect_throw<cgrt::Error>(__LINE__, [&] {
+    toy.rt.step(CGRT_PHASE_TRAIN, 8, nullptr,
+                [&](const cgrt_ctx &) { toy.rt.device_synchronize(); });
+  });
+  CHECK(e.code() == CGRT_E_STATE);
 }
 
 static void moves() {

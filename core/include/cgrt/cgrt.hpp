@@ -517,6 +517,14 @@ public:
     detail::check(cgrt_synchronize(st.rt), st.rt);
   }
 
+  /* cgrt_device_synchronize(): waits for the whole device, never during a capture of any runtime
+     of the process. Throws Error (CGRT_E_CAPTURE from inside a capture, CGRT_E_STATE inside a
+     step, CGRT_E_DEVICE). */
+  void device_synchronize() {
+    detail::State &st = live();
+    detail::check(cgrt_device_synchronize(st.rt), st.rt);
+  }
+
   /* cgrt_stream(): the stream cgrt runs on (a cudaStream_t on the cuda driver). Throws
      Error(CGRT_E_STATE) when inert. */
   void *stream() const {
