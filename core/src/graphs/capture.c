@@ -77,7 +77,7 @@ int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void
              "the host's capture end hook returned %d; the recorded graph was discarded", hook_rc);
     rc = CGRT_E_CALLBACK;
   }
-  char more[512];
+  char more[1024]; /* diagnose's cause: up to about 520 characters */
   cgrt__diagnose_end(g, what, failed, stream, fn, arg, more, sizeof(more));
   if (more[0]) {
     size_t used = strlen(why);

@@ -465,10 +465,11 @@ void cgrt__diagnose_end(struct cgrt_graphs *g, const char *what, int failed, voi
     snprintf(why_more, len,
              "; diagnose: the capture was invalidated, yet none of the %llu device calls recorded "
              "while capturing it was refused: it was broken from outside the captured work, most "
-             "likely by a cudaDeviceSynchronize on another thread of the process while it ran "
-             "(CUDA then invalidates every capture on the GPU, whatever its capture_mode; under "
-             "capture_mode = global nearly any CUDA call on another thread does); synchronize "
-             "other threads' streams or events instead. It is captured again at its next call",
+             "likely by a cudaDeviceSynchronize on another thread while it ran (CUDA invalidates "
+             "every capture on the GPU then, whatever its capture_mode; under global nearly any "
+             "CUDA call on another thread does); on other threads synchronize streams or events, "
+             "or call cgrt_device_synchronize, which waits for captures. It is captured again at "
+             "its next call",
              (unsigned long long)d->rec.seen);
   } else if (failed && !broke) {
     cgrt__log(g->log, CGRT_LOG_INFO,
