@@ -356,7 +356,9 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
  * this thread's cgrt_last_error(rt). Refused (CGRT_E_CAPTURE) on a thread that is capturing: from
  * a module, body or capture hook inside a capture. On the host driver it is a call that drives rt,
  * like cgrt_synchronize. A capture the host itself runs outside cgrt is not held back: CUDA
- * refuses the synchronize and invalidates it (CGRT_E_CAPTURE). (since 0.4)
+ * refuses the synchronize and invalidates it (CGRT_E_CAPTURE). Captures and synchronizes are
+ * served in the order they came: a capture's work must not wait for another thread's capture to
+ * begin while a synchronize may be queued between them. (since 0.4)
  * Errors: CGRT_E_INVAL, CGRT_E_CAPTURE, CGRT_E_DEVICE, CGRT_E_STATE.
  */
 CGRT_API int cgrt_device_synchronize(cgrt_runtime *rt);

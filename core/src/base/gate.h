@@ -11,7 +11,9 @@
  * the other way. Several captures pass together; device synchronizes pass one at a time; both
  * are served in the order they came, so neither side starves the other. A thread that holds a
  * capture passes again at once (captures of two runtimes, one inside the other's work), and may
- * not synchronize the device (it would wait for itself).
+ * not synchronize the device (it would wait for itself). The order has one consequence: while a
+ * synchronize waits for a capture, a capture that arrives on another thread waits behind it, so
+ * captured work that waits for another thread's capture to begin would wait for ever.
  */
 #ifndef CGRT_GATE_H
 #define CGRT_GATE_H
