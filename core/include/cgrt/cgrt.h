@@ -354,7 +354,8 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
  * threads and captures"). Any thread may call it while another drives rt (cuda driver; the
  * thread's current device is kept); rt must stay open until it returns. A failure's sentence is
  * this thread's cgrt_last_error(rt). Refused (CGRT_E_CAPTURE) on a thread that is capturing: from
- * a module, body or capture hook inside a capture. On the host driver it is a call that drives rt,
+ * a module or body inside a capture of another runtime (inside a step of rt itself it is refused
+ * with CGRT_E_STATE, as cgrt_synchronize is). On the host driver it is a call that drives rt,
  * like cgrt_synchronize. A capture the host itself runs outside cgrt is not held back: CUDA
  * refuses the synchronize and invalidates it (CGRT_E_CAPTURE). Captures and synchronizes are
  * served in the order they came: a capture's work must not wait for another thread's capture to

@@ -1062,9 +1062,9 @@ static int device_synchronize(cgrt_runtime *rt, int driven) {
                       fn);
   int rc = cgrt__gate_sync_enter();
 #define CAPTURING                                                                                  \
-  "%s: called while this thread captures (the work of a module, a body or a capture hook inside "  \
-  "a capture of cgrt): a device-wide synchronize would break that capture; nothing was done: "     \
-  "synchronize after the step returns"
+  "%s: called while this thread captures (the work of a module or a body inside a capture of "     \
+  "cgrt): a device-wide synchronize would break that capture; nothing was done: synchronize "      \
+  "after the step returns"
   if (rc != 0)
     return driven ? cgrt__fail(&rt->log, rc, CAPTURING, fn)
                   : cgrt__fail_here(rt, rc, CAPTURING, fn);
