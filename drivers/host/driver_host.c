@@ -817,6 +817,25 @@ static void host_stream_destroy(struct cgrt_dev *dev, void *stream) {
   stream_free(s);
 }
 
+/* Runs stream s to its end; the host waited for it, so its clock moves up to the stream's. */
+static void run_and_wait(struct host_dev *hd, struct host_stream *s) {
+  stream_run(s, NULL, 0);
+  if (hd->host_clock < s->clock)
+    hd->host_clock = s->clock;
+}
+
+/* A device-wide synchronize meets the captures of the device: each is invalidated (`why` says
+   by what), as CUDA does whatever the capture mode. Whether there was one. */
+static int invalidate_captures(struct host_dev *hd, const char *why) {
+  int hit = 0;
+  for (struct host_stream *s = hd->streams; s; s = s->next)
+    if (s->capture) {
+      capture_invalidate(s, "%s", why);
+      hit = 1;
+    }
+  return hit;
+}
+
 static int host_stream_sync(struct cgrt_dev *dev, void *stream) {
   struct host_dev *hd = dev->impl;
   struct host_stream *s = as_stream(dev, stream);
@@ -838,9 +857,7 @@ static int host_stream_sync(struct cgrt_dev *dev, void *stream) {
   int rc = forbid_in_captures(dev, CGRT_FINDING_SYNC, "stream_sync", sync_advice);
   if (rc)
     return rc;
-  stream_run(s, NULL, 0);
-  if (hd->host_clock < s->clock)
-    hd->host_clock = s->clock; /* the host waited for the stream */
+  run_and_wait(hd, s);
   return 0;
 }
 
@@ -854,23 +871,14 @@ static int host_device_sync(struct cgrt_dev *dev, char *err, size_t errlen) {
              "(as with cudaLaunchHostFunc)");
     return CGRT_E_STATE;
   }
-  int hit = 0;
-  for (struct host_stream *s = hd->streams; s; s = s->next)
-    if (s->capture) {
-      capture_invalidate(s, "a device-wide synchronize during the capture");
-      hit = 1;
-    }
-  if (hit) {
+  if (invalidate_captures(hd, "a device-wide synchronize during the capture")) {
     snprintf(err, errlen,
              "device_sync while a stream of the device captures is not permitted, as in CUDA "
              "(cudaErrorStreamCaptureUnsupported); the capture is invalidated");
     return CGRT_E_CAPTURE;
   }
-  for (struct host_stream *s = hd->streams; s; s = s->next) {
-    stream_run(s, NULL, 0);
-    if (hd->host_clock < s->clock)
-      hd->host_clock = s->clock; /* the host waited for the stream */
-  }
+  for (struct host_stream *s = hd->streams; s; s = s->next)
+    run_and_wait(hd, s);
   return 0;
 }
 
@@ -1456,14 +1464,10 @@ int cgrt__host_run_device(struct cgrt_dev *dev) {
 int cgrt__host_sync_elsewhere(struct cgrt_dev *dev) {
   if (!dev || dev->drv != &HOST_TABLE || !dev->impl)
     return CGRT_E_INVAL;
-  struct host_dev *hd = dev->impl;
-  int hit = 0;
-  for (struct host_stream *s = hd->streams; s; s = s->next)
-    if (s->capture) {
-      capture_invalidate(s, "a cudaDeviceSynchronize on another thread during the capture");
-      hit = 1;
-    }
-  return hit ? CGRT_E_CAPTURE : 0;
+  return invalidate_captures(dev->impl,
+                             "a cudaDeviceSynchronize on another thread during the capture")
+             ? CGRT_E_CAPTURE
+             : 0;
 }
 
 int cgrt__host_set_pool_granule(struct cgrt_dev *dev, uint64_t bytes) {
