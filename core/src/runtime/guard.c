@@ -39,20 +39,6 @@ void cgrt__keep_error(cgrt_runtime *rt, const char *fn, int rc) {
              rc);
 }
 
-int cgrt__bad_args(const cgrt_runtime *rt, const char *fn) {
-  refusal.rt = rt;
-  refusal.serial = rt->serial;
-  snprintf(refusal.msg, sizeof(refusal.msg),
-           "%s: an argument is NULL or out of range, or a struct's struct_size is not set to its "
-           "sizeof; nothing was done (cgrt.h lists what the call takes)",
-           fn);
-  return CGRT_E_INVAL;
-}
-
-int cgrt__driving_here(const cgrt_runtime *rt) {
-  return atomic_load_explicit(&rt->owner, memory_order_acquire) == (uintptr_t)&thread_token;
-}
-
 int cgrt__fail_here(const cgrt_runtime *rt, int code, const char *fmt, ...) {
   refusal.rt = rt;
   refusal.serial = rt->serial;
@@ -63,16 +49,25 @@ int cgrt__fail_here(const cgrt_runtime *rt, int code, const char *fmt, ...) {
   return code;
 }
 
+int cgrt__bad_args(const cgrt_runtime *rt, const char *fn) {
+  return cgrt__fail_here(rt, CGRT_E_INVAL,
+                         "%s: an argument is NULL or out of range, or a struct's struct_size is "
+                         "not set to its sizeof; nothing was done (cgrt.h lists what the call "
+                         "takes)",
+                         fn);
+}
+
+int cgrt__driving_here(const cgrt_runtime *rt) {
+  return atomic_load_explicit(&rt->owner, memory_order_acquire) == (uintptr_t)&thread_token;
+}
+
 static int refuse_thread(cgrt_runtime *rt, const char *fn) {
   const char *outer = atomic_load_explicit(&rt->entry, memory_order_relaxed);
-  refusal.rt = rt;
-  refusal.serial = rt->serial;
-  snprintf(refusal.msg, sizeof(refusal.msg),
-           "%s: the runtime is being driven by another thread (%s%s): one thread at a time "
-           "drives a runtime; open one per thread",
-           fn, outer ? "which is inside " : "which has just returned from a call",
-           outer ? outer : "");
-  return CGRT_E_STATE;
+  return cgrt__fail_here(rt, CGRT_E_STATE,
+                         "%s: the runtime is being driven by another thread (%s%s): one thread at "
+                         "a time drives a runtime; open one per thread",
+                         fn, outer ? "which is inside " : "which has just returned from a call",
+                         outer ? outer : "");
 }
 
 /* A call of the owning thread from inside another of its calls: a callback of that call. */
