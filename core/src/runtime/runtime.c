@@ -1053,28 +1053,25 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt) {
  * failure is this thread's (cgrt__fail_here).
  */
 static int device_synchronize(cgrt_runtime *rt, int driven) {
-  static const char fn[] = "cgrt_device_synchronize";
-  char err[512];
   if (driven && rt->graphs.in_step)
     return cgrt__fail(&rt->log, CGRT_E_STATE,
-                      "%s: not allowed inside a step (the work may be captured); nothing was done: "
-                      "synchronize after the step returns",
-                      fn);
+                      "cgrt_device_synchronize: not allowed inside a step (the work may be "
+                      "captured); nothing was done: synchronize after the step returns");
+  char err[512];
   int rc = cgrt__gate_sync_enter();
-#define CAPTURING                                                                                  \
-  "%s: called while this thread captures (the work of a module or a body inside a capture of "     \
-  "cgrt): a device-wide synchronize would break that capture; nothing was done: synchronize "      \
-  "after the step returns"
-  if (rc != 0)
-    return driven ? cgrt__fail(&rt->log, rc, CAPTURING, fn)
-                  : cgrt__fail_here(rt, rc, CAPTURING, fn);
-#undef CAPTURING
-  rc = rt->dev.drv->device_sync(&rt->dev, err, sizeof(err));
-  cgrt__gate_sync_leave();
+  if (rc != 0) {
+    snprintf(err, sizeof(err),
+             "called while this thread captures (the work of a module or a body inside a capture "
+             "of cgrt): a device-wide synchronize would break that capture; nothing was done: "
+             "synchronize after the step returns");
+  } else {
+    rc = rt->dev.drv->device_sync(&rt->dev, err, sizeof(err));
+    cgrt__gate_sync_leave();
+  }
   if (rc == 0)
     return 0;
-  return driven ? cgrt__fail(&rt->log, rc, "%s: %s", fn, err)
-                : cgrt__fail_here(rt, rc, "%s: %s", fn, err);
+  return driven ? cgrt__fail(&rt->log, rc, "cgrt_device_synchronize: %s", err)
+                : cgrt__fail_here(rt, rc, "cgrt_device_synchronize: %s", err);
 }
 
 CGRT_API int cgrt_device_synchronize(cgrt_runtime *rt) {
