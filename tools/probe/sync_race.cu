@@ -15,12 +15,23 @@
  * cgrt_device_synchronize arranges. Printed: B's rounds, captures broken, instantiations, A's
  * calls and how many were refused. A fault ends the process: run it several times (a shell loop)
  * and count.
+ * --call ctx calls the driver's cuCtxSynchronize, --call legacy launches a kernel on the legacy
+ * stream and synchronizes it (cudaStreamSynchronize(0)).
+ * --cupti-gate (built where CUPTI is found; session 54): A makes its calls raw, and a CUPTI
+ * callback on the enter and exit of cudaDeviceSynchronize and cuCtxSynchronize takes the lock
+ * exclusively around them instead (once per thread: the runtime's call makes the driver's inside
+ * it); B holds it shared as with --gate. So: can a process keep a raw synchronize away from
+ * captures without touching the caller? The counts of both callbacks are printed.
  *
  * Usage: cgrt-sync-race [--seconds S] [--mode global|thread_local|relaxed] [--kernels K]
- *                       [--call device|stream|event|free|trim] [--gate] [--no-sync]
- * [--no-instantiate] Exit status 0 when the loops ran to the end with every B round's kernels
- * right. */
+ *                       [--call device|ctx|legacy|stream|event|free|trim] [--gate]
+ *                       [--cupti-gate] [--no-sync] [--no-instantiate]
+ * Exit status 0 when the loops ran to the end with every B round's kernels right. */
+#include <cuda.h>
 #include <cuda_runtime.h>
+#ifdef CGRT_PROBE_CUPTI
+#include <cupti.h>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -34,9 +45,39 @@ __global__ void add_one(float *p) {
   p[threadIdx.x] += 1.0f;
 }
 
+static std::shared_mutex lock;
+
+#ifdef CGRT_PROBE_CUPTI
+static thread_local int sync_depth; /* synchronizes in progress on this thread */
+static std::atomic<unsigned long long> cb_runtime{0}, cb_driver{0};
+
+static void CUPTIAPI on_sync(void *, CUpti_CallbackDomain domain, CUpti_CallbackId,
+                             const void *data) {
+  const CUpti_CallbackData *info = static_cast<const CUpti_CallbackData *>(data);
+  if (info->callbackSite == CUPTI_API_ENTER) {
+    (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? cb_runtime : cb_driver)++;
+    if (sync_depth++ == 0)
+      lock.lock();
+  } else if (--sync_depth == 0) {
+    lock.unlock();
+  }
+}
+
+static int cupti_gate(void) {
+  CUpti_SubscriberHandle sub;
+  if (cuptiSubscribe(&sub, on_sync, nullptr) != CUPTI_SUCCESS ||
+      cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API,
+                          CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020) != CUPTI_SUCCESS ||
+      cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                          CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize) != CUPTI_SUCCESS)
+    return 1;
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
   double seconds = 5;
-  int kernels = 3, sync = 1, instantiate = 1, gate = 0;
+  int kernels = 3, sync = 1, instantiate = 1, gate = 0, cgate = 0;
   const char *call = "device";
   cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
   const char *mode_name = "thread_local";
@@ -58,12 +99,16 @@ int main(int argc, char **argv) {
     } else if (!std::strcmp(argv[i], "--call") && i + 1 < argc) {
       call = argv[++i];
       if (std::strcmp(call, "device") && std::strcmp(call, "stream") &&
-          std::strcmp(call, "event") && std::strcmp(call, "free") && std::strcmp(call, "trim")) {
-        std::fprintf(stderr, "--call is device, stream, event, free or trim, not %s\n", call);
+          std::strcmp(call, "event") && std::strcmp(call, "free") && std::strcmp(call, "trim") &&
+          std::strcmp(call, "ctx") && std::strcmp(call, "legacy")) {
+        std::fprintf(stderr, "--call is device, ctx, legacy, stream, event, free or trim, not %s\n",
+                     call);
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--gate"))
       gate = 1;
+    else if (!std::strcmp(argv[i], "--cupti-gate"))
+      cgate = 1;
     else if (!std::strcmp(argv[i], "--no-sync"))
       sync = 0;
     else if (!std::strcmp(argv[i], "--no-instantiate"))
@@ -71,8 +116,8 @@ int main(int argc, char **argv) {
     else {
       std::fprintf(stderr,
                    "usage: cgrt-sync-race [--seconds S] [--mode global|thread_local|relaxed] "
-                   "[--kernels K] [--call device|stream|event|free|trim] [--gate] [--no-sync] "
-                   "[--no-instantiate]\n");
+                   "[--kernels K] [--call device|ctx|legacy|stream|event|free|trim] [--gate] "
+                   "[--cupti-gate] [--no-sync] [--no-instantiate]\n");
       return 2;
     }
   }
@@ -81,6 +126,17 @@ int main(int argc, char **argv) {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;
   }
+#ifdef CGRT_PROBE_CUPTI
+  if (cgate && cupti_gate()) {
+    std::printf("CUPTI's subscription failed\n");
+    return 1;
+  }
+#else
+  if (cgate) {
+    std::printf("SKIPPED: built without CUPTI\n");
+    return 77;
+  }
+#endif
   cudaStream_t bs = nullptr, as = nullptr;
   cudaEvent_t ev = nullptr;
   float *buf = nullptr, *abuf = nullptr;
@@ -95,13 +151,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   std::atomic<int> stop{0};
-  std::shared_mutex lock;
   unsigned long long syncs = 0, refused = 0;
-  const int which = !std::strcmp(call, "stream")  ? 1
-                    : !std::strcmp(call, "event") ? 2
-                    : !std::strcmp(call, "free")  ? 3
-                    : !std::strcmp(call, "trim")  ? 4
-                                                  : 0;
+  const int which = !std::strcmp(call, "stream")   ? 1
+                    : !std::strcmp(call, "event")  ? 2
+                    : !std::strcmp(call, "free")   ? 3
+                    : !std::strcmp(call, "trim")   ? 4
+                    : !std::strcmp(call, "ctx")    ? 5
+                    : !std::strcmp(call, "legacy") ? 6
+                                                   : 0;
   std::thread a([&] {
     cudaSetDevice(0);
     while (sync && !stop.load()) {
@@ -117,6 +174,11 @@ int main(int argc, char **argv) {
           e = cudaFree(p);
       } else if (which == 4) {
         e = cudaDeviceGraphMemTrim(0);
+      } else if (which == 5) {
+        e = cuCtxSynchronize() == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+      } else if (which == 6) {
+        add_one<<<1, 32, 0, 0>>>(abuf);
+        e = cudaStreamSynchronize(0);
       } else {
         add_one<<<1, 32, 0, as>>>(abuf);
         e = which == 1                                     ? cudaStreamSynchronize(as)
@@ -138,7 +200,7 @@ int main(int argc, char **argv) {
   while (std::chrono::steady_clock::now() < end) {
     rounds++;
     cudaGraph_t g = nullptr;
-    if (gate)
+    if (gate || cgate)
       lock.lock_shared();
     cudaError_t e = cudaStreamBeginCapture(bs, mode);
     for (int k = 0; k < kernels && e == cudaSuccess; k++) {
@@ -146,7 +208,7 @@ int main(int argc, char **argv) {
       e = cudaGetLastError();
     }
     cudaError_t end_rc = cudaStreamEndCapture(bs, &g);
-    if (gate)
+    if (gate || cgate)
       lock.unlock_shared();
     (void)cudaGetLastError();
     if (e != cudaSuccess || end_rc != cudaSuccess || !g) {
@@ -178,8 +240,16 @@ int main(int argc, char **argv) {
   a.join();
   std::printf("mode %s, %d kernels, %s, %s, %s: %llu rounds, %llu captures broken, %llu graphs "
               "instantiated and run, %llu checks wrong; A: %llu calls, %llu refused\n",
-              mode_name, kernels, sync ? call : "A idle (control)", gate ? "gated" : "not gated",
+              mode_name, kernels, sync ? call : "A idle (control)",
+              cgate  ? "gated by CUPTI callbacks"
+              : gate ? "gated"
+                     : "not gated",
               instantiate ? "instantiate" : "no instantiate", rounds, broken, graphs, wrong, syncs,
               refused);
+#ifdef CGRT_PROBE_CUPTI
+  if (cgate)
+    std::printf("CUPTI callbacks: %llu cudaDeviceSynchronize, %llu cuCtxSynchronize\n",
+                cb_runtime.load(), cb_driver.load());
+#endif
   return wrong ? 1 : 0;
 }
