@@ -90,6 +90,16 @@ struct cgrt_dev {
  */
 typedef void (*cgrt_diag_caller_fn)(const void *boundary, struct cgrt_diag_call *c);
 
+/*
+ * The capture gates (base/gate.h), lent to a driver's sync guard: enter before a device-wide
+ * synchronize of `device` (0; CGRT_E_CAPTURE: this thread captures on it, nothing held;
+ * CGRT_E_NOTREADY: wait_ms passed first, nothing held), leave after it when enter gave 0.
+ */
+struct cgrt_sync_gate {
+  int (*enter)(int device, long wait_ms, int *waited);
+  void (*leave)(int device);
+};
+
 /* Receives one line of a driver's description (versions, devices). Lives during the call. */
 typedef void (*cgrt_driver_emit_fn)(void *user, const char *line);
 
@@ -264,6 +274,22 @@ struct cgrt_driver {
    * which is not thread-safe, runs the device's streams and must be called on the driving thread.
    */
   int (*device_sync)(struct cgrt_dev *dev, char *err, size_t errlen);
+
+  /* -- appended in session 54: [runtime] sync_guard -- */
+  /*
+   * Optional (NULL: the driver has none; the host driver, which is not thread-safe). While at
+   * least one acquire is not released, every device-wide synchronize of the process, on any
+   * thread and by any library (cudaDeviceSynchronize, cuCtxSynchronize: CUPTI callbacks on the
+   * cuda driver), passes gate->enter for its device with a bound of wait_ms first and
+   * gate->leave after; one that runs out of the bound goes ahead as it would have without the
+   * guard. 0, or an error with the reason in err (CUPTI missing, or its one subscriber held by
+   * another tool). sync_guard_counts: the synchronizes of `device` since the process began
+   * guarding that had to wait for a capture, and those that went ahead at the bound.
+   */
+  int (*sync_guard_acquire)(const struct cgrt_sync_gate *gate, long wait_ms, char *err,
+                            size_t errlen);
+  void (*sync_guard_release)(void);
+  void (*sync_guard_counts)(int device, uint64_t *waited, uint64_t *late);
 };
 
 /* The built-in host driver (drivers/host/driver_host.c). */

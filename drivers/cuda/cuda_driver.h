@@ -31,5 +31,10 @@ void cgrt__cupti_stop(void);
 void cgrt__cupti_finish(struct cgrt_diag_rec *rec);
 void cgrt__cupti_acquire(void);
 void cgrt__cupti_release(void);
+/* [runtime] sync_guard through the same subscription (struct cgrt_driver's sync_guard_*). */
+int cgrt__cupti_guard_acquire(const struct cgrt_sync_gate *gate, long wait_ms, char *err,
+                              size_t len);
+void cgrt__cupti_guard_release(void);
+void cgrt__cupti_guard_counts(int device, uint64_t *waited, uint64_t *late);
 
 #endif

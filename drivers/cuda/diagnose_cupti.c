@@ -14,6 +14,17 @@
  * attributes, as a host read or a pageable copy), work on the legacy or per-thread default stream.
  * Driver API calls made by the runtime on the host's behalf (inside a runtime call) are skipped.
  * Inside the callback no CUDA call is made: result names and pointer attributes come after.
+ *
+ * The same subscription carries [runtime] sync_guard (session 54): while a runtime holds the
+ * guard, the enter and exit of cudaDeviceSynchronize, cudaThreadSynchronize and cuCtxSynchronize
+ * are enabled on every thread, and the callback passes the call through the capture gate of its
+ * context's device, which the core lends (struct cgrt_sync_gate): the call waits there for cgrt's
+ * captures on that device to end, with a bound, and holds new ones back until it returns. A raw
+ * device synchronize racing a capture's begin or end crashed the driver in every probe run
+ * (tools/probe/sync_race.cu); passed through a gate from these callbacks, in none
+ * (docs/decisions.md, session 54). Once enabled, the guard's callbacks stay enabled while the
+ * subscription lives (diagnose's domain switches enable them again), so that no exit of a guarded
+ * call is missed.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -31,6 +42,9 @@ typedef CUptiResult (*subscribe_fn)(CUpti_SubscriberHandle *, CUpti_CallbackFunc
 typedef CUptiResult (*unsubscribe_fn)(CUpti_SubscriberHandle);
 typedef CUptiResult (*enable_domain_fn)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
 typedef CUptiResult (*result_string_fn)(CUptiResult, const char **);
+typedef CUptiResult (*enable_callback_fn)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                          CUpti_CallbackId);
+typedef CUptiResult (*device_id_fn)(CUcontext, uint32_t *);
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *lib;
@@ -38,9 +52,13 @@ static subscribe_fn cupti_subscribe;
 static unsubscribe_fn cupti_unsubscribe;
 static enable_domain_fn cupti_enable_domain;
 static result_string_fn cupti_result_string;
+static enable_callback_fn cupti_enable_callback;
+static device_id_fn cupti_get_device_id;
 static CUpti_SubscriberHandle subscriber;
-static int users;     /* runtimes that use the subscription (acquire, release) */
-static int recording; /* recordings running: domains are enabled while > 0 */
+static int users;         /* runtimes that use the subscription (acquire, release) */
+static int recording;     /* recordings running: domains are enabled while > 0 */
+static int guarding;      /* sync guard acquires not released (under lock) */
+static int guard_enabled; /* the guard's callbacks are enabled in the subscription */
 
 static __thread struct cgrt_diag_rec *tls_rec;
 static __thread const void *const *tls_host_frame;
@@ -92,6 +110,8 @@ static int load(char *err, size_t len) {
   cupti_unsubscribe = (unsubscribe_fn)dlsym(lib, "cuptiUnsubscribe");
   cupti_enable_domain = (enable_domain_fn)dlsym(lib, "cuptiEnableDomain");
   cupti_result_string = (result_string_fn)dlsym(lib, "cuptiGetResultString");
+  cupti_enable_callback = (enable_callback_fn)dlsym(lib, "cuptiEnableCallback");
+  cupti_get_device_id = (device_id_fn)dlsym(lib, "cuptiGetDeviceId");
   if (!cupti_subscribe || !cupti_unsubscribe || !cupti_enable_domain) {
     snprintf(err, len, "libcupti lacks cuptiSubscribe, cuptiUnsubscribe or cuptiEnableDomain");
     dlclose(lib);
@@ -280,10 +300,88 @@ static void note_driver(struct cgrt_diag_rec *rec, const CUpti_CallbackData *cb)
   tls_caller(*tls_host_frame, c);
 }
 
+/* ---------------------------------------------------------------- the sync guard */
+
+#define GUARD_DEVICES 64
+
+static struct cgrt_sync_gate guard_gate; /* the core's, set before guard_on */
+static long guard_wait_ms;
+static _Atomic int guard_on;       /* the guard acts on new calls */
+static _Atomic int guard_inflight; /* guarded calls between their enter and exit */
+static _Atomic uint64_t guard_waited[GUARD_DEVICES], guard_late[GUARD_DEVICES];
+static __thread int tls_sync_depth;  /* guarded calls in progress on this thread (nested) */
+static __thread int tls_sync_device; /* the device of the outermost one */
+static __thread int tls_sync_held;   /* it holds that device's gate */
+static __thread CUcontext tls_ctx;   /* the last context seen, and its device */
+static __thread int tls_ctx_device;
+
+static const struct {
+  CUpti_CallbackDomain domain;
+  CUpti_CallbackId cbid;
+} guarded[] = {
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaThreadSynchronize_v3020},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize},
+#if CUDA_VERSION >= 13000
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2},
+#endif
+};
+
+static int is_guarded(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  for (size_t i = 0; i < sizeof(guarded) / sizeof(guarded[0]); i++)
+    if (guarded[i].domain == domain && guarded[i].cbid == cbid)
+      return 1;
+  return 0;
+}
+
+/* The device of ctx; 0 without one (the runtime then makes device 0's current). */
+static int context_device(CUcontext ctx) {
+  if (!ctx)
+    return 0;
+  if (ctx != tls_ctx) {
+    uint32_t id = 0;
+    if (!cupti_get_device_id || cupti_get_device_id(ctx, &id) != CUPTI_SUCCESS)
+      id = 0;
+    tls_ctx = ctx;
+    tls_ctx_device = (int)id;
+  }
+  return tls_ctx_device;
+}
+
+/* The enter or exit of a guarded call: through the gate of its device (the outermost only). */
+static void guard_call(const CUpti_CallbackData *cb) {
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    if (tls_sync_depth++ > 0 || !guard_on)
+      return;
+    const int d = context_device(cb->context);
+    int waited = 0;
+    int rc = guard_gate.enter(d, guard_wait_ms, &waited);
+    const int slot = d >= 0 && d < GUARD_DEVICES ? d : GUARD_DEVICES - 1;
+    if (waited)
+      guard_waited[slot]++;
+    if (rc == CGRT_E_NOTREADY)
+      guard_late[slot]++;
+    tls_sync_device = d;
+    tls_sync_held = rc == 0;
+    if (tls_sync_held)
+      guard_inflight++;
+    return;
+  }
+  if (tls_sync_depth == 0 || --tls_sync_depth > 0)
+    return;
+  if (tls_sync_held) {
+    tls_sync_held = 0;
+    guard_gate.leave(tls_sync_device);
+    guard_inflight--;
+  }
+}
+
 static void CUPTIAPI on_call(void *user, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const void *data) {
   (void)user;
   const CUpti_CallbackData *cb = data;
+  if (cb && is_guarded(domain, cbid))
+    guard_call(cb);
   struct cgrt_diag_rec *rec = tls_rec;
   if (!rec || !cb)
     return;
@@ -305,28 +403,54 @@ static void CUPTIAPI on_call(void *user, CUpti_CallbackDomain domain, CUpti_Call
 
 /* ---------------------------------------------------------------- recording */
 
+/* The guard's callbacks, on (under lock). */
+static CUptiResult enable_guard(void) {
+  CUptiResult r = CUPTI_SUCCESS;
+  for (size_t i = 0; r == CUPTI_SUCCESS && i < sizeof(guarded) / sizeof(guarded[0]); i++)
+    r = cupti_enable_callback(1, subscriber, guarded[i].domain, guarded[i].cbid);
+  return r;
+}
+
 static int set_domains(uint32_t on) {
   CUptiResult r = cupti_enable_domain(on, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
   if (r == CUPTI_SUCCESS)
     r = cupti_enable_domain(on, subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
+  if (r == CUPTI_SUCCESS && !on && guard_enabled)
+    r = enable_guard(); /* switching the domains off switched them off too */
   return (int)r;
+}
+
+/* Subscribes once (under lock): 0, or CGRT_E_UNSUPPORTED with the reason. */
+static int subscribe(char *err, size_t len) {
+  if (subscriber)
+    return 0;
+  CUptiResult r = cupti_subscribe(&subscriber, on_call, NULL);
+  if (r == CUPTI_SUCCESS)
+    return 0;
+  subscriber = NULL;
+  snprintf(err, len, "cuptiSubscribe failed: %s%s", cupti_error(r),
+           r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+               ? " (another tool, a profiler for instance, holds CUPTI's one subscriber)"
+               : "");
+  return CGRT_E_UNSUPPORTED;
+}
+
+/* Unsubscribes once nothing needs the subscription (under lock). A guarded call still between
+   its enter and exit keeps it, so that its exit is seen; the next release tries again. */
+static void unsubscribe_if_idle(void) {
+  if (users == 0 && recording == 0 && guarding == 0 && guard_inflight == 0 && subscriber) {
+    cupti_unsubscribe(subscriber);
+    subscriber = NULL;
+    guard_enabled = 0;
+  }
 }
 
 int cgrt__cupti_start(struct cgrt_diag_rec *rec, const void *const *host_frame,
                       cgrt_diag_caller_fn caller, char *err, size_t len) {
   pthread_mutex_lock(&lock);
   int rc = load(err, len);
-  if (rc == 0 && !subscriber) {
-    CUptiResult r = cupti_subscribe(&subscriber, on_call, NULL);
-    if (r != CUPTI_SUCCESS) {
-      subscriber = NULL;
-      snprintf(err, len, "cuptiSubscribe failed: %s%s", cupti_error(r),
-               r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
-                   ? " (another tool, a profiler for instance, holds CUPTI's one subscriber)"
-                   : "");
-      rc = CGRT_E_UNSUPPORTED;
-    }
-  }
+  if (rc == 0)
+    rc = subscribe(err, len);
   if (rc == 0 && recording == 0) {
     int r = set_domains(1);
     if (r != CUPTI_SUCCESS) {
@@ -365,11 +489,54 @@ void cgrt__cupti_release(void) {
   pthread_mutex_lock(&lock);
   if (users > 0)
     users--;
-  if (users == 0 && recording == 0 && subscriber) {
-    cupti_unsubscribe(subscriber);
-    subscriber = NULL;
+  unsubscribe_if_idle();
+  pthread_mutex_unlock(&lock);
+}
+
+int cgrt__cupti_guard_acquire(const struct cgrt_sync_gate *gate, long wait_ms, char *err,
+                              size_t len) {
+  pthread_mutex_lock(&lock);
+  int rc = load(err, len);
+  if (rc == 0 && !cupti_enable_callback) {
+    snprintf(err, len, "libcupti lacks cuptiEnableCallback");
+    rc = CGRT_E_UNSUPPORTED;
+  }
+  if (rc == 0)
+    rc = subscribe(err, len);
+  if (rc == 0 && !guard_enabled) {
+    CUptiResult r = enable_guard();
+    if (r != CUPTI_SUCCESS) {
+      snprintf(err, len, "cuptiEnableCallback failed: %s", cupti_error(r));
+      rc = CGRT_E_UNSUPPORTED;
+    } else {
+      guard_enabled = 1;
+    }
+  }
+  if (rc == 0) {
+    if (guarding++ == 0) {
+      guard_gate = *gate;
+      guard_wait_ms = wait_ms;
+      guard_on = 1;
+    }
+  } else {
+    unsubscribe_if_idle();
   }
   pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+void cgrt__cupti_guard_release(void) {
+  pthread_mutex_lock(&lock);
+  if (guarding > 0 && --guarding == 0)
+    guard_on = 0; /* calls already past their enter still leave at their exit */
+  unsubscribe_if_idle();
+  pthread_mutex_unlock(&lock);
+}
+
+void cgrt__cupti_guard_counts(int device, uint64_t *waited, uint64_t *late) {
+  const int slot = device >= 0 && device < GUARD_DEVICES ? device : GUARD_DEVICES - 1;
+  *waited = guard_waited[slot];
+  *late = guard_late[slot];
 }
 
 /* ---------------------------------------------------------------- after the capture */

@@ -1,6 +1,7 @@
 /*
- * diagnose_nocupti.c - the CUPTI recorder's stand-in when the cuda driver was built without
- * CUPTI's headers: recording fails with the reason, and diagnose reports what the driver said.
+ * diagnose_nocupti.c - the CUPTI recorder's and sync guard's stand-in when the cuda driver was
+ * built without CUPTI's headers: recording and guarding fail with the reason, and diagnose and
+ * [runtime] sync_guard report what the driver said.
  */
 #include <stdio.h>
 
@@ -30,4 +31,22 @@ void cgrt__cupti_acquire(void) {
 }
 
 void cgrt__cupti_release(void) {
+}
+
+int cgrt__cupti_guard_acquire(const struct cgrt_sync_gate *gate, long wait_ms, char *err,
+                              size_t len) {
+  (void)gate;
+  (void)wait_ms;
+  snprintf(err, len,
+           "the cuda driver was built without CUPTI's headers (cupti.h); rebuild with the CUDA "
+           "toolkit's CUPTI installed to guard raw device synchronizes");
+  return CGRT_E_UNSUPPORTED;
+}
+
+void cgrt__cupti_guard_release(void) {
+}
+
+void cgrt__cupti_guard_counts(int device, uint64_t *waited, uint64_t *late) {
+  (void)device;
+  *waited = *late = 0;
 }

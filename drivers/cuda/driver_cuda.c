@@ -736,5 +736,8 @@ CGRT_DRIVER_EXPORT const struct cgrt_driver cgrt_driver_v1 = {
     .record_finish = cgrt__cupti_finish,
     .record_acquire = cgrt__cupti_acquire,
     .record_release = cgrt__cupti_release,
+    .sync_guard_acquire = cgrt__cupti_guard_acquire,
+    .sync_guard_release = cgrt__cupti_guard_release,
+    .sync_guard_counts = cgrt__cupti_guard_counts,
     .describe = cgrt__cuda_describe,
 };

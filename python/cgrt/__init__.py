@@ -617,6 +617,11 @@ class Stats:
     # the device (the host was that many steps ahead), and the host time those waits took
     queue_waits: int
     queue_wait_ns: int
+    # [runtime] sync_guard, for this runtime's device and the whole process: raw device
+    # synchronizes of any thread that waited for a capture, and those that went ahead when the
+    # bound ran out (the capture's work may wait for that thread)
+    sync_guard_waits: int
+    sync_guard_late: int
 
     @property
     def padded_tokens(self) -> int:
@@ -1183,6 +1188,8 @@ class Runtime:
             time_rare_refused=s.time_rare_refused,
             queue_waits=s.queue_waits,
             queue_wait_ns=s.queue_wait_ns,
+            sync_guard_waits=s.sync_guard_waits,
+            sync_guard_late=s.sync_guard_late,
         )
 
     def clear_findings(self) -> None:

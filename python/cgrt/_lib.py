@@ -190,6 +190,8 @@ class CStats(Structure):
         # since 0.4: a bound on the steps queued ahead of the device ([runtime] max_queued_steps)
         ("queue_waits", c_uint64),
         ("queue_wait_ns", c_uint64),
+        ("sync_guard_waits", c_uint64),
+        ("sync_guard_late", c_uint64),
     ]
 
 

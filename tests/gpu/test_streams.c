@@ -13,7 +13,9 @@
  * the while, captures still succeed (cgrt's stream is non-blocking: nothing implicit ties them);
  * two runtimes, one per thread, step side by side while the other thread opens and closes; a
  * thread's cudaDeviceSynchronize met inside a capture breaks it, and the capture says so and
- * recovers; a thread looping cgrt_device_synchronize beside the captures breaks none.
+ * recovers; a thread looping cgrt_device_synchronize beside the captures breaks none, and with
+ * [runtime] sync_guard (the default, auto) neither does a thread looping a raw
+ * cudaDeviceSynchronize, which crashed the CUDA driver without it (session 53).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -313,6 +315,22 @@ struct worker {
   unsigned long long captures;                      /* every runtime's, from their stats */
 };
 
+/* The sync guard's counts of GPU 0 (process-wide), read through a runtime that holds the guard:
+   sync_guard = on, so that the open fails where the guard cannot be had. */
+static void guard_counts(unsigned long long *waits, unsigned long long *late) {
+  cgrt_runtime *rt = NULL;
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\ndevice = "
+                                "0\nsync_guard = on\nlog = warn\n"};
+  if (cgrt_open_ex(&rt, &o) != 0)
+    fail_msg("sync_guard = on: %s", cgrt_last_error(NULL));
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(rt, &st), 0);
+  *waits = st.sync_guard_waits;
+  *late = st.sync_guard_late;
+  assert_int_equal(cgrt_close(rt), 0);
+}
+
 static void worker_log(void *user, cgrt_log_level level, const char *msg) {
   struct worker *w = user;
   if (level <= CGRT_LOG_WARN)
@@ -412,7 +430,10 @@ static void two_runtimes_on_two_threads(void **state) {
  * and none races a capture's begin or end (a raw loop of them does, and crashed the CUDA driver:
  * tools/probe/sync_race.cu, session 53). Each sync must be refused, each broke one capture that
  * fell back with a line naming a break from outside the captured work, every step still reads its
- * own result, and the graphs are captured again and replayed.
+ * own result, and the graphs are captured again and replayed. With the sync guard (the default)
+ * each handed sync first waits at the capture gate for the capture that waits for it: the bound
+ * (CGRT_SYNC_GUARD_WAIT_MS, 100 ms here) ends that wait, the sync goes ahead as without the guard,
+ * and the guard counts it late, exactly once each.
  */
 static struct breaker {
   pthread_mutex_t mu;
@@ -482,6 +503,9 @@ static void device_sync_handed_over_inside_a_capture(void **state) {
   (void)state;
   if (!have_gpu())
     skip();
+  unsigned long long waits0, late0, waits1, late1;
+  guard_counts(&waits0, &late0);
+  assert_int_equal(setenv("CGRT_SYNC_GUARD_WAIT_MS", "100", 1), 0);
   struct breaker b = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, handed_syncer, &b), 0);
@@ -489,6 +513,8 @@ static void device_sync_handed_over_inside_a_capture(void **state) {
   struct worker w = {.index = 0, .outside_ok = 1, .each_config = unbreak, .verbose = 1};
   (void)worker_run(&w);
   breaker = NULL;
+  unsetenv("CGRT_SYNC_GUARD_WAIT_MS");
+  guard_counts(&waits1, &late1);
   pthread_mutex_lock(&b.mu);
   b.stop = 1;
   pthread_cond_broadcast(&b.cv);
@@ -496,8 +522,9 @@ static void device_sync_handed_over_inside_a_capture(void **state) {
   pthread_join(t, NULL);
   printf("device_sync_handed_over_inside_a_capture: %llu cudaDeviceSynchronize handed over, %llu "
          "refused, %llu captures broken and run eagerly, all named, every step right; %llu "
-         "capture calls on a stream CUDA said was not capturing\n",
-         b.handed, b.refused, w.fallbacks, b.unlike);
+         "capture calls on a stream CUDA said was not capturing; the guard: %llu waited, %llu "
+         "went ahead at the bound\n",
+         b.handed, b.refused, w.fallbacks, b.unlike, waits1 - waits0, late1 - late0);
   if (w.failure[0])
     fail_msg("%s", w.failure);
   assert_int_equal(w.steps, STEPS * (sizeof(configs) / sizeof(configs[0])));
@@ -509,6 +536,8 @@ static void device_sync_handed_over_inside_a_capture(void **state) {
   assert_int_equal(b.unlike, 0);
   assert_int_equal(b.refused, b.handed);
   assert_int_equal(w.fallbacks, b.handed);
+  assert_int_equal(late1 - late0, b.handed);
+  assert_int_equal(waits1 - waits0, b.handed);
 }
 
 /*
@@ -565,6 +594,70 @@ static void device_synchronize_beside_captures(void **state) {
   assert_true(g.calls > 0);
 }
 
+/*
+ * The session 52 loop that crashed the driver, with the guard: a thread loops a raw
+ * cudaDeviceSynchronize, free running, while the worker's runtimes open, capture, step and close
+ * config after config. Each sync passes the capture gate of GPU 0 from the guard's callback, so
+ * none meets a capture: none may fail, no capture may fall back, and the process must not crash.
+ * A runtime holding the guard stays open throughout (a guard taken while a raw sync is already in
+ * flight does not see that one: README, Other threads and captures).
+ */
+struct raw {
+  unsigned long long calls, failed;
+  cudaError_t first;
+};
+
+static void *raw_syncer(void *arg) {
+  struct raw *r = arg;
+  cudaSetDevice(0);
+  while (!stop_gated) {
+    r->calls++;
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess && r->failed++ == 0)
+      r->first = e;
+    (void)cudaGetLastError();
+  }
+  return NULL;
+}
+
+static void raw_device_sync_beside_captures(void **state) {
+  (void)state;
+  if (!have_gpu())
+    skip();
+  cgrt_runtime *keep = NULL;
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\ndevice = "
+                                "0\nsync_guard = on\n"};
+  if (cgrt_open_ex(&keep, &o) != 0)
+    fail_msg("sync_guard = on: %s", cgrt_last_error(NULL));
+  unsigned long long waits0, late0, waits1, late1;
+  guard_counts(&waits0, &late0);
+  struct raw r = {0};
+  stop_gated = 0;
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, raw_syncer, &r), 0);
+  struct worker w = {.index = 0, .verbose = 1};
+  (void)worker_run(&w);
+  stop_gated = 1;
+  pthread_join(t, NULL);
+  guard_counts(&waits1, &late1);
+  assert_int_equal(cgrt_close(keep), 0);
+  printf("raw_device_sync_beside_captures: %llu cudaDeviceSynchronize, %llu failed; %llu captures, "
+         "%llu fell back; the guard: %llu syncs waited for a capture, %llu went ahead at the "
+         "bound\n",
+         r.calls, r.failed, w.captures, w.fallbacks, waits1 - waits0, late1 - late0);
+  if (w.failure[0])
+    fail_msg("%s", w.failure);
+  if (r.failed)
+    fail_msg("%llu of %llu raw cudaDeviceSynchronize failed; the first: %s", r.failed, r.calls,
+             cudaGetErrorString(r.first));
+  assert_int_equal(w.steps, STEPS * (sizeof(configs) / sizeof(configs[0])));
+  assert_int_equal(w.fallbacks, 0);
+  assert_int_equal(late1 - late0, 0);
+  assert_true(w.captures >= 7);
+  assert_true(r.calls > 0);
+}
+
 int main(void) {
   if (!have_gpu()) {
     printf("SKIPPED: no CUDA device\n");
@@ -578,6 +671,7 @@ int main(void) {
       cmocka_unit_test(two_runtimes_on_two_threads),
       cmocka_unit_test(device_sync_handed_over_inside_a_capture),
       cmocka_unit_test(device_synchronize_beside_captures),
+      cmocka_unit_test(raw_device_sync_beside_captures),
   };
   /* CGRT_TEST_FILTER=NAME runs the tests it matches (scripts/gpu-gdb-loop.sh repeats one). */
   const char *only = getenv("CGRT_TEST_FILTER");

@@ -137,6 +137,8 @@ int main(void) {
   FIELD(cgrt_stats, time_rare_refused);
   FIELD(cgrt_stats, queue_waits);
   FIELD(cgrt_stats, queue_wait_ns);
+  FIELD(cgrt_stats, sync_guard_waits);
+  FIELD(cgrt_stats, sync_guard_late);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);

@@ -136,6 +136,7 @@ static void assert_defaults(const struct cgrt_config_view *v) {
   assert_int_equal(v->bind_cpu, 1);
   assert_int_equal(v->log_level, CGRT_LOG_INFO);
   assert_int_equal(v->max_queued_steps, 0); /* no bound */
+  assert_int_equal(v->sync_guard, CGRT_SYNC_GUARD_AUTO);
   assert_int_equal(v->nan_check, 1);
   assert_int_equal(v->recompute, CGRT_RECOMPUTE_NONE);
   assert_int_equal(v->moe_experts, 0);
@@ -988,6 +989,17 @@ static void rule_counts_at_least_one(void **state) {
   assert_refused(f, "[dynamic_cp]\nmax_packed_tokens = 0\n",
                  "t.ini:2: [dynamic_cp] max_packed_tokens = 0: must be at least 1 (the capacity "
                  "of a THD slot in tokens)");
+}
+
+/* [runtime] sync_guard: off, auto or on; anything else refused with the three spellings. */
+static void sync_guard_values(void **state) {
+  struct fx *f = *state;
+  assert_clean(f, "[runtime]\nsync_guard = on\n");
+  assert_int_equal(f->cfg.view.sync_guard, CGRT_SYNC_GUARD_ON);
+  assert_clean(f, "[runtime]\nsync_guard = off\n");
+  assert_int_equal(f->cfg.view.sync_guard, CGRT_SYNC_GUARD_OFF);
+  assert_refused(f, "[runtime]\nsync_guard = yes\n", "sync_guard");
+  assert_refused(f, "[runtime]\nsync_guard = yes\n", "off, auto, on");
 }
 
 /* [runtime] max_queued_steps: 0 (no bound) to 64, the events the runtime keeps for it. */
@@ -1935,6 +1947,7 @@ int main(void) {
       T(rule_graphs_need_graph_safe_rng),
       T(rule_counts_at_least_one),
       T(rule_max_queued_steps_at_most_64),
+      T(sync_guard_values),
       T(rule_max_tokens_at_least_tp_size),
       T(rule_bucket_list_needs_sizes),
       T(rule_dynamic_cp_needs_a_size),

@@ -3,7 +3,11 @@
  * a device synchronize waits for the captures underway and holds later ones back; a thread that
  * holds a capture passes again at once and may not synchronize; arrivals are served in order, so
  * neither side starves; under a free-running mix of both, no synchronize ever overlaps a capture.
- * Every wait is observed through cgrt__gate_waiting(), never timed. Run under TSan too.
+ * Gates of two devices never wait for each other; a synchronize inside this thread's own passes;
+ * a synchronize with a bound that runs out leaves the queue as if it had never come. Every wait is
+ * observed through cgrt__gate_waiting(); the only clock is the bound's, and no outcome depends on
+ * it but the one test of the bound running out (the capture it waits for never ends before). Run
+ * under TSan too.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -37,17 +41,17 @@ static void mark(char c) {
 
 static void *syncer(void *arg) {
   (void)arg;
-  assert_int_equal(cgrt__gate_sync_enter(), 0);
+  assert_int_equal(cgrt__gate_sync_enter(0), 0);
   mark('S');
-  cgrt__gate_sync_leave();
+  cgrt__gate_sync_leave(0);
   return NULL;
 }
 
 static void *capturer(void *arg) {
   (void)arg;
-  cgrt__gate_capture_enter();
+  cgrt__gate_capture_enter(0);
   mark('C');
-  cgrt__gate_capture_leave();
+  cgrt__gate_capture_leave(0);
   return NULL;
 }
 
@@ -61,19 +65,19 @@ static void reset(void) {
 static void sync_waits_for_the_capture(void **state) {
   (void)state;
   reset();
-  cgrt__gate_capture_enter();
-  assert_int_equal(cgrt__gate_captures_here(), 1);
+  cgrt__gate_capture_enter(0);
+  assert_int_equal(cgrt__gate_captures_here(0), 1);
   pthread_t s;
   assert_int_equal(pthread_create(&s, NULL, syncer, NULL), 0);
   until_waiting(1);
-  cgrt__gate_capture_enter(); /* nested: passes although a synchronize is queued */
-  assert_int_equal(cgrt__gate_captures_here(), 2);
-  assert_int_equal(cgrt__gate_sync_enter(), CGRT_E_CAPTURE);
+  cgrt__gate_capture_enter(0); /* nested: passes although a synchronize is queued */
+  assert_int_equal(cgrt__gate_captures_here(0), 2);
+  assert_int_equal(cgrt__gate_sync_enter(0), CGRT_E_CAPTURE);
   mark('c');
-  cgrt__gate_capture_leave();
+  cgrt__gate_capture_leave(0);
   mark('c');
-  cgrt__gate_capture_leave();
-  assert_int_equal(cgrt__gate_captures_here(), 0);
+  cgrt__gate_capture_leave(0);
+  assert_int_equal(cgrt__gate_captures_here(0), 0);
   pthread_join(s, NULL);
   assert_string_equal(order, "ccS");
   assert_int_equal(cgrt__gate_waiting(), 0);
@@ -83,12 +87,12 @@ static void sync_waits_for_the_capture(void **state) {
 static void capture_waits_for_the_sync(void **state) {
   (void)state;
   reset();
-  assert_int_equal(cgrt__gate_sync_enter(), 0);
+  assert_int_equal(cgrt__gate_sync_enter(0), 0);
   pthread_t c;
   assert_int_equal(pthread_create(&c, NULL, capturer, NULL), 0);
   until_waiting(1);
   mark('s');
-  cgrt__gate_sync_leave();
+  cgrt__gate_sync_leave(0);
   pthread_join(c, NULL);
   assert_string_equal(order, "sC");
 }
@@ -98,17 +102,88 @@ static void capture_waits_for_the_sync(void **state) {
 static void served_in_order(void **state) {
   (void)state;
   reset();
-  cgrt__gate_capture_enter();
+  cgrt__gate_capture_enter(0);
   pthread_t s, c;
   assert_int_equal(pthread_create(&s, NULL, syncer, NULL), 0);
   until_waiting(1);
   assert_int_equal(pthread_create(&c, NULL, capturer, NULL), 0);
   until_waiting(2);
   mark('c');
-  cgrt__gate_capture_leave();
+  cgrt__gate_capture_leave(0);
   pthread_join(s, NULL);
   pthread_join(c, NULL);
   assert_string_equal(order, "cSC");
+}
+
+/* A capture on device 1 passes while a synchronize of device 0 runs, and a synchronize of device
+   1 while a capture of device 0 is underway: a GPU's synchronize never holds another GPU back. */
+static void devices_apart(void **state) {
+  (void)state;
+  assert_int_equal(cgrt__gate_sync_enter(0), 0);
+  cgrt__gate_capture_enter(1); /* would wait for ever on one gate */
+  assert_int_equal(cgrt__gate_captures_here(1), 1);
+  assert_int_equal(cgrt__gate_captures_here(0), 0);
+  cgrt__gate_capture_leave(1);
+  cgrt__gate_sync_leave(0);
+  cgrt__gate_capture_enter(0);
+  assert_int_equal(cgrt__gate_sync_enter(1), 0);
+  cgrt__gate_sync_leave(1);
+  cgrt__gate_capture_leave(0);
+  assert_int_equal(cgrt__gate_waiting(), 0);
+}
+
+/* A synchronize inside this thread's own (cgrt_device_synchronize's cudaDeviceSynchronize, seen
+   by sync_guard's callback) passes at once, and the gate opens at the outer one's leave. */
+static void sync_inside_sync(void **state) {
+  (void)state;
+  reset();
+  assert_int_equal(cgrt__gate_sync_enter(0), 0);
+  int waited = -1;
+  assert_int_equal(cgrt__gate_sync_enter_within(0, 0, &waited), 0);
+  assert_int_equal(waited, 0);
+  cgrt__gate_sync_leave(0);
+  pthread_t c;
+  assert_int_equal(pthread_create(&c, NULL, capturer, NULL), 0);
+  until_waiting(1); /* still held by the outer synchronize */
+  mark('s');
+  cgrt__gate_sync_leave(0);
+  pthread_join(c, NULL);
+  assert_string_equal(order, "sC");
+}
+
+static void *bounded_syncer(void *arg) {
+  int waited = 0;
+  *(int *)arg = cgrt__gate_sync_enter_within(0, 20, &waited);
+  if (*(int *)arg == 0)
+    cgrt__gate_sync_leave(0);
+  assert_int_equal(waited, 1);
+  return NULL;
+}
+
+/* A synchronize with a bound, behind a capture that does not end in time, gives up with
+   CGRT_E_NOTREADY and leaves the queue: a capture that came after it passes at once beside the
+   one underway, and a later synchronize waits for both as usual. */
+static void bound_runs_out(void **state) {
+  (void)state;
+  reset();
+  cgrt__gate_capture_enter(0);
+  int rc = 1;
+  pthread_t b;
+  assert_int_equal(pthread_create(&b, NULL, bounded_syncer, &rc), 0);
+  pthread_join(b, NULL); /* the capture outlives the bound: the join returns only once it ran out */
+  assert_int_equal(rc, CGRT_E_NOTREADY);
+  assert_int_equal(cgrt__gate_waiting(), 0);
+  pthread_t c;
+  assert_int_equal(pthread_create(&c, NULL, capturer, NULL), 0);
+  pthread_join(c, NULL); /* passed beside the capture underway: nothing queued before it */
+  assert_string_equal(order, "C");
+  pthread_t s;
+  assert_int_equal(pthread_create(&s, NULL, syncer, NULL), 0);
+  until_waiting(1);
+  mark('c');
+  cgrt__gate_capture_leave(0);
+  pthread_join(s, NULL);
+  assert_string_equal(order, "CcS");
 }
 
 /* ---------------------------------------------------------------- a free-running mix */
@@ -119,13 +194,13 @@ static _Atomic int in_capture, in_sync, overlaps;
 static void *capture_loop(void *arg) {
   (void)arg;
   for (int i = 0; i < ROUNDS; i++) {
-    cgrt__gate_capture_enter();
+    cgrt__gate_capture_enter(0);
     in_capture++;
     if (in_sync)
       overlaps++;
     sched_yield();
     in_capture--;
-    cgrt__gate_capture_leave();
+    cgrt__gate_capture_leave(0);
   }
   return NULL;
 }
@@ -133,12 +208,12 @@ static void *capture_loop(void *arg) {
 static void *sync_loop(void *arg) {
   (void)arg;
   for (int i = 0; i < ROUNDS; i++) {
-    assert_int_equal(cgrt__gate_sync_enter(), 0);
+    assert_int_equal(cgrt__gate_sync_enter(0), 0);
     if (in_sync++ || in_capture)
       overlaps++;
     sched_yield();
     in_sync--;
-    cgrt__gate_sync_leave();
+    cgrt__gate_sync_leave(0);
   }
   return NULL;
 }
@@ -162,6 +237,9 @@ int main(void) {
       cmocka_unit_test(sync_waits_for_the_capture),
       cmocka_unit_test(capture_waits_for_the_sync),
       cmocka_unit_test(served_in_order),
+      cmocka_unit_test(devices_apart),
+      cmocka_unit_test(sync_inside_sync),
+      cmocka_unit_test(bound_runs_out),
       cmocka_unit_test(never_together),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

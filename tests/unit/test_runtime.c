@@ -538,6 +538,31 @@ static void host_stream_refused_on_the_host_driver(void **state) {
   cgrt_close(rt);
 }
 
+/* [runtime] sync_guard on the host driver, which has no raw synchronizes: `on` (required) refuses
+   the open with the cause and the fix; auto opens and its counts stay 0; a backend that never
+   builds graphs needs no guard, so `on` opens under none. */
+static void sync_guard_on_the_host_driver(void **state) {
+  (void)state;
+  cgrt_runtime *rt = (cgrt_runtime *)1;
+  cgrt_open_options o = {.struct_size = sizeof(o),
+                         .ini = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = host\nlog = off\n"
+                                "sync_guard = on\n"};
+  assert_int_equal(cgrt_open_ex(&rt, &o), CGRT_E_UNSUPPORTED);
+  assert_null(rt);
+  assert_contains(cgrt_last_error(NULL), "sync_guard = on: the host driver has no raw");
+  assert_contains(cgrt_last_error(NULL), "set sync_guard = auto");
+  o.ini = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = host\nlog = off\n";
+  assert_int_equal(cgrt_open_ex(&rt, &o), 0);
+  cgrt_stats st = {.struct_size = sizeof(st)};
+  assert_int_equal(cgrt_stats_get(rt, &st), 0);
+  assert_int_equal(st.sync_guard_waits, 0);
+  assert_int_equal(st.sync_guard_late, 0);
+  cgrt_close(rt);
+  o.ini = "[cuda_graph]\nimpl = none\n[runtime]\ndriver = host\nlog = off\nsync_guard = on\n";
+  assert_int_equal(cgrt_open_ex(&rt, &o), 0);
+  cgrt_close(rt);
+}
+
 static void default_config_is_none_on_cuda(void **state) {
   (void)state;
   unsetenv("CGRT_CONFIG");
@@ -608,6 +633,7 @@ static void strerror_covers_every_code(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(host_stream_refused_on_the_host_driver),
+      cmocka_unit_test(sync_guard_on_the_host_driver),
       cmocka_unit_test_setup_teardown(none_runs_eagerly_in_order, setup_none, teardown),
       cmocka_unit_test_setup_teardown(none_many_steps_counted, setup_none, teardown),
       cmocka_unit_test_setup_teardown(module_error_names_the_module, setup_none, teardown),

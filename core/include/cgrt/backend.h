@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 #define CGRT_BACKEND_ABI_MAJOR 1
-#define CGRT_HOST_API_MINOR    11
+#define CGRT_HOST_API_MINOR    12
 
 /* Capability bits a backend declares in cgrt_backend_v1.caps. */
 #define CGRT_CAP_TRAINING   (1u << 0) /* runs train/eval steps */
@@ -282,6 +282,8 @@ struct cgrt_config_view {
   /* -- since minor 11: a bound on the steps queued ahead of the device -- */
   int max_queued_steps; /* [runtime] max_queued_steps, 0 to 64; 0: no bound. Before issuing step
                            i the core waits for step i - max_queued_steps to finish */
+  /* -- since minor 12: raw device synchronizes kept out of captures -- */
+  cgrt_sync_guard sync_guard; /* [runtime] sync_guard */
 };
 
 /* What a backend knows of a registered module. Owned by the core, valid until close. */

@@ -235,6 +235,14 @@ typedef struct cgrt_step_report {
 #define CGRT_STATS_MAX_BUCKETS 64
 
 /* Counters of a runtime since it opened (or since the last cgrt_release_graphs() for gauges). */
+/* [runtime] sync_guard: whether the process's raw device-wide synchronizes wait for cgrt's captures
+   (since 0.4, host API minor 12). */
+typedef enum {
+  CGRT_SYNC_GUARD_OFF = 0,
+  CGRT_SYNC_GUARD_AUTO = 1, /* where the driver can (CUPTI there and free), else said at info */
+  CGRT_SYNC_GUARD_ON = 2    /* required: the open fails where it cannot */
+} cgrt_sync_guard;
+
 typedef struct cgrt_stats {
   size_t struct_size;
   uint64_t steps;
@@ -335,6 +343,12 @@ typedef struct cgrt_stats {
                              that far ahead); 0 while max_queued_steps = 0 (no bound, the
                              default) */
   uint64_t queue_wait_ns; /* host time those waits took, summed (not in any step's host_ns) */
+  /* -- since 0.4: [runtime] sync_guard, for this runtime's device and the whole process (every
+     runtime of the device reports the same), since the process began guarding -- */
+  uint64_t sync_guard_waits; /* raw device synchronizes of any thread that waited for a capture */
+  uint64_t sync_guard_late;  /* of those, ones that went ahead when the bound ran out (the capture
+                                outlasted it: its work may wait for the synchronizing thread);
+                                each may have broken that capture, as without the guard */
 } cgrt_stats;
 
 /*

@@ -37,6 +37,7 @@ static const char *const capture_names[] = {"lazy", "eager"};
 static const char *const adapt_by_names[] = {"time", "tokens"};
 static const char *const driver_names[] = {"cuda", "host"};
 static const char *const bind_cpu_names[] = {"off", "auto"};
+static const char *const sync_guard_names[] = {"off", "auto", "on"};
 static const char *const log_names[] = {"off", "error", "warn", "info", "debug"};
 static const char *const recompute_names[] = {"none", "selective", "full"};
 static const char *const dispatcher_names[] = {"alltoall", "allgather"};

@@ -20,6 +20,27 @@
 
 /* ---------------------------------------------------------------- a recording */
 
+/*
+ * After a capture: raw device synchronizes of other threads that the sync guard let go ahead at
+ * its bound while a capture of this device was underway, said once for each new batch.
+ */
+static void say_late_syncs(struct cgrt_graphs *g) {
+  if (!g->sync_guarded)
+    return;
+  uint64_t waited = 0, late = 0;
+  g->dev->drv->sync_guard_counts(g->dev->device, &waited, &late);
+  if (late <= g->sync_late_seen)
+    return;
+  cgrt__log(g->log, CGRT_LOG_WARN,
+            "sync_guard: %llu raw device synchronize(s) of another thread waited for a capture on "
+            "GPU %d until the bound and then went ahead, which CUDA refuses and which breaks the "
+            "capture (or can crash the driver): captured work (a module or a body) waits for that "
+            "thread, or a capture lasted longer than the bound; hand no synchronize to another "
+            "thread from inside a step (sync_guard_late in cgrt_stats)",
+            (unsigned long long)(late - g->sync_late_seen), g->dev->device);
+  g->sync_late_seen = late;
+}
+
 int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void *arg,
                  const char *what, char *why, size_t whylen, void **graph) {
   const struct cgrt_driver *drv = g->dev->drv;
@@ -31,11 +52,12 @@ int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void
     snprintf(why, whylen, "the host's capture begin hook returned %d and refused the capture", rc);
     return CGRT_E_CALLBACK;
   }
-  cgrt__gate_capture_enter(); /* no device synchronize through cgrt while it captures */
+  cgrt__gate_capture_enter(
+      g->dev->device); /* no device synchronize through cgrt while it captures */
   rc = drv->capture_begin(g->dev, stream);
   cgrt__comms_capture_begin(g->comms);
   if (rc != 0) {
-    cgrt__gate_capture_leave();
+    cgrt__gate_capture_leave(g->dev->device);
     snprintf(why, whylen, "%s", g->dev->err);
     (void)cgrt__hook_end(&g->hooks, stream); /* no capture began: close the pair the hook opened */
     return rc;
@@ -50,9 +72,10 @@ int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void
   /* Always end the capture, whatever the work did: the stream must never stay capturing. */
   snprintf(why, whylen, "%s", g->log->err);
   int end_rc = drv->capture_end(g->dev, stream, graph);
-  cgrt__gate_capture_leave();
+  cgrt__gate_capture_leave(g->dev->device);
   int hook_rc = cgrt__hook_end(&g->hooks, stream);
   g->stats->capture_ns += cgrt__now_ns() - t0;
+  say_late_syncs(g);
   rc = 0;
   if (work_rc != 0) {
     if (*graph)

@@ -358,9 +358,9 @@ static void record_again(struct cgrt_graphs *g, void *stream, int (*again)(void 
   /* The host's capture hooks bracket this capture too (its allocator must know). */
   if (cgrt__hook_begin(&g->hooks, stream) != 0)
     goto out;
-  cgrt__gate_capture_enter();
+  cgrt__gate_capture_enter(g->dev->device);
   if (g->dev->drv->capture_begin(g->dev, stream) != 0) {
-    cgrt__gate_capture_leave();
+    cgrt__gate_capture_leave(g->dev->device);
     (void)cgrt__hook_end(&g->hooks, stream);
     goto out;
   }
@@ -382,7 +382,7 @@ static void record_again(struct cgrt_graphs *g, void *stream, int (*again)(void 
     drv->record_stop();
   void *graph = NULL;
   g->dev->drv->capture_end(g->dev, stream, &graph);
-  cgrt__gate_capture_leave();
+  cgrt__gate_capture_leave(g->dev->device);
   (void)cgrt__hook_end(&g->hooks, stream);
   if (graph)
     g->dev->drv->graph_destroy(g->dev, graph);

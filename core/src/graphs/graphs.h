@@ -47,6 +47,10 @@ struct cgrt_graphs {
      (another thread's cudaDeviceSynchronize), which gives a key up only after many in a row
      (graph_cache.c, CAPTURE_OUTSIDE_ATTEMPTS). */
   int capture_invalidated, broken_outside;
+  /* [runtime] sync_guard: the runtime holds the driver's guard (runtime.c), and the count of the
+     device's guarded synchronizes that went ahead at the bound, as last said after a capture. */
+  int sync_guarded;
+  uint64_t sync_late_seen;
 
   /* The step in flight, written by the runtime. */
   uint64_t step_index;

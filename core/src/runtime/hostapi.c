@@ -140,13 +140,14 @@ static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
   if (hrc != 0)
     return cgrt__fail(&rt->log, CGRT_E_CALLBACK,
                       "the host's capture begin hook returned %d and refused the capture", hrc);
-  cgrt__gate_capture_enter(); /* no device synchronize through cgrt while it captures */
+  cgrt__gate_capture_enter(
+      rt->dev.device); /* no device synchronize through cgrt while it captures */
   int rc = DRV(rt)->capture_begin(DEV(rt), stream);
   if (rc == 0) {
     rt->open_captures++;
     cgrt__comms_capture_begin(&rt->comms);
   } else {
-    cgrt__gate_capture_leave();
+    cgrt__gate_capture_leave(rt->dev.device);
     (void)cgrt__hook_end(&rt->graphs.hooks,
                          stream); /* no capture began: close the pair the hook opened */
   }
@@ -160,7 +161,7 @@ static int h_capture_end(const struct cgrt_host_api *h, void *stream, void **gra
     rt->open_captures--;
   int rc = dev_rc(rt, DRV(rt)->capture_end(DEV(rt), stream, graph));
   if (owed)
-    cgrt__gate_capture_leave();
+    cgrt__gate_capture_leave(rt->dev.device);
   int hrc = owed ? cgrt__hook_end(&rt->graphs.hooks, stream) : 0;
   if (rc == 0 && hrc != 0) {
     DRV(rt)->graph_destroy(DEV(rt), *graph);

@@ -93,6 +93,72 @@ static void bind_thread(cgrt_runtime *rt) {
     cgrt__log(&rt->log, CGRT_LOG_WARN, "bind_cpu = auto: thread left unbound: %s", err);
 }
 
+/*
+ * The wait a guarded raw synchronize gives a capture before it goes ahead as it would without the
+ * guard: long beside any capture's begin-to-end, so that it only ends a wait that would never end
+ * otherwise (captured work that waits for the synchronizing thread). CGRT_SYNC_GUARD_WAIT_MS
+ * changes it (tests).
+ */
+#define SYNC_GUARD_WAIT_MS 5000
+
+static int gate_enter(int device, long wait_ms, int *waited) {
+  return cgrt__gate_sync_enter_within(device, wait_ms, waited);
+}
+
+static const struct cgrt_sync_gate sync_gate = {gate_enter, cgrt__gate_sync_leave};
+
+/*
+ * [runtime] sync_guard: a runtime whose backend builds graphs holds the driver's guard from open
+ * to close, so that a raw device-wide synchronize of any thread never meets its captures (gate.h
+ * says why). auto: said at info where the driver cannot; on: the open fails there.
+ */
+static int open_sync_guard(cgrt_runtime *rt) {
+  const cgrt_sync_guard want = rt->cfg.view.sync_guard;
+  if (want == CGRT_SYNC_GUARD_OFF || !(rt->lib.vt->caps & CGRT_CAP_GRAPHS))
+    return 0;
+  const struct cgrt_driver *drv = rt->dev.drv;
+  char err[512] = "";
+  int rc = CGRT_E_UNSUPPORTED;
+  if (!drv->sync_guard_acquire)
+    snprintf(err, sizeof(err), "the %s driver has no raw synchronizes to guard", drv->name);
+  else {
+    long wait_ms = SYNC_GUARD_WAIT_MS;
+    const char *env = cgrt__getenv("CGRT_SYNC_GUARD_WAIT_MS");
+    if (env && env[0]) {
+      char *end = NULL;
+      long v = strtol(env, &end, 10);
+      if (end && *end == '\0' && v >= 0)
+        wait_ms = v;
+      else
+        cgrt__log(&rt->log, CGRT_LOG_WARN,
+                  "CGRT_SYNC_GUARD_WAIT_MS='%s' is not a number of milliseconds; %ld kept", env,
+                  wait_ms);
+    }
+    rc = drv->sync_guard_acquire(&sync_gate, wait_ms, err, sizeof(err));
+  }
+  if (rc == 0) {
+    rt->graphs.sync_guarded = 1;
+    uint64_t waited = 0;
+    drv->sync_guard_counts(rt->dev.device, &waited, &rt->graphs.sync_late_seen);
+    cgrt__log(&rt->log, CGRT_LOG_DEBUG,
+              "sync_guard: raw device synchronizes of every thread wait for cgrt's captures on GPU "
+              "%d",
+              rt->dev.device);
+    return 0;
+  }
+  if (want == CGRT_SYNC_GUARD_ON)
+    return cgrt__fail(&rt->log, rc,
+                      "sync_guard = on: %s; set sync_guard = auto (or off) to open without it, "
+                      "and synchronize the device through cgrt_device_synchronize",
+                      err);
+  if (drv->sync_guard_acquire) /* the host driver needs no sentence */
+    cgrt__log(&rt->log, CGRT_LOG_INFO,
+              "sync_guard = auto: raw device synchronizes of other threads are not kept out of "
+              "captures (%s); synchronize the device through cgrt_device_synchronize",
+              err);
+  return 0;
+}
+
 static int open_backend_state(cgrt_runtime *rt) {
   char err[1024] = "";
   const struct cgrt_backend_v1 *vt = rt->lib.vt;
@@ -221,6 +287,9 @@ static int open_runtime(cgrt_runtime *rt) {
   if (rt->dev.device < 0) /* `current` on a driver with one device (host) */
     rt->dev.device = 0;
   bind_thread(rt);
+  rc = open_sync_guard(rt);
+  if (rc != 0)
+    return rc;
   rc = open_stream(rt);
   rt->graphs.stream = rt->stream;
   if (rc == 0)
@@ -373,6 +442,9 @@ static void runtime_free(cgrt_runtime *rt, const char *fn) {
   rt->stream = NULL;
   rt->graphs.stream = NULL;
   cgrt__host_copies_free(rt); /* after the graphs and the stream: nothing runs them any more */
+  if (rt->graphs.sync_guarded)
+    rt->dev.drv->sync_guard_release();
+  rt->graphs.sync_guarded = 0;
   if (rt->dev_open)
     rt->dev.drv->close(&rt->dev);
   cgrt__backend_close(&rt->lib);
@@ -788,7 +860,7 @@ static int close_stray_capture(cgrt_runtime *rt) {
       rt->dev.drv->graph_destroy(&rt->dev, graph);
   }
   while (open-- > 0)
-    cgrt__gate_capture_leave(); /* each begun by hand passed the gate */
+    cgrt__gate_capture_leave(rt->dev.device); /* each begun by hand passed the gate */
   /* Whatever the stream's state, the host hears the end of every capture it heard begin. */
   while (rt->graphs.hooks.depth > 0)
     (void)cgrt__hook_end(&rt->graphs.hooks, rt->stream);
@@ -1058,7 +1130,7 @@ static int device_synchronize(cgrt_runtime *rt, int driven) {
                       "cgrt_device_synchronize: not allowed inside a step (the work may be "
                       "captured); nothing was done: synchronize after the step returns");
   char err[512];
-  int rc = cgrt__gate_sync_enter();
+  int rc = cgrt__gate_sync_enter(rt->dev.device);
   if (rc != 0) {
     snprintf(err, sizeof(err),
              "called while this thread captures (the work of a module or a body inside a capture "
@@ -1066,7 +1138,7 @@ static int device_synchronize(cgrt_runtime *rt, int driven) {
              "synchronize after the step returns");
   } else {
     rc = rt->dev.drv->device_sync(&rt->dev, err, sizeof(err));
-    cgrt__gate_sync_leave();
+    cgrt__gate_sync_leave(rt->dev.device);
   }
   if (rc == 0)
     return 0;
@@ -1120,6 +1192,8 @@ static int stats_get(cgrt_runtime *rt, cgrt_stats *out) {
   s.budget_eager = rt->graphs.mem.budget_eager;
   s.budget_evictions = rt->graphs.mem.budget_evictions;
   s.staged_bytes = rt->graphs.mem.staged;
+  if (rt->graphs.sync_guarded)
+    rt->dev.drv->sync_guard_counts(rt->dev.device, &s.sync_guard_waits, &s.sync_guard_late);
   if (CGRT_BACKEND_HAS(rt->lib.vt, stats)) {
     /* The backend adds to a copy: if it fails, the host still gets the core's counters. */
     cgrt_stats with = s;

@@ -61,7 +61,9 @@ static const struct {
               F(time_implied_counts),
               F(time_rare_refused),
               F(queue_waits),
-              F(queue_wait_ns)};
+              F(queue_wait_ns),
+              F(sync_guard_waits),
+              F(sync_guard_late)};
 #undef F
 
 /* snprintf into buf at *n, counting what did not fit, so the caller learns the length needed. */
