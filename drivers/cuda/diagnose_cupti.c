@@ -5,8 +5,10 @@
  * starts, so the driver has no link dependency on it and a process that never diagnoses never
  * loads it. The core lends the function that names a call's caller (cgrt__diag_caller).
  *
- * CUPTI allows one subscriber per process: it is shared by every runtime (a mutex guards it) and
- * its domains are enabled only while at least one recording runs. The callback keeps a call only
+ * CUPTI allows one subscriber per process: it is shared by every runtime (a mutex guards it), its
+ * domains are enabled only while at least one recording runs, and once none runs (and no sync guard
+ * needs it) CUPTI is detached again: attached, it makes every graph launch of the process about
+ * ten times dearer for the host (unsubscribe_if_idle). The callback keeps a call only
  * on a thread that records (thread-local state), and only if it was refused because of the
  * capture (a cudaErrorStreamCapture* / CUDA_ERROR_STREAM_CAPTURE_* result), is a synchronizing
  * call made after the capture broke, or is suspicious:
@@ -45,6 +47,7 @@ typedef CUptiResult (*result_string_fn)(CUptiResult, const char **);
 typedef CUptiResult (*enable_callback_fn)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
                                           CUpti_CallbackId);
 typedef CUptiResult (*device_id_fn)(CUcontext, uint32_t *);
+typedef CUptiResult (*finalize_fn)(void);
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *lib;
@@ -54,10 +57,12 @@ static enable_domain_fn cupti_enable_domain;
 static result_string_fn cupti_result_string;
 static enable_callback_fn cupti_enable_callback;
 static device_id_fn cupti_get_device_id;
+static finalize_fn cupti_finalize;
 static CUpti_SubscriberHandle subscriber;
-static int users;         /* runtimes that use the subscription (acquire, release) */
-static int recording;     /* recordings running: domains are enabled while > 0 */
-static int guarding;      /* sync guard acquires not released (under lock) */
+static int users;     /* runtimes that have recorded (acquire, release): counted, and no longer a
+                         reason to keep the subscription (see unsubscribe_if_idle) */
+static int recording; /* recordings running: domains are enabled while > 0 */
+static int guarding;  /* sync guard acquires not released (under lock) */
 static int guard_enabled; /* the guard's callbacks are enabled in the subscription */
 
 static __thread struct cgrt_diag_rec *tls_rec;
@@ -112,6 +117,7 @@ static int load(char *err, size_t len) {
   cupti_result_string = (result_string_fn)dlsym(lib, "cuptiGetResultString");
   cupti_enable_callback = (enable_callback_fn)dlsym(lib, "cuptiEnableCallback");
   cupti_get_device_id = (device_id_fn)dlsym(lib, "cuptiGetDeviceId");
+  cupti_finalize = (finalize_fn)dlsym(lib, "cuptiFinalize");
   if (!cupti_subscribe || !cupti_unsubscribe || !cupti_enable_domain) {
     snprintf(err, len, "libcupti lacks cuptiSubscribe, cuptiUnsubscribe or cuptiEnableDomain");
     dlclose(lib);
@@ -435,13 +441,23 @@ static int subscribe(char *err, size_t len) {
   return CGRT_E_UNSUPPORTED;
 }
 
-/* Unsubscribes once nothing needs the subscription (under lock). A guarded call still between
-   its enter and exit keeps it, so that its exit is seen; the next release tries again. */
+/*
+ * Unsubscribes and detaches CUPTI (cuptiFinalize) once nothing needs the subscription: no
+ * recording, no guard (under lock). While CUPTI is attached, a graph launch costs the host about
+ * ten times as much (a 64-kernel graph 13-22 us against 1.3-1.9 us on an H200), and unsubscribing
+ * alone leaves it so; only cuptiFinalize takes that away (tools/probe/cupti_cost.cu, session 54).
+ * So diagnose detaches after each recording (about 11 ms to attach and detach again for the next
+ * failed capture) rather than keep the subscription for the runtime's life, as it did before. A
+ * guarded call still between its enter and exit keeps it, so that its exit is seen; the next
+ * release tries again.
+ */
 static void unsubscribe_if_idle(void) {
-  if (users == 0 && recording == 0 && guarding == 0 && guard_inflight == 0 && subscriber) {
+  if (recording == 0 && guarding == 0 && guard_inflight == 0 && subscriber) {
     cupti_unsubscribe(subscriber);
     subscriber = NULL;
     guard_enabled = 0;
+    if (cupti_finalize)
+      (void)cupti_finalize();
   }
 }
 
@@ -474,8 +490,10 @@ void cgrt__cupti_stop(void) {
     return;
   tls_rec = NULL;
   pthread_mutex_lock(&lock);
-  if (recording > 0 && --recording == 0)
+  if (recording > 0 && --recording == 0) {
     (void)set_domains(0);
+    unsubscribe_if_idle();
+  }
   pthread_mutex_unlock(&lock);
 }
 
