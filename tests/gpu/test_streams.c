@@ -14,7 +14,7 @@
  * two runtimes, one per thread, step side by side while the other thread opens and closes; a
  * thread's cudaDeviceSynchronize met inside a capture breaks it, and the capture says so and
  * recovers; a thread looping cgrt_device_synchronize beside the captures breaks none, and with
- * [runtime] sync_guard (the default, auto) neither does a thread looping a raw
+ * [runtime] sync_guard = on held by a runtime neither does a thread looping a raw
  * cudaDeviceSynchronize, which crashed the CUDA driver without it (session 53).
  */
 #include <pthread.h>
@@ -315,20 +315,24 @@ struct worker {
   unsigned long long captures;                      /* every runtime's, from their stats */
 };
 
-/* The sync guard's counts of GPU 0 (process-wide), read through a runtime that holds the guard:
-   sync_guard = on, so that the open fails where the guard cannot be had. */
-static void guard_counts(unsigned long long *waits, unsigned long long *late) {
+/* A runtime on GPU 0 that holds the sync guard (sync_guard = on: the open fails where the guard
+   cannot be had) while the test runs. */
+static cgrt_runtime *guard_open(void) {
   cgrt_runtime *rt = NULL;
   cgrt_open_options o = {.struct_size = sizeof(o),
                          .ini = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\ndevice = "
                                 "0\nsync_guard = on\nlog = warn\n"};
   if (cgrt_open_ex(&rt, &o) != 0)
     fail_msg("sync_guard = on: %s", cgrt_last_error(NULL));
+  return rt;
+}
+
+/* The guard's counts of GPU 0 (process-wide), through a runtime that holds it. */
+static void guard_counts(cgrt_runtime *rt, unsigned long long *waits, unsigned long long *late) {
   cgrt_stats st = {.struct_size = sizeof(st)};
   assert_int_equal(cgrt_stats_get(rt, &st), 0);
   *waits = st.sync_guard_waits;
   *late = st.sync_guard_late;
-  assert_int_equal(cgrt_close(rt), 0);
 }
 
 static void worker_log(void *user, cgrt_log_level level, const char *msg) {
@@ -430,10 +434,10 @@ static void two_runtimes_on_two_threads(void **state) {
  * and none races a capture's begin or end (a raw loop of them does, and crashed the CUDA driver:
  * tools/probe/sync_race.cu, session 53). Each sync must be refused, each broke one capture that
  * fell back with a line naming a break from outside the captured work, every step still reads its
- * own result, and the graphs are captured again and replayed. With the sync guard (the default)
- * each handed sync first waits at the capture gate for the capture that waits for it: the bound
- * (CGRT_SYNC_GUARD_WAIT_MS, 100 ms here) ends that wait, the sync goes ahead as without the guard,
- * and the guard counts it late, exactly once each.
+ * own result, and the graphs are captured again and replayed. With the sync guard held (the second
+ * test) each handed sync first waits at the capture gate for the capture that waits for it: the
+ * bound (CGRT_SYNC_GUARD_WAIT_MS, 100 ms here) ends that wait, the sync goes ahead as without the
+ * guard, and the guard counts it late, exactly once each; the rest is the same.
  */
 static struct breaker {
   pthread_mutex_t mu;
@@ -499,13 +503,14 @@ static void *handed_syncer(void *arg) {
   return NULL;
 }
 
-static void device_sync_handed_over_inside_a_capture(void **state) {
-  (void)state;
+static void handed_over(int guarded) {
   if (!have_gpu())
     skip();
-  unsigned long long waits0, late0, waits1, late1;
-  guard_counts(&waits0, &late0);
+  unsigned long long waits0 = 0, late0 = 0, waits1 = 0, late1 = 0;
   assert_int_equal(setenv("CGRT_SYNC_GUARD_WAIT_MS", "100", 1), 0);
+  cgrt_runtime *keep = guarded ? guard_open() : NULL;
+  if (keep)
+    guard_counts(keep, &waits0, &late0);
   struct breaker b = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, handed_syncer, &b), 0);
@@ -513,18 +518,22 @@ static void device_sync_handed_over_inside_a_capture(void **state) {
   struct worker w = {.index = 0, .outside_ok = 1, .each_config = unbreak, .verbose = 1};
   (void)worker_run(&w);
   breaker = NULL;
+  if (keep) {
+    guard_counts(keep, &waits1, &late1);
+    assert_int_equal(cgrt_close(keep), 0);
+  }
   unsetenv("CGRT_SYNC_GUARD_WAIT_MS");
-  guard_counts(&waits1, &late1);
   pthread_mutex_lock(&b.mu);
   b.stop = 1;
   pthread_cond_broadcast(&b.cv);
   pthread_mutex_unlock(&b.mu);
   pthread_join(t, NULL);
-  printf("device_sync_handed_over_inside_a_capture: %llu cudaDeviceSynchronize handed over, %llu "
+  printf("device_sync_handed_over_inside_a_capture%s: %llu cudaDeviceSynchronize handed over, %llu "
          "refused, %llu captures broken and run eagerly, all named, every step right; %llu "
          "capture calls on a stream CUDA said was not capturing; the guard: %llu waited, %llu "
          "went ahead at the bound\n",
-         b.handed, b.refused, w.fallbacks, b.unlike, waits1 - waits0, late1 - late0);
+         guarded ? " (guard held)" : "", b.handed, b.refused, w.fallbacks, b.unlike,
+         waits1 - waits0, late1 - late0);
   if (w.failure[0])
     fail_msg("%s", w.failure);
   assert_int_equal(w.steps, STEPS * (sizeof(configs) / sizeof(configs[0])));
@@ -536,8 +545,18 @@ static void device_sync_handed_over_inside_a_capture(void **state) {
   assert_int_equal(b.unlike, 0);
   assert_int_equal(b.refused, b.handed);
   assert_int_equal(w.fallbacks, b.handed);
-  assert_int_equal(late1 - late0, b.handed);
-  assert_int_equal(waits1 - waits0, b.handed);
+  assert_int_equal(late1 - late0, guarded ? b.handed : 0);
+  assert_int_equal(waits1 - waits0, guarded ? b.handed : 0);
+}
+
+static void device_sync_handed_over_inside_a_capture(void **state) {
+  (void)state;
+  handed_over(0);
+}
+
+static void device_sync_handed_over_with_the_guard(void **state) {
+  (void)state;
+  handed_over(1);
 }
 
 /*
@@ -624,14 +643,9 @@ static void raw_device_sync_beside_captures(void **state) {
   (void)state;
   if (!have_gpu())
     skip();
-  cgrt_runtime *keep = NULL;
-  cgrt_open_options o = {.struct_size = sizeof(o),
-                         .ini = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = cuda\ndevice = "
-                                "0\nsync_guard = on\n"};
-  if (cgrt_open_ex(&keep, &o) != 0)
-    fail_msg("sync_guard = on: %s", cgrt_last_error(NULL));
+  cgrt_runtime *keep = guard_open();
   unsigned long long waits0, late0, waits1, late1;
-  guard_counts(&waits0, &late0);
+  guard_counts(keep, &waits0, &late0);
   struct raw r = {0};
   stop_gated = 0;
   pthread_t t;
@@ -640,7 +654,7 @@ static void raw_device_sync_beside_captures(void **state) {
   (void)worker_run(&w);
   stop_gated = 1;
   pthread_join(t, NULL);
-  guard_counts(&waits1, &late1);
+  guard_counts(keep, &waits1, &late1);
   assert_int_equal(cgrt_close(keep), 0);
   printf("raw_device_sync_beside_captures: %llu cudaDeviceSynchronize, %llu failed; %llu captures, "
          "%llu fell back; the guard: %llu syncs waited for a capture, %llu went ahead at the "
@@ -670,6 +684,7 @@ int main(void) {
       cmocka_unit_test(captures_survive_another_threads_legacy_work),
       cmocka_unit_test(two_runtimes_on_two_threads),
       cmocka_unit_test(device_sync_handed_over_inside_a_capture),
+      cmocka_unit_test(device_sync_handed_over_with_the_guard),
       cmocka_unit_test(device_synchronize_beside_captures),
       cmocka_unit_test(raw_device_sync_beside_captures),
   };

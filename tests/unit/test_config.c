@@ -136,7 +136,7 @@ static void assert_defaults(const struct cgrt_config_view *v) {
   assert_int_equal(v->bind_cpu, 1);
   assert_int_equal(v->log_level, CGRT_LOG_INFO);
   assert_int_equal(v->max_queued_steps, 0); /* no bound */
-  assert_int_equal(v->sync_guard, CGRT_SYNC_GUARD_AUTO);
+  assert_int_equal(v->sync_guard, CGRT_SYNC_GUARD_OFF);
   assert_int_equal(v->nan_check, 1);
   assert_int_equal(v->recompute, CGRT_RECOMPUTE_NONE);
   assert_int_equal(v->moe_experts, 0);
@@ -991,7 +991,7 @@ static void rule_counts_at_least_one(void **state) {
                  "of a THD slot in tokens)");
 }
 
-/* [runtime] sync_guard: off, auto or on; anything else refused with the three spellings. */
+/* [runtime] sync_guard: off or on; anything else refused with the two spellings. */
 static void sync_guard_values(void **state) {
   struct fx *f = *state;
   assert_clean(f, "[runtime]\nsync_guard = on\n");
@@ -999,7 +999,7 @@ static void sync_guard_values(void **state) {
   assert_clean(f, "[runtime]\nsync_guard = off\n");
   assert_int_equal(f->cfg.view.sync_guard, CGRT_SYNC_GUARD_OFF);
   assert_refused(f, "[runtime]\nsync_guard = yes\n", "sync_guard");
-  assert_refused(f, "[runtime]\nsync_guard = yes\n", "off, auto, on");
+  assert_refused(f, "[runtime]\nsync_guard = maybe\n", "sync_guard = 'maybe'");
 }
 
 /* [runtime] max_queued_steps: 0 (no bound) to 64, the events the runtime keeps for it. */

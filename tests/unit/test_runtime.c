@@ -538,8 +538,8 @@ static void host_stream_refused_on_the_host_driver(void **state) {
   cgrt_close(rt);
 }
 
-/* [runtime] sync_guard on the host driver, which has no raw synchronizes: `on` (required) refuses
-   the open with the cause and the fix; auto opens and its counts stay 0; a backend that never
+/* [runtime] sync_guard on the host driver, which has no raw synchronizes: `on` refuses the open
+   with the cause and the fix; off (the default) opens and its counts stay 0; a backend that never
    builds graphs needs no guard, so `on` opens under none. */
 static void sync_guard_on_the_host_driver(void **state) {
   (void)state;
@@ -550,7 +550,7 @@ static void sync_guard_on_the_host_driver(void **state) {
   assert_int_equal(cgrt_open_ex(&rt, &o), CGRT_E_UNSUPPORTED);
   assert_null(rt);
   assert_contains(cgrt_last_error(NULL), "sync_guard = on: the host driver has no raw");
-  assert_contains(cgrt_last_error(NULL), "set sync_guard = auto");
+  assert_contains(cgrt_last_error(NULL), "set sync_guard = off");
   o.ini = "[cuda_graph]\nimpl = local\n[runtime]\ndriver = host\nlog = off\n";
   assert_int_equal(cgrt_open_ex(&rt, &o), 0);
   cgrt_stats st = {.struct_size = sizeof(st)};

@@ -2,8 +2,9 @@
  * bench_checks.c - what went wrong or was checked during a `cgrt bench` run: fallbacks, moved
  * buffers (keys on private copies, keys sent eager, bytes copied), calls eager for the memory
  * budget, replays checked against eager and how many differed ([cuda_graph] verify), steps that
- * waited for an earlier one ([runtime] max_queued_steps), and diagnose's findings, as text lines
- * or as JSON fields.
+ * waited for an earlier one ([runtime] max_queued_steps), raw device synchronizes of other threads
+ * that waited for a capture or went ahead at the bound ([runtime] sync_guard), and diagnose's
+ * findings, as text lines or as JSON fields.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,8 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            "\"budget_eager\":%llu,\"timed_steps\":%llu,\"time_probe_steps\":%llu,"
            "\"time_eager_steps\":%llu,\"time_exact_steps\":%llu,\"time_eager_counts\":%llu,"
            "\"time_exact_counts\":%llu,\"time_implied_counts\":%llu,\"time_rare_refused\":%llu,"
-           "\"queue_waits\":%llu,\"queue_wait_ns\":%llu",
+           "\"queue_waits\":%llu,\"queue_wait_ns\":%llu,\"sync_guard_waits\":%llu,"
+           "\"sync_guard_late\":%llu",
            (unsigned long long)s.fallbacks, (unsigned long long)s.rebinds,
            (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.rebind_variant_keys,
            (unsigned long long)s.rebind_eager_keys, (unsigned long long)s.copy_bytes,
@@ -48,7 +50,8 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            (unsigned long long)s.time_exact_steps, (unsigned long long)s.time_eager_counts,
            (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_implied_counts,
            (unsigned long long)s.time_rare_refused, (unsigned long long)s.queue_waits,
-           (unsigned long long)s.queue_wait_ns);
+           (unsigned long long)s.queue_wait_ns, (unsigned long long)s.sync_guard_waits,
+           (unsigned long long)s.sync_guard_late);
     printf(",\"verifications\":%llu,\"verify_mismatches\":%llu,\"verify_skipped\":%llu,"
            "\"findings\":[",
            (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
@@ -110,6 +113,10 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
     printf("max_queued_steps: %llu steps waited for an earlier step to finish on the device before "
            "they were issued, %.3f ms of host time in all\n",
            (unsigned long long)s.queue_waits, (double)s.queue_wait_ns / 1e6);
+  if (s.sync_guard_waits || s.sync_guard_late)
+    printf("sync_guard: %llu raw device synchronizes of the process waited for a capture on this "
+           "GPU, %llu of them went ahead at the bound (each may have broken the capture)\n",
+           (unsigned long long)s.sync_guard_waits, (unsigned long long)s.sync_guard_late);
   if (s.verifications || s.verify_skipped)
     printf("verify: %llu replays checked against eager, %llu differed, %llu not checked (no "
            "memory for the private copies)\n",

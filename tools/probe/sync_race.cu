@@ -22,10 +22,12 @@
  * exclusively around them instead (once per thread: the runtime's call makes the driver's inside
  * it); B holds it shared as with --gate. So: can a process keep a raw synchronize away from
  * captures without touching the caller? The counts of both callbacks are printed.
+ * --sync-device N: A synchronizes device N (--call device or ctx) while B captures on device 0:
+ * does a synchronize of one GPU race another GPU's captures? (cgrt's gates are per device.)
  *
  * Usage: cgrt-sync-race [--seconds S] [--mode global|thread_local|relaxed] [--kernels K]
  *                       [--call device|ctx|legacy|stream|event|free|trim] [--gate]
- *                       [--cupti-gate] [--no-sync] [--no-instantiate]
+ *                       [--cupti-gate] [--sync-device N] [--no-sync] [--no-instantiate]
  * Exit status 0 when the loops ran to the end with every B round's kernels right. */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -77,7 +79,7 @@ static int cupti_gate(void) {
 
 int main(int argc, char **argv) {
   double seconds = 5;
-  int kernels = 3, sync = 1, instantiate = 1, gate = 0, cgate = 0;
+  int kernels = 3, sync = 1, instantiate = 1, gate = 0, cgate = 0, sync_device = 0;
   const char *call = "device";
   cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
   const char *mode_name = "thread_local";
@@ -109,6 +111,8 @@ int main(int argc, char **argv) {
       gate = 1;
     else if (!std::strcmp(argv[i], "--cupti-gate"))
       cgate = 1;
+    else if (!std::strcmp(argv[i], "--sync-device") && i + 1 < argc)
+      sync_device = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--no-sync"))
       sync = 0;
     else if (!std::strcmp(argv[i], "--no-instantiate"))
@@ -117,13 +121,17 @@ int main(int argc, char **argv) {
       std::fprintf(stderr,
                    "usage: cgrt-sync-race [--seconds S] [--mode global|thread_local|relaxed] "
                    "[--kernels K] [--call device|ctx|legacy|stream|event|free|trim] [--gate] "
-                   "[--cupti-gate] [--no-sync] [--no-instantiate]\n");
+                   "[--cupti-gate] [--sync-device N] [--no-sync] [--no-instantiate]\n");
       return 2;
     }
   }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  if (sync_device < 0 || sync_device >= n) {
+    std::printf("SKIPPED: --sync-device %d, with %d devices\n", sync_device, n);
     return 77;
   }
 #ifdef CGRT_PROBE_CUPTI
@@ -160,7 +168,7 @@ int main(int argc, char **argv) {
                     : !std::strcmp(call, "legacy") ? 6
                                                    : 0;
   std::thread a([&] {
-    cudaSetDevice(0);
+    cudaSetDevice(which == 0 || which == 5 ? sync_device : 0);
     while (sync && !stop.load()) {
       if (gate)
         lock.lock();
@@ -238,6 +246,8 @@ int main(int argc, char **argv) {
   }
   stop.store(1);
   a.join();
+  if (sync_device != 0)
+    std::printf("A synchronizes device %d, B captures on device 0; ", sync_device);
   std::printf("mode %s, %d kernels, %s, %s, %s: %llu rounds, %llu captures broken, %llu graphs "
               "instantiated and run, %llu checks wrong; A: %llu calls, %llu refused\n",
               mode_name, kernels, sync ? call : "A idle (control)",

@@ -235,12 +235,15 @@ typedef struct cgrt_step_report {
 #define CGRT_STATS_MAX_BUCKETS 64
 
 /* Counters of a runtime since it opened (or since the last cgrt_release_graphs() for gauges). */
-/* [runtime] sync_guard: whether the process's raw device-wide synchronizes wait for cgrt's captures
-   (since 0.4, host API minor 12). */
+/*
+ * [runtime] sync_guard: whether the process's raw device-wide synchronizes wait for cgrt's captures
+ * (since 0.4, host API minor 12). On the cuda driver the guard attaches CUPTI, which makes every
+ * graph launch of the process about ten times dearer for the host while it is attached: off by
+ * default (README, Other threads and captures).
+ */
 typedef enum {
   CGRT_SYNC_GUARD_OFF = 0,
-  CGRT_SYNC_GUARD_AUTO = 1, /* where the driver can (CUPTI there and free), else said at info */
-  CGRT_SYNC_GUARD_ON = 2    /* required: the open fails where it cannot */
+  CGRT_SYNC_GUARD_ON = 1 /* the open fails where the driver cannot guard */
 } cgrt_sync_guard;
 
 typedef struct cgrt_stats {

@@ -108,20 +108,20 @@ static int gate_enter(int device, long wait_ms, int *waited) {
 static const struct cgrt_sync_gate sync_gate = {gate_enter, cgrt__gate_sync_leave};
 
 /*
- * [runtime] sync_guard: a runtime whose backend builds graphs holds the driver's guard from open
- * to close, so that a raw device-wide synchronize of any thread never meets its captures (gate.h
- * says why). auto: said at info where the driver cannot; on: the open fails there.
+ * [runtime] sync_guard = on: a runtime whose backend builds graphs holds the driver's guard from
+ * open to close, so that a raw device-wide synchronize of any thread never meets its captures
+ * (gate.h says why); the open fails with the reason where the driver cannot guard. A backend that
+ * never captures needs none.
  */
 static int open_sync_guard(cgrt_runtime *rt) {
-  const cgrt_sync_guard want = rt->cfg.view.sync_guard;
-  if (want == CGRT_SYNC_GUARD_OFF || !(rt->lib.vt->caps & CGRT_CAP_GRAPHS))
+  if (rt->cfg.view.sync_guard != CGRT_SYNC_GUARD_ON || !(rt->lib.vt->caps & CGRT_CAP_GRAPHS))
     return 0;
   const struct cgrt_driver *drv = rt->dev.drv;
   char err[512] = "";
   int rc = CGRT_E_UNSUPPORTED;
-  if (!drv->sync_guard_acquire)
+  if (!drv->sync_guard_acquire) {
     snprintf(err, sizeof(err), "the %s driver has no raw synchronizes to guard", drv->name);
-  else {
+  } else {
     long wait_ms = SYNC_GUARD_WAIT_MS;
     const char *env = cgrt__getenv("CGRT_SYNC_GUARD_WAIT_MS");
     if (env && env[0]) {
@@ -136,26 +136,18 @@ static int open_sync_guard(cgrt_runtime *rt) {
     }
     rc = drv->sync_guard_acquire(&sync_gate, wait_ms, err, sizeof(err));
   }
-  if (rc == 0) {
-    rt->graphs.sync_guarded = 1;
-    uint64_t waited = 0;
-    drv->sync_guard_counts(rt->dev.device, &waited, &rt->graphs.sync_late_seen);
-    cgrt__log(&rt->log, CGRT_LOG_DEBUG,
-              "sync_guard: raw device synchronizes of every thread wait for cgrt's captures on GPU "
-              "%d",
-              rt->dev.device);
-    return 0;
-  }
-  if (want == CGRT_SYNC_GUARD_ON)
+  if (rc != 0)
     return cgrt__fail(&rt->log, rc,
-                      "sync_guard = on: %s; set sync_guard = auto (or off) to open without it, "
-                      "and synchronize the device through cgrt_device_synchronize",
+                      "sync_guard = on: %s; set sync_guard = off to open without it, and "
+                      "synchronize the device through cgrt_device_synchronize",
                       err);
-  if (drv->sync_guard_acquire) /* the host driver needs no sentence */
-    cgrt__log(&rt->log, CGRT_LOG_INFO,
-              "sync_guard = auto: raw device synchronizes of other threads are not kept out of "
-              "captures (%s); synchronize the device through cgrt_device_synchronize",
-              err);
+  rt->graphs.sync_guarded = 1;
+  uint64_t waited = 0;
+  drv->sync_guard_counts(rt->dev.device, &waited, &rt->graphs.sync_late_seen);
+  cgrt__log(&rt->log, CGRT_LOG_INFO,
+            "sync_guard = on: raw device synchronizes of every thread wait for cgrt's captures on "
+            "GPU %d (CUPTI attached: each graph launch costs the host more while it is)",
+            rt->dev.device);
   return 0;
 }
 
