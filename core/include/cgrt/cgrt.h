@@ -347,21 +347,21 @@ CGRT_API int cgrt_synchronize(cgrt_runtime *rt);
 /*
  * Waits until all work on the runtime's device has run (cudaDeviceSynchronize), but never during a
  * capture of any runtime of the process on that device: it waits for the captures underway there
- * to end and holds new ones back until it returns (captures on other devices go on). For a host thread that must synchronize the whole device beside
- * runtimes that capture (a loader, a monitor). A raw cudaDeviceSynchronize there is refused by
- * CUDA and invalidates the capture underway (cgrt then runs that work eagerly and captures it
- * again), and one that races a capture's begin or end has crashed the CUDA driver (README, "Other
- * threads and captures"). Any thread may call it while another drives rt (cuda driver; the
- * thread's current device is kept); rt must stay open until it returns. A failure's sentence is
- * this thread's cgrt_last_error(rt). Refused (CGRT_E_CAPTURE) on a thread that is capturing: from
- * a module or body inside a capture of another runtime (inside a step of rt itself it is refused
- * with CGRT_E_STATE, as cgrt_synchronize is). On the host driver it is a call that drives rt,
- * like cgrt_synchronize. A capture the host itself runs outside cgrt is not held back: CUDA
- * refuses the synchronize and invalidates it (CGRT_E_CAPTURE). Captures and synchronizes are
- * served in the order they came: a capture's work must not wait for another thread's capture to
- * begin while a synchronize may be queued between them. [runtime] sync_guard = on passes the
- * process's raw device synchronizes through the same wait. (since 0.4)
- * Errors: CGRT_E_INVAL, CGRT_E_CAPTURE, CGRT_E_DEVICE, CGRT_E_STATE.
+ * to end and holds new ones back until it returns (captures on other devices go on). For a host
+ * thread that must synchronize the whole device beside runtimes that capture (a loader, a monitor).
+ * A raw cudaDeviceSynchronize there is refused by CUDA and invalidates the capture underway (cgrt
+ * then runs that work eagerly and captures it again), and one that races a capture's begin or end
+ * has crashed the CUDA driver (README, "Other threads and captures"). Any thread may call it while
+ * another drives rt (cuda driver; the thread's current device is kept); rt must stay open until it
+ * returns. A failure's sentence is this thread's cgrt_last_error(rt). Refused (CGRT_E_CAPTURE) on a
+ * thread that is capturing: from a module or body inside a capture of another runtime (inside a
+ * step of rt itself it is refused with CGRT_E_STATE, as cgrt_synchronize is). On the host driver it
+ * is a call that drives rt, like cgrt_synchronize. A capture the host itself runs outside cgrt is
+ * not held back: CUDA refuses the synchronize and invalidates it (CGRT_E_CAPTURE). Captures and
+ * synchronizes are served in the order they came: a capture's work must not wait for another
+ * thread's capture to begin while a synchronize may be queued between them. [runtime] sync_guard =
+ * on passes the process's raw device synchronizes through the same wait. (since 0.4) Errors:
+ * CGRT_E_INVAL, CGRT_E_CAPTURE, CGRT_E_DEVICE, CGRT_E_STATE.
  */
 CGRT_API int cgrt_device_synchronize(cgrt_runtime *rt);
 
