@@ -55,6 +55,25 @@ static double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/* Host time of a subscribe, enable and unsubscribe (and with finalize, cuptiFinalize) cycle, us:
+   the median of n. */
+static double cycle_us(int n, int finalize) {
+  std::vector<double> cyc;
+  for (int i = 0; i < n; i++) {
+    double a = now_us();
+    CUpti_SubscriberHandle sub;
+    if (cuptiSubscribe(&sub, on_call, nullptr) == CUPTI_SUCCESS) {
+      cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
+                          CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
+      cuptiUnsubscribe(sub);
+    }
+    if (finalize)
+      cuptiFinalize();
+    cyc.push_back(now_us() - a);
+  }
+  return median(cyc);
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "none";
   int n = 0;
@@ -92,38 +111,17 @@ int main(int argc, char **argv) {
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (after) {
     cuptiUnsubscribe(first);
-    std::vector<double> cyc;
-    for (int i = 0; i < 50; i++) {
-      double a = now_us();
-      CUpti_SubscriberHandle sub2;
-      if (cuptiSubscribe(&sub2, on_call, nullptr) == CUPTI_SUCCESS) {
-        cuptiEnableCallback(1, sub2, CUPTI_CB_DOMAIN_DRIVER_API,
-                            CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
-        cuptiUnsubscribe(sub2);
-      }
-      cyc.push_back(now_us() - a);
-    }
-    std::printf("a subscribe, enable and unsubscribe cycle: %.1f us (median of 50)\n", median(cyc));
+    std::printf("a subscribe, enable and unsubscribe cycle: %.1f us (median of 50)\n",
+                cycle_us(50, 0));
   }
   if (finalize) {
     double a = now_us();
     CUptiResult r = cuptiFinalize();
     double f = now_us() - a;
-    std::vector<double> cyc;
-    for (int i = 0; r == CUPTI_SUCCESS && i < 10; i++) {
-      double b = now_us();
-      CUpti_SubscriberHandle sub2;
-      if (cuptiSubscribe(&sub2, on_call, nullptr) == CUPTI_SUCCESS) {
-        cuptiEnableCallback(1, sub2, CUPTI_CB_DOMAIN_DRIVER_API,
-                            CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
-        cuptiUnsubscribe(sub2);
-      }
-      cuptiFinalize();
-      cyc.push_back(now_us() - b);
-    }
     std::printf("cuptiFinalize: %s, %.1f us; a subscribe-unsubscribe-finalize cycle %.1f us "
                 "(median of 10)\n",
-                r == CUPTI_SUCCESS ? "ok" : "failed", f, cyc.empty() ? 0.0 : median(cyc));
+                r == CUPTI_SUCCESS ? "ok" : "failed", f,
+                r == CUPTI_SUCCESS ? cycle_us(10, 1) : 0.0);
   }
   cudaGraph_t g;
   cudaGraphExec_t x;
