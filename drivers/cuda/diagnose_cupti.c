@@ -64,6 +64,8 @@ static int users;     /* runtimes that have recorded (acquire, release): counted
 static int recording; /* recordings running: domains are enabled while > 0 */
 static int guarding;  /* sync guard acquires not released (under lock) */
 static int guard_enabled; /* the guard's callbacks are enabled in the subscription */
+static int cupti_shared;  /* libcupti was in the process before cgrt loaded it: another tool (a
+                             tracer, a profiler) uses CUPTI, so cgrt never detaches it */
 
 static __thread struct cgrt_diag_rec *tls_rec;
 static __thread const void *const *tls_host_frame;
@@ -93,6 +95,13 @@ static int load(char *err, size_t len) {
 #endif
                          NULL};
   char last[256] = "not found";
+  for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]) && !cupti_shared; i++) {
+    void *there = tries[i] ? dlopen(tries[i], RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (there) {
+      cupti_shared = 1;
+      dlclose(there);
+    }
+  }
   for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
     if (!tries[i])
       continue;
@@ -449,14 +458,16 @@ static int subscribe(char *err, size_t len) {
  * So diagnose detaches after each recording (about 11 ms to attach and detach again for the next
  * failed capture) rather than keep the subscription for the runtime's life, as it did before. A
  * guarded call still between its enter and exit keeps it, so that its exit is seen; the next
- * release tries again.
+ * release tries again. Where libcupti was in the process before cgrt loaded it (libcgrt-trace.so,
+ * a profiler's activity tracing), CUPTI is another tool's too: cgrt only unsubscribes, since a
+ * cuptiFinalize would end that tool's tracing.
  */
 static void unsubscribe_if_idle(void) {
   if (recording == 0 && guarding == 0 && guard_inflight == 0 && subscriber) {
     cupti_unsubscribe(subscriber);
     subscriber = NULL;
     guard_enabled = 0;
-    if (cupti_finalize)
+    if (cupti_finalize && !cupti_shared)
       (void)cupti_finalize();
   }
 }
