@@ -9,6 +9,8 @@
  *   guard      all of them (sync_guard's set)
  *   after      guard's set, then cuptiUnsubscribe before measuring: does the cost go with it?
  *              (also prints what a subscribe, enable and unsubscribe cycle costs, median of 50)
+ *   late       the guard's set while the graph is captured and instantiated, then unsubscribe and
+ *              cuptiFinalize before measuring: does an executable made under CUPTI keep a cost?
  *   finalize   as after, then cuptiFinalize (CUPTI detached): does that take the cost away?
  *              (also prints what the finalize and a subscribe-unsubscribe-finalize cycle cost)
  * Printed, host time: an empty kernel's launch (20000, a sync every 1000), a 64-kernel graph's
@@ -82,6 +84,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   cudaFree(0);
+  const int late = !std::strcmp(mode, "late");
   const int finalize = !std::strcmp(mode, "finalize");
   const int after = !std::strcmp(mode, "after") || finalize;
   if (std::strcmp(mode, "none")) {
@@ -90,8 +93,8 @@ int main(int argc, char **argv) {
       std::printf("cuptiSubscribe failed\n");
       return 1;
     }
-    int drv = !std::strcmp(mode, "driver") || !std::strcmp(mode, "guard") || after;
-    int rt = !std::strcmp(mode, "runtime") || !std::strcmp(mode, "guard") || after;
+    int drv = !std::strcmp(mode, "driver") || !std::strcmp(mode, "guard") || after || late;
+    int rt = !std::strcmp(mode, "runtime") || !std::strcmp(mode, "guard") || after || late;
     if (drv) {
       cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API,
                           CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
@@ -130,6 +133,11 @@ int main(int argc, char **argv) {
     empty<<<1, 32, 0, s>>>();
   cudaStreamEndCapture(s, &g);
   cudaGraphInstantiate(&x, g, 0);
+  if (late) {
+    cudaStreamSynchronize(s);
+    cuptiUnsubscribe(first);
+    std::printf("late: cuptiFinalize %s\n", cuptiFinalize() == CUPTI_SUCCESS ? "ok" : "failed");
+  }
   std::vector<double> k, gl, sy;
   for (int round = 0; round < 5; round++) {
     double t = 0;
