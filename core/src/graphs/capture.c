@@ -52,8 +52,8 @@ int cgrt__record(struct cgrt_graphs *g, void *stream, int (*fn)(void *arg), void
     snprintf(why, whylen, "the host's capture begin hook returned %d and refused the capture", rc);
     return CGRT_E_CALLBACK;
   }
-  cgrt__gate_capture_enter(
-      g->dev->device); /* no device synchronize through cgrt while it captures */
+  /* no device synchronize through cgrt while it captures */
+  cgrt__gate_capture_enter(g->dev->device);
   rc = drv->capture_begin(g->dev, stream);
   cgrt__comms_capture_begin(g->comms);
   if (rc != 0) {

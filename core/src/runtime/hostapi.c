@@ -140,8 +140,8 @@ static int h_capture_begin(const struct cgrt_host_api *h, void *stream) {
   if (hrc != 0)
     return cgrt__fail(&rt->log, CGRT_E_CALLBACK,
                       "the host's capture begin hook returned %d and refused the capture", hrc);
-  cgrt__gate_capture_enter(
-      rt->dev.device); /* no device synchronize through cgrt while it captures */
+  /* no device synchronize through cgrt while it captures */
+  cgrt__gate_capture_enter(rt->dev.device);
   int rc = DRV(rt)->capture_begin(DEV(rt), stream);
   if (rc == 0) {
     rt->open_captures++;

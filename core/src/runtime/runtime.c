@@ -101,11 +101,8 @@ static void bind_thread(cgrt_runtime *rt) {
  */
 #define SYNC_GUARD_WAIT_MS 5000
 
-static int gate_enter(int device, long wait_ms, int *waited) {
-  return cgrt__gate_sync_enter_within(device, wait_ms, waited);
-}
-
-static const struct cgrt_sync_gate sync_gate = {gate_enter, cgrt__gate_sync_leave};
+static const struct cgrt_sync_gate sync_gate = {cgrt__gate_sync_enter_within,
+                                                cgrt__gate_sync_leave};
 
 /*
  * [runtime] sync_guard = on: a runtime whose backend builds graphs holds the driver's guard from
