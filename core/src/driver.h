@@ -219,8 +219,8 @@ struct cgrt_driver {
    * record_start begins recording this thread's calls into rec, naming callers below
    * *host_frame with `caller`; 0, or an error with the reason in err. record_stop ends it on
    * this thread. record_finish, after the capture: classifies what needs device queries and
-   * names results. record_acquire and record_release bracket a runtime's use (the last release
-   * frees what recording holds).
+   * names results. record_acquire and record_release bracket a runtime's use (the cuda driver
+   * detaches CUPTI at each stop already; release retries what a guarded call in flight kept).
    */
   int (*record_start)(struct cgrt_diag_rec *rec, const void *const *host_frame,
                       cgrt_diag_caller_fn caller, char *err, size_t len);

@@ -59,10 +59,8 @@ static enable_callback_fn cupti_enable_callback;
 static device_id_fn cupti_get_device_id;
 static finalize_fn cupti_finalize;
 static CUpti_SubscriberHandle subscriber;
-static int users;     /* runtimes that have recorded (acquire, release): counted, and no longer a
-                         reason to keep the subscription (see unsubscribe_if_idle) */
-static int recording; /* recordings running: domains are enabled while > 0 */
-static int guarding;  /* sync guard acquires not released (under lock) */
+static int recording;     /* recordings running: domains are enabled while > 0 */
+static int guarding;      /* sync guard acquires not released (under lock) */
 static int guard_enabled; /* the guard's callbacks are enabled in the subscription */
 static int cupti_shared;  /* libcupti was in the process before cgrt loaded it: another tool (a
                              tracer, a profiler) uses CUPTI, so cgrt never detaches it */
@@ -349,6 +347,11 @@ static int is_guarded(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   return 0;
 }
 
+/* The counters' slot of a device: devices past the last share it, as the core's gates do. */
+static int guard_slot(int device) {
+  return device < 0 ? 0 : device < GUARD_DEVICES ? device : GUARD_DEVICES - 1;
+}
+
 /* The device of ctx; 0 without one (the runtime then makes device 0's current). */
 static int context_device(CUcontext ctx) {
   if (!ctx)
@@ -371,11 +374,10 @@ static void guard_call(const CUpti_CallbackData *cb) {
     const int d = context_device(cb->context);
     int waited = 0;
     int rc = guard_gate.enter(d, guard_wait_ms, &waited);
-    const int slot = d >= 0 && d < GUARD_DEVICES ? d : GUARD_DEVICES - 1;
     if (waited)
-      guard_waited[slot]++;
+      guard_waited[guard_slot(d)]++;
     if (rc == CGRT_E_NOTREADY)
-      guard_late[slot]++;
+      guard_late[guard_slot(d)]++;
     tls_sync_device = d;
     tls_sync_held = rc == 0;
     if (tls_sync_held)
@@ -508,16 +510,13 @@ void cgrt__cupti_stop(void) {
   pthread_mutex_unlock(&lock);
 }
 
+/* Nothing to hold: each recording's stop detaches what it no longer needs (unsubscribe_if_idle). */
 void cgrt__cupti_acquire(void) {
-  pthread_mutex_lock(&lock);
-  users++;
-  pthread_mutex_unlock(&lock);
 }
 
+/* A runtime closes: detaches what a guarded call in flight kept at the last stop, if it is done. */
 void cgrt__cupti_release(void) {
   pthread_mutex_lock(&lock);
-  if (users > 0)
-    users--;
   unsubscribe_if_idle();
   pthread_mutex_unlock(&lock);
 }
@@ -563,9 +562,8 @@ void cgrt__cupti_guard_release(void) {
 }
 
 void cgrt__cupti_guard_counts(int device, uint64_t *waited, uint64_t *late) {
-  const int slot = device >= 0 && device < GUARD_DEVICES ? device : GUARD_DEVICES - 1;
-  *waited = guard_waited[slot];
-  *late = guard_late[slot];
+  *waited = guard_waited[guard_slot(device)];
+  *late = guard_late[guard_slot(device)];
 }
 
 /* ---------------------------------------------------------------- after the capture */
