@@ -565,7 +565,17 @@ static void device_sync_handed_over_with_the_guard(void **state) {
  * and close config after config: the gate holds each sync back while any capture of the process
  * runs, so no capture may fall back, no sync may fail, and the syncs go on between the captures.
  */
-static _Atomic int stop_gated;
+static _Atomic int stop_syncer;
+
+/* Runs the worker's configs (verbose) while `loop` runs on a thread of its own, until they end. */
+static void worker_beside(void *(*loop)(void *), void *arg, struct worker *w) {
+  stop_syncer = 0;
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, loop, arg), 0);
+  (void)worker_run(w);
+  stop_syncer = 1;
+  pthread_join(t, NULL);
+}
 
 struct gated {
   cgrt_runtime *rt;
@@ -575,7 +585,7 @@ struct gated {
 
 static void *gated_syncer(void *arg) {
   struct gated *g = arg;
-  while (!stop_gated) {
+  while (!stop_syncer) {
     g->calls++;
     if (cgrt_device_synchronize(g->rt) != 0 && g->failed++ == 0)
       snprintf(g->msg, sizeof(g->msg), "%s", cgrt_last_error(g->rt));
@@ -591,13 +601,8 @@ static void device_synchronize_beside_captures(void **state) {
   cgrt_open_options o = {.struct_size = sizeof(o),
                          .ini = "[cuda_graph]\nimpl = none\n[runtime]\ndriver = cuda\n"};
   assert_int_equal(cgrt_open_ex(&g.rt, &o), 0);
-  stop_gated = 0;
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, gated_syncer, &g), 0);
   struct worker w = {.index = 0, .verbose = 1};
-  (void)worker_run(&w);
-  stop_gated = 1;
-  pthread_join(t, NULL);
+  worker_beside(gated_syncer, &g, &w);
   assert_int_equal(cgrt_close(g.rt), 0);
   printf("device_synchronize_beside_captures: %llu cgrt_device_synchronize, %llu failed; %llu "
          "captures, %llu fell back\n",
@@ -629,7 +634,7 @@ struct raw {
 static void *raw_syncer(void *arg) {
   struct raw *r = arg;
   cudaSetDevice(0);
-  while (!stop_gated) {
+  while (!stop_syncer) {
     r->calls++;
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess && r->failed++ == 0)
@@ -647,13 +652,8 @@ static void raw_device_sync_beside_captures(void **state) {
   unsigned long long waits0, late0, waits1, late1;
   guard_counts(keep, &waits0, &late0);
   struct raw r = {0};
-  stop_gated = 0;
-  pthread_t t;
-  assert_int_equal(pthread_create(&t, NULL, raw_syncer, &r), 0);
   struct worker w = {.index = 0, .verbose = 1};
-  (void)worker_run(&w);
-  stop_gated = 1;
-  pthread_join(t, NULL);
+  worker_beside(raw_syncer, &r, &w);
   guard_counts(keep, &waits1, &late1);
   assert_int_equal(cgrt_close(keep), 0);
   printf("raw_device_sync_beside_captures: %llu cudaDeviceSynchronize, %llu failed; %llu captures, "
