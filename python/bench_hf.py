@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""A HuggingFace `transformers` Llama (random weights, built from a config: nothing is downloaded)
-decoding with its own StaticCache, its decoder layers registered with cgrt.torch: a host nobody
-here wrote. Its forward does what every PyTorch forward does: it computes the embeddings, the
+"""A HuggingFace `transformers` Llama, or Mixtral with `--model mixtral` (random weights, built
+from a config: nothing is downloaded) decoding with its own StaticCache, its decoder layers
+registered with cgrt.torch: a host nobody here wrote. Its forward does what every PyTorch forward does: it computes the embeddings, the
 rotary cos/sin tables, the position and cache-position tensors and the mask afresh every step, so
 the layers' inputs sit at new addresses every step. Variants, in one process:
 
@@ -14,7 +14,14 @@ the logits of every step are compared bitwise with eager's. Time: the median int
 back-to-back steps (CUDA events, as cgrt bench). cgrt rows give captures, recordings per steady
 step, keys staged, bytes copied per step and fallbacks.
 
+Mixtral's MoE layers run their experts the way transformers' `experts_implementation` says
+(`--experts`; transformers 5 picks grouped_mm by default): grouped_mm and batched_mm are free of
+host synchronization and capture; eager loops over the experts the router hit, found with
+nonzero(), which synchronizes, so no layer can be captured: cgrt runs each layer eagerly after
+two failed captures (the rows' fallbacks), and says which call broke them.
+
     PYTHONPATH=python CGRT_LIBRARY=build/lib/libcgrt.so python3 python/bench_hf.py
+    ... python3 python/bench_hf.py --model mixtral --experts eager
 """
 
 import argparse
@@ -44,6 +51,50 @@ def build(layers=12, d=1024, heads=16, ffn=2816, vocab=32000, max_len=512, seed=
     model = LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
     model.requires_grad_(False)
     return model
+
+
+def build_mixtral(layers=12, d=1024, heads=16, ffn=2816, vocab=32000, max_len=512, experts=8,
+                  top_k=2, experts_impl=None, seed=1):
+    """The Mixtral causal LM (a sparse MoE in every layer) of this shape with random weights,
+    bf16, on the GPU, for inference. experts_impl: transformers' experts implementation (eager,
+    batched_mm, grouped_mm; None: the installed version's default)."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = MixtralConfig(
+        vocab_size=vocab,
+        hidden_size=d,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        num_local_experts=experts,
+        num_experts_per_tok=top_k,
+        max_position_embeddings=max_len,
+    )
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = MixtralForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+    model.requires_grad_(False)
+    if experts_impl:
+        set_experts(model, experts_impl)
+    return model
+
+
+def experts_of(model):
+    """How the model's MoE layers run their experts (transformers 5's experts_implementation),
+    or None where the installed transformers has no such choice (its MoE loops over experts)."""
+    return getattr(model.config, "_experts_implementation", None)
+
+
+def set_experts(model, impl):
+    """Switches the experts implementation of a built model (the config its experts read)."""
+    if experts_of(model) is None:
+        raise ValueError(f"transformers here has no experts implementation to set ({impl})")
+    model.config._experts_implementation = impl
+    for layer in model.model.layers:
+        experts = getattr(getattr(layer, "mlp", None), "experts", None)
+        if experts is not None and getattr(experts, "config", None) is not None:
+            experts.config._experts_implementation = impl
 
 
 def make_cache(model, batch, max_len):
@@ -108,7 +159,7 @@ class CgrtDecode:
     """The model with its decoder layers under cgrt.torch (local, layer scope); the body is the
     model's own forward."""
 
-    def __init__(self, model, batch, max_len, rebind=None, log="warn"):
+    def __init__(self, model, batch, max_len, rebind=None, log="warn", sink=None):
         import cgrt.torch as ct
 
         self.model = model
@@ -120,7 +171,7 @@ class CgrtDecode:
             f"[inference]\nbuckets = list\nlist = {batch}\nmax_tokens = {batch}\n"
             f"[runtime]\ndriver = cuda\ndevice = {torch.cuda.current_device()}\nlog = {log}\n"
         )
-        self.rt = ct.Runtime(ini)
+        self.rt = ct.Runtime(ini, log=sink) if sink else ct.Runtime(ini)
         self.holder = Holder()
         self.layers = model.model.layers
         self.orig = list(self.layers)
@@ -178,6 +229,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=60, help="decode steps per variant (checked)")
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--variants", default="eager,cgrt_layer,cgrt_update")
+    ap.add_argument("--model", choices=("llama", "mixtral"), default="llama")
+    ap.add_argument("--experts", type=int, default=8, help="mixtral: experts per MoE layer")
+    ap.add_argument("--experts-impl", help="mixtral: eager, batched_mm or grouped_mm "
+                    "(transformers' experts implementation; default: the installed version's)")
     ap.add_argument("--json", help="write the results to this file too")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -188,11 +243,18 @@ def main(argv=None):
     import cgrt
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    model = build(a.layers, a.d_model, a.heads, a.ffn, max_len=a.max_len)
+    if a.model == "mixtral":
+        model = build_mixtral(a.layers, a.d_model, a.heads, a.ffn, max_len=a.max_len,
+                              experts=a.experts, experts_impl=a.experts_impl)
+        what = (f"Mixtral {a.layers} layers, {a.experts} experts (top 2, "
+                f"{experts_of(model) or 'a loop over experts'})")
+    else:
+        model = build(a.layers, a.d_model, a.heads, a.ffn, max_len=a.max_len)
+        what = f"Llama {a.layers} layers"
     print(f"bench_hf: {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers "
-          f"{transformers.__version__}, cgrt {cgrt.version()}; Llama {a.layers} layers, d "
-          f"{a.d_model}, {a.heads} heads, ffn {a.ffn}, bf16, StaticCache {a.max_len}; "
-          f"{a.steps} decode steps per variant")
+          f"{transformers.__version__}, cgrt {cgrt.version()}; {what}, d {a.d_model}, "
+          f"{a.heads} heads, ffn {a.ffn}, bf16, StaticCache {a.max_len}; {a.steps} decode steps "
+          f"per variant")
     results = []
     all_equal = True
     for batch in [int(b) for b in a.batch.split(",") if b]:
