@@ -195,13 +195,14 @@ def _rebuild(template, inputs, kwargs, tensors):
 class _StageKey:
     """One call signature of one module, as the stager follows its inputs."""
 
-    __slots__ = ("last", "moved", "calls", "statics")
+    __slots__ = ("last", "moved", "calls", "statics", "failed")
 
     def __init__(self):
         self.last = None  # the inputs' addresses at the last call
         self.moved = []  # per input: the calls of its last two moves
         self.calls = 0
         self.statics = {}  # input index -> the static tensor its graph reads
+        self.failed = 0  # its failed captures in a row (a capture or a replay since: none)
 
 
 class _Stager:
@@ -211,7 +212,13 @@ class _Stager:
     are registered with stages_inputs). A staged input's graph reads a static tensor the stager
     owns (allocated from the runtime's graph pool); each call copies the input into it on cgrt's
     stream first, unless the static already holds that very tensor in this step (one fresh table
-    handed to every layer is copied once a step: layers that switch together share the static)."""
+    handed to every layer is copied once a step: layers that switch together share the static).
+    A signature whose capture failed UNSTAGE_AFTER times in a row, which cgrt then runs eagerly
+    until release_graphs() (its work synchronizes, say), is handed its own tensors: no graph
+    reads the statics, so the copies are saved; its moves are still followed, so it is staged
+    again once it is captured again."""
+
+    UNSTAGE_AFTER = 2  # cgrt's own: a key whose capture fails twice in a row stays eager
 
     def __init__(self, rt, policy):
         self.rt = rt
@@ -297,6 +304,20 @@ class _Stager:
                     m = st.moved[i]
                     m[1], m[0] = m[0], n
         st.last = cur
+        tm._stage_key = st
+        if st.failed >= self.UNSTAGE_AFTER:
+            if st.statics:
+                st.statics = {}
+                if not tm._unstage_said:
+                    tm._unstage_said = True
+                    self.rt.log(
+                        3,
+                        f"cgrt.torch: module '{tm.name}': its capture failed "
+                        f"{self.UNSTAGE_AFTER} times in a row and cgrt runs it eagerly, so its "
+                        f"moved inputs are no longer copied into statics (staged again once it "
+                        f"is captured)",
+                    )
+            return tensors
         out = None
         fresh = []
         for i, t in enumerate(tensors):
@@ -366,6 +387,7 @@ class _Call:
         "xs",
         "grads",
         "rec",
+        "tried",
     )
 
     def __init__(self, inputs, ptrs, kwargs=None, req=None):
@@ -380,6 +402,7 @@ class _Call:
         self.xs = None
         self.grads = None
         self.rec = None
+        self.tried = False  # a capture of it was tried (its callback ran in capture mode)
 
 
 class TorchModule:
@@ -411,6 +434,8 @@ class TorchModule:
         self._records = {}  # microbatch -> _Record of this step
         self._stage = {}  # call signature -> _StageKey (inputs staged into statics)
         self._stage_said = False  # the staging of its inputs was logged
+        self._unstage_said = False  # the end of it, for a module run eagerly, was logged
+        self._stage_key = None  # the _StageKey of the call in flight, if staged
 
     def __repr__(self):
         return f"cgrt.torch.TorchModule({self.name!r}, {type(self.module).__name__})"
@@ -479,6 +504,7 @@ class TorchModule:
 
     def _staged(self, direction, ctx, tensors, microbatch, key):
         """The call's tensors, moved inputs replaced by their statics (rebind = auto, copy)."""
+        self._stage_key = None
         stager = self.rt._stager
         if stager is None or not tensors:
             return tensors
@@ -487,6 +513,17 @@ class TorchModule:
         if key is None:
             skey += tuple(t.shape for t in tensors)
         return stager.stage(self, skey, tensors)
+
+    def _count_failed(self, call):
+        """After a call: the failed captures in a row of its staging signature (a capture tried
+        and the call run eagerly after it; a capture or replay ends the row)."""
+        st = self._stage_key
+        if st is None:
+            return
+        if call.tried and call.mode == Mode.EAGER:
+            st.failed += 1
+        elif call.tried or not call.ran:
+            st.failed = 0
 
     def __call__(self, ctx, *inputs, microbatch=0, key=None, **kwargs):
         rt = self.rt
@@ -506,6 +543,7 @@ class TorchModule:
             self._run(rt._lib.cgrt_forward, ctx, args)
         finally:
             self._call = None
+        self._count_failed(call)
         c = ctx._live()
         skey = (0, c.phase, c.padded_tokens, args.key, microbatch)
         grad = torch.is_grad_enabled() and bool(self.params)
@@ -530,6 +568,7 @@ class TorchModule:
         call = self._call
         self._check_addresses(call, args)
         captured = ctx.mode == Mode.CAPTURE
+        call.tried |= captured
         if torch.is_grad_enabled() and self.params:
             # Each module's autograd graph starts at its own inputs, as make_graphed_callables'
             # (a staged input needs a gradient if the host's tensor did).
@@ -586,6 +625,7 @@ class TorchModule:
             self._run(self.rt._lib.cgrt_backward, ctx, args)
         finally:
             self._call = None
+        self._count_failed(call)
         c = ctx._live()
         skey = (1, c.phase, c.padded_tokens, args.key, microbatch)
         if call.ran:
@@ -599,6 +639,7 @@ class TorchModule:
         self._check_addresses(call, args)
         rec = call.rec
         captured = ctx.mode == Mode.CAPTURE
+        call.tried |= captured
         if captured and rec.kind == "eager":
             raise Error(
                 Status.STATE,

@@ -560,22 +560,26 @@ def test_huggingface_llama_decode_layer_scope_bitwise():
 
 def _mixtral_decode(model, lines, steps=16):
     """Decode steps of a built Mixtral, eagerly and with its decoder layers under cgrt.torch;
-    every step's logits compared bitwise. Returns the runtime's stats and last step's mode."""
+    every step's logits compared bitwise. Returns the runtime's stats, the last step's mode and
+    the bytes staged (copied into statics) by each step."""
     import bench_hf
 
     ids = bench_hf.token_ids(steps, 2, model.config.vocab_size)
     ref = bench_hf.eager_steps(model, ids, 32)
-    v = bench_hf.CgrtDecode(model, 2, 32, sink=lambda level, msg: lines.append(msg))
+    v = bench_hf.CgrtDecode(model, 2, 32, log="info", sink=lambda level, msg: lines.append(msg))
     try:
         outs = []
+        copied = []
         with torch.cuda.stream(v.rt.torch_stream):
             for x in ids:
+                before = v.rt.stats().copy_bytes
                 outs.append(v.step(x).clone())
+                copied.append(v.rt.stats().copy_bytes - before)
         torch.cuda.synchronize()
         impl = bench_hf.experts_of(model)
         for i, (o, e) in enumerate(zip(outs, ref)):
             assert torch.equal(o, e), f"step {i} (experts {impl})"
-        return v.rt.stats(), v.rt.last_report.mode
+        return v.rt.stats(), v.rt.last_report.mode, copied
     finally:
         v.close()
 
@@ -588,7 +592,8 @@ def test_huggingface_mixtral_decode_graphs_or_breaks_bitwise():
     - experts run eagerly (older transformers' only way): the MoE finds the experts the router
       hit with nonzero(), which synchronizes, so every capture of a layer breaks. cgrt runs the
       layer eagerly instead, names the call that broke it, and stops trying after two failures
-      in a row; every step bitwise and nothing raised to the host."""
+      in a row (and cgrt.torch stops staging the layer's inputs); every step bitwise and
+      nothing raised to the host."""
     import warnings
 
     _require_gpu()
@@ -606,15 +611,16 @@ def test_huggingface_mixtral_decode_graphs_or_breaks_bitwise():
     if bench_hf.experts_of(model) is not None:
         bench_hf.set_experts(model, "grouped_mm")
         lines = []
-        s, mode = _mixtral_decode(model, lines)
+        s, mode, copied = _mixtral_decode(model, lines)
         assert mode == Mode.REPLAY, (mode, lines)
         assert s.fallbacks == 0 and s.rebind_eager_keys == 0, (s, lines)
         assert layers <= s.captures <= 3 * layers, s
+        assert copied[-1] > 0, copied  # the fresh mask and positions, staged for the graphs
         bench_hf.set_experts(model, "eager")
     lines = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        s, mode = _mixtral_decode(model, lines)
+        s, mode, copied = _mixtral_decode(model, lines)
     assert mode == Mode.EAGER and s.captures == 0, (mode, s)
     assert s.fallbacks == 2 * layers, (s, lines)  # two tries a layer, then eager
     for i in range(layers):
@@ -623,6 +629,10 @@ def test_huggingface_mixtral_decode_graphs_or_breaks_bitwise():
         assert "cudaStreamSynchronize" in broke[0], broke[0]  # diagnose: the call that broke it
         gave_up = [m for m in lines if f"layer{i} fwd failed to capture 2 times in a row" in m]
         assert len(gave_up) == 1, lines
+        unstaged = [m for m in lines if f"module 'layer{i}': its capture failed 2 times" in m]
+        assert len(unstaged) == 1, lines
+    # layers run eagerly read the fresh tensors themselves: nothing is copied for them
+    assert copied[-8:] == [0] * 8, copied
     said = [w for w in caught if "a capture fell back to eager because a callback raised" in
             str(w.message)]
     assert said, [str(w.message) for w in caught]
