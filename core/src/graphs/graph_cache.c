@@ -526,6 +526,7 @@ static void key_text(const struct cgrt_graph_key *k, char *buf, size_t len) {
     snprintf(buf + n, len - (size_t)n, ", extra %llu", (unsigned long long)k->extra);
 }
 
+/* rebind = auto gives a key up: eager until cgrt_release_graphs. why: the reason, a clause. */
 static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
                    const char *why, cgrt_mode *mode) {
   struct cgrt_graphs *g = c->g;
@@ -535,11 +536,31 @@ static int give_up(struct cgrt_graph_cache *c, struct entry *e, const struct cgr
   e->eager = 1;
   g->stats->rebind_eager_keys++;
   cgrt__log(g->log, CGRT_LOG_WARN,
-            "%s (%s): its buffers moved on %d of its last %d calls and %s: it runs eagerly from "
-            "now on (rebind = auto, until cgrt_release_graphs); keep the buffers it is handed in "
-            "place (allocate them once, outside the step) to graph it",
-            w->what, key, AUTO_MOVES, AUTO_WINDOW, why);
+            "%s (%s): %s: it runs eagerly from now on (rebind = auto, until "
+            "cgrt_release_graphs); keep the buffers it is handed in place (allocate them once, "
+            "outside the step) to graph it",
+            w->what, key, why);
   return run_eager(w, CGRT_MODE_EAGER, mode);
+}
+
+/* Given up because its moving buffers need private copies it cannot have (why: the budget's or
+   the allocation's clause). */
+static int give_up_copies(struct cgrt_graph_cache *c, struct entry *e,
+                          const struct cgrt_graph_work *w, const char *why, cgrt_mode *mode) {
+  char reason[640];
+  snprintf(reason, sizeof(reason), "its buffers moved and need private copies, but %s", why);
+  return give_up(c, e, w, reason, mode);
+}
+
+/* Given up because its buffers keep moving and its module stages its own inputs. */
+static int give_up_own(struct cgrt_graph_cache *c, struct entry *e, const struct cgrt_graph_work *w,
+                       const char *moves, cgrt_mode *mode) {
+  char reason[640];
+  snprintf(reason, sizeof(reason),
+           "%s, and its module stages its own inputs (stages_inputs), so it cannot run on "
+           "private copies",
+           moves);
+  return give_up(c, e, w, reason, mode);
 }
 
 /* rebind = auto staged buffers of a key whose buffers move on most calls: said once per key. */
@@ -623,7 +644,7 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
   char why[512] = "";
   int rc = stage_for_capture(c, e, w, why, sizeof(why));
   if (rc != 0 && c->rebind == CGRT_REBIND_AUTO)
-    return give_up(c, e, w, why, mode);
+    return give_up_copies(c, e, w, why, mode);
   if (rc == 0)
     rc = save_buffers(e, w->buffers, w->num_buffers);
   if (rc != 0) {
@@ -809,10 +830,8 @@ static int fold_variants(struct cgrt_graph_cache *c, struct entry *keep,
   if (rc < 0)
     return rc;
   if (keep->own)
-    return give_up(c, keep, w,
-                   "more address sets than a graph each can serve, and its module stages its "
-                   "own inputs (stages_inputs), so it cannot run on private copies",
-                   mode);
+    return give_up_own(c, keep, w,
+                       "its buffers cycle among more address sets than it keeps graphs for", mode);
   if (!keep->exec || keep->num_bufs != w->num_buffers)
     return capture_new(c, keep, w, mode);
   for (size_t i = 0; i < keep->st.n; i++)
@@ -823,7 +842,7 @@ static int fold_variants(struct cgrt_graph_cache *c, struct entry *keep,
   rc = cgrt__stage_alloc(c->host, &c->g->mem, &keep->st, w->buffers, w->num_buffers, 0,
                          cgrt__mem_budget(c->g), &added, why, sizeof(why));
   if (rc != 0)
-    return give_up(c, keep, w, why, mode);
+    return give_up_copies(c, keep, w, why, mode);
   if (added)
     say_staged(c, keep, w);
   return rebind_update(c, keep, w, mode);
@@ -890,7 +909,7 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
   int rc =
       cgrt__stage_regrow(c->host, &c->g->mem, &e->st, w->buffers, w->num_buffers, why, sizeof(why));
   if (rc < 0)
-    return give_up(c, e, w, why, mode);
+    return give_up_copies(c, e, w, why, mode);
   rc = cgrt__stage_track(&e->st, w->buffers, w->num_buffers);
   if (rc < 0)
     return rc;
@@ -905,16 +924,17 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
     return capture_new(c, v, w, mode);
   }
   if (cgrt__stage_thrashing(&e->st)) {
-    if (e->own)
-      return give_up(c, e, w,
-                     "its module stages its own inputs (stages_inputs), so it cannot run on "
-                     "private copies",
-                     mode);
+    if (e->own) {
+      char moves[96];
+      snprintf(moves, sizeof(moves), "its buffers moved on %d of its last %d calls", AUTO_MOVES,
+               AUTO_WINDOW);
+      return give_up_own(c, e, w, moves, mode);
+    }
     size_t added = 0;
     rc = cgrt__stage_alloc(c->host, &c->g->mem, &e->st, w->buffers, w->num_buffers, 0,
                            cgrt__mem_budget(c->g), &added, why, sizeof(why));
     if (rc != 0)
-      return give_up(c, e, w, why, mode);
+      return give_up_copies(c, e, w, why, mode);
     if (added)
       say_staged(c, e, w);
   }

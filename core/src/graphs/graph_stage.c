@@ -120,7 +120,8 @@ int cgrt__stage_alloc(const struct cgrt_host_api *h, struct cgrt__graph_mem *mem
     rc = h->mem_alloc(h, &x->priv, bytes);
     if (rc != 0) {
       x->priv = NULL;
-      snprintf(why, whylen, "no device memory for a private copy of buffer '%s' (%zu bytes): %s",
+      snprintf(why, whylen,
+               "there is no device memory for a private copy of buffer '%s' (%zu bytes): %s",
                b[i].name ? b[i].name : "?", bytes, h->last_error(h));
       break;
     }
@@ -160,7 +161,9 @@ int cgrt__stage_regrow(const struct cgrt_host_api *h, struct cgrt__graph_mem *me
     void *bigger = NULL;
     int rc = h->mem_alloc(h, &bigger, b[i].bytes);
     if (rc != 0) {
-      snprintf(why, whylen, "no device memory for a private copy of buffer '%s' (%zu bytes): %s",
+      snprintf(why, whylen,
+               "there is no device memory for a larger private copy of buffer '%s' (%zu bytes; "
+               "it grew): %s",
                b[i].name ? b[i].name : "?", b[i].bytes, h->last_error(h));
       return rc;
     }
