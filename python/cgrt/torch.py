@@ -31,7 +31,8 @@ How it works:
   the log. Under update the call is re-recorded, under error refused. Its outputs are allocated
   by the module inside the capture, from the pool: they are the graph's static outputs, kept
   here and returned by every replay of that graph (valid until the next step, like
-  torch.cuda.graph's).
+  torch.cuda.graph's). A module whose capture fails twice in a row (a synchronize inside it)
+  runs eagerly until release_graphs(), and its inputs are no longer staged.
   Parameters are assumed to stay in place (declare_params=True declares them too).
 - Training: a module registered with backward=True records its forward's autograd graph; its
   backward(ctx, *grad_outputs) computes the input gradients and accumulates the parameter
