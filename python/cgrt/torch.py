@@ -216,8 +216,8 @@ class _Stager:
     handed to every layer is copied once a step: layers that switch together share the static).
     A signature whose capture failed UNSTAGE_AFTER times in a row, which cgrt then runs eagerly
     until release_graphs() (its work synchronizes, say), is handed its own tensors: no graph
-    reads the statics, so the copies are saved; its moves are still followed, so it is staged
-    again once it is captured again."""
+    reads the statics, so the copies are saved. release_graphs() starts every signature's
+    staging over."""
 
     UNSTAGE_AFTER = 2  # cgrt's own: a key whose capture fails twice in a row stays eager
 
@@ -315,8 +315,8 @@ class _Stager:
                         3,
                         f"cgrt.torch: module '{tm.name}': its capture failed "
                         f"{self.UNSTAGE_AFTER} times in a row and cgrt runs it eagerly, so its "
-                        f"moved inputs are no longer copied into statics (staged again once it "
-                        f"is captured)",
+                        f"moved inputs are no longer copied into statics (until "
+                        f"release_graphs())",
                     )
             return tensors
         out = None
