@@ -1,10 +1,12 @@
 /*
  * bench_checks.c - what went wrong or was checked during a `cgrt bench` run: fallbacks, moved
  * buffers (keys on private copies, keys sent eager, bytes copied), calls eager for the memory
- * budget, replays checked against eager and how many differed ([cuda_graph] verify), steps that
- * waited for an earlier one ([runtime] max_queued_steps), raw device synchronizes of other threads
- * that waited for a capture or went ahead at the bound ([runtime] sync_guard), and diagnose's
- * findings, as text lines or as JSON fields.
+ * budget, in-place updates the driver refused, executables dropped by max_graphs or the memory
+ * budget, steps of a phase the backend has no graphs for, replays checked against eager and how
+ * many differed ([cuda_graph] verify), steps that waited for an earlier one ([runtime]
+ * max_queued_steps), raw device synchronizes of other threads that waited for a capture or went
+ * ahead at the bound ([runtime] sync_guard), and diagnose's findings, as text lines or as JSON
+ * fields.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +100,12 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.copy_bytes,
            (unsigned long long)s.rebind_variant_keys, (unsigned long long)s.rebind_eager_keys,
            (unsigned long long)s.budget_eager);
+  if (s.update_refusals || s.evictions || s.eager_phase_steps)
+    printf("graphs: %llu in-place updates refused by the driver (recorded and instantiated anew), "
+           "%llu executables dropped by max_graphs or the memory budget (%llu for the budget), "
+           "%llu steps of a phase the backend has no graphs for run eagerly by cgrt\n",
+           (unsigned long long)s.update_refusals, (unsigned long long)s.evictions,
+           (unsigned long long)s.budget_evictions, (unsigned long long)s.eager_phase_steps);
   if (s.timed_steps || s.time_probe_steps)
     printf(
         "by_time: %llu steps timed on the device, %llu padded steps run eagerly to measure "
