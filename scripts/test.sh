@@ -24,10 +24,10 @@ cmake --build build-asan
 ctest --test-dir build-asan -L unit --output-on-failure
 
 # The thread tests under ThreadSanitizer (host driver): one runtime driven from two threads; the
-# capture gate's threads.
+# capture gate's threads; configurations parsed on many threads at once.
 cmake -S . -B build-tsan -G Ninja -DCGRT_WITH_CUDA=OFF -DCGRT_SANITIZE_THREAD=ON -DCGRT_WERROR=ON
-cmake --build build-tsan --target test_misuse test_gate cgrt_backends cgrt_fixtures
-ctest --test-dir build-tsan -R '^test_(misuse|gate)$' --output-on-failure
+cmake --build build-tsan --target test_misuse test_gate test_config cgrt_backends cgrt_fixtures
+ctest --test-dir build-tsan -R '^test_(misuse|gate|config)$' --output-on-failure
 
 # The configuration loader under libFuzzer for a bounded time (CGRT_FUZZ_SECONDS, default 60).
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCGRT_WITH_CUDA=OFF -DCGRT_FUZZ=ON
