@@ -33,11 +33,10 @@ import sys
 import torch
 
 
-def build(layers=12, d=1024, heads=16, ffn=2816, vocab=32000, max_len=512, seed=1):
-    """The Llama causal LM of this shape with random weights, bf16, on the GPU, for inference."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
+def _causal_lm(config_cls, model_cls, layers, d, heads, ffn, vocab, max_len, seed, **more):
+    """A causal LM of this shape with random weights, bf16, on the GPU, for inference (more:
+    the model's own config fields)."""
+    cfg = config_cls(
         vocab_size=vocab,
         hidden_size=d,
         intermediate_size=ffn,
@@ -45,12 +44,20 @@ def build(layers=12, d=1024, heads=16, ffn=2816, vocab=32000, max_len=512, seed=
         num_attention_heads=heads,
         num_key_value_heads=heads,
         max_position_embeddings=max_len,
+        **more,
     )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+    model = model_cls(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
     model.requires_grad_(False)
     return model
+
+
+def build(layers=12, d=1024, heads=16, ffn=2816, vocab=32000, max_len=512, seed=1):
+    """The Llama causal LM of this shape with random weights, bf16, on the GPU, for inference."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return _causal_lm(LlamaConfig, LlamaForCausalLM, layers, d, heads, ffn, vocab, max_len, seed)
 
 
 def build_mixtral(layers=12, d=1024, heads=16, ffn=2816, vocab=32000, max_len=512, experts=8,
@@ -60,21 +67,8 @@ def build_mixtral(layers=12, d=1024, heads=16, ffn=2816, vocab=32000, max_len=51
     batched_mm, grouped_mm; None: the installed version's default)."""
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    cfg = MixtralConfig(
-        vocab_size=vocab,
-        hidden_size=d,
-        intermediate_size=ffn,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        num_local_experts=experts,
-        num_experts_per_tok=top_k,
-        max_position_embeddings=max_len,
-    )
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    model = MixtralForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
-    model.requires_grad_(False)
+    model = _causal_lm(MixtralConfig, MixtralForCausalLM, layers, d, heads, ffn, vocab, max_len,
+                       seed, num_local_experts=experts, num_experts_per_tok=top_k)
     if experts_impl:
         set_experts(model, experts_impl)
     return model
@@ -143,12 +137,14 @@ def token_ids(steps, batch, vocab, seed=3):
     return [torch.randint(0, vocab, (batch, 1), device="cuda", generator=g) for _ in range(steps)]
 
 
-def eager_steps(model, ids, max_len):
-    """Logits of each decode step, the model as it comes."""
+def eager_steps(model, ids, max_len, before=None):
+    """Logits of each decode step, the model as it comes (before(pos): called before each)."""
     cache = make_cache(model, ids[0].shape[0], max_len)
     out = []
     with torch.no_grad():
         for pos, x in enumerate(ids):
+            if before:
+                before(pos)
             cp = torch.tensor([pos], device="cuda")
             out.append(model(input_ids=x, past_key_values=cache, cache_position=cp,
                              use_cache=True).logits.clone())

@@ -566,17 +566,13 @@ def _mixtral_decode(model, lines, steps=16, switch=None):
     (copied into statics) by each step and the recordings (captures) after each step."""
     import bench_hf
 
+    def switch_at(pos):
+        if switch and pos == switch[0]:
+            bench_hf.set_experts(model, switch[1])
+
     ids = bench_hf.token_ids(steps, 2, model.config.vocab_size)
     first = bench_hf.experts_of(model)
-    cache = bench_hf.make_cache(model, 2, 32)
-    ref = []
-    with torch.no_grad():
-        for pos, x in enumerate(ids):
-            if switch and pos == switch[0]:
-                bench_hf.set_experts(model, switch[1])
-            cp = torch.tensor([pos], device="cuda")
-            ref.append(model(input_ids=x, past_key_values=cache, cache_position=cp,
-                             use_cache=True).logits.clone())
+    ref = bench_hf.eager_steps(model, ids, 32, before=switch_at)
     if switch:
         bench_hf.set_experts(model, first)
     v = bench_hf.CgrtDecode(model, 2, 32, log="info", sink=lambda level, msg: lines.append(msg))
@@ -587,7 +583,7 @@ def _mixtral_decode(model, lines, steps=16, switch=None):
         with torch.cuda.stream(v.rt.torch_stream):
             for pos, x in enumerate(ids):
                 if switch and pos == switch[0]:
-                    bench_hf.set_experts(model, switch[1])
+                    switch_at(pos)
                     v.rt.release_graphs()
                 before = v.rt.stats().copy_bytes
                 outs.append(v.step(x).clone())
