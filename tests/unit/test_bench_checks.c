@@ -59,6 +59,11 @@ static struct host *host_open(const char *cuda_graph) {
   return h;
 }
 
+static void host_close(struct host *h) {
+  assert_int_equal(cgrt_close(h->rt), 0);
+  free(h);
+}
+
 static void step(struct host *h, cgrt_phase phase) {
   cgrt_step_desc d = {.struct_size = sizeof(d), .phase = phase, .body = body, .user = h};
   assert_int_equal(cgrt_step(h->rt, &d, NULL), 0);
@@ -101,8 +106,7 @@ static void quiet_run_prints_no_lines(void **state) {
   if (strncmp(text, "backend figures: ", 17) != 0 || strchr(text, '\n') != text + strlen(text) - 1)
     fail_msg("expected the backend's figures alone:\n%s", text);
   free(text);
-  assert_int_equal(cgrt_close(h->rt), 0);
-  free(h);
+  host_close(h);
 }
 
 static void each_wrong_thing_is_a_number(void **state) {
@@ -143,8 +147,7 @@ static void each_wrong_thing_is_a_number(void **state) {
   expect(json, "\"fallbacks\":1,");
   expect(json, "\"update_refusals\":1");
   free(json);
-  assert_int_equal(cgrt_close(h->rt), 0);
-  free(h);
+  host_close(h);
 }
 
 static void phase_without_graphs_is_counted(void **state) {
@@ -157,8 +160,7 @@ static void phase_without_graphs_is_counted(void **state) {
                "anew), 0 executables dropped by max_graphs or the memory budget (0 for the "
                "budget), 3 steps of a phase the backend has no graphs for run eagerly by cgrt\n");
   free(text);
-  assert_int_equal(cgrt_close(h->rt), 0);
-  free(h);
+  host_close(h);
 }
 
 int main(void) {
