@@ -91,10 +91,16 @@ def set_experts(model, impl):
             experts.config._experts_implementation = impl
 
 
-def make_cache(model, batch, max_len):
-    """A StaticCache for `batch` sequences of up to max_len tokens (any transformers version)."""
+def make_cache(model, batch, max_len, kind="static"):
+    """A StaticCache for `batch` sequences of up to max_len tokens (any transformers version);
+    kind="dynamic": transformers' default DynamicCache, which grows by concatenation (new tensors
+    every step: a graph cannot replay it, so cgrt.torch runs its layers eagerly)."""
     from transformers.cache_utils import StaticCache
 
+    if kind == "dynamic":
+        from transformers.cache_utils import DynamicCache
+
+        return DynamicCache()
     tries = (
         dict(config=model.config, max_cache_len=max_len),
         dict(config=model.config, max_batch_size=batch, max_cache_len=max_len, device="cuda",
@@ -137,9 +143,9 @@ def token_ids(steps, batch, vocab, seed=3):
     return [torch.randint(0, vocab, (batch, 1), device="cuda", generator=g) for _ in range(steps)]
 
 
-def eager_steps(model, ids, max_len, before=None):
+def eager_steps(model, ids, max_len, before=None, cache="static"):
     """Logits of each decode step, the model as it comes (before(pos): called before each)."""
-    cache = make_cache(model, ids[0].shape[0], max_len)
+    cache = make_cache(model, ids[0].shape[0], max_len, cache)
     out = []
     with torch.no_grad():
         for pos, x in enumerate(ids):
@@ -155,15 +161,18 @@ class CgrtDecode:
     """The model with its decoder layers under cgrt.torch (local, layer scope); the body is the
     model's own forward."""
 
-    def __init__(self, model, batch, max_len, rebind=None, log="warn", sink=None):
+    def __init__(self, model, batch, max_len, rebind=None, log="warn", sink=None, cache="static",
+                 warmup=2):
         import cgrt.torch as ct
 
         self.model = model
         self.batch = batch
         self.max_len = max_len
+        self.cache_kind = cache
         extra = f"rebind = {rebind}\n" if rebind else ""
         ini = (
-            f"[cuda_graph]\nimpl = local\nwarmup_steps = 2\ninference_scope = layer\n{extra}"
+            f"[cuda_graph]\nimpl = local\nwarmup_steps = {warmup}\ninference_scope = layer\n"
+            f"{extra}"
             f"[inference]\nbuckets = list\nlist = {batch}\nmax_tokens = {batch}\n"
             f"[runtime]\ndriver = cuda\ndevice = {torch.cuda.current_device()}\nlog = {log}\n"
         )
@@ -174,15 +183,18 @@ class CgrtDecode:
         for i, layer in enumerate(self.orig):
             tm = self.rt.register_module(f"layer{i}", layer, kind="other", layer=i)
             self.layers[i] = Hooked(tm, self.holder)
-        self.cache = make_cache(model, batch, max_len)
+        self.cache = make_cache(model, batch, max_len, cache)
         self.pos = 0
         self.x = None
 
     def reset(self):
         """Back to position 0 on the same cache, zeroed in place: the captured graphs write into
         the cache tensors they were recorded with (a new cache would leave them writing into
-        freed memory)."""
-        self.cache.reset()
+        freed memory). A DynamicCache (never graphed) starts empty again."""
+        if self.cache_kind == "dynamic":
+            self.cache = make_cache(self.model, self.batch, self.max_len, "dynamic")
+        else:
+            self.cache.reset()
         self.pos = 0
 
     def _body(self, ctx):
@@ -224,6 +236,10 @@ def main(argv=None):
     ap.add_argument("--batch", default="1,8", help="sequences per step (comma-separated)")
     ap.add_argument("--steps", type=int, default=60, help="decode steps per variant (checked)")
     ap.add_argument("--max-len", type=int, default=256)
+    ap.add_argument("--cache", choices=("static", "dynamic"), default="static",
+                    help="the KV cache: StaticCache (updated in place: graphed), or transformers' "
+                    "default DynamicCache (new tensors every step: cgrt.torch runs the layers "
+                    "eagerly and says why)")
     ap.add_argument("--variants", default="eager,cgrt_layer,cgrt_update")
     ap.add_argument("--model", choices=("llama", "mixtral"), default="llama")
     ap.add_argument("--experts", type=int, default=8, help="mixtral: experts per MoE layer")
@@ -249,17 +265,18 @@ def main(argv=None):
         what = f"Llama {a.layers} layers"
     print(f"bench_hf: {torch.cuda.get_device_name()}, torch {torch.__version__}, transformers "
           f"{transformers.__version__}, cgrt {cgrt.version()}; {what}, d {a.d_model}, "
-          f"{a.heads} heads, ffn {a.ffn}, bf16, StaticCache {a.max_len}; {a.steps} decode steps "
-          f"per variant")
+          f"{a.heads} heads, ffn {a.ffn}, bf16, "
+          f"{'StaticCache' if a.cache == 'static' else 'DynamicCache'} {a.max_len}; {a.steps} "
+          f"decode steps per variant")
     results = []
     all_equal = True
     for batch in [int(b) for b in a.batch.split(",") if b]:
         ids = token_ids(a.steps, batch, model.config.vocab_size)
-        ref = eager_steps(model, ids, a.max_len)
+        ref = eager_steps(model, ids, a.max_len, cache=a.cache)
         for name in [v for v in a.variants.split(",") if v]:
             r = {"variant": name, "batch": batch}
             if name == "eager":
-                cache = [make_cache(model, batch, a.max_len)]
+                cache = [make_cache(model, batch, a.max_len, a.cache)]
 
                 def step(i, cache=cache, ids=ids):
                     cp = torch.tensor([i], device="cuda")
@@ -271,7 +288,7 @@ def main(argv=None):
                 r["equal_to_eager"] = True
             else:
                 v = CgrtDecode(model, batch, a.max_len,
-                               rebind="update" if name == "cgrt_update" else None)
+                               rebind="update" if name == "cgrt_update" else None, cache=a.cache)
                 try:
                     outs = []
                     with torch.cuda.stream(v.rt.torch_stream):
@@ -287,7 +304,8 @@ def main(argv=None):
                     r.update(captures=s.captures, fallbacks=s.fallbacks,
                              copy_keys=s.rebind_copy_keys, eager_keys=s.rebind_eager_keys,
                              recordings_per_step=round((s.captures - s0.captures) / a.steps, 2),
-                             copy_bytes_per_step=round((s.copy_bytes - s0.copy_bytes) / a.steps))
+                             copy_bytes_per_step=round((s.copy_bytes - s0.copy_bytes) / a.steps),
+                             eager_modules=len(v.rt.eager_modules))
                 finally:
                     v.close()
             all_equal &= r["equal_to_eager"]
@@ -296,7 +314,8 @@ def main(argv=None):
             if "captures" in r:
                 extra = (f"  captures {r['captures']}, rec/step {r['recordings_per_step']}, "
                          f"copy {r['copy_bytes_per_step']} B/step, keys staged {r['copy_keys']}, "
-                         f"eager {r['eager_keys']}, fallbacks {r['fallbacks']}")
+                         f"eager {r['eager_keys']}, fallbacks {r['fallbacks']}, modules run "
+                         f"eagerly for Python state {r['eager_modules']}")
             print(f"  B={batch:<3d} {name:12s} {r['median_us']:9.1f} us  "
                   f"{'equal' if r['equal_to_eager'] else 'DIFFER'}{extra}", flush=True)
     print("ratios to eager (median step time; < 1 is faster, target <= 1.05):")

@@ -34,6 +34,13 @@ How it works:
   torch.cuda.graph's). A module whose capture fails twice in a row (a synchronize inside it)
   runs eagerly until release_graphs(), and its inputs are no longer staged.
   Parameters are assumed to stay in place (declare_params=True declares them too).
+- A replay runs a module's kernels, not its Python: around warm-up and captured calls the Python
+  state the call reaches (its non-tensor arguments, such as a KV cache object, and the module's
+  attributes and buffers) is compared (cgrt._state). A module whose call replaces a tensor there,
+  changes a number or grows a list (transformers' DynamicCache) runs eagerly until
+  release_graphs(), said once and listed in rt.eager_modules; a capture where it is found is
+  given up with the state put back. The objects a call comes with (a cache) are part of its key
+  (_generation): a call with another cache gets graphs recorded against that cache's tensors.
 - Training: a module registered with backward=True records its forward's autograd graph; its
   backward(ctx, *grad_outputs) computes the input gradients and accumulates the parameter
   gradients into p.grad in place (p.grad is allocated at registration: use
@@ -48,11 +55,13 @@ How it works:
 import dataclasses
 import os
 import threading
+import weakref
 
 import torch
 
 import cgrt
 from cgrt import Access, Buffer, Error, Mode, Status
+from cgrt._state import SCALARS, State
 
 __all__ = ["Runtime", "TorchModule", "pool_api"]
 
@@ -188,6 +197,27 @@ def _rebuild(template, inputs, kwargs, tensors):
         return tuple(tensors), kwargs
     args, kw = template
     return tuple(_fill(v, tensors) for v in args), {k: _fill(v, tensors) for k, v in kw.items()}
+
+
+# ---------------------------------------------------------------- Python state a call changes
+
+# Values compared by value (with _state.SCALARS), and objects never walked into.
+_STATE_KINDS = dict(tensor=torch.Tensor, scalars=(torch.dtype, torch.device),
+                    opaque=(torch.nn.Module,))
+
+
+class _Unreplayable(Exception):
+    """Raised in a capture of a module whose calls change Python state (cgrt._state)."""
+
+
+# Arguments that are not objects a call can hold tensors through (see TorchModule._generation).
+_PLAIN = (torch.Tensor, tuple, list, dict, torch.dtype, torch.device) + SCALARS
+
+
+def _state_of(roots, module):
+    """The Python state a call of `module` with these non-tensor arguments can change."""
+    mods = [(f"module.{n}" if n else "module", m) for n, m in module.named_modules()]
+    return State(roots, mods, **_STATE_KINDS)
 
 
 # ---------------------------------------------------------------- staging moved inputs
@@ -389,6 +419,7 @@ class _Call:
         "grads",
         "rec",
         "tried",
+        "gen",
     )
 
     def __init__(self, inputs, ptrs, kwargs=None, req=None):
@@ -404,6 +435,7 @@ class _Call:
         self.grads = None
         self.rec = None
         self.tried = False  # a capture of it was tried (its callback ran in capture mode)
+        self.gen = 0  # the objects it came with (TorchModule._generation)
 
 
 class TorchModule:
@@ -437,24 +469,39 @@ class TorchModule:
         self._stage_said = False  # the staging of its inputs was logged
         self._unstage_said = False  # the end of it, for a module run eagerly, was logged
         self._stage_key = None  # the _StageKey of the call in flight, if staged
+        # The objects its calls came with (a KV cache): ids -> generation; generation -> the
+        # weak references that end it; generations whose objects died, to forget
+        self._gens = {}
+        self._gen_refs = {}
+        self._gen_next = 1
+        self._dead = []
+        self._gen_said = False
+        self._checked_gens = set()  # generations whose first call's Python state was compared
+        self._gen_run = 0  # calls in a row that each came with new objects
+        self._plain_types = set()  # argument types that are new objects on every call
+        self._effect = None  # why it runs eagerly: its calls change Python state (cgrt._state)
 
     def __repr__(self):
         return f"cgrt.torch.TorchModule({self.name!r}, {type(self.module).__name__})"
 
     # -- args
 
-    def _args_for(self, direction, tensors, extra, microbatch, key):
+    def _args_for(self, direction, tensors, extra, microbatch, key, gen=0):
         """The cgrt.Args of a call with these tensors, and their addresses (cached by signature:
-        the same tensors at the same addresses reuse one Args)."""
+        the same tensors at the same addresses reuse one Args). gen: the objects the call came
+        with (_generation), part of the key."""
         ptrs = tuple(t.data_ptr() for t in tensors)
-        sig = (direction, microbatch, key, ptrs) + tuple((t.shape, t.dtype) for t in tensors)
+        sig = (direction, microbatch, key, gen, ptrs) + tuple((t.shape, t.dtype) for t in tensors)
         if extra:
             sig += tuple(t.data_ptr() for t in extra)
         a = self._args.get(sig)
         if a is None:
             if key is None:
                 # The shapes and dtypes are the call's signature: other shapes, other graphs.
-                key = hash(tuple((tuple(t.shape), str(t.dtype)) for t in tensors)) & (2**63 - 1)
+                key = hash(tuple((tuple(t.shape), str(t.dtype)) for t in tensors) + (gen,))
+                key &= 2**63 - 1
+            elif gen:
+                key = hash((key, gen)) & (2**63 - 1)
             bufs = [_tensor_buffer(t, Access.IN, f"input{i}") for i, t in enumerate(tensors)]
             access = Access.INOUT if direction else Access.IN
             bufs += [_tensor_buffer(t, access, f"param{i}") for i, t in enumerate(extra)]
@@ -526,10 +573,123 @@ class TorchModule:
         elif call.tried or not call.ran:
             st.failed = 0
 
+    def _state_roots(self, call):
+        """A call's arguments whose Python state State follows (not tensors, not numbers)."""
+        skip = (torch.Tensor, torch.dtype, torch.device) + SCALARS
+        roots = [(f"input {i}", x) for i, x in enumerate(call.inputs) if not isinstance(x, skip)]
+        roots += [(k, v) for k, v in call.kwargs.items() if not isinstance(v, skip)]
+        return roots
+
+    def _found_unreplayable(self, changed):
+        """Its call changed Python state (State.changes): said once, then run eagerly."""
+        more = f" and {len(changed) - 2} more" if len(changed) > 2 else ""
+        self._effect = (
+            f"module '{self.name}': its call changed Python state that a replay of its graph "
+            f"would leave as it was ({'; '.join(changed[:2])}{more}), so a replay would compute "
+            f"from stale state: it runs eagerly from now on (until release_graphs()); keep such "
+            f"state in tensors updated in place to graph it (transformers: a StaticCache, not "
+            f"the default DynamicCache)"
+        )
+        self.rt._eager_modules[self.name] = self._effect
+        self.rt.log(2, "cgrt.torch: " + self._effect)
+
+    def _eager_call(self, inputs, kwargs, microbatch):
+        """A call of a module found to change Python state: run eagerly, outside cgrt (inside a
+        body being captured: refused, so that cgrt runs the body eagerly)."""
+        if self.rt._in_body_capture:
+            raise _Unreplayable(self._effect)
+        xs = inputs
+        grad = torch.is_grad_enabled() and bool(self.params)
+        if grad:
+            xs = tuple(
+                x.detach().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+                for x in inputs
+            )
+        out = self.module(*xs, **kwargs)
+        if grad:
+            self._records[microbatch] = _Record(xs, out, "eager")
+        return out
+
+    GEN_FRESH = 4  # calls in a row with new objects: objects made afresh each call, not followed
+
+    def _generation(self, inputs, kwargs):
+        """The objects among a call's arguments (a KV cache), as a number, 0 for none. A graph
+        holds the addresses of the tensors its call reached through them, so calls with other
+        objects (a new cache) get graphs of their own, recorded against theirs; the same object
+        again (a cache reset in place) finds its graphs. Objects are followed by weak reference:
+        a generation ends with its objects, and its outputs are dropped. Arguments that are new
+        objects on every call (GEN_FRESH calls in a row) are not followed: said once."""
+        if self._dead:
+            self._forget_dead()
+        objs = [v for v in kwargs.values() if not isinstance(v, _PLAIN)]
+        if inputs:
+            objs += [v for v in inputs if not isinstance(v, _PLAIN)]
+        if self._plain_types:
+            objs = [v for v in objs if type(v) not in self._plain_types]
+        if not objs:
+            return 0
+        ids = tuple(map(id, objs))
+        gen = self._gens.get(ids)
+        if gen is not None:
+            self._gen_run = 0
+            if gen > 1 and not self._gen_said:  # another object than the first, used again
+                self._gen_said = True
+                what = ", ".join(type(v).__name__ for v in objs)
+                self.rt.log(
+                    3,
+                    f"cgrt.torch: module '{self.name}': called with another {what} than at "
+                    f"first: its graphs hold the addresses of the tensors they reached through "
+                    f"such an object, so calls with this one get graphs of their own, recorded "
+                    f"against its tensors (what is kept for an object no longer alive is "
+                    f"dropped); reuse such objects (a cache reset in place) to replay the same "
+                    f"graphs",
+                )
+            return gen
+        self._gen_run += 1
+        if self._gen_run >= self.GEN_FRESH:
+            self._gen_run = 0
+            kinds = sorted({type(v).__name__ for v in objs})
+            self._plain_types.update(type(v) for v in objs)
+            self.rt.log(
+                3,
+                f"cgrt.torch: module '{self.name}': its arguments of type "
+                f"{', '.join(kinds)} were new objects on {self.GEN_FRESH} calls in a row; "
+                f"they are no longer followed (a graph reads what it reached through them at "
+                f"the addresses of its capture: keep tensors out of such objects)",
+            )
+            return 0
+        gen = self._gen_next
+        self._gen_next += 1
+        refs = []
+        for v in objs:
+            try:
+                refs.append(weakref.ref(v, lambda _r, g=gen: self._dead.append(g)))
+            except TypeError:
+                refs.append(v)  # cannot be followed weakly: held, so its id is never reused
+        self._gens[ids] = gen
+        self._gen_refs[gen] = (ids, refs)
+        return gen
+
+    def _forget_dead(self):
+        """Drops what belonged to generations whose objects died: they never come back."""
+        dead, self._dead = set(self._dead), []
+        for g in dead:
+            ids, _ = self._gen_refs.pop(g, ((), ()))
+            if self._gens.get(ids) == g:
+                del self._gens[ids]
+        self._checked_gens -= dead
+        for k in [k for k in self._static if k[-1] in dead]:
+            del self._static[k]
+        for k in [k for k in self._stage if isinstance(k[4], tuple) and k[4][1] in dead]:
+            del self._stage[k]
+
     def __call__(self, ctx, *inputs, microbatch=0, key=None, **kwargs):
         rt = self.rt
+        if self._effect is not None:
+            return self._eager_call(inputs, kwargs, microbatch)
+        gen = self._generation(inputs, kwargs)
         tensors, template = _flatten(inputs, kwargs)
-        staged = self._staged(0, ctx, tensors, microbatch, key)
+        staged = self._staged(0, ctx, tensors, microbatch, (key, gen) if gen else key)
         req = None
         if staged is not tensors:
             if torch.is_grad_enabled() and self.params:
@@ -537,8 +697,9 @@ class TorchModule:
             inputs, kwargs = _rebuild(template, inputs, kwargs, staged)
             tensors = staged
         extra = self.params if self.declare_params else ()
-        args, ptrs = self._args_for(0, tensors, extra, microbatch, key)
+        args, ptrs = self._args_for(0, tensors, extra, microbatch, key, gen)
         call = _Call(inputs, ptrs, kwargs, req)
+        call.gen = gen
         self._call = call
         try:
             self._run(rt._lib.cgrt_forward, ctx, args)
@@ -546,7 +707,7 @@ class TorchModule:
             self._call = None
         self._count_failed(call)
         c = ctx._live()
-        skey = (0, c.phase, c.padded_tokens, args.key, microbatch)
+        skey = (0, c.phase, c.padded_tokens, args.key, microbatch, gen)
         grad = torch.is_grad_enabled() and bool(self.params)
         if call.ran:
             out = call.result
@@ -570,6 +731,8 @@ class TorchModule:
         self._check_addresses(call, args)
         captured = ctx.mode == Mode.CAPTURE
         call.tried |= captured
+        if captured and self._effect is not None:
+            raise _Unreplayable(self._effect)  # diagnose's second capture of one given up
         if torch.is_grad_enabled() and self.params:
             # Each module's autograd graph starts at its own inputs, as make_graphed_callables'
             # (a staged input needs a gradient if the host's tensor did).
@@ -582,7 +745,28 @@ class TorchModule:
             )
         else:
             xs = call.inputs
+        # Python state is compared around warm-up and captured calls (a replay runs no Python),
+        # but for the first call with its objects, where a cache initializes itself (transformers'
+        # StaticCache replaces a placeholder tensor, DynamicCache appends a layer)
+        state = None
+        if captured or ctx.mode == Mode.WARMUP:
+            try:
+                state = _state_of(self._state_roots(call), self.module)
+            except Exception:  # noqa: BLE001 - an object that cannot be looked at: not followed
+                state = None
         out = self.module(*xs, **call.kwargs)
+        if state is not None:
+            first = call.gen not in self._checked_gens
+            self._checked_gens.add(call.gen)
+            try:
+                changed = state.changes() if captured or not first else ()
+            except Exception:  # noqa: BLE001
+                changed = ()
+            if changed:
+                self._found_unreplayable(changed)
+                if captured:
+                    state.restore()  # cgrt runs the call again, eagerly, from the same state
+                    raise _Unreplayable(self._effect)
         call.mode = ctx.mode
         call.ran = True
         call.captured = captured
@@ -609,6 +793,8 @@ class TorchModule:
                     f"module '{self.name}': a parameter's .grad is None; graphs accumulate into "
                     f"p.grad in place: use optimizer.zero_grad(set_to_none=False)",
                 )
+        if self._effect is not None and rec.kind == "eager":
+            return self._grads(rec, grad_outputs)  # its forward ran outside cgrt: so does this
         given = _tensors(grad_outputs)
         tensors = self._staged(1, ctx, given, microbatch, key)
         if tensors is not given:
@@ -628,7 +814,7 @@ class TorchModule:
             self._call = None
         self._count_failed(call)
         c = ctx._live()
-        skey = (1, c.phase, c.padded_tokens, args.key, microbatch)
+        skey = (1, c.phase, c.padded_tokens, args.key, microbatch, 0)
         if call.ran:
             if call.captured and not self.rt._in_body_capture:
                 self._static_put(skey, ptrs, call.grads)
@@ -648,13 +834,20 @@ class TorchModule:
                 f"eagerly in this step; a graph must not read the eager forward's memory (give "
                 f"forward and backward the same warm-up)",
             )
+        call.grads = self._grads(rec, call.inputs)
+        call.ran = True
+        call.captured = captured
+
+    def _grads(self, rec, grad_outputs):
+        """The input gradients of rec's forward for these output gradients; the parameter
+        gradients are accumulated into p.grad."""
         outs = _tensors(rec.out)
         inputs = [x for x in _tensors(rec.xs) if x.requires_grad]
         targets = inputs + self.params
         grads = torch.autograd.grad(
             outs,
             targets,
-            grad_outputs=_tensors(call.inputs),
+            grad_outputs=_tensors(grad_outputs),
             retain_graph=rec.kind == "graph",
             allow_unused=True,
         )
@@ -666,11 +859,7 @@ class TorchModule:
             next(it) if isinstance(x, torch.Tensor) and x.requires_grad else None
             for x in (rec.xs if isinstance(rec.xs, tuple) else (rec.xs,))
         )
-        if len(result) == 1:
-            result = result[0]
-        call.ran = True
-        call.captured = captured
-        call.grads = result
+        return result[0] if len(result) == 1 else result
 
 
 class Runtime(cgrt.Runtime):
@@ -690,6 +879,7 @@ class Runtime(cgrt.Runtime):
         self._runs = []
         self._in_body_capture = False
         self._step_bufs = {}
+        self._eager_modules = {}  # name -> why: modules whose calls change Python state
         super().__init__(config, **kw)  # path=, ini=, name=, log=, stream= (from_file...)
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.torch_stream = torch.cuda.ExternalStream(self.stream, device=self.device)
@@ -734,6 +924,9 @@ class Runtime(cgrt.Runtime):
             m._static.clear()
             m._records.clear()
             m._stage.clear()
+            m._effect = None
+            m._checked_gens.clear()
+        self._eager_modules.clear()
         if getattr(self, "_stager", None) is not None:
             self._stager.drop()
         self._body_static.clear()
@@ -765,6 +958,13 @@ class Runtime(cgrt.Runtime):
             copy_bytes=s.copy_bytes + st.copy_bytes,
             staged_bytes=s.staged_bytes + st.staged_bytes(),
         )
+
+    @property
+    def eager_modules(self):
+        """{name: why} of the registered modules run eagerly because their calls change Python
+        state that a graph replay would not (a cache that makes new tensors every call), until
+        release_graphs()."""
+        return dict(self._eager_modules)
 
     @property
     def pool(self):

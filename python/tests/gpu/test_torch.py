@@ -11,6 +11,7 @@ Runs under pytest, or alone: python3 python/tests/gpu/test_torch.py (prints "N p
 """
 
 import copy
+import gc
 import os
 import sys
 import traceback
@@ -554,8 +555,179 @@ def test_huggingface_llama_decode_layer_scope_bitwise():
         # a graph per layer, re-recorded at most while the adapter learns what moves; none after
         assert 2 <= s.captures <= 2 * 3 and s.captures == steady, s
         assert s.fallbacks == 0 and s.rebind_eager_keys == 0, s
+        assert not v.rt.eager_modules, v.rt.eager_modules  # a StaticCache updates in place
     finally:
         v.close()
+
+
+def test_huggingface_new_cache_per_request_bitwise():
+    """A host that makes a new StaticCache for each request (the old one dropped) and decodes from
+    position 0 again. A layer's graph holds the addresses of the cache tensors it reached through
+    the cache object, not a declared input: before cgrt.torch followed the objects a call comes
+    with, the replays went on reading and writing the first cache's tensors (freed memory). Now a
+    call with another cache object gets graphs of its own (said once at info), the outputs kept
+    for a cache no longer alive are dropped, and a cache reset in place replays its graphs."""
+    _require_gpu()
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        skip("transformers is not installed")
+    import bench_hf
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layers, per = 2, 8
+    model = bench_hf.build(layers=layers, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
+    ids = bench_hf.token_ids(3 * per, 2, 1000)
+    ref = []
+    for r in range(3):  # eagerly: a new cache for each request of `per` steps
+        ref += bench_hf.eager_steps(model, ids[r * per:(r + 1) * per], 32)
+    lines = []
+    v = bench_hf.CgrtDecode(model, 2, 32, log="info", sink=lambda lv, m: lines.append(m))
+    try:
+        outs, caps = [], []
+        with torch.cuda.stream(v.rt.torch_stream):
+            for i, x in enumerate(ids):
+                if i and i % per == 0:
+                    v.cache = bench_hf.make_cache(model, 2, 32)  # the old one is dropped
+                    v.pos = 0
+                outs.append(v.step(x).clone())
+                caps.append(v.rt.stats().captures)
+        torch.cuda.synchronize()
+        for i, (o, e) in enumerate(zip(outs, ref)):
+            assert torch.equal(o, e), f"request {i // per}, step {i % per}"
+        assert v.rt.last_report.mode == Mode.REPLAY
+        # each request's cache got graphs of its own, replayed within the request
+        assert caps[per - 1] >= layers and caps[2 * per - 1] > caps[per - 1], caps
+        assert caps[-1] > caps[2 * per - 1] and caps[-1] == caps[-3], caps
+        said = [m for m in lines if "called with another StaticCache than at first" in m]
+        assert len(said) == layers, lines  # once a layer
+        before = v.rt.stats().captures
+        gc.collect()
+        v.reset()  # the same cache, reset in place: its graphs replay
+        with torch.cuda.stream(v.rt.torch_stream):
+            for i in range(per):
+                o = v.step(ids[2 * per + i]).clone()
+        torch.cuda.synchronize()
+        assert torch.equal(o, ref[-1]) and v.rt.stats().captures == before
+        tm = v.layers[0].tm
+        assert {k[-1] for k in tm._static} == {3}, list(tm._static)  # the dead caches' dropped
+    finally:
+        v.close()
+
+
+def _said_once_per_layer(lines, layers):
+    for i in range(layers):
+        said = [m for m in lines if f"module 'layer{i}': its call changed Python state" in m]
+        assert len(said) == 1, lines
+        assert "past_key_values" in said[0] and "became a new tensor" in said[0], said[0]
+
+
+def test_huggingface_dynamic_cache_runs_eagerly_bitwise():
+    """transformers' default KV cache, DynamicCache, concatenates each step's keys and values into
+    new tensors, in Python, which a replayed graph does not run: replayed, a layer would attend
+    over the cache as it was at its capture (before cgrt.torch compared the Python state a call
+    changes, every step after the capture differed from eager, nothing said). Now each layer is
+    found to change the cache object's tensors, said once, and run eagerly, every step bitwise:
+    - layer scope, two warm-up steps: found in the second warm-up call, nothing captured;
+    - one warm-up step: found in the capture, which is given up with the cache put back as it
+      was, so that the eager run cgrt makes instead appends once;
+    - block scope: the body's capture is given up the same way, then refused (the layers run
+      eagerly), and the body runs eagerly.
+    A StaticCache, updated in place, stays graphed (the Llama and Mixtral tests)."""
+    import warnings
+
+    _require_gpu()
+    try:
+        from transformers import DynamicCache
+    except ImportError:
+        skip("transformers is not installed")
+    import bench_hf
+    import cgrt.torch as ct
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layers, steps = 3, 8
+    model = bench_hf.build(layers=layers, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
+    ids = bench_hf.token_ids(steps, 2, 1000)
+    ref = bench_hf.eager_steps(model, ids, 32, cache="dynamic")
+    names = [f"layer{i}" for i in range(layers)]
+    for warmup in (2, 1):
+        lines = []
+        v = bench_hf.CgrtDecode(model, 2, 32, log="info", sink=lambda lv, m: lines.append(m),
+                                cache="dynamic", warmup=warmup)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with torch.cuda.stream(v.rt.torch_stream):
+                    outs = [v.step(x).clone() for x in ids]
+            torch.cuda.synchronize()
+            for i, (o, e) in enumerate(zip(outs, ref)):
+                assert torch.equal(o, e), f"warmup_steps {warmup}, step {i}"
+            s = v.rt.stats()
+            assert sorted(v.rt.eager_modules) == names, v.rt.eager_modules
+            assert s.captures == 0, s
+            # one capture given up a layer when found there, then none tried
+            assert s.fallbacks == (layers if warmup == 1 else 0), (s, lines)
+            _said_once_per_layer(lines, layers)
+            v.rt.release_graphs()  # forgets what it found: found again, the same way
+            assert not v.rt.eager_modules
+            v.reset()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with torch.cuda.stream(v.rt.torch_stream):
+                    outs = [v.step(x).clone() for x in ids]
+            torch.cuda.synchronize()
+            for i, (o, e) in enumerate(zip(outs, ref)):
+                assert torch.equal(o, e), f"warmup_steps {warmup}, after release_graphs, step {i}"
+            assert sorted(v.rt.eager_modules) == names, v.rt.eager_modules
+        finally:
+            v.close()
+    # block scope: one graph a step, the body the model's forward over static ids and position
+    lines = []
+    ini = (
+        "[cuda_graph]\nimpl = local\nwarmup_steps = 1\ninference_scope = block\n"
+        "[inference]\nbuckets = list\nlist = 2\nmax_tokens = 2\n"
+        f"[runtime]\ndriver = cuda\ndevice = {torch.cuda.current_device()}\nlog = info\n"
+    )
+    rt = ct.Runtime(ini, log=lambda lv, m: lines.append(m))
+    holder = bench_hf.Holder()
+    orig = list(model.model.layers)
+    try:
+        for i, layer in enumerate(orig):
+            tm = rt.register_module(names[i], layer, kind="other", layer=i)
+            model.model.layers[i] = bench_hf.Hooked(tm, holder)
+        cache = DynamicCache()
+        x = torch.zeros(2, 1, dtype=torch.long, device="cuda")
+        cp = torch.zeros(1, dtype=torch.long, device="cuda")
+        outs = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.cuda.stream(rt.torch_stream), torch.no_grad():
+                for pos, t in enumerate(ids):
+
+                    def prepare(ctx, t=t, pos=pos):
+                        x.copy_(t)
+                        cp.fill_(pos)
+
+                    def body(ctx):
+                        holder.ctx = ctx
+                        return model(input_ids=x, past_key_values=cache, cache_position=cp,
+                                     use_cache=True).logits
+
+                    outs.append(rt.run("infer", 2, prepare, body, inputs=[x, cp]).clone())
+        torch.cuda.synchronize()
+        for i, (o, e) in enumerate(zip(outs, ref)):
+            assert torch.equal(o, e), f"block scope, step {i}"
+        s = rt.stats()
+        assert s.captures == 0 and rt.last_report.mode == Mode.EAGER, (s, lines)
+        assert "layer0" in rt.eager_modules, (rt.eager_modules, lines)
+        # the capture given up at layer 0's finding, then one refused: cgrt stops trying
+        assert s.fallbacks == 2, (s, lines)
+        said = [str(w.message) for w in caught if "changed Python state" in str(w.message)]
+        assert said, [str(w.message) for w in caught]
+    finally:
+        for i, layer in enumerate(orig):
+            model.model.layers[i] = layer
+        rt.close()
 
 
 def _mixtral_decode(model, lines, steps=16, switch=None):

@@ -1,0 +1,152 @@
+"""What a module call changes in Python, which a replay of its graph would not: cgrt.torch's check
+(a graph replays the call's kernels, not its Python). Free of torch, so that its rules are tested
+without it; cgrt.torch passes torch's types in.
+
+State(roots, modules, tensor=..., scalars=..., opaque=...) is taken before a call and compared
+after it (changes()); restore() puts it back, for a capture that is given up. It follows:
+- the lists, dicts and objects reachable from `roots` ((name, value) pairs: the call's non-tensor
+  arguments, such as a KV cache object), up to DEPTH containers below each root (a cache, its list
+  of layers, a layer, its attributes), LIMIT values at most;
+- the public attributes and the `_buffers` dict of each of `modules` ((path, module) pairs: the
+  module and its submodules), one level deep.
+
+A change is a tensor or object replaced by another (compared by identity: transformers'
+DynamicCache concatenates its keys and values into new tensors every call), a number or string
+that changed, a list that grew or shrank, a key or attribute removed. Initialization is not: a
+value that was None, a flag that went from False to True, a key or attribute added, a list that
+was empty (a cache that allocates its tensors at its first call, as StaticCache does, each time
+a new one is used). A tensor updated in place is no change either: its graph repeats the update.
+"""
+
+import types
+
+SCALARS = (type(None), bool, int, float, complex, str, bytes)
+LIMIT = 4096  # containers and values looked at in one State
+DEPTH = 4  # containers followed below a root
+
+
+def _public(obj):
+    return {k: v for k, v in vars(obj).items() if not (isinstance(k, str) and k.startswith("__"))}
+
+
+class _Attrs:
+    """A module's public attributes, as a container State compares and restores."""
+
+    __slots__ = ("m",)
+
+    def __init__(self, m):
+        self.m = m
+
+    def items(self):
+        return {k: x for k, x in vars(self.m).items() if not k.startswith("_")}
+
+    def put(self, before):
+        d = vars(self.m)
+        for k in [k for k in d if not k.startswith("_") and k not in before]:
+            del d[k]
+        d.update(before)
+
+
+class State:
+    __slots__ = ("saved", "full", "tensor", "scalars")
+
+    def __init__(self, roots, modules=(), tensor=(), scalars=(), opaque=()):
+        self.tensor = tensor
+        self.scalars = SCALARS + tuple(scalars)
+        self.saved = []  # (path, container, {key: value} as it was), in the order walked
+        self.full = True  # False: LIMIT was reached, what lies beyond is not followed
+        leaves = (tensor,) + self.scalars if tensor else self.scalars
+        seen = set()
+        stack = [(name, v, 0) for name, v in reversed(list(roots))]
+        n = 0
+        while stack:
+            path, v, depth = stack.pop()
+            if isinstance(v, leaves) or id(v) in seen:
+                continue
+            if isinstance(v, tuple):  # immutable: only what it holds can change
+                items = dict(enumerate(v))
+            elif isinstance(v, list):
+                items = dict(enumerate(v))
+                self.saved.append((path, v, items))
+            elif isinstance(v, dict):
+                items = dict(v)
+                self.saved.append((path, v, items))
+            elif (
+                hasattr(v, "__dict__")
+                and not callable(v)  # functions, classes, modules of torch (opaque anyway)
+                and not isinstance(v, (types.ModuleType,) + tuple(opaque))
+            ):
+                items = _public(v)
+                self.saved.append((path, v, items))
+            else:
+                continue
+            seen.add(id(v))
+            n += 1 + len(items)
+            if n > LIMIT:
+                self.full = False
+                break
+            if depth < DEPTH:
+                fmt = ".{}" if not isinstance(v, (tuple, list, dict)) else "[{!r}]"
+                for k, x in reversed(list(items.items())):
+                    if not isinstance(x, leaves):
+                        stack.append((path + fmt.format(k), x, depth + 1))
+        for path, m in modules:
+            self.saved.append((path, _Attrs(m), _Attrs(m).items()))
+            bufs = getattr(m, "_buffers", None)
+            if isinstance(bufs, dict):
+                self.saved.append((path + "._buffers", bufs, dict(bufs)))
+
+    def _same(self, a, b):
+        return a is b or (type(a) is type(b) and isinstance(a, self.scalars) and a == b)
+
+    def _describe(self, v):
+        if self.tensor and isinstance(v, self.tensor):
+            return f"a tensor {tuple(v.shape)}"
+        if isinstance(v, self.scalars):
+            return repr(v)[:40]
+        return f"a {type(v).__name__}"
+
+    @staticmethod
+    def _initial(old, new):
+        return old is None or (old is False and new is True)
+
+    def changes(self):
+        """What the call changed beyond initialization, a phrase each, in the order walked."""
+        out = []
+        for path, c, before in self.saved:
+            if isinstance(c, _Attrs):
+                now = c.items()
+            elif isinstance(c, (list, dict)):
+                now = dict(enumerate(c)) if isinstance(c, list) else c
+            else:
+                now = _public(c)
+            if isinstance(c, list) and len(now) != len(before):
+                if before:
+                    how = "grew" if len(now) > len(before) else "shrank"
+                    out.append(f"{path} {how} from {len(before)} to {len(now)} items")
+                continue
+            fmt = "[{!r}]" if isinstance(c, (list, dict)) else ".{}"
+            for k, old in before.items():
+                if k not in now:
+                    out.append(f"{path}{fmt.format(k)} was removed")
+                elif not self._same(old, now[k]) and not self._initial(old, now[k]):
+                    new = self._describe(now[k])
+                    new = "a new " + new[2:] if new.startswith("a ") else new
+                    out.append(f"{path}{fmt.format(k)}: {self._describe(old)} became {new}")
+        return out
+
+    def restore(self):
+        """Puts every container followed back as it was when this State was taken."""
+        for _, c, before in self.saved:
+            if isinstance(c, _Attrs):
+                c.put(before)
+            elif isinstance(c, list):
+                c[:] = [before[i] for i in range(len(before))]
+            elif isinstance(c, dict):
+                c.clear()
+                c.update(before)
+            else:
+                d = vars(c)
+                for k in [k for k in d if k not in before and not str(k).startswith("__")]:
+                    del d[k]
+                d.update(before)

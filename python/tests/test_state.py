@@ -1,0 +1,173 @@
+"""cgrt._state, the rules cgrt.torch uses to find a module whose calls change Python state that a
+graph replay would not (tested on the GPU with transformers' caches in tests/gpu/test_torch.py):
+here with plain classes standing in for tensors, caches and modules."""
+
+from cgrt import _state
+from cgrt._state import State
+
+
+class T:
+    """Stands in for a tensor: compared by identity, described by its shape."""
+
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+class Layer:
+    def __init__(self):
+        self.keys = None
+        self.is_initialized = False
+
+
+class DynamicCache:
+    """Grows by making a new tensor every call, as transformers' DynamicCache does."""
+
+    def __init__(self, n):
+        self.layers = [Layer() for _ in range(n)]
+
+    def update(self, i):
+        layer = self.layers[i]
+        if not layer.is_initialized:
+            layer.keys, layer.is_initialized = T(1, 0), True
+        layer.keys = T(1, layer.keys.shape[1] + 1)
+
+
+class StaticCache(DynamicCache):
+    """Allocates once, then updates its tensors in place."""
+
+    def update(self, i):
+        layer = self.layers[i]
+        if not layer.is_initialized:
+            layer.keys, layer.is_initialized = T(1, 8), True
+
+
+class Module:
+    """Stands in for a torch module: never walked into as an argument."""
+
+    def __init__(self):
+        self._buffers = {"scale": T(4)}
+        self.count = 0
+
+    def __call__(self):
+        pass
+
+
+def taken(cache, mod=None):
+    mods = [("module", mod)] if mod is not None else []
+    return State([("past_key_values", cache), ("pos", (T(1), T(1)))], mods, tensor=T,
+                 opaque=(Module,))
+
+
+def test_a_cache_that_makes_new_tensors_changes_every_call_after_its_first():
+    cache = DynamicCache(2)
+    first = taken(cache)
+    cache.update(0)
+    assert first.changes() == []  # None became a tensor, False True: it initialized itself
+    for n in (2, 3):
+        s = taken(cache)
+        cache.update(0)
+        assert s.changes() == [
+            f"past_key_values.layers[0].keys: a tensor (1, {n - 1}) became a new tensor (1, {n})"
+        ]
+
+
+def test_a_cache_updated_in_place_never_changes():
+    for cache in (StaticCache(2), StaticCache(2)):  # a new one initializes itself: no change
+        for _ in range(3):
+            s = taken(cache)
+            cache.update(1)
+            assert s.changes() == []
+
+
+def test_initialization_is_no_change_but_its_undoing_is():
+    class Holder:
+        pass
+
+    h = Holder()
+    h.flag, h.table, h.items, h.n = False, {}, [], None
+    s = State([("h", h)], tensor=T)
+    h.flag, h.n, h.new = True, 3, T(1)
+    h.table["k"] = T(2)
+    h.items.append(T(2))
+    assert s.changes() == []
+    s = State([("h", h)], tensor=T)
+    h.flag, h.n = False, 4
+    del h.table["k"]
+    del h.new
+    h.items.append(T(3))
+    assert s.changes() == [
+        "h.flag: True became False",
+        "h.n: 3 became 4",
+        "h.new was removed",
+        "h.table['k'] was removed",
+        "h.items grew from 1 to 2 items",
+    ]
+
+
+def test_restore_puts_the_state_back_as_it_was():
+    cache = DynamicCache(1)
+    cache.update(0)
+    keys = cache.layers[0].keys
+    s = taken(cache)
+    cache.update(0)
+    cache.layers.append(Layer())
+    cache.extra = 1
+    s.restore()
+    assert cache.layers[0].keys is keys and len(cache.layers) == 1 and not hasattr(cache, "extra")
+    assert taken(cache).changes() == []
+
+
+def test_lists_dicts_and_the_modules_own_attributes():
+    class Holder:
+        pass
+
+    h = Holder()
+    h.seen = [T(2)]
+    h.table = {"a": T(3)}
+    mod = Module()
+    s = State([("h", h)], [("module", mod)], tensor=T)
+    h.seen.append(T(2))
+    h.table["b"] = T(1)
+    del h.table["a"]
+    mod.count += 1
+    mod.cached = T(5)
+    mod._buffers["scale"] = T(4)
+    assert s.changes() == [
+        "h.seen grew from 1 to 2 items",
+        "h.table['a'] was removed",
+        "module.count: 0 became 1",
+        "module._buffers['scale']: a tensor (4,) became a new tensor (4,)",
+    ]
+    s.restore()
+    assert len(h.seen) == 1 and list(h.table) == ["a"] and mod.count == 0
+    assert not hasattr(mod, "cached")
+
+
+def test_what_is_not_followed():
+    class Node:
+        pass
+
+    root = Node()
+    deep = root
+    for _ in range(_state.DEPTH + 2):  # below DEPTH containers: not followed
+        deep.next = Node()
+        deep = deep.next
+    mod = Module()
+    root.module = mod  # a module as an argument's attribute: opaque
+    root.fn = len  # callables are not walked into
+    s = taken(root)
+    deep.value = 1
+    deep.__dict__.clear()
+    mod.count = 5
+    assert s.changes() == []
+    assert s.full
+    big = [[i] for i in range(_state.LIMIT)]
+    assert not taken(big).full  # beyond LIMIT values: the rest is not followed
+
+
+def test_shared_objects_are_followed_once():
+    layer = Layer()
+    layer.keys = T(1)
+    s = State([("a", [layer]), ("b", [layer])], tensor=T)
+    layer.keys = T(2)
+    assert s.changes() == ["a[0].keys: a tensor (1,) became a new tensor (2,)"]
