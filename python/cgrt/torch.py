@@ -250,6 +250,7 @@ class _Stager:
     staging over."""
 
     UNSTAGE_AFTER = 2  # cgrt's own: a key whose capture fails twice in a row stays eager
+    KEYS = 512  # signatures followed per module; beyond, the oldest without statics are forgotten
 
     def __init__(self, rt, policy):
         self.rt = rt
@@ -319,10 +320,20 @@ class _Stager:
         self.held[id(s)] = (s, t, t._version)
         self.copy_bytes += n * t.element_size()
 
+    def _forget(self, stage):
+        """Makes room among a module's signatures (a host whose shapes change every call would
+        add one a call, without end): the older half of those that have no statics, which no
+        graph reads, are forgotten (a signature seen again starts over)."""
+        idle = [k for k, st in stage.items() if not st.statics]
+        for k in idle[: max(1, len(idle) // 2)]:
+            del stage[k]
+
     def stage(self, tm, skey, tensors):
         """The tensors the call hands its module: staged inputs replaced by their statics."""
         st = tm._stage.get(skey)
         if st is None:
+            if len(tm._stage) >= self.KEYS:
+                self._forget(tm._stage)
             st = tm._stage[skey] = _StageKey()
         st.calls += 1
         n = st.calls
