@@ -19,6 +19,10 @@ struct cgrt_module {
   cgrt_runtime *rt;
   int no_cp_comm;    /* cgrt_module_desc.no_cp_comm: its calls see ctx->comm NULL and never wait */
   int stages_inputs; /* cgrt_module_desc.stages_inputs: never handed private copies */
+  /* Per direction: its graphed calls in a row whose key the cache had not seen (graph_cache.c,
+     UNREPEATED_SAY), and whether that was said. */
+  uint32_t unrepeated[2];
+  int unrepeated_said[2];
 };
 
 /* "layer3.attn fwd" for a call, for messages. Static for the runtime's life. */

@@ -2,7 +2,8 @@
  * test_local.c - the `local` backend's policy, end to end on the host driver: per-key warm-up,
  * capture and replay for training calls; token buckets, padding and the two inference scopes;
  * eager capture of every bucket; each rebind policy with moved buffers (a stale address is never
- * replayed); the max_graphs bound; a failed capture falling back to eager.
+ * replayed); the max_graphs bound; a failed capture falling back to eager; a key new on every
+ * call (and full_iteration's step shape new on every step) said once, keys that repeat never.
  *
  * The test modules do "device work" as host functions on the stream: out[0] = in[0] * mul + add.
  * Like kernel arguments, the parameters of a launch are kept in blocks that outlive the graphs.
@@ -23,6 +24,7 @@
 
 #define MODS       4
 #define MAX_PARAMS 4096
+#define MAX_LINES  32
 
 struct params {
   const double *in;
@@ -45,6 +47,10 @@ struct fixture {
   int64_t body_padded;
   int calls_run; /* module callbacks run (eager, warm-up or capture) */
   uint64_t key;  /* args.key the body passes */
+  /* the log, when opened with a level (fixture_open_log) */
+  char lines[MAX_LINES][1024];
+  cgrt_log_level levels[MAX_LINES];
+  int num_lines;
 };
 
 static void work(void *arg) {
@@ -107,16 +113,40 @@ static int body(const cgrt_ctx *ctx, void *user) {
   return 0;
 }
 
-static struct fixture *fixture_open(const char *extra) {
+static void keep_line(void *user, cgrt_log_level level, const char *msg) {
+  struct fixture *f = user;
+  if (f->num_lines < MAX_LINES) {
+    snprintf(f->lines[f->num_lines], sizeof(f->lines[0]), "%s", msg);
+    f->levels[f->num_lines] = level;
+  }
+  f->num_lines++;
+}
+
+/* Lines of the log holding `text`; *first: the index of the first, -1 if none. */
+static int lines_with(const struct fixture *f, const char *text, int *first) {
+  int n = 0;
+  *first = -1;
+  for (int i = 0; i < f->num_lines && i < MAX_LINES; i++)
+    if (strstr(f->lines[i], text)) {
+      if (n++ == 0)
+        *first = i;
+    }
+  return n;
+}
+
+/* A runtime of backend `impl` on the host driver, its log at `level` kept in the fixture. */
+static struct fixture *fixture_open_log(const char *impl, const char *extra, const char *level) {
   struct fixture *f = calloc(1, sizeof(*f));
   char ini[2048];
   snprintf(ini, sizeof(ini),
-           "[cuda_graph]\nimpl = local\nwarmup_steps = 2\n%s\n"
-           "[runtime]\ndriver = host\nlog = off\n",
-           extra ? extra : "");
-  int rc = cgrt_open_string(&f->rt, ini);
+           "[cuda_graph]\nimpl = %s\nwarmup_steps = 2\n%s\n"
+           "[runtime]\ndriver = host\nlog = %s\n",
+           impl, extra ? extra : "", level);
+  cgrt_open_options o = {.struct_size = sizeof(o), .ini = ini, .log = keep_line, .log_user = f};
+  int rc = cgrt_open_ex(&f->rt, &o);
   if (rc != 0)
     fail_msg("open: %s", cgrt_last_error(NULL));
+  f->num_lines = 0; /* what opening said */
   static const cgrt_kind kinds[MODS] = {CGRT_KIND_ATTN, CGRT_KIND_MLP, CGRT_KIND_ATTN,
                                         CGRT_KIND_MOE};
   for (int i = 0; i < MODS; i++) {
@@ -135,6 +165,10 @@ static struct fixture *fixture_open(const char *extra) {
     f->in[i] = i + 1;
   }
   return f;
+}
+
+static struct fixture *fixture_open(const char *extra) {
+  return fixture_open_log("local", extra, "off");
 }
 
 static void fixture_close(struct fixture *f) {
@@ -424,6 +458,76 @@ static void failed_capture_runs_eagerly_then_recovers(void **state) {
   fixture_close(f);
 }
 
+/* ---------------------------------------------------------------- keys that never repeat */
+
+static const char key_line[] = "graphed calls each came with a key it had not been called with";
+
+/* A host whose key changes on every call (a step counter in it): no key reaches its warm-up and
+   nothing is ever captured. Said once per module and direction at the 64th such call, the first
+   at warn and the rest at info, never before. */
+static void a_key_new_on_every_call_is_said_once(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open_log("local", NULL, "info");
+  int first;
+  for (int i = 0; i < 63; i++) {
+    f->key = 1000 + (uint64_t)i;
+    assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, NULL), 0);
+  }
+  assert_int_equal(lines_with(f, key_line, &first), 0);
+  for (int i = 0; i < 40; i++) {
+    f->key = 5000 + (uint64_t)i;
+    assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, NULL), 0);
+  }
+  assert_int_equal(lines_with(f, key_line, &first), 2 * MODS); /* forward and backward */
+  assert_int_equal(f->levels[first], CGRT_LOG_WARN);
+  assert_non_null(strstr(f->lines[first], "layer0.attn fwd: its last 64 graphed calls"));
+  assert_non_null(strstr(f->lines[first], "none was captured"));
+  for (int i = first + 1; i < first + 2 * MODS; i++)
+    assert_int_equal(f->levels[i], CGRT_LOG_INFO);
+  assert_int_equal(stats(f).captures, 0);
+  fixture_close(f);
+}
+
+/* Keys that come back (a few shapes in turn, a bucket sweep met for the first time): never said,
+   however many calls. */
+static void keys_that_repeat_are_never_said(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open_log("local", NULL, "info");
+  int first;
+  for (int i = 0; i < 200; i++) {
+    f->key = (uint64_t)(i % 16);
+    assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, NULL), 0);
+  }
+  assert_int_equal(stats(f).captures, 16 * 2 * MODS);
+  for (int pass = 0; pass < 2; pass++)
+    for (int64_t t = 1; t <= 512; t++)
+      assert_int_equal(step(f, CGRT_PHASE_INFER, t, NULL), 0);
+  assert_int_equal(lines_with(f, "had not", &first), 0);
+  fixture_close(f);
+}
+
+/* full_iteration keys its step graph by the step's shape: a training host whose token count
+   changes on every step (unpadded) is told once, at the 64th such step. */
+static void step_shapes_new_on_every_step_are_said_once(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open_log("full_iteration", "[host]\nnan_check = off", "info");
+  int first;
+  for (int64_t i = 0; i < 63; i++)
+    assert_int_equal(step(f, CGRT_PHASE_TRAIN, 100 + i, NULL), 0);
+  assert_int_equal(lines_with(f, "had not run at before", &first), 0);
+  for (int64_t i = 0; i < 10; i++)
+    assert_int_equal(step(f, CGRT_PHASE_TRAIN, 1000 + i, NULL), 0);
+  assert_int_equal(lines_with(f, "had not run at before", &first), 1);
+  assert_int_equal(f->levels[first], CGRT_LOG_WARN);
+  assert_non_null(strstr(f->lines[first], "the train steps: the last 64 each came with a shape"));
+  assert_int_equal(stats(f).captures, 0);
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  for (int i = 0; i < 4; i++) /* one shape again: warmed up, captured, replayed */
+    assert_int_equal(step(f, CGRT_PHASE_TRAIN, 7, &rep), 0);
+  assert_int_equal(rep.mode, CGRT_MODE_REPLAY);
+  fixture_close(f);
+}
+
 static void release_drops_graphs(void **state) {
   (void)state;
   struct fixture *f = fixture_open(NULL);
@@ -453,6 +557,9 @@ int main(void) {
       cmocka_unit_test(max_graphs_bounds_live_executables),
       cmocka_unit_test(failed_capture_runs_eagerly_then_recovers),
       cmocka_unit_test(release_drops_graphs),
+      cmocka_unit_test(a_key_new_on_every_call_is_said_once),
+      cmocka_unit_test(keys_that_repeat_are_never_said),
+      cmocka_unit_test(step_shapes_new_on_every_step_are_said_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

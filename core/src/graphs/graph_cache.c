@@ -65,6 +65,7 @@ struct cgrt_graph_cache {
   struct cgrt_graph_cache *next_cache; /* the runtime's list of caches */
   cgrt_verify verify;                  /* [cuda_graph] verify: off costs one branch per replay */
   int verify_every;
+  int fresh; /* the last run_unit met a key it had no entry of (follow_repeats) */
 };
 
 /* Failed captures in a row after which a key runs eagerly for good (until release). */
@@ -73,6 +74,10 @@ struct cgrt_graph_cache {
    calls refused; another thread's cudaDeviceSynchronize): they say nothing of the key, so more are
    borne, but not for ever: each costs a capture and diagnose's second one (session 52). */
 #define CAPTURE_OUTSIDE_ATTEMPTS 16
+/* Graphed calls of a module (or step bodies of a phase) in a row, each with a key the cache had
+   not seen, after which that is said: no key repeats, so none reaches its warm-up. Above any
+   bucket count, so that a host meeting its buckets for the first time is never told. */
+#define UNREPEATED_SAY 64
 
 /* Entries without an executable beyond this many are forgotten, oldest first. */
 static size_t pending_bound(const struct cgrt_graph_cache *c) {
@@ -947,6 +952,7 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
 static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
                     const struct cgrt_graph_work *w, int own, cgrt_mode *mode) {
   const struct cgrt_host_api *h = c->host;
+  c->fresh = 0;
   if (w->num_buffers && !w->buffers)
     return h->set_error(h, CGRT_E_INVAL, "%s: num_buffers is %zu but buffers is NULL", w->what,
                         w->num_buffers);
@@ -955,6 +961,7 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
   if (!e) {
     /* Under recapture a key seen with other addresses is warm already: capture at once. */
     struct entry *other = sibling(c, key, hash);
+    c->fresh = !other;
     if (other && other->variants && count_entries(c, key, hash) >= AUTO_VARIANTS) {
       touch(c, other);
       c->g->stats->rebinds++;
@@ -1175,6 +1182,40 @@ static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, siz
  * would write it: every step of a whole-body unit names it, and snprintf cost a replayed block
  * step a third of its host instructions (issue 43, item 5).
  */
+/*
+ * After a unit ran: `run` counts its runs in a row that met a key the cache had not seen (a
+ * module's calls in one direction, or the step bodies of one phase). At UNREPEATED_SAY, said once
+ * for the unit (the first unit of the runtime at warn, later ones at info): its key changes on
+ * every call, so none is run through the warm-up and nothing is ever captured, with no other sign.
+ */
+static void follow_repeats(struct cgrt_graph_cache *c, uint32_t *run, int *said, const char *what,
+                           const char *phase) {
+  if (!c->fresh) {
+    *run = 0;
+    return;
+  }
+  if (++*run < UNREPEATED_SAY || *said)
+    return;
+  *said = 1;
+  struct cgrt_graphs *g = c->g;
+  cgrt_log_level level = g->unrepeated_said++ ? CGRT_LOG_INFO : CGRT_LOG_WARN;
+  if (phase)
+    cgrt__log(g->log, level,
+              "the %s steps: the last %d each came with a shape the step body had not run at "
+              "before (its padded token count and microbatches), so none ran through the warm-up "
+              "and none was captured: they run eagerly; pad the token count to a few sizes (infer "
+              "steps: [inference] buckets) to graph them",
+              phase, UNREPEATED_SAY);
+  else
+    cgrt__log(g->log, level,
+              "%s: its last %d graphed calls each came with a key it had not been called with "
+              "before (args->key, which cgrt.torch makes from the input shapes, with the step's "
+              "token bucket), so none was called through the warm-up and none was captured: its "
+              "calls run eagerly; a key names the call's shapes and must not change on every call "
+              "(a length or an address in it): pad lengths to a few sizes to graph it",
+              what, UNREPEATED_SAY);
+}
+
 static void body_name(char what[96], const char *phase, uint64_t tokens) {
   static const char head[] = "the ", mid[] = " body", at[] = " at ", tail[] = " tokens";
   size_t plen = strnlen(phase, 32), n = 0;
@@ -1217,6 +1258,10 @@ int cgrt__cache_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache 
       .what = what,
   };
   int rc = run_unit(c, key, &work, b.g->body_stages, mode);
+  const cgrt_phase phase = f->ctx->phase;
+  if ((unsigned)phase < CGRT_PHASE_COUNT)
+    follow_repeats(c, &c->g->body_unrepeated[phase], &c->g->body_unrepeated_said[phase], what,
+                   cgrt_phase_name(phase));
   f->ctx->mode = *mode;
   return rc;
 }
@@ -1257,8 +1302,11 @@ int cgrt__cache_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache 
       .warmup = warmup,
       .what = cgrt__call_name(call),
   };
-  const struct cgrt_module *m = (const struct cgrt_module *)call->module;
+  /* The runtime owns its modules; a call only lends its info as const. */
+  struct cgrt_module *m = (struct cgrt_module *)call->module;
   int rc = run_unit(c, key, &work, m->stages_inputs, mode);
+  const int dir = call->dir == CGRT_BACKWARD;
+  follow_repeats(c, &m->unrepeated[dir], &m->unrepeated_said[dir], work.what, NULL);
   call->ctx->mode = *mode;
   return rc;
 }

@@ -51,6 +51,12 @@ struct cgrt_graphs {
      device's guarded synchronizes that went ahead at the bound, as last said after a capture. */
   int sync_guarded;
   uint64_t sync_late_seen;
+  /* Per phase: step bodies in a row whose key (shape) a cache had not seen, whether that was
+     said, and how many units have said it (the first at warn, the rest at info): graph_cache.c,
+     UNREPEATED_SAY. Module calls keep theirs in their module. */
+  uint32_t body_unrepeated[CGRT_PHASE_COUNT];
+  int body_unrepeated_said[CGRT_PHASE_COUNT];
+  int unrepeated_said;
 
   /* The step in flight, written by the runtime. */
   uint64_t step_index;
