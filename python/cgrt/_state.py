@@ -19,6 +19,7 @@ a new one is used). A tensor updated in place is no change either: its graph rep
 """
 
 import types
+import weakref
 
 SCALARS = (type(None), bool, int, float, complex, str, bytes)
 LIMIT = 4096  # containers and values looked at in one State
@@ -48,13 +49,14 @@ class _Attrs:
 
 
 class State:
-    __slots__ = ("saved", "full", "tensor", "scalars")
+    __slots__ = ("saved", "full", "tensor", "scalars", "tensors")
 
     def __init__(self, roots, modules=(), tensor=(), scalars=(), opaque=()):
         self.tensor = tensor
         self.scalars = SCALARS + tuple(scalars)
         self.saved = []  # (path, container, {key: value} as it was), in the order walked
         self.full = True  # False: LIMIT was reached, what lies beyond is not followed
+        self.tensors = False  # a tensor was reached below the roots
         leaves = (tensor,) + self.scalars if tensor else self.scalars
         seen = set()
         stack = [(name, v, 0) for name, v in reversed(list(roots))]
@@ -85,6 +87,8 @@ class State:
             if n > LIMIT:
                 self.full = False
                 break
+            if tensor and not self.tensors:
+                self.tensors = any(isinstance(x, tensor) for x in items.values())
             if depth < DEPTH:
                 fmt = ".{}" if not isinstance(v, (tuple, list, dict)) else "[{!r}]"
                 for k, x in reversed(list(items.items())):
@@ -150,3 +154,95 @@ class State:
                 for k in [k for k in d if k not in before and not str(k).startswith("__")]:
                     del d[k]
                 d.update(before)
+
+
+class Generations:
+    """Which objects a module's calls come with (a KV cache among their arguments), as a number:
+    cgrt.torch makes it part of a call's key, because a graph holds the addresses of the tensors
+    its call reached through those objects. The same objects again give the same number (a cache
+    reset in place finds its graphs); others give a new one (a new cache gets graphs recorded
+    against its tensors). Objects are followed by weak reference: the numbers of objects that died
+    are handed out once by dead(), for the caller to drop what it kept for them, and a later
+    object at the same address gets a new number. Objects that are new on FRESH calls in a row are
+    taken as made afresh for every call: their types are no longer followed, else no call of
+    such a host would ever repeat a key; unless the last such object held tensors once its call
+    was over (a cache made for every call: followed still, so never replayed)."""
+
+    FRESH = 4
+
+    __slots__ = ("_gens", "_refs", "_next", "_died", "_gone", "_run", "_said", "_last", "_holds",
+                 "plain_types", "newly_plain")
+
+    def __init__(self, holds_tensors=lambda v: False):
+        self._holds = holds_tensors  # whether a tensor is reachable from an object
+        self._gens = {}  # the objects' ids -> number
+        self._refs = {}  # number -> (ids, weak references, or objects that cannot have one)
+        self._next = 1
+        self._died = []  # numbers whose objects died, appended by the references' callbacks
+        self._gone = set()  # numbers forgotten here, not yet handed out by dead()
+        self._run = {}  # type -> calls in a row that came with an object of it not seen before
+        self._last = []  # the new objects of the last call, held until the next one
+        self._said = False
+        self.plain_types = set()  # types found made afresh for every call
+        self.newly_plain = set()  # those of them the last "fresh" news added
+
+    def of(self, objs):
+        """(number, news) for a call with these objects (its arguments that are not tensors,
+        numbers or containers): news is None, "another" (objects other than the first ones,
+        met again: once) or "fresh" (objects of a type new on FRESH calls in a row: that type is
+        no longer followed, and the number is the rest's)."""
+        if self._died:
+            self._forget()  # before any lookup: a new object may sit at a dead one's address
+        if self.plain_types:
+            objs = [v for v in objs if type(v) not in self.plain_types]
+        if not objs:
+            return 0, None
+        ids = tuple(map(id, objs))
+        gen = self._gens.get(ids)
+        if gen is not None:
+            self._run.clear()
+            self._last = []
+            if gen > 1 and not self._said:
+                self._said = True
+                return gen, "another"
+            return gen, None
+        known = {i for seen in self._gens for i in seen}
+        new = [v for v in objs if id(v) not in known]
+        self._run = {t: self._run.get(t, 0) + 1 for t in {type(v) for v in new}}
+        fresh = {t for t, n in self._run.items() if n >= self.FRESH}
+        # a type whose last object held tensors after its call holds state its graphs would use
+        fresh -= {type(v) for v in self._last if type(v) in fresh and self._holds(v)}
+        self._last = new
+        if fresh:
+            self.plain_types |= fresh
+            self.newly_plain = fresh
+            gen, _ = self.of(objs)
+            return gen, "fresh"
+        gen = self._next
+        self._next += 1
+        refs = []
+        for v in objs:
+            try:
+                refs.append(weakref.ref(v, lambda _r, g=gen, died=self._died: died.append(g)))
+            except TypeError:
+                refs.append(v)  # held instead: its id is never reused while it is followed
+        self._gens[ids] = gen
+        self._refs[gen] = (ids, refs)
+        return gen, None
+
+    def _forget(self):
+        died = set(self._died)
+        del self._died[:]
+        for g in died:
+            ids, _ = self._refs.pop(g, ((), ()))
+            if self._gens.get(ids) == g:
+                del self._gens[ids]
+        self._gone |= died
+
+    def dead(self):
+        """The numbers whose objects died since the last call of dead(), forgotten here: they
+        never come back (an empty set most of the time)."""
+        if self._died:
+            self._forget()
+        gone, self._gone = self._gone, set()
+        return gone

@@ -55,13 +55,12 @@ How it works:
 import dataclasses
 import os
 import threading
-import weakref
 
 import torch
 
 import cgrt
 from cgrt import Access, Buffer, Error, Mode, Status
-from cgrt._state import SCALARS, State
+from cgrt._state import SCALARS, Generations, State
 
 __all__ = ["Runtime", "TorchModule", "pool_api"]
 
@@ -212,6 +211,11 @@ class _Unreplayable(Exception):
 
 # Arguments that are not objects a call can hold tensors through (see TorchModule._generation).
 _PLAIN = (torch.Tensor, tuple, list, dict, torch.dtype, torch.device) + SCALARS
+
+
+def _holds_tensors(v):
+    """Whether a tensor is reachable from v, through its lists, dicts and attributes."""
+    return State([("v", v)], **_STATE_KINDS).tensors
 
 
 def _state_of(roots, module):
@@ -480,16 +484,8 @@ class TorchModule:
         self._stage_said = False  # the staging of its inputs was logged
         self._unstage_said = False  # the end of it, for a module run eagerly, was logged
         self._stage_key = None  # the _StageKey of the call in flight, if staged
-        # The objects its calls came with (a KV cache): ids -> generation; generation -> the
-        # weak references that end it; generations whose objects died, to forget
-        self._gens = {}
-        self._gen_refs = {}
-        self._gen_next = 1
-        self._dead = []
-        self._gen_said = False
+        self._gens = Generations(_holds_tensors)  # the objects its calls came with, numbered
         self._checked_gens = set()  # generations whose first call's Python state was compared
-        self._gen_run = 0  # calls in a row that each came with new objects
-        self._plain_types = set()  # argument types that are new objects on every call
         self._effect = None  # why it runs eagerly: its calls change Python state (cgrt._state)
 
     def __repr__(self):
@@ -621,78 +617,44 @@ class TorchModule:
             self._records[microbatch] = _Record(xs, out, "eager")
         return out
 
-    GEN_FRESH = 4  # calls in a row with new objects: objects made afresh each call, not followed
-
     def _generation(self, inputs, kwargs):
-        """The objects among a call's arguments (a KV cache), as a number, 0 for none. A graph
-        holds the addresses of the tensors its call reached through them, so calls with other
-        objects (a new cache) get graphs of their own, recorded against theirs; the same object
-        again (a cache reset in place) finds its graphs. Objects are followed by weak reference:
-        a generation ends with its objects, and its outputs are dropped. Arguments that are new
-        objects on every call (GEN_FRESH calls in a row) are not followed: said once."""
-        if self._dead:
-            self._forget_dead()
+        """The objects among a call's arguments (a KV cache), as a number, 0 for none
+        (cgrt._state.Generations): part of the call's key, since a graph holds the addresses of
+        the tensors its call reached through them. What was kept for objects that died (their
+        graphs' outputs, their staging) is dropped here."""
+        dead = self._gens.dead()
+        if dead:
+            self._checked_gens -= dead
+            for k in [k for k in self._static if k[-1] in dead]:
+                del self._static[k]
+            for k in [k for k in self._stage if isinstance(k[4], tuple) and k[4][1] in dead]:
+                del self._stage[k]
         objs = [v for v in kwargs.values() if not isinstance(v, _PLAIN)]
         if inputs:
             objs += [v for v in inputs if not isinstance(v, _PLAIN)]
-        if self._plain_types:
-            objs = [v for v in objs if type(v) not in self._plain_types]
         if not objs:
             return 0
-        ids = tuple(map(id, objs))
-        gen = self._gens.get(ids)
-        if gen is not None:
-            self._gen_run = 0
-            if gen > 1 and not self._gen_said:  # another object than the first, used again
-                self._gen_said = True
-                what = ", ".join(type(v).__name__ for v in objs)
-                self.rt.log(
-                    3,
-                    f"cgrt.torch: module '{self.name}': called with another {what} than at "
-                    f"first: its graphs hold the addresses of the tensors they reached through "
-                    f"such an object, so calls with this one get graphs of their own, recorded "
-                    f"against its tensors (what is kept for an object no longer alive is "
-                    f"dropped); reuse such objects (a cache reset in place) to replay the same "
-                    f"graphs",
-                )
-            return gen
-        self._gen_run += 1
-        if self._gen_run >= self.GEN_FRESH:
-            self._gen_run = 0
-            kinds = sorted({type(v).__name__ for v in objs})
-            self._plain_types.update(type(v) for v in objs)
+        gen, news = self._gens.of(objs)
+        if news == "another":
+            what = ", ".join(type(v).__name__ for v in objs)
             self.rt.log(
                 3,
-                f"cgrt.torch: module '{self.name}': its arguments of type "
-                f"{', '.join(kinds)} were new objects on {self.GEN_FRESH} calls in a row; "
-                f"they are no longer followed (a graph reads what it reached through them at "
-                f"the addresses of its capture: keep tensors out of such objects)",
+                f"cgrt.torch: module '{self.name}': called with another {what} than at first: "
+                f"its graphs hold the addresses of the tensors they reached through such an "
+                f"object, so calls with this one get graphs of their own, recorded against its "
+                f"tensors (what is kept for an object no longer alive is dropped); reuse such "
+                f"objects (a cache reset in place) to replay the same graphs",
             )
-            return 0
-        gen = self._gen_next
-        self._gen_next += 1
-        refs = []
-        for v in objs:
-            try:
-                refs.append(weakref.ref(v, lambda _r, g=gen: self._dead.append(g)))
-            except TypeError:
-                refs.append(v)  # cannot be followed weakly: held, so its id is never reused
-        self._gens[ids] = gen
-        self._gen_refs[gen] = (ids, refs)
+        elif news == "fresh":
+            kinds = ", ".join(sorted(t.__name__ for t in self._gens.newly_plain))
+            self.rt.log(
+                3,
+                f"cgrt.torch: module '{self.name}': its arguments of type {kinds} were new "
+                f"objects on {Generations.FRESH} calls in a row; they are no longer followed (a "
+                f"graph reads what it reached through them at the addresses of its capture: keep "
+                f"tensors out of such objects)",
+            )
         return gen
-
-    def _forget_dead(self):
-        """Drops what belonged to generations whose objects died: they never come back."""
-        dead, self._dead = set(self._dead), []
-        for g in dead:
-            ids, _ = self._gen_refs.pop(g, ((), ()))
-            if self._gens.get(ids) == g:
-                del self._gens[ids]
-        self._checked_gens -= dead
-        for k in [k for k in self._static if k[-1] in dead]:
-            del self._static[k]
-        for k in [k for k in self._stage if isinstance(k[4], tuple) and k[4][1] in dead]:
-            del self._stage[k]
 
     def __call__(self, ctx, *inputs, microbatch=0, key=None, **kwargs):
         rt = self.rt

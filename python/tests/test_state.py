@@ -171,3 +171,108 @@ def test_shared_objects_are_followed_once():
     s = State([("a", [layer]), ("b", [layer])], tensor=T)
     layer.keys = T(2)
     assert s.changes() == ["a[0].keys: a tensor (1,) became a new tensor (2,)"]
+
+
+# ---------------------------------------------------------------- the objects a call comes with
+
+
+class Cache:
+    """Stands in for a KV cache object passed to every layer call."""
+
+
+def test_the_same_object_keeps_its_number_and_another_gets_its_own():
+    from cgrt._state import Generations
+
+    g = Generations()
+    a = Cache()
+    assert g.of([a]) == (1, None)
+    assert g.of([a]) == (1, None)
+    b = Cache()
+    assert g.of([b]) == (2, None)
+    assert g.of([b]) == (2, "another")  # said once, when the other object is met again
+    assert g.of([a]) == (1, None) and g.of([b]) == (2, None)
+    assert g.of([a, b]) == (3, None)  # a call with both: a number of its own
+    assert g.dead() == set()
+
+
+def test_a_dead_objects_number_is_handed_out_once_and_never_reused():
+    import gc
+
+    from cgrt._state import Generations
+
+    g = Generations()
+    a = Cache()
+    assert g.of([a])[0] == 1
+    b = Cache()
+    assert g.of([b])[0] == 2
+    del a
+    gc.collect()
+    assert g.dead() == {1}
+    assert g.dead() == set()
+    c = Cache()  # may sit where the dead one was: a number of its own all the same
+    assert g.of([c])[0] == 3
+    assert g.of([b])[0] == 2
+
+
+def test_objects_that_cannot_be_referenced_weakly_are_held():
+    from cgrt._state import Generations
+
+    class Slotted:
+        __slots__ = ("x",)
+
+    g = Generations()
+    s = Slotted()
+    assert g.of([s])[0] == 1
+    del s  # held by the Generations: its id is not reused, its number stays valid
+    assert g.dead() == set()
+
+
+def test_objects_made_afresh_for_every_call_are_no_longer_followed():
+    from cgrt._state import Generations
+
+    class Options:
+        pass
+
+    g = Generations()
+    cache = Cache()
+    assert g.of([cache])[0] == 1 and g.of([cache])[0] == 1
+    # each Options dies at once, and the next may sit at its address: a new object all the same
+    news = [g.of([cache, Options()]) for _ in range(Generations.FRESH)]
+    assert [n for _, n in news] == [None] * (Generations.FRESH - 1) + ["fresh"]
+    assert news[-1][0] == 1  # the cache's own number
+    assert g.plain_types == {Options} and g.newly_plain == {Options}
+    # from then on only the cache counts: its own number again
+    assert g.of([cache, Options()]) == (1, None)
+    # a new cache per request (used for several calls each) is never taken for that
+    for _ in range(10):
+        c = Cache()
+        first, _ = g.of([c, Options()])
+        assert first > 1 and g.of([c, Options()])[0] == first
+
+
+def test_a_cache_made_for_every_call_is_followed_still():
+    """Objects of a type new on every call that hold tensors once their call is over (a cache
+    made for each call) stay followed: every call gets a number of its own and is never
+    replayed against another call's cache."""
+    from cgrt._state import Generations
+
+    def holds(v):
+        return any(isinstance(x, T) for x in vars(v).values())
+
+    g = Generations(holds)
+    numbers = set()
+    for _ in range(3 * Generations.FRESH):  # each dropped by the host after its call
+        c = Cache()
+        n, news = g.of([c])
+        c.keys = T(1, 8)  # its call initializes it
+        assert news is None and n not in numbers
+        numbers.add(n)
+    assert not g.plain_types
+
+
+def test_tensors_reached_below_the_roots():
+    layer = Layer()
+    assert not State([("c", layer)], tensor=T).tensors
+    layer.keys = T(1)
+    assert State([("c", [layer])], tensor=T).tensors
+    assert State([("c", ((T(1),),))], tensor=T).tensors  # inside tuples too
