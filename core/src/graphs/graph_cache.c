@@ -1178,11 +1178,6 @@ static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, siz
 }
 
 /*
- * "the PHASE body at N tokens" ("the PHASE body" for N = 0) into what (96 bytes), as snprintf
- * would write it: every step of a whole-body unit names it, and snprintf cost a replayed block
- * step a third of its host instructions (issue 43, item 5).
- */
-/*
  * After a unit ran: `run` counts its runs in a row that met a key the cache had not seen (a
  * module's calls in one direction, or the step bodies of one phase). At UNREPEATED_SAY, said once
  * for the unit (the first unit of the runtime at warn, later ones at info): its key changes on
@@ -1216,6 +1211,11 @@ static void follow_repeats(struct cgrt_graph_cache *c, uint32_t *run, int *said,
               what, UNREPEATED_SAY);
 }
 
+/*
+ * "the PHASE body at N tokens" ("the PHASE body" for N = 0) into what (96 bytes), as snprintf
+ * would write it: every step of a whole-body unit names it, and snprintf cost a replayed block
+ * step a third of its host instructions (issue 43, item 5).
+ */
 static void body_name(char what[96], const char *phase, uint64_t tokens) {
   static const char head[] = "the ", mid[] = " body", at[] = " at ", tail[] = " tokens";
   size_t plen = strnlen(phase, 32), n = 0;
