@@ -622,6 +622,10 @@ class Stats:
     # bound ran out (the capture's work may wait for that thread)
     sync_guard_waits: int
     sync_guard_late: int
+    # modules (one per direction) and step phases whose keys never repeated: their last 64
+    # graphed calls each came with a key not seen before, so nothing of them is captured (cgrt
+    # says so once each); in cgrt.torch, input shapes that change on every call
+    unrepeated_units: int
 
     @property
     def padded_tokens(self) -> int:
@@ -1190,6 +1194,7 @@ class Runtime:
             queue_wait_ns=s.queue_wait_ns,
             sync_guard_waits=s.sync_guard_waits,
             sync_guard_late=s.sync_guard_late,
+            unrepeated_units=s.unrepeated_units,
         )
 
     def clear_findings(self) -> None:

@@ -192,6 +192,7 @@ class CStats(Structure):
         ("queue_wait_ns", c_uint64),
         ("sync_guard_waits", c_uint64),
         ("sync_guard_late", c_uint64),
+        ("unrepeated_units", c_uint64),
     ]
 
 

@@ -139,6 +139,7 @@ int main(void) {
   FIELD(cgrt_stats, queue_wait_ns);
   FIELD(cgrt_stats, sync_guard_waits);
   FIELD(cgrt_stats, sync_guard_late);
+  FIELD(cgrt_stats, unrepeated_units);
 
   SIZE(cgrt_open_options);
   FIELD(cgrt_open_options, struct_size);

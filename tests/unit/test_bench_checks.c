@@ -1,8 +1,8 @@
 /*
  * test_bench_checks.c - the lines `cgrt bench` prints of what went wrong during a run
  * (tools/bench/bench_checks.c), on the host driver: a failed capture, an in-place update the
- * driver refused, executables dropped by max_graphs and steps of a phase the backend has no
- * graphs for each show as a number, in text and in JSON.
+ * driver refused, executables dropped by max_graphs, steps of a phase the backend has no graphs
+ * for and modules whose keys never repeat each show as a number, in text and in JSON.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -135,11 +135,12 @@ static void each_wrong_thing_is_a_number(void **state) {
   assert_true(s.evictions >= 1);
   char *text = printed(h->rt, 0);
   expect(text, "checks: 1 fallbacks (failed captures run eagerly)");
-  char want[256];
+  char want[512];
   snprintf(want, sizeof(want),
            "graphs: 1 in-place updates refused by the driver (recorded and instantiated anew), "
            "%llu executables dropped by max_graphs or the memory budget (0 for the budget), 0 "
-           "steps of a phase the backend has no graphs for run eagerly by cgrt\n",
+           "steps of a phase the backend has no graphs for run eagerly by cgrt, 0 modules or step "
+           "phases whose keys never repeat (never captured)\n",
            (unsigned long long)s.evictions);
   expect(text, want);
   free(text);
@@ -158,8 +159,26 @@ static void phase_without_graphs_is_counted(void **state) {
   char *text = printed(h->rt, 0);
   expect(text, "graphs: 0 in-place updates refused by the driver (recorded and instantiated "
                "anew), 0 executables dropped by max_graphs or the memory budget (0 for the "
-               "budget), 3 steps of a phase the backend has no graphs for run eagerly by cgrt\n");
+               "budget), 3 steps of a phase the backend has no graphs for run eagerly by cgrt, 0 "
+               "modules or step phases whose keys never repeat (never captured)\n");
   free(text);
+  host_close(h);
+}
+
+static void keys_that_never_repeat_are_counted(void **state) {
+  (void)state;
+  struct host *h = host_open("impl = local\nwarmup_steps = 1");
+  for (int i = 0; i < 70; i++) { /* a key new on every call: none is ever captured */
+    h->key = 100 + (uint64_t)i;
+    step(h, CGRT_PHASE_TRAIN);
+  }
+  char *text = printed(h->rt, 0);
+  expect(text, "run eagerly by cgrt, 1 modules or step phases whose keys never repeat (never "
+               "captured)\n");
+  free(text);
+  char *json = printed(h->rt, 1);
+  expect(json, "\"unrepeated_units\":1");
+  free(json);
   host_close(h);
 }
 
@@ -168,6 +187,7 @@ int main(void) {
       cmocka_unit_test(quiet_run_prints_no_lines),
       cmocka_unit_test(each_wrong_thing_is_a_number),
       cmocka_unit_test(phase_without_graphs_is_counted),
+      cmocka_unit_test(keys_that_never_repeat_are_counted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -479,6 +479,7 @@ static void a_key_new_on_every_call_is_said_once(void **state) {
     assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, NULL), 0);
   }
   assert_int_equal(lines_with(f, key_line, &first), 2 * MODS); /* forward and backward */
+  assert_int_equal(stats(f).unrepeated_units, 2 * MODS);
   assert_int_equal(f->levels[first], CGRT_LOG_WARN);
   assert_non_null(strstr(f->lines[first], "layer0.attn fwd: its last 64 graphed calls"));
   assert_non_null(strstr(f->lines[first], "none was captured"));
@@ -503,6 +504,7 @@ static void keys_that_repeat_are_never_said(void **state) {
     for (int64_t t = 1; t <= 512; t++)
       assert_int_equal(step(f, CGRT_PHASE_INFER, t, NULL), 0);
   assert_int_equal(lines_with(f, "had not", &first), 0);
+  assert_int_equal(stats(f).unrepeated_units, 0);
   fixture_close(f);
 }
 
@@ -518,6 +520,7 @@ static void step_shapes_new_on_every_step_are_said_once(void **state) {
   for (int64_t i = 0; i < 10; i++)
     assert_int_equal(step(f, CGRT_PHASE_TRAIN, 1000 + i, NULL), 0);
   assert_int_equal(lines_with(f, "had not run at before", &first), 1);
+  assert_int_equal(stats(f).unrepeated_units, 1);
   assert_int_equal(f->levels[first], CGRT_LOG_WARN);
   assert_non_null(strstr(f->lines[first], "the train steps: the last 64 each came with a shape"));
   assert_int_equal(stats(f).captures, 0);

@@ -43,7 +43,7 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            "\"time_eager_steps\":%llu,\"time_exact_steps\":%llu,\"time_eager_counts\":%llu,"
            "\"time_exact_counts\":%llu,\"time_implied_counts\":%llu,\"time_rare_refused\":%llu,"
            "\"queue_waits\":%llu,\"queue_wait_ns\":%llu,\"sync_guard_waits\":%llu,"
-           "\"sync_guard_late\":%llu",
+           "\"sync_guard_late\":%llu,\"unrepeated_units\":%llu",
            (unsigned long long)s.fallbacks, (unsigned long long)s.rebinds,
            (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.rebind_variant_keys,
            (unsigned long long)s.rebind_eager_keys, (unsigned long long)s.copy_bytes,
@@ -53,7 +53,7 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            (unsigned long long)s.time_exact_counts, (unsigned long long)s.time_implied_counts,
            (unsigned long long)s.time_rare_refused, (unsigned long long)s.queue_waits,
            (unsigned long long)s.queue_wait_ns, (unsigned long long)s.sync_guard_waits,
-           (unsigned long long)s.sync_guard_late);
+           (unsigned long long)s.sync_guard_late, (unsigned long long)s.unrepeated_units);
     printf(",\"verifications\":%llu,\"verify_mismatches\":%llu,\"verify_skipped\":%llu,"
            "\"findings\":[",
            (unsigned long long)s.verifications, (unsigned long long)s.verify_mismatches,
@@ -100,12 +100,14 @@ void bench_print_checks(cgrt_runtime *rt, int json) {
            (unsigned long long)s.rebind_copy_keys, (unsigned long long)s.copy_bytes,
            (unsigned long long)s.rebind_variant_keys, (unsigned long long)s.rebind_eager_keys,
            (unsigned long long)s.budget_eager);
-  if (s.update_refusals || s.evictions || s.eager_phase_steps)
+  if (s.update_refusals || s.evictions || s.eager_phase_steps || s.unrepeated_units)
     printf("graphs: %llu in-place updates refused by the driver (recorded and instantiated anew), "
            "%llu executables dropped by max_graphs or the memory budget (%llu for the budget), "
-           "%llu steps of a phase the backend has no graphs for run eagerly by cgrt\n",
+           "%llu steps of a phase the backend has no graphs for run eagerly by cgrt, %llu modules "
+           "or step phases whose keys never repeat (never captured)\n",
            (unsigned long long)s.update_refusals, (unsigned long long)s.evictions,
-           (unsigned long long)s.budget_evictions, (unsigned long long)s.eager_phase_steps);
+           (unsigned long long)s.budget_evictions, (unsigned long long)s.eager_phase_steps,
+           (unsigned long long)s.unrepeated_units);
   if (s.timed_steps || s.time_probe_steps)
     printf(
         "by_time: %llu steps timed on the device, %llu padded steps run eagerly to measure "

@@ -352,6 +352,10 @@ typedef struct cgrt_stats {
   uint64_t sync_guard_late;  /* of those, ones that went ahead when the bound ran out (the capture
                                 outlasted it: its work may wait for the synchronizing thread);
                                 each may have broken that capture, as without the guard */
+  /* -- since 0.4: keys that never repeat -- */
+  uint64_t unrepeated_units; /* modules (one per direction) and step phases whose last 64 graphed
+                                calls each came with a key not seen before: none reaches its
+                                warm-up, nothing of them is captured (said once each) */
 } cgrt_stats;
 
 /*

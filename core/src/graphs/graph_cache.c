@@ -1193,6 +1193,7 @@ static void follow_repeats(struct cgrt_graph_cache *c, uint32_t *run, int *said,
     return;
   *said = 1;
   struct cgrt_graphs *g = c->g;
+  g->stats->unrepeated_units++;
   cgrt_log_level level = g->unrepeated_said++ ? CGRT_LOG_INFO : CGRT_LOG_WARN;
   if (phase)
     cgrt__log(g->log, level,

@@ -63,7 +63,8 @@ static const struct {
               F(queue_waits),
               F(queue_wait_ns),
               F(sync_guard_waits),
-              F(sync_guard_late)};
+              F(sync_guard_late),
+              F(unrepeated_units)};
 #undef F
 
 /* snprintf into buf at *n, counting what did not fit, so the caller learns the length needed. */
