@@ -305,7 +305,8 @@ def main(argv=None):
                              copy_keys=s.rebind_copy_keys, eager_keys=s.rebind_eager_keys,
                              recordings_per_step=round((s.captures - s0.captures) / a.steps, 2),
                              copy_bytes_per_step=round((s.copy_bytes - s0.copy_bytes) / a.steps),
-                             eager_modules=len(v.rt.eager_modules))
+                             eager_modules=len(v.rt.eager_modules),
+                             unrepeated=s.unrepeated_units)
                 finally:
                     v.close()
             all_equal &= r["equal_to_eager"]
@@ -315,7 +316,8 @@ def main(argv=None):
                 extra = (f"  captures {r['captures']}, rec/step {r['recordings_per_step']}, "
                          f"copy {r['copy_bytes_per_step']} B/step, keys staged {r['copy_keys']}, "
                          f"eager {r['eager_keys']}, fallbacks {r['fallbacks']}, modules run "
-                         f"eagerly for Python state {r['eager_modules']}")
+                         f"eagerly for Python state {r['eager_modules']}, with keys that never "
+                         f"repeat {r['unrepeated']}")
             print(f"  B={batch:<3d} {name:12s} {r['median_us']:9.1f} us  "
                   f"{'equal' if r['equal_to_eager'] else 'DIFFER'}{extra}", flush=True)
     print("ratios to eager (median step time; < 1 is faster, target <= 1.05):")
