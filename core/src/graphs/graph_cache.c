@@ -65,7 +65,6 @@ struct cgrt_graph_cache {
   struct cgrt_graph_cache *next_cache; /* the runtime's list of caches */
   cgrt_verify verify;                  /* [cuda_graph] verify: off costs one branch per replay */
   int verify_every;
-  int fresh; /* the last run_unit met a key it had no entry of (follow_repeats) */
 };
 
 /* Failed captures in a row after which a key runs eagerly for good (until release). */
@@ -948,11 +947,12 @@ static int rebind_auto(struct cgrt_graph_cache *c, struct entry *e, const struct
   return rebind_update(c, e, w, mode);
 }
 
-/* cache_run, for a unit whose module may stage its own inputs (`own`: never private copies). */
+/* cache_run, for a unit whose module may stage its own inputs (`own`: never private copies);
+ *fresh: 1 when the cache had no entry of the key (follow_repeats). */
 static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key,
-                    const struct cgrt_graph_work *w, int own, cgrt_mode *mode) {
+                    const struct cgrt_graph_work *w, int own, cgrt_mode *mode, int *fresh) {
   const struct cgrt_host_api *h = c->host;
-  c->fresh = 0;
+  *fresh = 0;
   if (w->num_buffers && !w->buffers)
     return h->set_error(h, CGRT_E_INVAL, "%s: num_buffers is %zu but buffers is NULL", w->what,
                         w->num_buffers);
@@ -961,7 +961,7 @@ static int run_unit(struct cgrt_graph_cache *c, const struct cgrt_graph_key *key
   if (!e) {
     /* Under recapture a key seen with other addresses is warm already: capture at once. */
     struct entry *other = sibling(c, key, hash);
-    c->fresh = !other;
+    *fresh = !other;
     if (other && other->variants && count_entries(c, key, hash) >= AUTO_VARIANTS) {
       touch(c, other);
       c->g->stats->rebinds++;
@@ -1028,7 +1028,8 @@ int cgrt__cache_run(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
                     const struct cgrt_graph_key *key, const struct cgrt_graph_work *w,
                     cgrt_mode *mode) {
   (void)h;
-  return run_unit(c, key, w, 0, mode);
+  int fresh;
+  return run_unit(c, key, w, 0, mode, &fresh);
 }
 
 int cgrt__cache_has(const struct cgrt_host_api *h, struct cgrt_graph_cache *c,
@@ -1178,21 +1179,21 @@ static int run_body_unit(void *arg, cgrt_mode mode, const cgrt_buffer *bufs, siz
 }
 
 /*
- * After a unit ran: `run` counts its runs in a row that met a key the cache had not seen (a
- * module's calls in one direction, or the step bodies of one phase). At UNREPEATED_SAY, said once
- * for the unit (the first unit of the runtime at warn, later ones at info): its key changes on
- * every call, so none is run through the warm-up and nothing is ever captured, with no other sign.
+ * After a unit ran (`fresh`: with a key its cache had no entry of): `run` counts its runs in a row
+ * that met such a key (a module's calls in one direction, `what`, or the step bodies of
+ * `phase`). At UNREPEATED_SAY, said once for the unit (the first unit of the runtime at warn, later
+ * ones at info): its key changes on every call, so none is run through the warm-up and nothing is
+ * ever captured, with no other sign.
  */
-static void follow_repeats(struct cgrt_graph_cache *c, uint32_t *run, int *said, const char *what,
-                           const char *phase) {
-  if (!c->fresh) {
+static void follow_repeats(struct cgrt_graphs *g, int fresh, uint32_t *run, int *said,
+                           const char *what, const char *phase) {
+  if (!fresh) {
     *run = 0;
     return;
   }
   if (++*run < UNREPEATED_SAY || *said)
     return;
   *said = 1;
-  struct cgrt_graphs *g = c->g;
   g->stats->unrepeated_units++;
   cgrt_log_level level = g->unrepeated_said++ ? CGRT_LOG_INFO : CGRT_LOG_WARN;
   if (phase)
@@ -1258,11 +1259,12 @@ int cgrt__cache_run_body(const struct cgrt_host_api *h, struct cgrt_graph_cache 
       .warmup = warmup,
       .what = what,
   };
-  int rc = run_unit(c, key, &work, b.g->body_stages, mode);
+  int fresh;
+  int rc = run_unit(c, key, &work, b.g->body_stages, mode, &fresh);
   const cgrt_phase phase = f->ctx->phase;
   if ((unsigned)phase < CGRT_PHASE_COUNT)
-    follow_repeats(c, &c->g->body_unrepeated[phase], &c->g->body_unrepeated_said[phase], what,
-                   cgrt_phase_name(phase));
+    follow_repeats(c->g, fresh, &c->g->body_unrepeated[phase], &c->g->body_unrepeated_said[phase],
+                   what, cgrt_phase_name(phase));
   f->ctx->mode = *mode;
   return rc;
 }
@@ -1305,9 +1307,10 @@ int cgrt__cache_run_call(const struct cgrt_host_api *h, struct cgrt_graph_cache 
   };
   /* The runtime owns its modules; a call only lends its info as const. */
   struct cgrt_module *m = (struct cgrt_module *)call->module;
-  int rc = run_unit(c, key, &work, m->stages_inputs, mode);
+  int fresh;
+  int rc = run_unit(c, key, &work, m->stages_inputs, mode, &fresh);
   const int dir = call->dir == CGRT_BACKWARD;
-  follow_repeats(c, &m->unrepeated[dir], &m->unrepeated_said[dir], work.what, NULL);
+  follow_repeats(c->g, fresh, &m->unrepeated[dir], &m->unrepeated_said[dir], work.what, NULL);
   call->ctx->mode = *mode;
   return rc;
 }
