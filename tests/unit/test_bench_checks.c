@@ -96,6 +96,13 @@ static void expect(const char *text, const char *want) {
     fail_msg("expected '%s' in:\n%s", want, text);
 }
 
+/* What bench_print_checks prints (json: its JSON fields) holds `want`. */
+static void expect_printed(cgrt_runtime *rt, int json, const char *want) {
+  char *text = printed(rt, json);
+  expect(text, want);
+  free(text);
+}
+
 static void quiet_run_prints_no_lines(void **state) {
   (void)state;
   struct host *h = host_open("impl = local\nwarmup_steps = 1");
@@ -144,10 +151,8 @@ static void each_wrong_thing_is_a_number(void **state) {
            (unsigned long long)s.evictions);
   expect(text, want);
   free(text);
-  char *json = printed(h->rt, 1);
-  expect(json, "\"fallbacks\":1,");
-  expect(json, "\"update_refusals\":1");
-  free(json);
+  expect_printed(h->rt, 1, "\"fallbacks\":1,");
+  expect_printed(h->rt, 1, "\"update_refusals\":1");
   host_close(h);
 }
 
@@ -156,12 +161,11 @@ static void phase_without_graphs_is_counted(void **state) {
   struct host *h = host_open("impl = transformer_engine\nmodules = mlp\nwarmup_steps = 1");
   for (int i = 0; i < 3; i++)
     step(h, CGRT_PHASE_INFER);
-  char *text = printed(h->rt, 0);
-  expect(text, "graphs: 0 in-place updates refused by the driver (recorded and instantiated "
-               "anew), 0 executables dropped by max_graphs or the memory budget (0 for the "
-               "budget), 3 steps of a phase the backend has no graphs for run eagerly by cgrt, 0 "
-               "modules or step phases whose keys never repeat (never captured)\n");
-  free(text);
+  expect_printed(h->rt, 0,
+                 "graphs: 0 in-place updates refused by the driver (recorded and instantiated "
+                 "anew), 0 executables dropped by max_graphs or the memory budget (0 for the "
+                 "budget), 3 steps of a phase the backend has no graphs for run eagerly by cgrt, 0 "
+                 "modules or step phases whose keys never repeat (never captured)\n");
   host_close(h);
 }
 
@@ -172,13 +176,10 @@ static void keys_that_never_repeat_are_counted(void **state) {
     h->key = 100 + (uint64_t)i;
     step(h, CGRT_PHASE_TRAIN);
   }
-  char *text = printed(h->rt, 0);
-  expect(text, "run eagerly by cgrt, 1 modules or step phases whose keys never repeat (never "
-               "captured)\n");
-  free(text);
-  char *json = printed(h->rt, 1);
-  expect(json, "\"unrepeated_units\":1");
-  free(json);
+  expect_printed(h->rt, 0,
+                 "run eagerly by cgrt, 1 modules or step phases whose keys never repeat (never "
+                 "captured)\n");
+  expect_printed(h->rt, 1, "\"unrepeated_units\":1");
   host_close(h);
 }
 
