@@ -95,12 +95,12 @@ def make_cache(model, batch, max_len, kind="static"):
     """A StaticCache for `batch` sequences of up to max_len tokens (any transformers version);
     kind="dynamic": transformers' default DynamicCache, which grows by concatenation (new tensors
     every step: a graph cannot replay it, so cgrt.torch runs its layers eagerly)."""
-    from transformers.cache_utils import StaticCache
-
     if kind == "dynamic":
         from transformers.cache_utils import DynamicCache
 
         return DynamicCache()
+    from transformers.cache_utils import StaticCache
+
     tries = (
         dict(config=model.config, max_cache_len=max_len),
         dict(config=model.config, max_batch_size=batch, max_cache_len=max_len, device="cuda",

@@ -147,6 +147,17 @@ def _span(t):
     return 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()) if n > 1)
 
 
+def _detached(inputs, req=None):
+    """Inputs cut from their autograd graphs, each needing a gradient where req says (by default
+    where the tensor did): a module's autograd graph starts at its own inputs, as
+    make_graphed_callables' does."""
+    req = req or tuple(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+    return tuple(
+        x.detach().requires_grad_(r) if isinstance(x, torch.Tensor) else x
+        for x, r in zip(inputs, req)
+    )
+
+
 def _tensor_buffer(t, access, name):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -209,8 +220,10 @@ class _Unreplayable(Exception):
     """Raised in a capture of a module whose calls change Python state (cgrt._state)."""
 
 
-# Arguments that are not objects a call can hold tensors through (see TorchModule._generation).
-_PLAIN = (torch.Tensor, tuple, list, dict, torch.dtype, torch.device) + SCALARS
+# Arguments whose Python state is not followed: tensors and values (TorchModule._state_roots);
+# with containers, those that are not objects a call holds tensors through (_generation).
+_LEAVES = (torch.Tensor, torch.dtype, torch.device) + SCALARS
+_PLAIN = _LEAVES + (tuple, list, dict)
 
 
 def _holds_tensors(v):
@@ -582,9 +595,8 @@ class TorchModule:
 
     def _state_roots(self, call):
         """A call's arguments whose Python state State follows (not tensors, not numbers)."""
-        skip = (torch.Tensor, torch.dtype, torch.device) + SCALARS
-        roots = [(f"input {i}", x) for i, x in enumerate(call.inputs) if not isinstance(x, skip)]
-        roots += [(k, v) for k, v in call.kwargs.items() if not isinstance(v, skip)]
+        roots = [(f"input {i}", x) for i, x in enumerate(call.inputs) if not isinstance(x, _LEAVES)]
+        roots += [(k, v) for k, v in call.kwargs.items() if not isinstance(v, _LEAVES)]
         return roots
 
     def _found_unreplayable(self, changed):
@@ -605,13 +617,8 @@ class TorchModule:
         body being captured: refused, so that cgrt runs the body eagerly)."""
         if self.rt._in_body_capture:
             raise _Unreplayable(self._effect)
-        xs = inputs
         grad = torch.is_grad_enabled() and bool(self.params)
-        if grad:
-            xs = tuple(
-                x.detach().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
-                for x in inputs
-            )
+        xs = _detached(inputs) if grad else inputs
         out = self.module(*xs, **kwargs)
         if grad:
             self._records[microbatch] = _Record(xs, out, "eager")
@@ -707,15 +714,8 @@ class TorchModule:
         if captured and self._effect is not None:
             raise _Unreplayable(self._effect)  # diagnose's second capture of one given up
         if torch.is_grad_enabled() and self.params:
-            # Each module's autograd graph starts at its own inputs, as make_graphed_callables'
-            # (a staged input needs a gradient if the host's tensor did).
-            req = call.req or tuple(
-                isinstance(x, torch.Tensor) and x.requires_grad for x in call.inputs
-            )
-            xs = tuple(
-                x.detach().requires_grad_(r) if isinstance(x, torch.Tensor) else x
-                for x, r in zip(call.inputs, req)
-            )
+            # (a staged input needs a gradient if the host's tensor did)
+            xs = _detached(call.inputs, call.req)
         else:
             xs = call.inputs
         # Python state is compared around warm-up and captured calls (a replay runs no Python),
