@@ -276,3 +276,73 @@ def test_tensors_reached_below_the_roots():
     layer.keys = T(1)
     assert State([("c", [layer])], tensor=T).tensors
     assert State([("c", ((T(1),),))], tensor=T).tensors  # inside tuples too
+
+
+class PT(T):
+    """Stands in for a tensor with an address."""
+
+    def __init__(self, addr, *shape):
+        super().__init__(*shape)
+        self.addr = addr
+
+    def data_ptr(self):
+        return self.addr
+
+
+def watch_of(state):
+    return _state.Watch((p, live, k, t.data_ptr(), t.shape, True)
+                        for p, live, k, t, _ in state.leaves())
+
+
+def test_leaves_are_the_tensors_reached_with_the_places_that_hold_them():
+    cache = StaticCache(2)
+    cache.layers[0].keys, cache.layers[1].keys = PT(0x100, 1, 8), PT(0x200, 1, 8)
+    mod = Module()
+    mod._buffers["scale"] = PT(0x300, 4)
+    mod.table = PT(0x400, 2)
+    leaves = list(taken(cache, mod).leaves())
+    paths = [p for p, _, _, _, _ in leaves]
+    # the tuple's tensors are a call's inputs, declared to cgrt, and no place to put another in
+    assert paths == [
+        "past_key_values.layers[0].keys",
+        "past_key_values.layers[1].keys",
+        "module.table",
+        "module._buffers['scale']",
+    ]
+    assert [own for _, _, _, _, own in leaves] == [False, False, True, True]
+    for p, live, k, t, _ in leaves:
+        assert live[k] is t
+
+
+def test_a_watch_sees_a_place_given_another_tensor():
+    cache = StaticCache(2)
+    cache.layers[0].keys, cache.layers[1].keys = PT(0x100, 1, 8), PT(0x200, 1, 8)
+    w = watch_of(taken(cache))
+    assert w.moved() is None
+    # transformers' reorder_cache for a beam search: a new tensor, at another address
+    cache.layers[1].keys = PT(0x900, 1, 8)
+    said = w.moved()
+    assert said.startswith("past_key_values.layers[1].keys (a tensor (1, 8) at 0x200")
+    assert "now holds a tensor (1, 8) at 0x900" in said
+    # another tensor object at the graph's address, of its shape, is what the graph reads
+    cache.layers[1].keys = PT(0x200, 1, 8)
+    assert w.moved() is None
+    # the same address with another shape (a cache cropped by a view) is not
+    cache.layers[1].keys = PT(0x200, 1, 4)
+    assert "now holds a tensor (1, 4) at 0x200" in w.moved()
+    cache.layers[1].keys = None
+    assert "now holds a NoneType" in w.moved()
+    del cache.layers[1].keys
+    assert w.moved().endswith("was removed")
+    cache.layers.pop()
+    cache.layers[0].keys = PT(0x100, 1, 8)
+    assert w.moved() is not None  # the list shrank under the second layer's place
+
+
+def test_a_watch_can_leave_shapes_alone():
+    params = {"weight": PT(0x500, 4, 4)}
+    w = _state.Watch([("module.weight", params, "weight", 0x500, (4, 4), False)])
+    params["weight"] = PT(0x500, 16)  # param.data reshaped in place: the same memory
+    assert w.moved() is None
+    params["weight"] = PT(0x600, 4, 4)  # load_state_dict(assign=True), param.data = ...
+    assert w.moved().startswith("module.weight (a tensor (4, 4) at 0x500 in the graph)")
