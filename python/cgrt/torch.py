@@ -33,7 +33,7 @@ How it works:
   here and returned by every replay of that graph (valid until the next step, like
   torch.cuda.graph's). A module whose capture fails twice in a row (a synchronize inside it)
   runs eagerly until release_graphs(), and its inputs are no longer staged.
-  Parameters are assumed to stay in place (declare_params=True declares them too).
+  Parameters are not declared (declare_params=True declares them too): see the next point.
 - A replay runs a module's kernels, not its Python: around warm-up and captured calls the Python
   state the call reaches (its non-tensor arguments, such as a KV cache object, and the module's
   attributes and buffers) is compared (cgrt._state). A module whose call replaces a tensor there,
@@ -41,6 +41,14 @@ How it works:
   release_graphs(), said once and listed in rt.eager_modules; a capture where it is found is
   given up with the state put back. The objects a call comes with (a cache) are part of its key
   (_generation): a call with another cache gets graphs recorded against that cache's tensors.
+  A graph also holds the addresses of what its capture reached outside its declared inputs: the
+  module's parameters and buffers, and the tensors its call wrote in place through its objects
+  (a cache layer's keys). Before a call that would replay, those places are checked
+  (cgrt._state.Watch): one that holds another tensor (a beam search's reorder_cache, parameters
+  reassigned) has the module's graphs recorded again at the new addresses the first time, and
+  the module run eagerly the second (said, listed in rt.eager_modules); in block scope, where a
+  replayed body calls no module, before each step: every graph is released the first time, and
+  bodies run eagerly the second.
 - Training: a module registered with backward=True records its forward's autograd graph; its
   backward(ctx, *grad_outputs) computes the input gradients and accumulates the parameter
   gradients into p.grad in place (p.grad is allocated at registration: use
@@ -60,7 +68,7 @@ import torch
 
 import cgrt
 from cgrt import Access, Buffer, Error, Mode, Status
-from cgrt._state import SCALARS, Generations, State
+from cgrt._state import SCALARS, Generations, State, Watch
 
 __all__ = ["Runtime", "TorchModule", "pool_api"]
 
@@ -235,6 +243,21 @@ def _state_of(roots, module):
     """The Python state a call of `module` with these non-tensor arguments can change."""
     mods = [(f"module.{n}" if n else "module", m) for n, m in module.named_modules()]
     return State(roots, mods, **_STATE_KINDS)
+
+
+def _versions(state):
+    """id -> _version of the tensors a call reaches through its objects (State.leaves, not the
+    module's own), taken before a capture: those the call writes in place (a KV cache layer's
+    index_copy_) have another after it. None for a tensor that keeps no version counter (made
+    under torch.inference_mode())."""
+    out = {}
+    for _, _, _, t, own in state.leaves():
+        if not own:
+            try:
+                out[id(t)] = t._version
+            except RuntimeError:
+                out[id(t)] = None
+    return out
 
 
 # ---------------------------------------------------------------- staging moved inputs
@@ -448,6 +471,7 @@ class _Call:
         "rec",
         "tried",
         "gen",
+        "watch",
     )
 
     def __init__(self, inputs, ptrs, kwargs=None, req=None):
@@ -464,6 +488,7 @@ class _Call:
         self.rec = None
         self.tried = False  # a capture of it was tried (its callback ran in capture mode)
         self.gen = 0  # the objects it came with (TorchModule._generation)
+        self.watch = None  # a captured call's Watch (TorchModule._watch_of)
 
 
 class TorchModule:
@@ -500,28 +525,32 @@ class TorchModule:
         self._gens = Generations(_holds_tensors)  # the objects its calls came with, numbered
         self._checked_gens = set()  # generations whose first call's Python state was compared
         self._effect = None  # why it runs eagerly: its calls change Python state (cgrt._state)
+        self._watch = {}  # the key of _static -> Watch: the places its graph reads through state
+        self._epoch = 0  # part of every key: raised when a watched place got another tensor
+        self._moves = 0  # times a watched place was found holding another tensor
 
     def __repr__(self):
         return f"cgrt.torch.TorchModule({self.name!r}, {type(self.module).__name__})"
 
     # -- args
 
-    def _args_for(self, direction, tensors, extra, microbatch, key, gen=0):
+    def _args_for(self, direction, tensors, extra, microbatch, key, gen=0, epoch=0):
         """The cgrt.Args of a call with these tensors, and their addresses (cached by signature:
         the same tensors at the same addresses reuse one Args). gen: the objects the call came
-        with (_generation), part of the key."""
+        with (_generation), and epoch (_state_moved), part of the key."""
         ptrs = tuple(t.data_ptr() for t in tensors)
-        sig = (direction, microbatch, key, gen, ptrs) + tuple((t.shape, t.dtype) for t in tensors)
+        sig = (direction, microbatch, key, gen, epoch, ptrs)
+        sig += tuple((t.shape, t.dtype) for t in tensors)
         if extra:
             sig += tuple(t.data_ptr() for t in extra)
         a = self._args.get(sig)
         if a is None:
             if key is None:
                 # The shapes and dtypes are the call's signature: other shapes, other graphs.
-                key = hash(tuple((tuple(t.shape), str(t.dtype)) for t in tensors) + (gen,))
+                key = hash(tuple((tuple(t.shape), str(t.dtype)) for t in tensors) + (gen, epoch))
                 key &= 2**63 - 1
-            elif gen:
-                key = hash((key, gen)) & (2**63 - 1)
+            elif gen or epoch:
+                key = hash((key, gen, epoch)) & (2**63 - 1)
             bufs = [_tensor_buffer(t, Access.IN, f"input{i}") for i, t in enumerate(tensors)]
             access = Access.INOUT if direction else Access.IN
             bufs += [_tensor_buffer(t, access, f"param{i}") for i, t in enumerate(extra)]
@@ -612,6 +641,63 @@ class TorchModule:
         self.rt._eager_modules[self.name] = self._effect
         self.rt.log(2, "cgrt.torch: " + self._effect)
 
+    def _watch_of(self, state, versions):
+        """The Watch of a captured call (cgrt._state.Watch): the module's parameters (unless
+        declared) and buffers, and of the tensors it reached through its objects (state: its
+        State) those it wrote in place (versions: _versions before the call). A layer reaches
+        every layer's cache through the cache object and writes its own: watching them all would
+        cost every call the whole cache. Tensors it only reads there are not watched."""
+        items, seen = [], set()
+
+        def add(path, live, k, t, cmp):
+            if (id(live), k) not in seen:
+                seen.add((id(live), k))
+                items.append((path, live, k, t.data_ptr(), t.shape, cmp))
+
+        if state is not None:
+            for path, live, k, t, own in state.leaves():
+                if own:
+                    add(path, live, k, t, True)
+                    continue
+                before = versions.get(id(t))
+                if before is not None and t._version != before:
+                    add(path, live, k, t, True)
+        if not self.declare_params:
+            for n, m in self.module.named_modules():
+                for pn, p in m._parameters.items():
+                    if p is not None:
+                        add(f"module.{n}.{pn}" if n else f"module.{pn}", m._parameters, pn, p, False)
+        return Watch(items) if items else None
+
+    def _state_moved(self, moved):
+        """A place its graphs read through Python state holds another tensor (Watch.moved) at a
+        call that would replay: its graphs are recorded again at the new addresses (a new epoch
+        in its keys) the first time, and it runs eagerly the second. True: run it eagerly."""
+        self._moves += 1
+        self._watch.clear()
+        self._static.clear()  # of keys no call makes again; their executables go as evicted
+        why = (
+            f"module '{self.name}': {moved} since its graph's capture; a replay would read and "
+            f"write the memory at the old address"
+        )
+        if self._moves == 1:
+            self._epoch += 1
+            self.rt.log(
+                3,
+                f"cgrt.torch: {why}, so its graphs are recorded again at the new addresses (once: "
+                f"if it happens again, the module runs eagerly)",
+            )
+            return False
+        self._effect = (
+            f"{why}, and it is the second time a tensor it reaches through Python state was "
+            f"replaced between its calls (a beam search's reorder_cache, parameters reassigned): "
+            f"it runs eagerly from now on (until release_graphs()); update such tensors in place "
+            f"(copy_, index_copy_) to graph it"
+        )
+        self.rt._eager_modules[self.name] = self._effect
+        self.rt.log(2, "cgrt.torch: " + self._effect)
+        return True
+
     def _eager_call(self, inputs, kwargs, microbatch):
         """A call of a module found to change Python state: run eagerly, outside cgrt (inside a
         body being captured: refused, so that cgrt runs the body eagerly)."""
@@ -634,6 +720,8 @@ class TorchModule:
             self._checked_gens -= dead
             for k in [k for k in self._static if k[-1] in dead]:
                 del self._static[k]
+            for k in [k for k in self._watch if k[-1] in dead]:
+                del self._watch[k]
             for k in [k for k in self._stage if isinstance(k[4], tuple) and k[4][1] in dead]:
                 del self._stage[k]
         objs = [v for v in kwargs.values() if not isinstance(v, _PLAIN)]
@@ -677,7 +765,17 @@ class TorchModule:
             inputs, kwargs = _rebuild(template, inputs, kwargs, staged)
             tensors = staged
         extra = self.params if self.declare_params else ()
-        args, ptrs = self._args_for(0, tensors, extra, microbatch, key, gen)
+        args, ptrs = self._args_for(0, tensors, extra, microbatch, key, gen, self._epoch)
+        c = ctx._live()
+        skey = (0, c.phase, c.padded_tokens, args.key, microbatch, gen)
+        watch = self._watch.get(skey)  # set once this key was captured: it would replay
+        if watch is not None:
+            moved = watch.moved()
+            if moved is not None:
+                if self._state_moved(moved):
+                    return self._eager_call(inputs, kwargs, microbatch)
+                args, ptrs = self._args_for(0, tensors, extra, microbatch, key, gen, self._epoch)
+                skey = (0, c.phase, c.padded_tokens, args.key, microbatch, gen)
         call = _Call(inputs, ptrs, kwargs, req)
         call.gen = gen
         self._call = call
@@ -686,13 +784,17 @@ class TorchModule:
         finally:
             self._call = None
         self._count_failed(call)
-        c = ctx._live()
-        skey = (0, c.phase, c.padded_tokens, args.key, microbatch, gen)
         grad = torch.is_grad_enabled() and bool(self.params)
         if call.ran:
             out = call.result
             if call.captured and not rt._in_body_capture:
                 self._static_put(skey, ptrs, (out, call.xs))
+                if call.watch is not None:
+                    self._watch[skey] = call.watch
+                else:
+                    self._watch.pop(skey, None)
+            elif rt._body_watching is not None and call.watch is not None:
+                rt._body_watching.append((self.name, call.watch))
             if grad:
                 kind = "body" if rt._in_body_capture else ("graph" if call.captured else "eager")
                 self._records[microbatch] = _Record(call.xs, out, kind)
@@ -727,6 +829,7 @@ class TorchModule:
                 state = _state_of(self._state_roots(call), self.module)
             except Exception:  # noqa: BLE001 - an object that cannot be looked at: not followed
                 state = None
+        versions = _versions(state) if captured and state is not None else None
         out = self.module(*xs, **call.kwargs)
         if state is not None:
             first = call.gen not in self._checked_gens
@@ -740,6 +843,8 @@ class TorchModule:
                 if captured:
                     state.restore()  # cgrt runs the call again, eagerly, from the same state
                     raise _Unreplayable(self._effect)
+        if captured:
+            call.watch = self._watch_of(state, versions)
         call.mode = ctx.mode
         call.ran = True
         call.captured = captured
@@ -776,7 +881,7 @@ class TorchModule:
                 next(it) if isinstance(g, torch.Tensor) else g for g in grad_outputs
             )
         extra = [p.grad for p in self.params]
-        args, ptrs = self._args_for(1, tensors, extra, microbatch, key)
+        args, ptrs = self._args_for(1, tensors, extra, microbatch, key, epoch=self._epoch)
         ptrs += tuple(g.data_ptr() for g in extra)
         call = _Call(grad_outputs, ptrs)
         call.rec = rec
@@ -853,6 +958,10 @@ class Runtime(cgrt.Runtime):
         self._in_body_capture = False
         self._step_bufs = {}
         self._eager_modules = {}  # name -> why: modules whose calls change Python state
+        self._body_watch = {}  # the key of _body_static -> Watch of the modules it captured
+        self._body_watching = None  # during a body's capture: its modules' Watches
+        self._body_moves = 0  # times a body's watched place was found holding another tensor
+        self._body_eager = None  # why bodies are no longer captured (_body_moved)
         super().__init__(config, **kw)  # path=, ini=, name=, log=, stream= (from_file...)
         self.device = torch.device("cuda", torch.cuda.current_device())
         self.torch_stream = torch.cuda.ExternalStream(self.stream, device=self.device)
@@ -899,10 +1008,15 @@ class Runtime(cgrt.Runtime):
             m._stage.clear()
             m._effect = None
             m._checked_gens.clear()
+            m._watch.clear()
+            m._moves = 0
         self._eager_modules.clear()
         if getattr(self, "_stager", None) is not None:
             self._stager.drop()
         self._body_static.clear()
+        self._body_watch.clear()
+        self._body_moves = 0
+        self._body_eager = None
         self._runs = []
         if self._pool is not None:
             api = pool_api()
@@ -910,6 +1024,37 @@ class Runtime(cgrt.Runtime):
                 api.release(self.device.index, self._pool)
         self._pool = None
         self._pool_refs = 0
+
+    def _body_moved(self, phase, microbatches, ptrs):
+        """Before a step that may replay a whole body (block scope): whether a place its modules'
+        graphs read through Python state holds another tensor (TorchModule._state_moved; a
+        replayed body calls no module, so its watches are checked here, for every token size of
+        this phase). The first time every graph is released and recorded again; the second time
+        bodies are no longer captured (they run eagerly) until release_graphs()."""
+        for (ph, padded, mb, p), watch in self._body_watch.items():
+            if ph != phase or mb != microbatches or p != ptrs:
+                continue
+            moved = watch.moved()
+            if moved is None:
+                continue
+            n = self._body_moves + 1
+            self.release_graphs()  # the stale body graphs, and what is kept for them
+            self._body_moves = n
+            why = (
+                f"cgrt.torch: the body's graph at {padded} tokens: module {moved} since its "
+                f"capture; a replay would read and write the memory at the old address"
+            )
+            if n == 1:
+                self.log(3, f"{why}, so the graphs are released and recorded again (once: if it "
+                            f"happens again, bodies run eagerly)")
+            else:
+                self._body_eager = (
+                    f"{why}, and it is the second time a tensor the body reaches through Python "
+                    f"state was replaced between steps: bodies run eagerly from now on (until "
+                    f"release_graphs()); update such tensors in place (copy_) to graph them"
+                )
+                self.log(2, self._body_eager)
+            return
 
     def _released_hook(self):
         self._drop_pool()
@@ -1016,6 +1161,9 @@ class Runtime(cgrt.Runtime):
                 self._step_bufs.clear()
             self._step_bufs[sig] = bufs
         bufs, ptrs = bufs
+        phase_v = cgrt._enum(cgrt.Phase, phase, "phase")
+        if self._body_watch:
+            self._body_moved(phase_v, microbatches, ptrs)
         for m in self._modules_t:
             if m._records:
                 m._records.clear()
@@ -1036,12 +1184,17 @@ class Runtime(cgrt.Runtime):
                     )
             captured = ctx.mode == Mode.CAPTURE
             padded = ctx.padded_tokens
+            if captured and self._body_eager is not None:
+                raise _Unreplayable(self._body_eager)  # cgrt runs the body eagerly instead
             self._in_body_capture = captured
+            self._body_watching = [] if captured else None
             try:
                 out = body(ctx)
+                watch = self._body_watching
             finally:
                 self._in_body_capture = False
-            runs.append((padded, captured, out))
+                self._body_watching = None
+            runs.append((padded, captured, out, watch))
             return 0
 
         caller = torch.cuda.current_stream(self.device)
@@ -1067,16 +1220,18 @@ class Runtime(cgrt.Runtime):
                 ctxm.__exit__(None, None, None)
                 caller.wait_stream(self.torch_stream)
         self.last_report = rep
-        phase_v = cgrt._enum(cgrt.Phase, phase, "phase")
         # A body captured and not run eagerly right after at the same size (the sign of a failed
         # capture) left its outputs as the graph's static outputs.
-        for i, (padded, captured, out) in enumerate(runs):
+        for i, (padded, captured, out, watch) in enumerate(runs):
             if not captured:
                 continue
             nxt = runs[i + 1] if i + 1 < len(runs) else None
             if nxt is not None and nxt[0] == padded and not nxt[1]:
                 continue
             self._body_static[(phase_v, padded, microbatches, ptrs)] = out
+            items = [(f"'{n}': {it[0]}",) + it[1:] for n, w in watch for it in w.items]
+            if items:
+                self._body_watch[(phase_v, padded, microbatches, ptrs)] = Watch(items)
         if runs and not runs[-1][1] and runs[-1][0] == rep.padded_tokens:
             return runs[-1][2]
         key = (phase_v, rep.padded_tokens, microbatches, ptrs)

@@ -638,6 +638,143 @@ def test_huggingface_new_cache_per_request_bitwise():
         v.close()
 
 
+def test_huggingface_beam_reorder_bitwise():
+    """A beam search over transformers' StaticCache: between steps the host reorders the beams
+    with cache.reorder_cache(beam_idx), which puts new tensors in every layer's place
+    (`self.keys = self.keys.index_select(0, beam_idx)`). A layer's graph holds the old tensors'
+    addresses, so a replay would read and write the old memory while the model's Python reads
+    the new: before cgrt.torch watched the places its graphs read through Python state, every
+    step after the first reorder differed from eager, nothing said. Now a replay's places are
+    checked first: one reorder has the layers recorded again at the new addresses (said at info,
+    then replayed), and a second has them run eagerly (warned, rt.eager_modules). Bitwise
+    throughout."""
+    _require_gpu()
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        skip("transformers is not installed")
+    import bench_hf
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layers, steps, once, every = 2, 16, 4, 11
+    model = bench_hf.build(layers=layers, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
+    ids = bench_hf.token_ids(steps, 2, 1000)
+    swaps = [torch.tensor(b, device="cuda") for b in ([1, 0], [0, 0], [1, 1])]
+
+    def reorder(cache, pos):
+        if pos == once or pos >= every:
+            cache.reorder_cache(swaps[pos % len(swaps)])
+
+    cache = bench_hf.make_cache(model, 2, 32)
+    ref = []
+    with torch.no_grad():
+        for pos, x in enumerate(ids):
+            reorder(cache, pos)
+            cp = torch.tensor([pos], device="cuda")
+            ref.append(model(input_ids=x, past_key_values=cache, cache_position=cp,
+                             use_cache=True).logits.clone())
+    lines = []
+    v = bench_hf.CgrtDecode(model, 2, 32, log="info", sink=lambda lv, m: lines.append(m))
+    try:
+        outs, caps, modes = [], [], []
+        with torch.cuda.stream(v.rt.torch_stream):
+            for pos, x in enumerate(ids):
+                reorder(v.cache, pos)
+                outs.append(v.step(x).clone())
+                caps.append(v.rt.stats().captures)
+                modes.append(v.rt.last_report.mode)
+        torch.cuda.synchronize()
+        for i, (o, e) in enumerate(zip(outs, ref)):
+            assert torch.equal(o, e), f"step {i}"
+        # recorded at the new addresses after the first reorder, and replayed until the next
+        # (before it, rebind = auto may record a layer again as it stages the moving inputs)
+        assert caps[every - 1] == caps[once - 1] + layers, caps
+        assert modes[every - 1] == Mode.REPLAY, modes
+        assert caps[-1] == caps[every - 1], caps  # then eager: nothing recorded any more
+        for i in range(layers):
+            again = [m for m in lines if f"module 'layer{i}': " in m and "recorded again" in m]
+            assert len(again) == 1 and "layers[" in again[0], lines
+            assert "second time" in v.rt.eager_modules.get(f"layer{i}", ""), v.rt.eager_modules
+    finally:
+        v.close()
+
+
+def _parameters_replaced(scope):
+    import warnings
+
+    import cgrt.torch as ct
+
+    _require_gpu()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    d, rows = 64, 8
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Linear(d, d)).cuda()
+    x = torch.randn(rows, d, device="cuda")
+    ini = _ini("local", f"inference_scope = {scope}\n[inference]\nbuckets = list\n"
+                        f"list = {rows}\nmax_tokens = {rows}").replace("log = warn", "log = info")
+    lines, caps, modes = [], [], []
+    with ct.Runtime(ini, log=lambda level, msg: lines.append(msg)) as rt, torch.no_grad(), \
+            warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with torch.cuda.stream(rt.torch_stream):
+            mods = [rt.register_module(f"lin{i}", m, kind="mlp", layer=i)
+                    for i, m in enumerate(model)]
+            static = torch.zeros(rows, d, device="cuda")
+
+            def prepare(ctx):
+                static.copy_(x)
+
+            def body(ctx):
+                h = static
+                for m in mods:
+                    h = m(ctx, h)
+                return h
+
+            for step in range(12):
+                if step in (5, 9):
+                    w = torch.randn(d, d, device="cuda")
+                    if step == 5:
+                        model[1].weight = torch.nn.Parameter(w)  # another Parameter object
+                    else:
+                        model[1].weight.data = w  # the same one, over other memory
+                    _scribble()  # the old weight's memory handed out and overwritten
+                out = rt.run("infer", rows, prepare, body, inputs=[static])
+                assert torch.equal(out, model(x)), f"step {step}"
+                caps.append(rt.stats().captures)
+                modes.append(rt.last_report.mode)
+        torch.cuda.synchronize()
+        again = [m for m in lines if "recorded again" in m]
+        assert len(again) == 1 and "'lin1': module.weight (a tensor (64, 64)" in again[0], lines
+        assert modes[4] == modes[8] == Mode.REPLAY, modes
+        if scope == "layer":
+            # (a module run eagerly runs outside cgrt: lin0's replay is the step's mode)
+            # lin1 recorded again after step 5, then eager after step 9; lin0 untouched
+            assert caps[4] == 2 and caps[8] == 3 and caps[-1] == 3, caps
+            assert list(rt.eager_modules) == ["lin1"], rt.eager_modules
+        else:
+            # every graph released and the body recorded again, then bodies run eagerly
+            assert caps[4] == 1 and caps[8] == 2, caps
+            assert Mode.REPLAY not in modes[9:], modes
+            assert rt._body_eager is not None and "second time" in rt._body_eager
+
+
+def test_parameters_replaced_between_calls_bitwise():
+    """Parameters are not declared inputs (declare_params=False, the default): a module's graph
+    reads them at the addresses of its capture. A host that gives a parameter another tensor
+    between steps (`lin.weight = Parameter(...)`, load_state_dict(assign=True), `p.data = ...`)
+    would have the replay read the old, freed memory. Now, in layer scope, the first time the
+    module's graphs are recorded again against the new parameters and the second time it runs
+    eagerly; bitwise against the module run eagerly at every step."""
+    _parameters_replaced("layer")
+
+
+def test_parameters_replaced_between_steps_block_scope_bitwise():
+    """The same in block scope, where a replayed body calls no module: the body's modules' places
+    are checked before each step; the first time every graph is released and the body recorded
+    again, the second time bodies run eagerly."""
+    _parameters_replaced("block")
+
+
 def _said_once_per_layer(lines, layers):
     for i in range(layers):
         said = [m for m in lines if f"module 'layer{i}': its call changed Python state" in m]
