@@ -664,9 +664,10 @@ class TorchModule:
                     add(path, live, k, t, True)
         if not self.declare_params:
             for n, m in self.module.named_modules():
+                path = f"module.{n}" if n else "module"
                 for pn, p in m._parameters.items():
                     if p is not None:
-                        add(f"module.{n}.{pn}" if n else f"module.{pn}", m._parameters, pn, p, False)
+                        add(f"{path}.{pn}", m._parameters, pn, p, False)
         return Watch(items) if items else None
 
     def _state_moved(self, moved):
