@@ -631,15 +631,20 @@ class TorchModule:
     def _found_unreplayable(self, changed):
         """Its call changed Python state (State.changes): said once, then run eagerly."""
         more = f" and {len(changed) - 2} more" if len(changed) > 2 else ""
-        self._effect = (
+        self._run_eagerly(
             f"module '{self.name}': its call changed Python state that a replay of its graph "
             f"would leave as it was ({'; '.join(changed[:2])}{more}), so a replay would compute "
             f"from stale state: it runs eagerly from now on (until release_graphs()); keep such "
             f"state in tensors updated in place to graph it (transformers: a StaticCache, not "
             f"the default DynamicCache)"
         )
-        self.rt._eager_modules[self.name] = self._effect
-        self.rt.log(2, "cgrt.torch: " + self._effect)
+
+    def _run_eagerly(self, why):
+        """From now on until release_graphs() its calls run eagerly, outside cgrt (_eager_call):
+        said once at warn, listed in rt.eager_modules."""
+        self._effect = why
+        self.rt._eager_modules[self.name] = why
+        self.rt.log(2, "cgrt.torch: " + why)
 
     def _watch_of(self, state, versions):
         """The Watch of a captured call (cgrt._state.Watch): the module's parameters (unless
@@ -689,14 +694,12 @@ class TorchModule:
                 f"if it happens again, the module runs eagerly)",
             )
             return False
-        self._effect = (
+        self._run_eagerly(
             f"{why}, and it is the second time a tensor it reaches through Python state was "
             f"replaced between its calls (a beam search's reorder_cache, parameters reassigned): "
             f"it runs eagerly from now on (until release_graphs()); update such tensors in place "
             f"(copy_, index_copy_) to graph it"
         )
-        self.rt._eager_modules[self.name] = self._effect
-        self.rt.log(2, "cgrt.torch: " + self._effect)
         return True
 
     def _eager_call(self, inputs, kwargs, microbatch):
