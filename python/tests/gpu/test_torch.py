@@ -58,6 +58,24 @@ def _scribble(n=8):
     ] + [torch.full((17, 256), float("nan"), device="cuda", dtype=torch.bfloat16)]
 
 
+def _chain(rt, model, x):
+    """model's modules registered as layer0, layer1... (kind mlp), and the prepare, body and
+    static input of a step that runs them in turn over x (prepare copies it into the static)."""
+    mods = [rt.register_module(f"layer{i}", m, kind="mlp", layer=i) for i, m in enumerate(model)]
+    static = torch.zeros_like(x)
+
+    def prepare(ctx):
+        static.copy_(x)
+
+    def body(ctx):
+        h = static
+        for m in mods:
+            h = m(ctx, h)
+        return h
+
+    return prepare, body, static
+
+
 def _decoder():
     import bench_torch
 
@@ -504,21 +522,7 @@ def test_diagnose_reports_the_modules_cudamalloc_not_the_pools():
         modes = []
         with ct.Runtime(ini, log=lambda level, msg: lines.append(msg)) as rt, torch.no_grad():
             with torch.cuda.stream(rt.torch_stream):
-                mods = [
-                    rt.register_module(f"layer{i}", m, kind="mlp", layer=i)
-                    for i, m in enumerate(model)
-                ]
-                static = torch.zeros(rows, d, device="cuda")
-
-                def prepare(ctx):
-                    static.copy_(x)
-
-                def body(ctx):
-                    h = static
-                    for m in mods:
-                        h = m(ctx, h)
-                    return h
-
+                prepare, body, static = _chain(rt, model, x)
                 for _ in range(5):
                     out = rt.run("infer", rows, prepare, body, inputs=[static])
                     modes.append(rt.last_report.mode)
@@ -717,19 +721,7 @@ def _parameters_replaced(scope):
             warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         with torch.cuda.stream(rt.torch_stream):
-            mods = [rt.register_module(f"lin{i}", m, kind="mlp", layer=i)
-                    for i, m in enumerate(model)]
-            static = torch.zeros(rows, d, device="cuda")
-
-            def prepare(ctx):
-                static.copy_(x)
-
-            def body(ctx):
-                h = static
-                for m in mods:
-                    h = m(ctx, h)
-                return h
-
+            prepare, body, static = _chain(rt, model, x)
             for step in range(12):
                 if step in (5, 9):
                     w = torch.randn(d, d, device="cuda")
@@ -744,13 +736,13 @@ def _parameters_replaced(scope):
                 modes.append(rt.last_report.mode)
         torch.cuda.synchronize()
         again = [m for m in lines if "recorded again" in m]
-        assert len(again) == 1 and "'lin1': module.weight (a tensor (64, 64)" in again[0], lines
+        assert len(again) == 1 and "'layer1': module.weight (a tensor (64, 64)" in again[0], lines
         assert modes[4] == modes[8] == Mode.REPLAY, modes
         if scope == "layer":
-            # (a module run eagerly runs outside cgrt: lin0's replay is the step's mode)
-            # lin1 recorded again after step 5, then eager after step 9; lin0 untouched
+            # (a module run eagerly runs outside cgrt: layer0's replay is the step's mode)
+            # layer1 recorded again after step 5, then eager after step 9; layer0 untouched
             assert caps[4] == 2 and caps[8] == 3 and caps[-1] == 3, caps
-            assert list(rt.eager_modules) == ["lin1"], rt.eager_modules
+            assert list(rt.eager_modules) == ["layer1"], rt.eager_modules
         else:
             # every graph released and the body recorded again, then bodies run eagerly
             assert caps[4] == 1 and caps[8] == 2, caps
