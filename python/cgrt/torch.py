@@ -48,7 +48,9 @@ How it works:
   reassigned) has the module's graphs recorded again at the new addresses the first time, and
   the module run eagerly the second (said, listed in rt.eager_modules); in block scope, where a
   replayed body calls no module, before each step: every graph is released the first time, and
-  bodies run eagerly the second.
+  bodies run eagerly the second. Under torch.inference_mode(), whose tensors keep no version
+  counter, every tensor a call reaches through its objects is watched, the places modules share
+  checked once a step (cgrt._state.Shared).
 - Training: a module registered with backward=True records its forward's autograd graph; its
   backward(ctx, *grad_outputs) computes the input gradients and accumulates the parameter
   gradients into p.grad in place (p.grad is allocated at registration: use
@@ -63,12 +65,13 @@ How it works:
 import dataclasses
 import os
 import threading
+import weakref
 
 import torch
 
 import cgrt
 from cgrt import Access, Buffer, Error, Mode, Status
-from cgrt._state import SCALARS, Generations, State, Watch
+from cgrt._state import SCALARS, Generations, Shared, State, Watch
 
 __all__ = ["Runtime", "TorchModule", "pool_api"]
 
@@ -245,19 +248,21 @@ def _state_of(roots, module):
     return State(roots, mods, **_STATE_KINDS)
 
 
+def _version(t):
+    """t's version counter (raised by every in-place write); None for a tensor that keeps none
+    (one made under torch.inference_mode()), which is never taken as unchanged."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 def _versions(state):
     """id -> _version of the tensors a call reaches through its objects (State.leaves, not the
     module's own), taken before a capture: those the call writes in place (a KV cache layer's
     index_copy_) have another after it. None for a tensor that keeps no version counter (made
     under torch.inference_mode())."""
-    out = {}
-    for _, _, _, t, own in state.leaves():
-        if not own:
-            try:
-                out[id(t)] = t._version
-            except RuntimeError:
-                out[id(t)] = None
-    return out
+    return {id(t): _version(t) for _, _, _, t, own in state.leaves() if not own}
 
 
 # ---------------------------------------------------------------- staging moved inputs
@@ -342,8 +347,9 @@ class _Stager:
         return s
 
     def _static_for(self, t):
+        v = _version(t)
         for s, src, version in self.held.values():
-            if src is t and version == t._version and s.stride() == t.stride():
+            if src is t and version is not None and version == v and s.stride() == t.stride():
                 return s  # another module's static holds this very tensor: share it
         return self._alloc_like(t)
 
@@ -351,13 +357,13 @@ class _Stager:
         if s is t:
             return
         h = self.held.get(id(s))
-        if h is not None and h[1] is t and h[2] == t._version:
+        if h is not None and h[1] is t and h[2] is not None and h[2] == _version(t):
             return
         n = _span(t)
         with torch.no_grad():
             dst = s.as_strided((n,), (1,), s.storage_offset())
             dst.copy_(t.as_strided((n,), (1,), t.storage_offset()), non_blocking=True)
-        self.held[id(s)] = (s, t, t._version)
+        self.held[id(s)] = (s, t, _version(t))
         self.copy_bytes += n * t.element_size()
 
     def _forget(self, stage):
@@ -651,28 +657,38 @@ class TorchModule:
         declared) and buffers, and of the tensors it reached through its objects (state: its
         State) those it wrote in place (versions: _versions before the call). A layer reaches
         every layer's cache through the cache object and writes its own: watching them all would
-        cost every call the whole cache. Tensors it only reads there are not watched."""
-        items, seen = [], set()
+        cost every call the whole cache. Tensors it only reads there are not watched, but those
+        that keep no version counter (inference_mode) are, all of them, shared with the other
+        modules that reach them (cgrt._state.Shared: checked once a step)."""
+        items, shared, seen = [], [], set()
 
-        def add(path, live, k, t, cmp):
+        def add(to, path, live, k, t, cmp):
             if (id(live), k) not in seen:
                 seen.add((id(live), k))
-                items.append((path, live, k, t.data_ptr(), t.shape, cmp))
+                to.append((path, live, k, t.data_ptr(), t.shape, cmp))
 
         if state is not None:
             for path, live, k, t, own in state.leaves():
                 if own:
-                    add(path, live, k, t, True)
+                    add(items, path, live, k, t, True)
                     continue
                 before = versions.get(id(t))
-                if before is not None and t._version != before:
-                    add(path, live, k, t, True)
+                if before is None:
+                    add(shared, path, live, k, t, True)
+                elif _version(t) != before:
+                    add(items, path, live, k, t, True)
         if not self.declare_params:
             for n, m in self.module.named_modules():
                 path = f"module.{n}" if n else "module"
                 for pn, p in m._parameters.items():
                     if p is not None:
-                        add(f"{path}.{pn}", m._parameters, pn, p, False)
+                        add(items, f"{path}.{pn}", m._parameters, pn, p, False)
+        if shared:
+            key = tuple((id(live), k, ptr, shape) for _, live, k, ptr, shape, _ in shared)
+            group = self.rt._shared.get(key)
+            if group is None:
+                group = self.rt._shared[key] = Shared(shared)
+            return Watch(items, group)
         return Watch(items) if items else None
 
     def _state_moved(self, moved):
@@ -774,7 +790,7 @@ class TorchModule:
         skey = (0, c.phase, c.padded_tokens, args.key, microbatch, gen)
         watch = self._watch.get(skey)  # set once this key was captured: it would replay
         if watch is not None:
-            moved = watch.moved()
+            moved = watch.moved(rt._step_no)
             if moved is not None:
                 if self._state_moved(moved):
                     return self._eager_call(inputs, kwargs, microbatch)
@@ -964,6 +980,8 @@ class Runtime(cgrt.Runtime):
         self._eager_modules = {}  # name -> why: modules whose calls change Python state
         self._body_watch = {}  # the key of _body_static -> Watch of the modules it captured
         self._body_watching = None  # during a body's capture: its modules' Watches
+        self._shared = weakref.WeakValueDictionary()  # places several modules' Watches share
+        self._step_no = 0  # run() calls: Shared places are checked once a step
         self._body_moves = 0  # times a body's watched place was found holding another tensor
         self._body_eager = None  # why bodies are no longer captured (_body_moved)
         super().__init__(config, **kw)  # path=, ini=, name=, log=, stream= (from_file...)
@@ -1038,7 +1056,7 @@ class Runtime(cgrt.Runtime):
         for (ph, padded, mb, p), watch in self._body_watch.items():
             if ph != phase or mb != microbatches or p != ptrs:
                 continue
-            moved = watch.moved()
+            moved = watch.moved(self._step_no)
             if moved is None:
                 continue
             n = self._body_moves + 1
@@ -1166,6 +1184,7 @@ class Runtime(cgrt.Runtime):
             self._step_bufs[sig] = bufs
         bufs, ptrs = bufs
         phase_v = cgrt._enum(cgrt.Phase, phase, "phase")
+        self._step_no += 1
         if self._body_watch:
             self._body_moved(phase_v, microbatches, ptrs)
         for m in self._modules_t:
@@ -1233,7 +1252,12 @@ class Runtime(cgrt.Runtime):
             if nxt is not None and nxt[0] == padded and not nxt[1]:
                 continue
             self._body_static[(phase_v, padded, microbatches, ptrs)] = out
-            items = [(f"'{n}': {it[0]}",) + it[1:] for n, w in watch for it in w.items]
+            items, seen = [], set()
+            for n, w in watch:
+                for it in w.places():
+                    if (id(it[1]), it[2]) not in seen:  # a cache's places, shared by its layers
+                        seen.add((id(it[1]), it[2]))
+                        items.append((f"'{n}': {it[0]}",) + it[1:])
             if items:
                 self._body_watch[(phase_v, padded, microbatches, ptrs)] = Watch(items)
         if runs and not runs[-1][1] and runs[-1][0] == rep.padded_tokens:

@@ -346,3 +346,23 @@ def test_a_watch_can_leave_shapes_alone():
     assert w.moved() is None
     params["weight"] = PT(0x600, 4, 4)  # load_state_dict(assign=True), param.data = ...
     assert w.moved().startswith("module.weight (a tensor (4, 4) at 0x500 in the graph)")
+
+
+def test_shared_places_are_checked_once_a_step():
+    layers = [Layer(), Layer()]
+    for i, layer in enumerate(layers):
+        layer.keys = PT(0x100 * (i + 1), 1, 8)
+    shared = _state.Shared([(f"c[{i}].keys", vars(x), "keys", x.keys.data_ptr(), x.keys.shape, True)
+                            for i, x in enumerate(layers)])
+    own = _state.Watch([], shared)
+    other = _state.Watch([], shared)
+    assert own.moved(1) is None and other.moved(1) is None
+    assert len(own.places()) == 2
+    layers[1].keys = PT(0x900, 1, 8)  # within step 1: the step's answer stands
+    assert other.moved(1) is None
+    said = own.moved(2)  # the next step checks again, once for both
+    assert said.startswith("c[1].keys (a tensor (1, 8) at 0x200")
+    layers[1].keys = PT(0x200, 1, 8)
+    assert other.moved(2) == said  # the same step: not checked again
+    assert other.moved(3) is None
+    assert other.moved(None) is None  # no step: checked every call

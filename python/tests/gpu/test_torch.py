@@ -271,7 +271,7 @@ class _FreshLayer(torch.nn.Module):
         return h + 0.01 * (scores @ a)
 
 
-def _fresh_inputs(policy):
+def _fresh_inputs(policy, grad=torch.no_grad):
     import cgrt.torch as ct
 
     _require_gpu()
@@ -293,7 +293,7 @@ def _fresh_inputs(policy):
         mask = torch.ones(p, p, device="cuda").tril()
         return emb(tok), table, mask
 
-    with ct.Runtime(ini, log=lambda level, msg: lines.append(msg)) as rt, torch.no_grad():
+    with ct.Runtime(ini, log=lambda level, msg: lines.append(msg)) as rt, grad():
         with torch.cuda.stream(rt.torch_stream):
             assert rt.config("cuda_graph", "rebind") == (policy or "auto")
             mods = [rt.register_module(f"layer{i}", m, layer=i) for i, m in enumerate(layers)]
@@ -334,9 +334,11 @@ def _fresh_inputs(policy):
     assert s.captures == n_layers * 2, s  # one graph per module and bucket, no re-recording
     assert rt.last_report.mode == Mode.REPLAY
     # a replayed step copies each fresh tensor once: the embedding (layer 0) and the table and
-    # mask (shared by every layer), not once per layer
+    # mask (shared by every layer), not once per layer; unless the tensors keep no version
+    # counter (inference_mode), which would tell the stager a tensor was not written since
     p = 4
-    assert copied[-1] == 4 * (p * d + p * d + p * p), copied
+    shared = 1 if grad is torch.no_grad else n_layers
+    assert copied[-1] == 4 * (p * d + shared * (p * d + p * p)), copied
     staged = [m for m in lines if "cgrt.torch: module" in m and "static copy" in m]
     if policy == "copy":
         assert not staged
@@ -352,6 +354,12 @@ def test_fresh_inputs_are_staged_bitwise():
 
 def test_fresh_inputs_under_rebind_copy_bitwise():
     _fresh_inputs("copy")
+
+
+def test_fresh_inputs_under_inference_mode_bitwise():
+    """The same under torch.inference_mode(), whose tensors keep no version counter (the stager
+    read it, and raised, before)."""
+    _fresh_inputs(None, torch.inference_mode)
 
 
 def test_module_that_raises_is_named():
@@ -643,6 +651,17 @@ def test_huggingface_new_cache_per_request_bitwise():
 
 
 def test_huggingface_beam_reorder_bitwise():
+    _beam_reorder(torch.no_grad)
+
+
+def test_huggingface_beam_reorder_under_inference_mode_bitwise():
+    """The same under torch.inference_mode(): the cache's tensors keep no version counter, so
+    what a layer writes cannot be told from what it reaches; every layer watches the whole
+    cache, checked once a step for all of them (cgrt._state.Shared)."""
+    _beam_reorder(torch.inference_mode)
+
+
+def _beam_reorder(grad):
     """A beam search over transformers' StaticCache: between steps the host reorders the beams
     with cache.reorder_cache(beam_idx), which puts new tensors in every layer's place
     (`self.keys = self.keys.index_select(0, beam_idx)`). A layer's graph holds the old tensors'
@@ -669,19 +688,20 @@ def test_huggingface_beam_reorder_bitwise():
         if pos == once or pos >= every:
             cache.reorder_cache(swaps[pos % len(swaps)])
 
-    cache = bench_hf.make_cache(model, 2, 32)
     ref = []
-    with torch.no_grad():
+    with grad():
+        cache = bench_hf.make_cache(model, 2, 32)
         for pos, x in enumerate(ids):
             reorder(cache, pos)
             cp = torch.tensor([pos], device="cuda")
             ref.append(model(input_ids=x, past_key_values=cache, cache_position=cp,
                              use_cache=True).logits.clone())
     lines = []
-    v = bench_hf.CgrtDecode(model, 2, 32, log="info", sink=lambda lv, m: lines.append(m))
+    with grad():
+        v = bench_hf.CgrtDecode(model, 2, 32, log="info", sink=lambda lv, m: lines.append(m))
     try:
         outs, caps, modes = [], [], []
-        with torch.cuda.stream(v.rt.torch_stream):
+        with torch.cuda.stream(v.rt.torch_stream), grad():
             for pos, x in enumerate(ids):
                 reorder(v.cache, pos)
                 outs.append(v.step(x).clone())
