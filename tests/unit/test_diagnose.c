@@ -54,10 +54,11 @@ struct fx {
   char fallback[4096]; /* the last warning that a capture fell back, with its reason */
   int pool_lines;      /* debug lines about the pool allocator's calls, not reported */
   char pool_last[2048];
-  int begins, ends; /* the capture hooks' calls */
-  int elsewhere;    /* F_ELSEWHERE: captures still to be broken from outside */
-  int outside;      /* fallback warnings that name a break from outside the captured work */
-  int given_up;     /* warnings that a key runs eagerly from now on */
+  int begins, ends;   /* the capture hooks' calls */
+  int elsewhere;      /* F_ELSEWHERE: captures still to be broken from outside */
+  int outside;        /* fallback warnings that name a break from outside the captured work */
+  int given_up;       /* warnings that a key runs eagerly from now on */
+  char gave_up[1024]; /* the last of them */
 };
 
 static void count_run(void *arg) {
@@ -133,8 +134,10 @@ static void log_sink(void *user, cgrt_log_level level, const char *msg) {
     f->outside++;
     snprintf(f->fallback, sizeof(f->fallback), "%s", msg);
   }
-  if (level == CGRT_LOG_WARN && strstr(msg, "runs eagerly from now on"))
+  if (level == CGRT_LOG_WARN && strstr(msg, "runs eagerly from now on")) {
     f->given_up++;
+    snprintf(f->gave_up, sizeof(f->gave_up), "%s", msg);
+  }
   if (strncmp(msg, "diagnose:", 9) == 0 && level == CGRT_LOG_DEBUG &&
       strstr(msg, "pool allocator")) {
     f->pool_lines++;
@@ -590,6 +593,10 @@ static void break_from_another_thread_every_time_gives_up_at_last(void **state) 
     assert_int_equal(fx_step(f), CGRT_MODE_EAGER);
   assert_int_equal(f->outside, 16);
   assert_int_equal(f->given_up, 1);
+  /* the fixes, as diagnose's own line names them */
+  assert_non_null(strstr(f->gave_up, "broken from outside the captured work 16 times"));
+  assert_non_null(strstr(f->gave_up, "cgrt_device_synchronize"));
+  assert_non_null(strstr(f->gave_up, "sync_guard = on"));
   assert_int_equal(f->elsewhere, 100 - 16);
   assert_int_equal(fx_step(f), CGRT_MODE_EAGER); /* no capture tried: nothing broken */
   assert_int_equal(f->elsewhere, 100 - 16);

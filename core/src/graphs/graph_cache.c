@@ -669,8 +669,9 @@ static int capture_new(struct cgrt_graph_cache *c, struct entry *e, const struct
         h->log(h, CGRT_LOG_WARN,
                "%s: its capture was broken from outside the captured work %d times in a row "
                "(another thread's cudaDeviceSynchronize, most likely): it runs eagerly from now "
-               "on (until cgrt_release_graphs); synchronize other threads' streams or events, "
-               "not the device",
+               "on (until cgrt_release_graphs); on other threads synchronize streams or events, "
+               "or call cgrt_device_synchronize, which waits for captures, or set [runtime] "
+               "sync_guard = on where that code is not yours",
                w->what, CAPTURE_OUTSIDE_ATTEMPTS);
       }
     } else if (++e->failures == CAPTURE_ATTEMPTS) {
