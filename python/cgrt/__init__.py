@@ -1645,6 +1645,26 @@ class Runtime:
             pool_reserved_after=rep.pool_reserved_after,
         )
 
+    def release_key(self, module: "Module", key: int) -> int:
+        """Waits for the stream, then frees the graphs of `module`'s calls with this key
+        (Args.key; every direction, phase, microbatch and token size of it); later calls with it
+        warm up and capture again. For a key the host is done with, whose graphs would otherwise
+        stay until max_graphs evicts them. Returns the executables freed
+        (cgrt_module_release_key). Not inside a step (cgrt's Error(STATE))."""
+        if not _lib.has(self._lib, "cgrt_module_release_key"):
+            raise Error(Status.UNSUPPORTED, f"{_LIB_PATH} has no cgrt_module_release_key")
+        if not isinstance(module, Module):
+            raise TypeError(f"expected a cgrt.Module from register(), not {type(module).__name__}")
+        if module.runtime is not self:
+            # cgrt would read the module to find out, and another runtime's may be freed.
+            raise Error(Status.INVAL, f"module '{module.name}' is registered with another runtime")
+        key = _check.integer(key, "release_key key", "uint64_t")
+        n = ctypes.c_size_t(0)
+        rc = self._lib.cgrt_module_release_key(self._handle(), module.handle, key, ctypes.byref(n))
+        if rc != 0:
+            raise self._fail(rc)
+        return n.value
+
     def graphs(self) -> Tuple[GraphInfo, ...]:
         """Every live graph of the runtime (every cache of its backend), as cgrt_graph_list shows
         them, copied while cgrt listed them, in no set order: what each costs (bytes, nodes,

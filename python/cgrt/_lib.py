@@ -397,6 +397,7 @@ OPTIONAL = (
     "cgrt_backend_info_get",
     "cgrt_graph_list",
     "cgrt_release_graphs_ex",
+    "cgrt_module_release_key",
     "cgrt_alloc_async",
     "cgrt_free_async",
 )
@@ -432,6 +433,7 @@ def _declare(lib):
         "cgrt_device_synchronize": (c_int, [R]),
         "cgrt_release_graphs": (c_int, [R]),
         "cgrt_release_graphs_ex": (c_int, [R, POINTER(CReleaseReport)]),
+        "cgrt_module_release_key": (c_int, [R, c_void_p, c_uint64, POINTER(c_size_t)]),
         "cgrt_graph_list": (c_int, [R, GRAPH_FN, c_void_p]),
         "cgrt_backend_info_get": (c_int, [R, POINTER(CBackendInfo)]),
         "cgrt_backend_figures": (c_int, [R, FIGURE_FN, c_void_p]),

@@ -170,6 +170,45 @@ def test_release_graphs_reports_what_it_freed(make_model):
     assert (empty.graphs, empty.bytes, empty.nodes) == (0, 0, 0)
 
 
+def test_release_key_frees_one_modules_graphs_of_that_key(make_model):
+    md = make_model(host_ini("local", warmup=1), backward=False)
+    for _ in range(3):
+        md.step("infer", 1)
+    assert len(md.rt.graphs()) == 3
+    assert md.rt.release_key(md.mods[0], 0) == 1
+    assert sorted(g.module for g in md.rt.graphs()) == ["layer1", "layer2"]
+    assert md.rt.release_key(md.mods[0], 0) == 0
+    assert md.rt.release_key(md.mods[1], 7) == 0  # a key it never had
+    del md.runs[:]
+    md.step("infer", 1)  # layer0 warms up again; the others replay
+    assert md.runs == [(0, Mode.WARMUP)]
+    assert md.out(0) == 2 * 1.0 + 1 and md.out(2) == 2 * 3.0 + 1
+    md.step("infer", 1)
+    assert md.runs[-1] == (0, Mode.CAPTURE) and len(md.rt.graphs()) == 3
+
+
+def test_release_key_refuses_misuse(make_model):
+    md = make_model(host_ini("local", warmup=1))
+    other = make_model(host_ini("local", warmup=1))
+    with pytest.raises(TypeError, match="expected a cgrt.Module"):
+        md.rt.release_key("layer0", 0)
+    with pytest.raises(Error) as e:
+        md.rt.release_key(other.mods[0], 0)
+    assert e.value.code == Status.INVAL and "another runtime" in e.value.message
+    with pytest.raises(ValueError, match="release_key key = -1 is out of range"):
+        md.rt.release_key(md.mods[0], -1)
+    seen = []
+
+    def body(ctx):
+        try:
+            md.rt.release_key(md.mods[0], 0)
+        except Error as err:
+            seen.append(err)
+
+    md.rt.step("infer", 1, None, body)
+    assert seen and seen[0].code == Status.STATE, seen
+
+
 # ---------------------------------------------------------------- the host's stream
 
 

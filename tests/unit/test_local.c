@@ -45,8 +45,10 @@ struct fixture {
   int prepares;
   int bodies;
   int64_t body_padded;
-  int calls_run; /* module callbacks run (eager, warm-up or capture) */
-  uint64_t key;  /* args.key the body passes */
+  int calls_run;       /* module callbacks run (eager, warm-up or capture) */
+  uint64_t key;        /* args.key the body passes */
+  int release_in_body; /* the body calls cgrt_module_release_key first: its result */
+  int release_rc;
   /* the log, when opened with a level (fixture_open_log) */
   char lines[MAX_LINES][1024];
   cgrt_log_level levels[MAX_LINES];
@@ -93,6 +95,8 @@ static int body(const cgrt_ctx *ctx, void *user) {
   struct fixture *f = user;
   f->bodies++;
   f->body_padded = ctx->padded_tokens;
+  if (f->release_in_body)
+    f->release_rc = cgrt_module_release_key(f->rt, f->m[0], f->key, NULL);
   for (int i = 0; i < MODS; i++) {
     cgrt_buffer b[2] = {{f->in_ptr[i], sizeof(double), CGRT_IN, "in"},
                         {f->out_ptr[i], sizeof(double), CGRT_INOUT, "out"}};
@@ -544,6 +548,63 @@ static void release_drops_graphs(void **state) {
   fixture_close(f);
 }
 
+/* One module's graphs of one key go (every direction and phase of it); its next calls with that
+   key warm up and capture again; the other modules, and the module's other keys, replay. */
+static void release_key_frees_one_keys_graphs(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open(NULL);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, NULL), 0);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(step(f, CGRT_PHASE_EVAL, 0, NULL), 0);
+  f->key = 2;
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, NULL), 0);
+  assert_int_equal(stats(f).live_graphs, 5 * MODS);
+  size_t n = 99;
+  assert_int_equal(cgrt_module_release_key(f->rt, f->m[0], 0, &n), 0);
+  assert_int_equal(n, 3); /* train forward and backward, eval forward */
+  assert_int_equal(stats(f).live_graphs, 5 * MODS - 3);
+  assert_int_equal(cgrt_module_release_key(f->rt, f->m[0], 0, &n), 0);
+  assert_int_equal(n, 0); /* nothing left of it */
+  cgrt_step_report rep = {.struct_size = sizeof(rep)};
+  assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, &rep), 0); /* key 2: untouched */
+  assert_int_equal(rep.calls_replayed, 2 * MODS);
+  f->key = 0;
+  int run = f->calls_run;
+  assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, &rep), 0);
+  assert_int_equal(rep.calls_replayed, 2 * (MODS - 1));
+  assert_int_equal(f->calls_run - run, 2); /* module 0 warms up again, forward and backward */
+  assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, NULL), 0);
+  assert_int_equal(step(f, CGRT_PHASE_TRAIN, 0, &rep), 0);
+  assert_int_equal(rep.calls_captured, 2);
+  assert_int_equal(stats(f).live_graphs, 5 * MODS - 1); /* its eval graph is not back yet */
+  assert_true(f->out[0] == 2.0 && f->in[0] == 1.0);     /* and the work is right */
+  fixture_close(f);
+}
+
+/* Misuse gets a sentence and frees nothing: no module, another runtime's, inside a step. */
+static void release_key_refuses_misuse(void **state) {
+  (void)state;
+  struct fixture *f = fixture_open(NULL);
+  struct fixture *g = fixture_open(NULL);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(step(f, CGRT_PHASE_EVAL, 0, NULL), 0);
+  size_t n = 99;
+  assert_int_equal(cgrt_module_release_key(f->rt, NULL, 0, &n), CGRT_E_INVAL);
+  assert_int_equal(n, 0);
+  assert_non_null(strstr(cgrt_last_error(f->rt), "belongs to another runtime"));
+  assert_int_equal(cgrt_module_release_key(f->rt, g->m[0], 0, &n), CGRT_E_INVAL);
+  assert_int_equal(cgrt_module_release_key(NULL, f->m[0], 0, &n), CGRT_E_INVAL);
+  f->release_in_body = 1;
+  assert_int_equal(step(f, CGRT_PHASE_EVAL, 0, NULL), 0);
+  assert_int_equal(f->release_rc, CGRT_E_STATE);
+  assert_non_null(strstr(cgrt_last_error(f->rt), "not allowed inside a step"));
+  assert_int_equal(stats(f).live_graphs, MODS);
+  fixture_close(g);
+  fixture_close(f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(train_warms_captures_replays_per_key),
@@ -560,6 +621,8 @@ int main(void) {
       cmocka_unit_test(max_graphs_bounds_live_executables),
       cmocka_unit_test(failed_capture_runs_eagerly_then_recovers),
       cmocka_unit_test(release_drops_graphs),
+      cmocka_unit_test(release_key_frees_one_keys_graphs),
+      cmocka_unit_test(release_key_refuses_misuse),
       cmocka_unit_test(a_key_new_on_every_call_is_said_once),
       cmocka_unit_test(keys_that_repeat_are_never_said),
       cmocka_unit_test(step_shapes_new_on_every_step_are_said_once),

@@ -408,6 +408,20 @@ typedef struct cgrt_release_report {
  */
 CGRT_API int cgrt_release_graphs_ex(cgrt_runtime *rt, cgrt_release_report *report);
 
+/*
+ * Frees the graphs of module m's calls with one key (cgrt_args.key): every direction, phase,
+ * microbatch and token size of it, in every graph cache of the backend, after waiting for the
+ * stream (a replay of one may still run); later calls with that key warm up and capture again.
+ * For a host that knows it is done with a key, whose graphs would otherwise stay until
+ * max_graphs evicts them (the keys of a KV cache it dropped, or of tensors it replaced under a
+ * graph). *released (may be NULL): the executables freed. Not inside a step, nor from a callback
+ * (CGRT_E_STATE, nothing freed). If the stream cannot be waited for, the graphs are freed all the
+ * same and the error returned. (since 0.4) Errors: CGRT_E_INVAL (m NULL or another runtime's),
+ * CGRT_E_STATE, CGRT_E_DEVICE.
+ */
+CGRT_API int cgrt_module_release_key(cgrt_runtime *rt, cgrt_module *m, uint64_t key,
+                                     size_t *released);
+
 /* One live graph, as cgrt_graph_list() shows it. Owned by cgrt, valid during the callback. */
 typedef struct cgrt_graph_info {
   size_t struct_size; /* how much of this struct the library fills: check before reading

@@ -1143,10 +1143,25 @@ void cgrt__caches_cap_marks(struct cgrt_graphs *g, uint64_t reserved) {
         e->rec.pool_mark = reserved;
 }
 
+static int caches_retire(struct cgrt_graphs *g,
+                         int (*match)(void *arg, const struct cgrt_graph_key *key), void *arg,
+                         size_t *dropped) {
+  *dropped = 0;
+  for (struct cgrt_graph_cache *c = g->caches; c; c = c->next_cache) {
+    size_t n = 0;
+    int rc = cgrt__cache_retire(c->host, c, match, arg, &n);
+    *dropped += n;
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
 static const struct cgrt__graph_walkers walkers = {
     .cap_marks = cgrt__caches_cap_marks,
     .visit = cgrt__caches_visit,
     .largest = cgrt__caches_largest,
+    .retire = caches_retire,
 };
 
 /* ---------------------------------------------------------------- whole bodies */

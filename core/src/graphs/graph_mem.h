@@ -62,6 +62,10 @@ struct cgrt__graph_walkers {
                void *arg);
   /* The record of the live executable with the largest allocations, or NULL if none has any. */
   struct cgrt__graph_rec *(*largest)(struct cgrt_graphs *g);
+  /* Forgets every entry of every cache of g whose key match() accepts (cgrt__cache_retire);
+   *dropped: the executables destroyed. */
+  int (*retire)(struct cgrt_graphs *g, int (*match)(void *arg, const struct cgrt_graph_key *key),
+                void *arg, size_t *dropped);
 };
 
 /* The graph layer's ledger (struct cgrt_graphs, mem). */

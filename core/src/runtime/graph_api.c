@@ -145,6 +145,50 @@ CGRT_API int cgrt_release_graphs(cgrt_runtime *rt) {
                release_graphs(rt, NULL, "cgrt_release_graphs"));
 }
 
+/* ---------------------------------------------------------------- one key's graphs */
+
+struct key_match {
+  uint32_t module;
+  uint64_t shape;
+};
+
+static int key_matches(void *arg, const struct cgrt_graph_key *k) {
+  const struct key_match *a = arg;
+  return k->module == a->module && k->shape == a->shape;
+}
+
+static int release_key(cgrt_runtime *rt, cgrt_module *m, uint64_t key, size_t *released) {
+  static const char fn[] = "cgrt_module_release_key";
+  if (!m || m->rt != rt)
+    return cgrt__fail(&rt->log, CGRT_E_INVAL,
+                      "%s: the module is NULL or belongs to another runtime", fn);
+  if (rt->graphs.in_step)
+    return cgrt__fail(&rt->log, CGRT_E_STATE, "%s('%s'): not allowed inside a step", fn, m->name);
+  if (!rt->graphs.mem.caches)
+    return 0; /* no cache, no graph */
+  /* A replay of one of them may still be on the stream, working on its private copies. */
+  int rc = cgrt__run_stream(rt, fn);
+  if (rc != 0)
+    cgrt__fail(&rt->log, rc, "%s: %s", fn, rt->dev.err);
+  struct key_match a = {m->info.id, key};
+  size_t n = 0;
+  int rrc = rt->graphs.mem.caches->retire(&rt->graphs, key_matches, &a, &n);
+  if (n > 0)
+    cgrt__mem_reclaim(&rt->graphs, NULL);
+  if (released)
+    *released = n;
+  return rc ? rc : rrc;
+}
+
+CGRT_API int cgrt_module_release_key(cgrt_runtime *rt, cgrt_module *m, uint64_t key,
+                                     size_t *released) {
+  if (released)
+    *released = 0;
+  if (!rt)
+    return CGRT_E_INVAL;
+  CGRT_GUARDED(rt, "cgrt_module_release_key", CGRT_CALL_RELEASE, release_key(rt, m, key, released));
+}
+
 /* ---------------------------------------------------------------- stream-ordered temporaries */
 
 static int alloc_async(cgrt_runtime *rt, const cgrt_ctx *ctx, size_t bytes, void **ptr) {
