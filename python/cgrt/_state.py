@@ -311,10 +311,9 @@ class Watch:
 
 class Shared:
     """Places the graphs of several modules reach through the same objects, checked at most once
-    a step for all of them: the tensors of a KV cache that keep no version counter (made under
-    torch.inference_mode()), where what a layer writes cannot be told from what it only reaches,
-    so that each layer watches the whole cache. Checked per call, that would cost a step
-    O(layers²) checks; shared, O(layers)."""
+    a step for all of them: a KV cache's tensors, every one of which each layer reaches through
+    the cache object (what a layer writes cannot be told from what it only reads). Checked per
+    call, that would cost a step O(layers²) checks; shared, O(layers)."""
 
     __slots__ = ("watch", "step", "said", "__weakref__")
 

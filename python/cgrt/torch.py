@@ -42,15 +42,13 @@ How it works:
   given up with the state put back. The objects a call comes with (a cache) are part of its key
   (_generation): a call with another cache gets graphs recorded against that cache's tensors.
   A graph also holds the addresses of what its capture reached outside its declared inputs: the
-  module's parameters and buffers, and the tensors its call wrote in place through its objects
-  (a cache layer's keys). Before a call that would replay, those places are checked
-  (cgrt._state.Watch): one that holds another tensor (a beam search's reorder_cache, parameters
-  reassigned) has the module's graphs recorded again at the new addresses the first time, and
-  the module run eagerly the second (said, listed in rt.eager_modules); in block scope, where a
-  replayed body calls no module, before each step: every graph is released the first time, and
-  bodies run eagerly the second. Under torch.inference_mode(), whose tensors keep no version
-  counter, every tensor a call reaches through its objects is watched, the places modules share
-  checked once a step (cgrt._state.Shared).
+  module's parameters and buffers (checked before each call that would replay) and the tensors
+  it reached through its objects (a cache's; checked once a step for all the modules that reach
+  them, cgrt._state.Shared). One that holds another tensor (a beam search's reorder_cache,
+  parameters reassigned) has the module's graphs recorded again at the new addresses the first
+  time, and the module run eagerly the second (said, listed in rt.eager_modules); in block
+  scope, where a replayed body calls no module, before each step: every graph is released the
+  first time, and bodies run eagerly the second.
 - Training: a module registered with backward=True records its forward's autograd graph; its
   backward(ctx, *grad_outputs) computes the input gradients and accumulates the parameter
   gradients into p.grad in place (p.grad is allocated at registration: use
@@ -256,13 +254,6 @@ def _version(t):
     except RuntimeError:
         return None
 
-
-def _versions(state):
-    """id -> _version of the tensors a call reaches through its objects (State.leaves, not the
-    module's own), taken before a capture: those the call writes in place (a KV cache layer's
-    index_copy_) have another after it. None for a tensor that keeps no version counter (made
-    under torch.inference_mode())."""
-    return {id(t): _version(t) for _, _, _, t, own in state.leaves() if not own}
 
 
 # ---------------------------------------------------------------- staging moved inputs
@@ -652,14 +643,14 @@ class TorchModule:
         self.rt._eager_modules[self.name] = why
         self.rt.log(2, "cgrt.torch: " + why)
 
-    def _watch_of(self, state, versions):
+    def _watch_of(self, state):
         """The Watch of a captured call (cgrt._state.Watch): the module's parameters (unless
-        declared) and buffers, and of the tensors it reached through its objects (state: its
-        State) those it wrote in place (versions: _versions before the call). A layer reaches
-        every layer's cache through the cache object and writes its own: watching them all would
-        cost every call the whole cache. Tensors it only reads there are not watched, but those
-        that keep no version counter (inference_mode) are, all of them, shared with the other
-        modules that reach them (cgrt._state.Shared: checked once a step)."""
+        declared) and buffers, checked at each of its calls, and every tensor it reached through
+        its objects (state: its State), in a group shared with the other modules that reach the
+        same places (cgrt._state.Shared), checked once a step: a layer reaches every layer's
+        cache through the cache object, and watching it per call would cost each call the whole
+        cache. What it writes there cannot be told from what it only reads (a cross-attention
+        cache written once, a host's metadata object): both are in its graph."""
         items, shared, seen = [], [], set()
 
         def add(to, path, live, k, t, cmp):
@@ -669,14 +660,7 @@ class TorchModule:
 
         if state is not None:
             for path, live, k, t, own in state.leaves():
-                if own:
-                    add(items, path, live, k, t, True)
-                    continue
-                before = versions.get(id(t))
-                if before is None:
-                    add(shared, path, live, k, t, True)
-                elif _version(t) != before:
-                    add(items, path, live, k, t, True)
+                add(items if own else shared, path, live, k, t, True)
         if not self.declare_params:
             for n, m in self.module.named_modules():
                 path = f"module.{n}" if n else "module"
@@ -849,7 +833,6 @@ class TorchModule:
                 state = _state_of(self._state_roots(call), self.module)
             except Exception:  # noqa: BLE001 - an object that cannot be looked at: not followed
                 state = None
-        versions = _versions(state) if captured and state is not None else None
         out = self.module(*xs, **call.kwargs)
         if state is not None:
             first = call.gen not in self._checked_gens
@@ -864,7 +847,7 @@ class TorchModule:
                     state.restore()  # cgrt runs the call again, eagerly, from the same state
                     raise _Unreplayable(self._effect)
         if captured:
-            call.watch = self._watch_of(state, versions)
+            call.watch = self._watch_of(state)
         call.mode = ctx.mode
         call.ran = True
         call.captured = captured

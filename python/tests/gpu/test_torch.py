@@ -655,9 +655,8 @@ def test_huggingface_beam_reorder_bitwise():
 
 
 def test_huggingface_beam_reorder_under_inference_mode_bitwise():
-    """The same under torch.inference_mode(): the cache's tensors keep no version counter, so
-    what a layer writes cannot be told from what it reaches; every layer watches the whole
-    cache, checked once a step for all of them (cgrt._state.Shared)."""
+    """The same under torch.inference_mode(), whose tensors keep no version counter (the stager
+    read it, and raised, before)."""
     _beam_reorder(torch.inference_mode)
 
 
@@ -670,7 +669,8 @@ def _beam_reorder(grad):
     step after the first reorder differed from eager, nothing said. Now a replay's places are
     checked first: one reorder has the layers recorded again at the new addresses (said at info,
     then replayed), and a second has them run eagerly (warned, rt.eager_modules). Bitwise
-    throughout."""
+    throughout. The cache's places are checked once a step for all layers (cgrt._state.Shared);
+    no layer is said before the first reorder (nothing else the cache holds changes)."""
     _require_gpu()
     try:
         import transformers  # noqa: F401
