@@ -181,7 +181,13 @@ static void toy_runs(const char *cuda_graph, const char *modes) {
       toy.rt.graph_list([](const cgrt_graph_info &) { throw std::out_of_range("enough"); });
     });
     CHECK(std::string(r.what()) == "enough");
-    CHECK(toy.rt.release_graphs().graphs == static_cast<uint64_t>(kLayers));
+    /* one module's graphs of one key: the body's calls use key 1 */
+    CHECK(toy.rt.release_key(toy.layers[0], 1) == 1);
+    CHECK(toy.rt.release_key(toy.layers[0], 1) == 0);
+    cgrt::Error k =
+        expect_throw<cgrt::Error>(__LINE__, [&] { toy.rt.release_key(cgrt::Module(), 1); });
+    CHECK(k.code() == CGRT_E_INVAL);
+    CHECK(toy.rt.release_graphs().graphs == static_cast<uint64_t>(kLayers - 1));
   } else {
     CHECK(toy.module_calls == kSteps * kLayers);
   }

@@ -161,7 +161,7 @@ static void md_close(struct model *md) {
 
 /* ---------------------------------------------------------------- a second thread */
 
-#define INTRUDER_CALLS 26
+#define INTRUDER_CALLS 27
 
 /* Thread A (the test's) steps; thread B calls in while A's body waits for it. */
 struct duel {
@@ -240,6 +240,7 @@ static void *intruder(void *arg) {
   record(d, "cgrt_device_synchronize", cgrt_device_synchronize(rt)); /* host driver: it drives */
   record(d, "cgrt_release_graphs", cgrt_release_graphs(rt));
   record(d, "cgrt_release_graphs_ex", cgrt_release_graphs_ex(rt, &rr));
+  record(d, "cgrt_module_release_key", cgrt_module_release_key(rt, d->md->m[0], 1, &n));
   record(d, "cgrt_graph_list", cgrt_graph_list(rt, visit_count, &seen));
   record(d, "cgrt_stats_get", cgrt_stats_get(rt, &s));
   record(d, "cgrt_config_get", cgrt_config_get(rt, "cuda_graph", "impl", v, sizeof(v)));
@@ -732,6 +733,7 @@ enum call {
   C_DEVICE_SYNC,
   C_RELEASE,
   C_RELEASE_EX,
+  C_RELEASE_KEY,
   C_LIST,
   C_STATS,
   C_CONFIG,
@@ -760,6 +762,7 @@ static const char *const call_names[C_COUNT] = {"cgrt_step",
                                                 "cgrt_device_synchronize",
                                                 "cgrt_release_graphs",
                                                 "cgrt_release_graphs_ex",
+                                                "cgrt_module_release_key",
                                                 "cgrt_graph_list",
                                                 "cgrt_stats_get",
                                                 "cgrt_config_get",
@@ -852,6 +855,9 @@ static void run_row(struct matrix *x, enum where w, const cgrt_ctx *ctx) {
       break;
     case C_RELEASE_EX:
       rc = cgrt_release_graphs_ex(rt, &rr);
+      break;
+    case C_RELEASE_KEY:
+      rc = cgrt_module_release_key(rt, x->md->m[1], 1, &n);
       break;
     case C_LIST:
       rc = cgrt_graph_list(rt, visit_nothing, NULL);
@@ -1097,9 +1103,9 @@ static void every_call_from_every_callback(void **state) {
   /* Inside a step: what changes the runtime is refused, as before; reading works. */
   static const enum where in_step[] = {W_PREPARE,  W_BODY,  W_MODULE,   W_HOOK_BEGIN,
                                        W_HOOK_END, W_WATCH, W_SINK_STEP};
-  static const enum call changes[] = {C_STEP,    C_REGISTER,   C_SYNC,          C_DEVICE_SYNC,
-                                      C_RELEASE, C_RELEASE_EX, C_LIST,          C_WORLD,
-                                      C_HOOKS,   C_HOOKS_EX,   C_FINDINGS_CLEAR};
+  static const enum call changes[] = {C_STEP,    C_REGISTER,   C_SYNC,        C_DEVICE_SYNC,
+                                      C_RELEASE, C_RELEASE_EX, C_RELEASE_KEY, C_LIST,
+                                      C_WORLD,   C_HOOKS,      C_HOOKS_EX,    C_FINDINGS_CLEAR};
   for (size_t i = 0; i < sizeof(in_step) / sizeof(in_step[0]); i++) {
     enum where w = in_step[i];
     for (size_t j = 0; j < sizeof(changes) / sizeof(changes[0]); j++)
@@ -1123,15 +1129,18 @@ static void every_call_from_every_callback(void **state) {
   assert_int_equal(rc_of(x, W_VISITOR, C_STEP), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_VISITOR, C_RELEASE), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_VISITOR, C_RELEASE_EX), CGRT_E_STATE);
+  assert_int_equal(rc_of(x, W_VISITOR, C_RELEASE_KEY), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_VISITOR, C_LIST), 0);
   assert_int_equal(rc_of(x, W_VISITOR, C_STATS), 0);
   /* So does the emit callback of cgrt_tool_describe (the backend walks its state meanwhile). */
   assert_int_equal(rc_of(x, W_DESCRIBE, C_STEP), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_DESCRIBE, C_RELEASE), CGRT_E_STATE);
+  assert_int_equal(rc_of(x, W_DESCRIBE, C_RELEASE_KEY), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_DESCRIBE, C_STATS), 0);
   /* The log sink between steps reads, and may not change the runtime. */
   assert_int_equal(rc_of(x, W_SINK_IDLE, C_STEP), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_SINK_IDLE, C_RELEASE), CGRT_E_STATE);
+  assert_int_equal(rc_of(x, W_SINK_IDLE, C_RELEASE_KEY), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_SINK_IDLE, C_REGISTER), CGRT_E_STATE);
   assert_int_equal(rc_of(x, W_SINK_IDLE, C_STATS), 0);
   /* Host functions must not call cgrt: every call is refused, saying so. */

@@ -599,6 +599,16 @@ public:
     return r;
   }
 
+  /* cgrt_module_release_key(): waits, frees module m's graphs of calls with this args.key,
+     returns how many. Throws Error (CGRT_E_INVAL for an empty or another runtime's module,
+     CGRT_E_STATE inside a step, CGRT_E_DEVICE). */
+  size_t release_key(const Module &m, uint64_t key) {
+    detail::State &st = live();
+    size_t n = 0;
+    detail::check(cgrt_module_release_key(st.rt, m.get(), key, &n), st.rt);
+    return n;
+  }
+
   /*
    * cgrt_graph_list(): calls fn once per live executable; `graph` (its strings too) is valid
    * during the call only. An exception fn throws stops the listing and is rethrown here; else
