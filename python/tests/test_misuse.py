@@ -159,10 +159,12 @@ def test_a_nested_step_is_refused_and_the_outer_step_goes_on(rt):
 
 
 def test_a_host_function_that_calls_cgrt_is_refused(rt):
+    m = rt.register("m", "mlp", lambda ctx, args: None)
     calls = {
         "close": lambda: rt.close(),
         "synchronize": lambda: rt.synchronize(),
         "release_graphs": lambda: rt.release_graphs(),
+        "release_key": lambda: rt.release_key(m, 0),
         "step": lambda: rt.step("infer", 1, body=lambda c: None),
     }
     for name, call in calls.items():
@@ -172,7 +174,7 @@ def test_a_host_function_that_calls_cgrt_is_refused(rt):
         cause = e.value.__cause__
         assert isinstance(cause, Error) and cause.code == Status.STATE, name
         assert "a host function (Ctx.enqueue_host) must not call cgrt" in cause.message
-    assert rt.stats().steps == 4  # reading is allowed; the runtime is open
+    assert rt.stats().steps == 5  # reading is allowed; the runtime is open
     rt.synchronize()
 
 
@@ -234,6 +236,7 @@ def test_every_public_method_called_inside_a_step_is_refused_or_harmless(rt):
             "synchronize": rt.synchronize,
             "device_synchronize": rt.device_synchronize,
             "release_graphs": rt.release_graphs,
+            "release_key": lambda: rt.release_key(m, 0),
             "set_world_comm": lambda: rt.set_world_comm(None),
             "set_capture_hooks": lambda: rt.set_capture_hooks(None, None),
         }
@@ -257,7 +260,7 @@ def test_every_public_method_called_inside_a_step_is_refused_or_harmless(rt):
         rt.forward(n, ctx)
 
     assert rt.step("infer", 1, body=body).calls_eager == 2
-    assert len(said) == 17 and all(said.values())
+    assert len(said) == 19 and all(said.values())
     assert "not allowed inside a step" in said[("module", "device_synchronize")]
     assert "steps do not nest" in said[("body", "step")]
     assert "not inside one" in said[("module", "register")]
