@@ -675,13 +675,20 @@ class TorchModule:
             return Watch(items, group)
         return Watch(items) if items else None
 
+    def _retire(self, skeys):
+        """The graphs of these keys of _static (of a cache that died, of an old epoch) are freed
+        before the runtime's next step (Runtime._flush_retired: cgrt_module_release_key), not
+        left to max_graphs' eviction."""
+        self.rt._retired.extend((self.handle, k[3]) for k in skeys)
+
     def _state_moved(self, moved):
         """A place its graphs read through Python state holds another tensor (Watch.moved) at a
         call that would replay: its graphs are recorded again at the new addresses (a new epoch
         in its keys) the first time, and it runs eagerly the second. True: run it eagerly."""
         self._moves += 1
         self._watch.clear()
-        self._static.clear()  # of keys no call makes again; their executables go as evicted
+        self._retire(self._static)  # keys no call makes again
+        self._static.clear()
         why = (
             f"module '{self.name}': {moved} since its graph's capture; a replay would read and "
             f"write the memory at the old address"
@@ -722,7 +729,9 @@ class TorchModule:
         dead = self._gens.dead()
         if dead:
             self._checked_gens -= dead
-            for k in [k for k in self._static if k[-1] in dead]:
+            gone = [k for k in self._static if k[-1] in dead]
+            self._retire(gone)
+            for k in gone:
                 del self._static[k]
             for k in [k for k in self._watch if k[-1] in dead]:
                 del self._watch[k]
@@ -965,6 +974,7 @@ class Runtime(cgrt.Runtime):
         self._body_watching = None  # during a body's capture: its modules' Watches
         self._shared = weakref.WeakValueDictionary()  # places several modules' Watches share
         self._step_no = 0  # run() calls: Shared places are checked once a step
+        self._retired = []  # (Module, args.key) whose graphs no call will replay: freed in run()
         self._body_moves = 0  # times a body's watched place was found holding another tensor
         self._body_eager = None  # why bodies are no longer captured (_body_moved)
         super().__init__(config, **kw)  # path=, ini=, name=, log=, stream= (from_file...)
@@ -1020,6 +1030,7 @@ class Runtime(cgrt.Runtime):
             self._stager.drop()
         self._body_static.clear()
         self._body_watch.clear()
+        self._retired = []
         self._body_moves = 0
         self._body_eager = None
         self._runs = []
@@ -1029,6 +1040,19 @@ class Runtime(cgrt.Runtime):
                 api.release(self.device.index, self._pool)
         self._pool = None
         self._pool_refs = 0
+
+    def _flush_retired(self):
+        """Frees the graphs of keys no call will make again (TorchModule._retire), between steps:
+        each cgrt_module_release_key waits for the stream first (the first of them; the rest find
+        it idle). With a libcgrt that lacks it, they are left to max_graphs' eviction."""
+        retired, self._retired = self._retired, []
+        for module, key in dict.fromkeys(retired):
+            try:
+                self.release_key(module, key)
+            except Error as e:
+                if e.code != Status.UNSUPPORTED:
+                    raise
+                return
 
     def _body_moved(self, phase, microbatches, ptrs):
         """Before a step that may replay a whole body (block scope): whether a place its modules'
@@ -1168,6 +1192,8 @@ class Runtime(cgrt.Runtime):
         bufs, ptrs = bufs
         phase_v = cgrt._enum(cgrt.Phase, phase, "phase")
         self._step_no += 1
+        if self._retired:
+            self._flush_retired()
         if self._body_watch:
             self._body_moved(phase_v, microbatches, ptrs)
         for m in self._modules_t:
