@@ -91,13 +91,20 @@ CGRT_API int cgrt_graph_list(cgrt_runtime *rt, cgrt_graph_fn fn, void *user) {
   CGRT_GUARDED(rt, "cgrt_graph_list", CGRT_CALL_LIST, graph_list(rt, fn, user));
 }
 
+/* Before graphs are freed: the stream is waited for (a replay of one may still read its private
+   copies). A failure is said and returned; the caller frees the graphs all the same. */
+static int wait_before_freeing(cgrt_runtime *rt, const char *fn) {
+  int rc = cgrt__run_stream(rt, fn);
+  if (rc != 0)
+    cgrt__fail(&rt->log, rc, "%s: %s", fn, rt->dev.err);
+  return rc;
+}
+
 int cgrt__graphs_release(cgrt_runtime *rt, const char *fn, cgrt_release_report *report) {
   cgrt_release_report rep = {.struct_size = sizeof(rep)};
   struct cgrt__graph_mem m0 = rt->graphs.mem;
   uint64_t used = 0;
-  int rc = cgrt__run_stream(rt, fn);
-  if (rc != 0)
-    cgrt__fail(&rt->log, rc, "%s: %s", fn, rt->dev.err);
+  int rc = wait_before_freeing(rt, fn);
   (void)rt->dev.drv->graph_mem(&rt->dev, &used, &rep.pool_reserved_before);
   if (CGRT_BACKEND_HAS(rt->lib.vt, release)) {
     unsigned busy = rt->busy;
@@ -166,10 +173,7 @@ static int release_key(cgrt_runtime *rt, cgrt_module *m, uint64_t key, size_t *r
     return cgrt__fail(&rt->log, CGRT_E_STATE, "%s('%s'): not allowed inside a step", fn, m->name);
   if (!rt->graphs.mem.caches)
     return 0; /* no cache, no graph */
-  /* A replay of one of them may still be on the stream, working on its private copies. */
-  int rc = cgrt__run_stream(rt, fn);
-  if (rc != 0)
-    cgrt__fail(&rt->log, rc, "%s: %s", fn, rt->dev.err);
+  int rc = wait_before_freeing(rt, fn);
   struct key_match a = {m->info.id, key};
   size_t n = 0;
   int rrc = rt->graphs.mem.caches->retire(&rt->graphs, key_matches, &a, &n);
