@@ -558,10 +558,10 @@ def test_diagnose_reports_the_modules_cudamalloc_not_the_pools():
 # ---------------------------------------------------------------- a model from a library
 
 
-def test_huggingface_llama_decode_layer_scope_bitwise():
-    """transformers' Llama with its StaticCache, its forward computing embeddings, rotary tables,
-    positions and the mask afresh every step, each decoder layer a cgrt module: every step's
-    logits bitwise equal to the model run eagerly, one graph per layer, nothing sent eager."""
+def _hf_llama(layers, steps):
+    """bench_hf (imported here), transformers' Llama of `layers` small layers (d 128, 4 heads,
+    vocab 1000, 32 positions, random weights) and `steps` decode steps of token ids for 2
+    sequences; skipped without a GPU or transformers. TF32 off: eager and graphs alike."""
     _require_gpu()
     try:
         import transformers  # noqa: F401
@@ -570,8 +570,15 @@ def test_huggingface_llama_decode_layer_scope_bitwise():
     import bench_hf
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    model = bench_hf.build(layers=2, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
-    ids = bench_hf.token_ids(20, 2, 1000)
+    model = bench_hf.build(layers=layers, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
+    return bench_hf, model, bench_hf.token_ids(steps, 2, 1000)
+
+
+def test_huggingface_llama_decode_layer_scope_bitwise():
+    """transformers' Llama with its StaticCache, its forward computing embeddings, rotary tables,
+    positions and the mask afresh every step, each decoder layer a cgrt module: every step's
+    logits bitwise equal to the model run eagerly, one graph per layer, nothing sent eager."""
+    bench_hf, model, ids = _hf_llama(2, 20)
     ref = bench_hf.eager_steps(model, ids, 32)
     v = bench_hf.CgrtDecode(model, 2, 32)
     try:
@@ -602,17 +609,8 @@ def test_huggingface_new_cache_per_request_bitwise():
     device-side assert at the third request). Now a
     call with another cache object gets graphs of its own (said once at info), the outputs kept
     for a cache no longer alive are dropped, and a cache reset in place replays its graphs."""
-    _require_gpu()
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        skip("transformers is not installed")
-    import bench_hf
-
-    torch.backends.cuda.matmul.allow_tf32 = False
     layers, per = 2, 8
-    model = bench_hf.build(layers=layers, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
-    ids = bench_hf.token_ids(3 * per, 2, 1000)
+    bench_hf, model, ids = _hf_llama(layers, 3 * per)
     ref = []
     for r in range(3):  # eagerly: a new cache for each request of `per` steps
         ref += bench_hf.eager_steps(model, ids[r * per:(r + 1) * per], 32)
@@ -671,17 +669,8 @@ def _beam_reorder(grad):
     then replayed), and a second has them run eagerly (warned, rt.eager_modules). Bitwise
     throughout. The cache's places are checked once a step for all layers (cgrt._state.Shared);
     no layer is said before the first reorder (nothing else the cache holds changes)."""
-    _require_gpu()
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        skip("transformers is not installed")
-    import bench_hf
-
-    torch.backends.cuda.matmul.allow_tf32 = False
     layers, steps, once, every = 2, 16, 4, 11
-    model = bench_hf.build(layers=layers, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
-    ids = bench_hf.token_ids(steps, 2, 1000)
+    bench_hf, model, ids = _hf_llama(layers, steps)
     swaps = [torch.tensor(b, device="cuda") for b in ([1, 0], [0, 0], [1, 1])]
 
     def reorder(cache, pos):
@@ -808,18 +797,12 @@ def test_huggingface_dynamic_cache_runs_eagerly_bitwise():
     A StaticCache, updated in place, stays graphed (the Llama and Mixtral tests)."""
     import warnings
 
-    _require_gpu()
-    try:
-        from transformers import DynamicCache
-    except ImportError:
-        skip("transformers is not installed")
-    import bench_hf
+    layers, steps = 3, 8
+    bench_hf, model, ids = _hf_llama(layers, steps)
+    from transformers import DynamicCache
+
     import cgrt.torch as ct
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    layers, steps = 3, 8
-    model = bench_hf.build(layers=layers, d=128, heads=4, ffn=256, vocab=1000, max_len=32)
-    ids = bench_hf.token_ids(steps, 2, 1000)
     ref = bench_hf.eager_steps(model, ids, 32, cache="dynamic")
     names = [f"layer{i}" for i in range(layers)]
     for warmup in (2, 1):
